@@ -1,0 +1,156 @@
+"""The one place that turns a composed config into objects (the only caller of hydra.utils.instantiate)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.errors import ConfigError
+from gptlab.hardware import Hardware
+from gptlab.model import GPT, GPTConfig
+from gptlab.paths import CONF_DIR
+
+
+def _uid() -> str:
+    """Suffix that keeps run dirs of runs started in the same second apart; shared by a job's ranks."""
+    for var in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+        if os.environ.get(var) and os.environ.get(var) != "none":
+            return os.environ[var][-8:]
+    return uuid.uuid4().hex[:6]
+
+
+if not OmegaConf.has_resolver("gptlab_uid"):
+    OmegaConf.register_new_resolver("gptlab_uid", _uid, use_cache=True)
+
+
+def compose(overrides: list[str] | None = None, config_name: str = "train") -> DictConfig:
+    """Compose the real Hydra config from conf/ (with hydra.runtime.choices), outside of @hydra.main."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=list(overrides or []), return_hydra_config=True)
+
+
+def group_choices(cfg: DictConfig) -> dict[str, str]:
+    """The option picked in each config group, e.g. {"attention": "gqa", ...} (hydra/* groups left out)."""
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices")
+    if choices is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices
+    return {k: str(v) for k, v in choices.items() if not k.startswith("hydra")}
+
+
+def _factory(cfg: DictConfig, group: str, drop: tuple[str, ...] = ()):
+    """instantiate(cfg.<group>) minus run-level keys; unknown keys surface when the partial is called."""
+    node = OmegaConf.to_container(cfg[group], resolve=True)
+    for key in drop:
+        node.pop(key, None)
+    return instantiate(node)
+
+
+def _call(group: str, factory, *args, **kwargs):
+    """Call a component factory, turning a bad keyword into a one-line ConfigError naming the group."""
+    try:
+        return factory(*args, **kwargs)
+    except TypeError as err:
+        if "unexpected keyword" in str(err) or "got an unexpected" in str(err):
+            bad = str(err).split("'")[1] if "'" in str(err) else str(err)
+            raise ConfigError(f"{group}.{bad}: not a key of this {group} choice ({getattr(factory, 'func', factory).__name__})") from None
+        raise
+
+
+def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
+    """GPTConfig from cfg.model, with vocab_size from the tokenizer when the config leaves it null."""
+    fields = OmegaConf.to_container(cfg.model, resolve=True)
+    fields["vocab_size"] = fields.get("vocab_size") or vocab_size or 50257
+    try:
+        return GPTConfig(**fields)
+    except TypeError as err:
+        raise ConfigError(f"model: {err}; allowed keys: {', '.join(GPTConfig.__dataclass_fields__)}") from None
+
+
+def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None) -> GPT:
+    """The GPT the config describes, on `device` (use "meta" to size even gpt2-xl for free)."""
+    import torch
+
+    mcfg = model_config(cfg, vocab_size)
+    norm_factory = _factory(cfg, "norm", drop=("placement",))
+    placement = cfg.norm.get("placement", "pre")
+    if placement not in ("pre", "post"):
+        raise ConfigError(f"norm.placement: '{placement}' is not allowed; allowed: pre, post")
+    attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))
+    with torch.device(device or "cpu"):
+        return GPT(mcfg,
+                   attention=lambda *a, **k: _call("attention", attention, *a, **k),
+                   mlp=lambda *a, **k: _call("mlp", mlp, *a, **k),
+                   norm=lambda *a, **k: _call("norm", norm_factory, *a, **k),
+                   position=lambda *a, **k: _call("position", position, *a, **k),
+                   norm_placement=placement)
+
+
+def build_hardware(cfg: DictConfig) -> Hardware:
+    """The resolved hardware profile."""
+    node = OmegaConf.to_container(cfg.hardware, resolve=True)
+    node.pop("_target_", None)
+    try:
+        return Hardware(**node)
+    except TypeError as err:
+        raise ConfigError(f"hardware: {err}") from None
+
+
+@dataclass
+class TrainSettings:
+    """Run-level plain values the loop needs (cfg.train plus seeds, sampling and profiling)."""
+
+    max_steps: int
+    batch_size: int
+    grad_accum: int
+    grad_clip: float
+    eval_interval: int
+    eval_batches: int
+    log_interval: int
+    ckpt_interval: int
+    resume: str
+    speed_warmup: int
+    nan_skip: int
+    seed: int
+    data_seed: int
+    sample_tokens: int = 0
+    sample_temperature: float = 0.8
+    sample_top_k: int | None = 40
+    profile: bool = False
+
+
+def train_settings(cfg: DictConfig) -> TrainSettings:
+    """TrainSettings from cfg.train and the run-level keys (validated beforehand)."""
+    t = OmegaConf.to_container(cfg.train, resolve=True)
+    return TrainSettings(**t, seed=int(cfg.seed), data_seed=int(cfg.data_seed),
+                         sample_tokens=int(cfg.sample.tokens), sample_temperature=float(cfg.sample.temperature),
+                         sample_top_k=cfg.sample.top_k, profile=bool(cfg.profile))
+
+
+def cache_dir() -> Path:
+    """Token/tokenizer/peak caches: $GPTLAB_CACHE or ~/.cache/gptlab."""
+    return Path(os.environ.get("GPTLAB_CACHE", "~/.cache/gptlab")).expanduser()
+
+
+def build_data(cfg: DictConfig, block_size: int):
+    """The data object (see gptlab.data) for this run's data choice and data_seed."""
+    factory = _factory(cfg, "data")
+    return _call("data", factory, seed=int(cfg.data_seed), block_size=block_size, cache_dir=cache_dir())
+
+
+def build_optimizer(cfg: DictConfig, model):
+    """The optimizer choice over the model's parameters."""
+    return _call("optimizer", _factory(cfg, "optimizer"), model)
+
+
+def build_schedule(cfg: DictConfig, max_steps: int):
+    """The LR multiplier schedule, a pure function of the step."""
+    return _call("schedule", _factory(cfg, "schedule"), max_steps=max_steps)

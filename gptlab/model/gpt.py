@@ -1,0 +1,132 @@
+"""GPT: token embedding -> n_layer blocks -> final norm -> LM head, built from component factories."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from gptlab.model.attention.gqa import KVCache
+from gptlab.model.config import GPTConfig
+
+
+class Block(nn.Module):
+    """One transformer block; pre-norm: x + attn(norm(x)), then x + mlp(norm(x)). Post-norm: norm(x + f(x))."""
+
+    def __init__(self, cfg: GPTConfig, layer_idx: int, attention, mlp, norm, placement: str):
+        super().__init__()
+        self.placement = placement
+        self.norm1 = norm(cfg.d_model)
+        self.attn = attention(cfg.d_model, cfg.n_head, cfg.block_size, layer_idx, norm, bias=cfg.bias)
+        self.norm2 = norm(cfg.d_model)
+        self.mlp = mlp(cfg.d_model, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, position, cache: KVCache | None = None):
+        if self.placement == "pre":
+            x = x + self.drop(self.attn(self.norm1(x), position, cache))
+            return x + self.drop(self.mlp(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, position, cache)))
+        return self.norm2(x + self.drop(self.mlp(x)))
+
+
+class GPT(nn.Module):
+    """A decoder-only transformer; `forward(idx, targets)` -> (logits (B, T, vocab), loss or None)."""
+
+    def __init__(self, cfg: GPTConfig, attention: Callable, mlp: Callable, norm: Callable,
+                 position: Callable, norm_placement: str = "pre"):
+        super().__init__()
+        self.cfg = cfg
+        self.activation_checkpointing = False
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position = position(cfg.d_model, cfg.n_head, cfg.head_dim, cfg.block_size)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            Block(cfg, i, attention, mlp, norm, norm_placement) for i in range(cfg.n_layer))
+        # post-norm blocks already end in a norm; a final norm keeps the head's input scale the same
+        self.norm_f = norm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        uses_bias = self.position.score_bias(torch.zeros(1), torch.zeros(1)) is not None
+        for block in self.blocks:
+            block.attn.uses_score_bias = uses_bias
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """GPT-2 init: N(0, init_std), residual projections scaled by 1/√(2·n_layer), norms to identity."""
+        std = self.cfg.init_std
+        if self.wte.weight.device.type == "meta":
+            return
+        nn.init.normal_(self.wte.weight, std=std)
+        if not self.cfg.tie_embeddings:
+            nn.init.normal_(self.lm_head.weight, std=std)
+        self.position.init_weights(std)
+        for block in self.blocks:
+            block.attn.init_weights(self.cfg.n_layer, std)
+            block.mlp.init_weights(self.cfg.n_layer, std)
+        for m in self.modules():
+            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                m.reset_parameters()
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameter count (shared tensors once); non_embedding drops token and position tables."""
+        total = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            total -= self.wte.weight.numel()
+            total -= sum(p.numel() for p in self.position.parameters())
+        return total
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                caches: list[KVCache] | None = None):
+        B, T = idx.shape
+        offset = 0 if caches is None else caches[0].length
+        if offset + T > self.cfg.block_size and not self._extrapolates():
+            raise ValueError(f"sequence of {offset + T} tokens exceeds model.block_size={self.cfg.block_size}")
+        pos = torch.arange(offset, offset + T, device=idx.device)
+        x = self.drop(self.position.embed(self.wte(idx), pos))  # (B, T, d)
+        for i, block in enumerate(self.blocks):
+            cache = None if caches is None else caches[i]
+            if self.activation_checkpointing and self.training and cache is None:
+                x = checkpoint(block, x, self.position, use_reentrant=False)
+            else:
+                x = block(x, self.position, cache)
+        logits = self.lm_head(self.norm_f(x))  # (B, T, vocab)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
+        return logits, loss
+
+    def _extrapolates(self) -> bool:
+        return not any(isinstance(m, nn.Embedding) for m in self.position.modules())
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, use_cache: bool = True, generator: torch.Generator | None = None):
+        """Append max_new_tokens sampled tokens to idx (B, T); temperature 0 = greedy."""
+        caches = None
+        for _ in range(max_new_tokens):
+            fits = idx.size(1) <= self.cfg.block_size
+            if use_cache and fits and caches is not None:
+                logits, _ = self(idx[:, -1:], caches=caches)  # one new token against the cache
+            else:
+                context = idx[:, -self.cfg.block_size:]
+                caches = [KVCache() for _ in self.blocks] if use_cache and fits else None
+                logits, _ = self(context, caches=caches)
+            idx = torch.cat([idx, self._sample(logits[:, -1, :], temperature, top_k, generator)], dim=1)
+        return idx
+
+    @staticmethod
+    def _sample(logits, temperature, top_k, generator):
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = F.softmax(logits.float(), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)

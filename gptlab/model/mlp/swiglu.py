@@ -1,0 +1,42 @@
+"""SwiGLU MLP: down(silu(gate(x)) * up(x)), three matrices."""
+
+from __future__ import annotations
+
+import logging
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptlab.model.mlp import check_ratio, init_mlp
+
+log = logging.getLogger(__name__)
+
+
+def swiglu_hidden(d_model: int, ratio: float, match_params: bool, multiple_of: int) -> int:
+    """Hidden width: ratio·d, or 2/3 of it (rounded up to multiple_of) to match a 2-matrix MLP's params."""
+    hidden = ratio * d_model
+    if match_params:
+        hidden = 2 * hidden / 3
+        return int(multiple_of * -(-int(round(hidden)) // multiple_of))
+    return int(round(hidden))
+
+
+class SwiGLU(nn.Module):
+    """Gated MLP; with match_params it keeps the parameter count of the GELU MLP of the same ratio."""
+
+    def __init__(self, d_model: int, bias: bool = False, ratio: float = 4, match_params: bool = True,
+                 multiple_of: int = 64, dropout: float = 0.0):
+        super().__init__()
+        check_ratio(ratio)
+        self.hidden = swiglu_hidden(d_model, ratio, match_params, multiple_of)
+        self.invariant = "params (hidden = 2/3·ratio·d_model)" if match_params else "hidden width (ratio·d_model)"
+        self.gate = nn.Linear(d_model, self.hidden, bias=bias)
+        self.up = nn.Linear(d_model, self.hidden, bias=bias)
+        self.down = nn.Linear(self.hidden, d_model, bias=bias)
+        self.drop = nn.Dropout(dropout)
+
+    def init_weights(self, n_layer: int, std: float) -> None:
+        init_mlp([self.gate, self.up], self.down, n_layer, std)
+
+    def forward(self, x):
+        return self.drop(self.down(F.silu(self.gate(x)) * self.up(x)))

@@ -1,0 +1,31 @@
+"""Rotary position embeddings (RoPE) applied to queries and keys."""
+
+from __future__ import annotations
+
+import torch
+
+from gptlab.errors import ConfigError
+from gptlab.model.position import Position
+
+
+class RotaryPosition(Position):
+    """Rotates each (even, odd)-half pair of q/k channels by pos·base^(-2i/hd)."""
+
+    def __init__(self, d_model: int, n_head: int, head_dim: int, block_size: int, base: float = 10000.0):
+        super().__init__(d_model, n_head, head_dim, block_size)
+        if head_dim % 2:
+            raise ConfigError(f"position=rope needs an even head dim; model.d_model/model.n_head = {head_dim}")
+        if base <= 0:
+            raise ConfigError(f"position.base={base} must be > 0")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, hd/2) each
+        out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+        return out.to(x.dtype)
+
+    def rotate(self, q, k, pos):
+        angles = pos.float()[:, None] * self.inv_freq[None, :]  # (T, hd/2)
+        cos, sin = angles.cos(), angles.sin()
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)

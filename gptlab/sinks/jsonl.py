@@ -1,0 +1,119 @@
+"""The local source of truth: `metrics.jsonl` (one JSON object per logged row) and `summary.json`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, IO
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+def plain(value: Any) -> Any:
+    """A JSON-safe copy of `value`: tensors/numpy scalars become Python numbers, NaN/inf become None."""
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()  # 0-d torch tensor or numpy scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # strict JSON has no NaN/inf; null in a present key means "measured, not finite"
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` so readers see the old or the new file, never a half-written one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The complete rows of a metrics file; a torn last line (killed mid-write) is skipped."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "step" in row:
+            rows.append(row)
+    return rows
+
+
+class JsonlSink:
+    """Appends `{"step": step, **metrics}` lines to run_dir/metrics.jsonl and keeps run_dir/summary.json.
+
+    resume=False starts the run's files afresh (a dir restarted from step 0 drops stale rows and
+    summary); resume=True keeps them, and the loop then calls `truncate_after(resumed_step)`.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, resume: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / METRICS_FILE
+        self.summary_path = self.run_dir / SUMMARY_FILE
+        self._summary: dict = {}
+        if resume:
+            self._summary = self._read_summary()
+            self._rewrite(read_rows(self.metrics_path))  # drops a torn last line before appending
+        else:
+            self.metrics_path.write_text("", encoding="utf-8")
+            self.summary_path.unlink(missing_ok=True)
+        self._file: IO[str] | None = open(self.metrics_path, "a", encoding="utf-8")
+
+    def _read_summary(self) -> dict:
+        """The existing summary.json, or {} when it is missing or unreadable."""
+        try:
+            data = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _rewrite(self, rows: list[dict]) -> None:
+        """Atomically replace metrics.jsonl with `rows`."""
+        text = "".join(json.dumps(row) + "\n" for row in rows)
+        atomic_write_text(self.metrics_path, text)
+
+    def truncate_after(self, step: int) -> int:
+        """Drop rows with step > `step` so a resume from `step` continues the curve; returns rows kept."""
+        if self._file is not None:
+            self._file.close()
+        kept = [row for row in read_rows(self.metrics_path) if row["step"] <= step]
+        self._rewrite(kept)
+        self._file = open(self.metrics_path, "a", encoding="utf-8")
+        return len(kept)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """Append one line and flush it, so a killed run keeps every row logged before the kill."""
+        if self._file is None:
+            raise RuntimeError(f"JsonlSink for {self.run_dir} is closed")
+        row = {"step": int(step), **{k: plain(v) for k, v in metrics.items() if k != "step"}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def summary(self, values: dict) -> None:
+        """Merge `values` into summary.json and rewrite it atomically."""
+        self._summary.update(plain(dict(values)))
+        atomic_write_text(self.summary_path, json.dumps(self._summary, indent=2, sort_keys=True) + "\n")
+
+    def close(self, status: str = "finished") -> None:
+        """Record `status` in summary.json, fsync and close metrics.jsonl; a second call does nothing."""
+        if self._file is None:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        self.summary({"status": status})

@@ -1,0 +1,193 @@
+"""Weights & Biases sink: offline unless a key is configured, one W&B run per run directory (resume-safe)."""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+import re
+import secrets
+import string
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+from urllib.parse import urlparse
+
+from gptlab.errors import ConfigError
+from gptlab.sinks.jsonl import atomic_write_text
+
+log = logging.getLogger("gptlab.sinks")
+
+MODES = ("auto", "online", "offline", "disabled")
+RUN_ID_FILE = "wandb_run_id"
+_ID_CHARS = string.ascii_lowercase + string.digits
+_ID_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+_DEFAULT_BASE_URL = "https://api.wandb.ai"
+
+
+def _netrc_paths(env: Mapping[str, str]) -> list[Path]:
+    """Where W&B looks for credentials: $NETRC, else ~/.netrc and ~/_netrc."""
+    if env.get("NETRC"):
+        return [Path(env["NETRC"]).expanduser()]
+    home = Path(env.get("HOME") or Path.home())
+    return [home / ".netrc", home / "_netrc"]
+
+
+def api_key_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """True when W&B can authenticate without a prompt: WANDB_API_KEY, identity token or netrc entry."""
+    env = os.environ if environ is None else environ
+    if env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(env.get("WANDB_BASE_URL") or _DEFAULT_BASE_URL).hostname or ""
+    for path in _netrc_paths(env):
+        if not path.is_file():
+            continue
+        try:
+            entry = netrc.netrc(str(path)).authenticators(host)
+        except (netrc.NetrcParseError, OSError):
+            continue  # an unreadable netrc is the same as none
+        if entry and entry[2]:
+            return True
+    return False
+
+
+def resolve_mode(mode: str, environ: Mapping[str, str] | None = None) -> str:
+    """The W&B mode to use: auto -> online with a key, else offline; WANDB_MODE=offline|disabled beats auto."""
+    env = os.environ if environ is None else environ
+    if mode not in MODES:
+        raise ConfigError(f"logger.mode={mode!r} is not valid; allowed: {', '.join(MODES)}")
+    if mode == "auto":
+        forced = (env.get("WANDB_MODE") or "").strip().lower()
+        if forced in ("offline", "dryrun", "disabled"):
+            return "offline" if forced == "dryrun" else forced
+        return "online" if api_key_configured(env) else "offline"
+    if mode == "online" and not api_key_configured(env):
+        raise ConfigError(
+            "logger.mode=online but no W&B API key is configured (set WANDB_API_KEY or run `wandb login`); "
+            "use logger.mode=auto or logger.mode=offline to log locally"
+        )
+    return mode
+
+
+def run_id_for(run_dir: Path) -> str:
+    """The W&B run id stored in run_dir/wandb_run_id, created (atomically) on first use."""
+    path = run_dir / RUN_ID_FILE
+    if path.is_file():
+        stored = path.read_text(encoding="utf-8").strip()
+        if _ID_RE.match(stored):
+            return stored
+        log.warning("ignoring malformed W&B run id %r in %s; starting a new W&B run", stored[:80], path)
+    run_id = "".join(secrets.choice(_ID_CHARS) for _ in range(8))
+    atomic_write_text(path, run_id + "\n")
+    return run_id
+
+
+def _clean_tags(tags: Iterable[Any] | None) -> list[str]:
+    """Tags as unique strings of at most 64 characters (the W&B limit), order kept."""
+    out: list[str] = []
+    for tag in tags or ():
+        text = str(tag)[:64]
+        if text and text not in out:
+            out.append(text)
+    return out
+
+
+def _scalar(value: Any) -> Any:
+    """Tensors and numpy scalars as Python numbers (W&B keeps NaN/inf as they are)."""
+    return value.item() if hasattr(value, "item") and callable(value.item) else value
+
+
+class WandbSink:
+    """Logs rows, the resolved config, group, tags and summary to one W&B run stored under run_dir.
+
+    A second WandbSink on the same run_dir reuses the id in run_dir/wandb_run_id (resume="allow"),
+    so a resumed or requeued job continues the same W&B run. If W&B cannot start, an online run
+    falls back to offline and an offline one to no W&B at all, each with one warning: the local files
+    (JsonlSink) are the source of truth and training never stops for W&B.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        config: Mapping[str, Any] | None = None,
+        project: str = "gptlab",
+        group: str | None = None,
+        name: str | None = None,
+        tags: Iterable[Any] | None = (),
+        mode: str = "auto",
+        entity: str | None = None,
+        job_type: str = "train",
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.mode = resolve_mode(mode)
+        self.run: Any = None
+        self.run_id: str | None = None
+        self.run_dir_path: Path | None = None  # the local W&B run folder (what `wandb sync` takes)
+        if self.mode == "disabled":
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id_for(self.run_dir)
+        init_args = dict(
+            project=project, entity=entity, group=group, name=name, tags=_clean_tags(tags),
+            job_type=job_type, config=dict(config or {}),
+        )
+        self.run = self._start(init_args)
+        if self.run is not None:
+            self.run_dir_path = Path(self.run.settings.sync_dir)
+
+    def _init(self, mode: str, init_args: dict) -> Any:
+        """One wandb.init call in `mode`, quiet, with curves plotted against our optimizer step."""
+        import wandb  # heavy import, only when W&B logging is configured
+
+        run = wandb.init(
+            dir=str(self.run_dir), mode=mode, id=self.run_id, resume="allow", reinit="create_new",
+            settings=wandb.Settings(silent=True), **init_args,
+        )
+        run.define_metric("step")
+        run.define_metric("*", step_metric="step")
+        return run
+
+    def _start(self, init_args: dict) -> Any:
+        """Start the run; online failure -> offline, offline failure -> no W&B (one warning each)."""
+        try:
+            return self._init(self.mode, init_args)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            if self.mode != "online":
+                log.warning("W&B disabled: offline run failed to start (%s); local metrics still written", reason)
+                self.mode = "disabled"
+                return None
+            log.warning("W&B online start failed (%s); logging offline instead (`wandb sync` later)", reason)
+        self.mode = "offline"
+        return self._start(init_args)
+
+    @property
+    def sync_command(self) -> str | None:
+        """`wandb sync <folder>` for an offline run, else None."""
+        if self.mode != "offline" or self.run_dir_path is None:
+            return None
+        return f"wandb sync {self.run_dir_path}"
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """One W&B history row; the `step` key is the x-axis of every curve."""
+        if self.run is None:
+            return
+        row = {k: _scalar(v) for k, v in metrics.items()}
+        row["step"] = int(step)
+        self.run.log(row)
+
+    def summary(self, values: dict) -> None:
+        """Merge end-of-run values into run.summary."""
+        if self.run is None:
+            return
+        self.run.summary.update({k: _scalar(v) for k, v in values.items()})
+
+    def close(self, status: str = "finished") -> None:
+        """Finish the W&B run: exit code 0 when finished, 1 otherwise (preempted runs are marked so)."""
+        run, self.run = self.run, None
+        if run is None:
+            return
+        if status == "preempted":
+            run.mark_preempting()
+        run.finish(exit_code=0 if status == "finished" else 1)

@@ -1,0 +1,45 @@
+"""Hermetic test environment: no network, W&B offline into a temp dir, HF hub offline, small thread counts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO / "conf"
+
+
+@pytest.fixture(autouse=True)
+def hermetic_env(tmp_path_factory, monkeypatch):
+    """Every test runs offline, with W&B and HF caches under a private temp dir."""
+    base = tmp_path_factory.getbasetemp() / "env"
+    for sub in ("wandb", "wandb-cache", "wandb-data", "wandb-artifacts", "wandb-config", "gptlab-cache"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(base / "wandb"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(base / "wandb-cache"))
+    monkeypatch.setenv("WANDB_DATA_DIR", str(base / "wandb-data"))
+    monkeypatch.setenv("WANDB_ARTIFACT_DIR", str(base / "wandb-artifacts"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(base / "wandb-config"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("GPTLAB_CACHE", str(base / "gptlab-cache"))
+    yield
+
+
+def python_bin() -> str:
+    """The interpreter running the tests (the project's venv), for subprocess runs of the CLIs."""
+    return sys.executable
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """Environment for a CLI subprocess: the test env plus short thread counts."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
