@@ -1,0 +1,108 @@
+"""`gptlab-compare PATH...`: compare runs at an equal step; prints a table and writes md/json/html/PNG reports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from gptlab.compare.analysis import Comparison, compare, load_claims
+from gptlab.compare.runs import RUN_MARKERS, discover, load_run
+from gptlab.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line interface of gptlab-compare."""
+    p = argparse.ArgumentParser(
+        prog="gptlab-compare",
+        description="Compare training runs at the largest step all of them reached: val loss mean ± std over "
+                    "seeds, Welch-test verdict vs the baseline, speed and memory; writes md/json/html/PNGs.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="run directories, sweep directories or globs")
+    p.add_argument("--baseline", help="baseline group: `group=choice[, key=value]` items or a run directory "
+                                      "(default: the group with the fewest differences from the others, "
+                                      "ties to the group of the first run)")
+    p.add_argument("--step", type=int, help="compare at this step (every run must have val/loss there)")
+    p.add_argument("--out", help="output directory (default: <sweep dir>/comparison, else ./comparison)")
+    p.add_argument("--claims", help="YAML: label or choice string -> {speedup: 1.25, delta_val_loss: -0.01}")
+    p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
+                   help="log table and plots to W&B (default: on when WANDB_MODE is set and not 'disabled')")
+    return p
+
+
+def _is_run_dir(path: Path) -> bool:
+    return any((path / m).is_file() for m in RUN_MARKERS)
+
+
+def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
+    """--out, else <first path>/comparison when it is a sweep dir, else ./comparison; never a run dir."""
+    first_path = Path(first)
+    if arg:
+        out = Path(arg)
+    elif first_path.is_dir() and not _is_run_dir(first_path):
+        out = first_path / "comparison"
+    else:
+        out = Path("comparison")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out '{out}' exists and is not a directory")
+    if out.is_dir() and (_is_run_dir(out) or out.resolve() in run_dirs):
+        raise ConfigError(f"--out '{out}' is a run directory; choose a directory that holds no run files")
+    return out
+
+
+def _finite(obj: Any) -> Any:
+    """JSON-safe copy: NaN/inf (a diverged run) become null so the file stays strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
+    """Write PNGs, comparison.json/.md/.html into out; returns the PNGs by name."""
+    from gptlab.compare.plots import make_plots
+    from gptlab.compare.report import html_report, markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    images = make_plots(cmp, out)
+    (out / "comparison.json").write_text(json.dumps(_finite(cmp.to_json()), indent=2) + "\n")
+    (out / "comparison.md").write_text(markdown(cmp, images))
+    (out / "comparison.html").write_text(html_report(cmp, images))
+    return images
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison; 0 on success, 2 (one-line message on stderr) on bad input."""
+    args = build_parser().parse_args(argv)
+    try:
+        run_dirs = discover(args.paths)
+        runs = [load_run(p) for p in run_dirs]
+        claims = load_claims(args.claims) if args.claims else None
+        cmp = compare(runs, baseline=args.baseline, step=args.step, claims=claims)
+        out = out_dir(args.out, args.paths[0], run_dirs)
+    except ConfigError as exc:
+        print(f"gptlab-compare: error: {exc}", file=sys.stderr)
+        return 2
+    for warning in cmp.warnings:
+        print(warning, file=sys.stderr)
+    from gptlab.compare.report import print_table
+
+    print_table(cmp)
+    images = write_reports(cmp, out)
+    from gptlab.compare import wandb_log
+
+    if wandb_log.wanted(args.wandb):
+        where = wandb_log.log_comparison(cmp, images, runs, out)
+        if where is not None:
+            print(f"W&B: logged comparison run to {where}")
+    print(f"wrote {out}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""The training loop: plain objects in, metrics out to sinks; no Hydra, W&B or launcher here."""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from gptlab import checkpoint
+from gptlab.errors import ConfigError
+from gptlab.metrics import median, mfu, peak_memory_bytes
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN/inf more often than train.nan_skip allows."""
+
+
+@dataclass
+class Context:
+    """Where and as whom the loop runs: run dir, DDP rank/world, MFU inputs, checkpoint signature."""
+
+    run_dir: Path
+    flops_per_token: float
+    peak_flops: float | None
+    signature: dict = field(default_factory=dict)
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGUSR1 (what SLURM sends before a time limit or pre-emption)."""
+
+    def __init__(self):
+        self.signum = None
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            try:
+                signal.signal(sig, self._set)
+            except ValueError:  # not the main thread (e.g. some launchers)
+                pass
+
+    def _set(self, signum, frame):
+        self.signum = signum
+
+
+@torch.no_grad()
+def evaluate(model, val_batches, hardware, device) -> dict[str, float]:
+    """Mean loss (and answer accuracy where targets are sparse) over the fixed validation batches."""
+    model.eval()
+    losses, correct, counted = [], 0, 0
+    for x, y in val_batches:
+        x, y = x.to(device), y.to(device)
+        with hardware.autocast():
+            logits, loss = model(x, y)
+        losses.append(loss.item())
+        scored = y != -100
+        correct += (logits.argmax(-1)[scored] == y[scored]).sum().item()
+        counted += scored.sum().item()
+    model.train()
+    return {"val/loss": sum(losses) / len(losses), "val/acc": correct / max(1, counted)}
+
+
+def _state(model, optimizer, step, tokens, best, last_val, ctx) -> dict:
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": tokens,
+            "best_val_loss": best, "last_val_loss": last_val, "torch_rng": torch.get_rng_state(),
+            "signature": ctx.signature}
+
+
+def _resume(model, optimizer, settings, ctx) -> tuple[int, int, float, float | None]:
+    """Load the checkpoint train.resume points at; returns (step, tokens, best and last val loss)."""
+    if settings.resume == "never":
+        return 0, 0, math.inf, None
+    if settings.resume == "auto":
+        state, source = checkpoint.load_latest(ctx.run_dir), "in the run dir"
+        if state is None:
+            return 0, 0, math.inf, None
+    else:
+        state, source = checkpoint.load(Path(settings.resume)), f"'{settings.resume}'"
+    checkpoint.check_compatible(state.get("signature", {}), ctx.signature, source)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    log.info("resumed from step %d (%s)", state["step"], source)
+    return int(state["step"]), int(state["tokens"]), float(state["best_val_loss"]), state.get("last_val_loss")
+
+
+def _micro_batches(data, step, settings, ctx, device):
+    """This rank's rows of each micro-batch; the global batch does not depend on the world size."""
+    micro_bs = settings.batch_size // settings.grad_accum
+    for micro in range(settings.grad_accum):
+        x, y = data.train_batch(step, micro, micro_bs)  # (micro_bs, T), pure function of the step
+        yield x[ctx.rank::ctx.world].to(device), y[ctx.rank::ctx.world].to(device)
+
+
+def _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx, device) -> tuple[float, float]:
+    """One optimizer step over grad_accum micro-batches; returns (loss, grad norm)."""
+    total = 0.0
+    batches = list(_micro_batches(data, step, settings, ctx, device))
+    for i, (x, y) in enumerate(batches):
+        sync = i == len(batches) - 1 or not hasattr(ddp_model, "no_sync")
+        ctx_mgr = ddp_model.no_sync() if not sync else _null()
+        with ctx_mgr:
+            with hardware.autocast():
+                _, loss = ddp_model(x, y)
+            (loss / len(batches)).backward()
+        total += loss.detach().float() / len(batches)
+    clip = settings.grad_clip if settings.grad_clip > 0 else float("inf")
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip)
+    loss_value = total.item()
+    if ctx.world > 1:
+        loss_t = torch.tensor([loss_value], device=device)
+        torch.distributed.all_reduce(loss_t)
+        loss_value = loss_t.item() / ctx.world
+    return loss_value, float(grad_norm)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Context, ddp_model=None) -> dict:
+    """Train to settings.max_steps (resuming if asked), log to sinks, checkpoint; returns the summary."""
+    device = hardware.device
+    ddp_model = ddp_model or model
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+    step, tokens, best, last_val = _resume(model, optimizer, settings, ctx)
+    resumed_at = step if step > 0 else None  # its eval row and checkpoint already exist
+    for sink in sinks:
+        getattr(sink, "truncate_after", lambda s: None)(step)
+    val_batches = data.val_batches(settings.eval_batches, settings.batch_size // settings.grad_accum)
+    tokens_per_step = settings.batch_size * data.seq_len
+    stop, nan_seen, speeds, times, mfus = StopFlag(), 0, [], [], []
+    status, started = "finished", time.perf_counter()
+    model.train()
+    while True:
+        if (step % settings.eval_interval == 0 or step == settings.max_steps) and step != resumed_at:
+            ev = evaluate(model, val_batches, hardware, device)
+            last_val, best = ev["val/loss"], min(best, ev["val/loss"])
+            row = {"val/loss": ev["val/loss"], **({"val/acc": ev["val/acc"]} if data.reports_accuracy else {})}
+            _emit(sinks, ctx, row, step)
+        # checkpoint after this step's eval row is written, so a resume never re-logs or loses a row
+        ckpt_due = settings.ckpt_interval and step % settings.ckpt_interval == 0
+        if (ckpt_due or step >= settings.max_steps or stop.signum is not None) and step not in (0, resumed_at):
+            _save(model, optimizer, step, tokens, best, last_val, ctx)
+        if step >= settings.max_steps:
+            break
+        if stop.signum is not None:
+            status = "preempted"
+            break
+        factor = schedule(step)
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"] * factor
+        t0 = time.perf_counter()
+        loss, grad_norm = _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx, device)
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            nan_seen += 1
+            optimizer.zero_grad(set_to_none=True)
+            if nan_seen > settings.nan_skip:
+                raise TrainingDiverged(f"loss became {loss} at step {step} (train.nan_skip={settings.nan_skip}); the last good checkpoint is kept in {checkpoint.ckpt_dir(ctx.run_dir)}")
+            step += 1
+            continue
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        step_s = time.perf_counter() - t0
+        step += 1
+        tokens += tokens_per_step
+        if step > settings.speed_warmup:
+            speeds.append(tokens_per_step / step_s)
+            times.append(step_s * 1000)
+            mfus.append(mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops) or 0.0)
+        if step % settings.log_interval == 0 or step == settings.max_steps:
+            row = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
+                   "tokens": tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
+                   "mfu": mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops),
+                   "peak_mem_bytes": peak_memory_bytes(device), "wall_s": time.perf_counter() - started}
+            _emit(sinks, ctx, row, step)
+    summary = {"final_val_loss": last_val, "best_val_loss": best if math.isfinite(best) else None,
+               "steps": step, "tokens": tokens, "tokens_per_s_median": median(speeds),
+               "step_ms_median": median(times), "mfu_median": median(mfus) if ctx.peak_flops else None,
+               "peak_mem_bytes": peak_memory_bytes(device), "wall_s": time.perf_counter() - started,
+               "status": status}
+    return summary
+
+
+def _emit(sinks, ctx, row, step):
+    if ctx.is_main:
+        for sink in sinks:
+            sink.log(row, step)
+
+
+def _save(model, optimizer, step, tokens, best, last_val, ctx):
+    """Rank 0 writes; other ranks wait so nobody races ahead of a checkpoint."""
+    if ctx.is_main:
+        checkpoint.save(ctx.run_dir, step, _state(model, optimizer, step, tokens, best, last_val, ctx))
+    if ctx.world > 1:
+        torch.distributed.barrier()

@@ -1,0 +1,55 @@
+"""What a run was: code version, packages, hardware, command line (written to provenance.json)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import subprocess
+import sys
+
+import torch
+
+from gptlab.paths import PACKAGE_DIR
+
+PACKAGES = ("gptlab", "torch", "hydra-core", "omegaconf", "submitit", "wandb", "datasets", "tiktoken", "tokenizers", "numpy")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(PACKAGE_DIR), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def collect(overrides: list[str], hardware) -> dict:
+    """Provenance record for the run directory."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            versions[name] = None
+    commit = _git("rev-parse", "HEAD")
+    dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {
+        "git": {"commit": commit, "dirty": dirty},
+        "packages": versions,
+        "python": sys.version.split()[0],
+        "hardware": {"device": hardware.device, "dtype": hardware.dtype, "cpu": _cpu_name(),
+                     "cpu_threads": torch.get_num_threads(), "platform": platform.platform(),
+                     "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None},
+        "command": sys.argv,
+        "overrides": overrides,
+    }
