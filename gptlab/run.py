@@ -54,8 +54,8 @@ def _sinks(cfg, run_dir, resume, name, choices):
     sinks = [JsonlSink(run_dir, resume=resume), SafeSink(ProgressSink(cfg.train.max_steps), "progress")]
     factory = build._factory(cfg, "logger")
     if factory is not None:
-        config = OmegaConf.to_container(cfg, resolve=True)
-        config.pop("hydra", None)
+        config = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                  for k, v in cfg.items() if k != "hydra"}
         tags = list(cfg.logger.get("tags") or []) + [f"{k}={v}" for k, v in sorted(choices.items())]
         group = cfg.logger.get("group") or cfg.sweep or "default"
         logger = factory(run_dir=run_dir, config=config, name=name, group=group, tags=tags)

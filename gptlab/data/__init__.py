@@ -1,0 +1,56 @@
+"""Data for training runs: every data choice builds an object satisfying the `Data` protocol below.
+
+build.py calls `factory(seed=data_seed, block_size=model.block_size, cache_dir=Path)` on the partial
+that Hydra instantiates from conf/data/<choice>.yaml; from a notebook, call the class directly, e.g.
+`ShakespeareData(seed=0, block_size=256)` (cache_dir defaults to default_cache_dir()).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+def default_cache_dir() -> Path:
+    """$GPTLAB_CACHE, else ~/.cache/gptlab: where tokenizers and token arrays are cached."""
+    return Path(os.environ.get("GPTLAB_CACHE", "~/.cache/gptlab")).expanduser()
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text <-> ids."""
+
+    name: str
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> token ids."""
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids -> text."""
+
+    def identity(self) -> str:
+        """A string that changes whenever the mapping could change (used in cache keys)."""
+
+
+@runtime_checkable
+class Data(Protocol):
+    """What the training loop needs from a data choice; batches depend only on the data seed."""
+
+    name: str  # the choice name, e.g. "shakespeare"
+    tokenizer: Tokenizer
+    vocab_size: int  # ids in every batch are < vocab_size
+    seq_len: int  # T of every batch; <= model.block_size
+    reports_accuracy: bool  # True when y marks only answer positions (accuracy is meaningful)
+
+    def train_batch(self, step: int, micro: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) int64 CPU tensors (B, T); a pure function of (seed, step, micro, batch_size); y = -100 is unscored."""
+
+    def val_batches(self, n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """n fixed (x, y) batches from the val split, identical on every call and every instance with the same seed."""
+
+
+__all__ = ["Data", "Tokenizer", "default_cache_dir"]

@@ -1,0 +1,105 @@
+"""Synthetic multi-query associative recall (MQAR, as in Zoology): recall the value paired with a key seen earlier.
+
+One sequence of length seq_len:
+    k1 v1 k2 v2 ... kP vP | q1 a1 q2 a2 ... qQ aQ | pad ...
+keys are distinct within a sequence, values are drawn with replacement, each query q_j is one of the
+sequence's keys (distinct queries) and a_j is its value. Scored positions are the queries: y = a_j there,
+-100 everywhere else, so loss and accuracy measure recall only.
+Token ids: keys 0..num_keys-1, values num_keys..num_keys+num_values-1, pad = num_keys+num_values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from gptlab.data.lm import check_positive_int
+from gptlab.data.streams import stream_generator
+from gptlab.errors import ConfigError
+
+IGNORE = -100
+
+
+class RecallTokenizer:
+    """Readable names for MQAR ids: k<i>, v<j>, <pad>."""
+
+    name = "assoc_recall"
+
+    def __init__(self, num_keys: int, num_values: int):
+        self.num_keys, self.num_values = num_keys, num_values
+        self.vocab_size = num_keys + num_values + 1
+        self.symbols = [f"k{i}" for i in range(num_keys)] + [f"v{j}" for j in range(num_values)] + ["<pad>"]
+        self._ids = {s: i for i, s in enumerate(self.symbols)}
+
+    def encode(self, text: str) -> list[int]:
+        """Space-separated symbols -> ids."""
+        return [self._ids[s] for s in text.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> space-separated symbols."""
+        return " ".join(self.symbols[i] for i in ids)
+
+    def identity(self) -> str:
+        """Name and vocabulary layout."""
+        return f"assoc_recall:{self.num_keys}:{self.num_values}"
+
+
+class AssocRecallData:
+    """MQAR batches generated on the fly from (seed, step, micro); val from a separate stream."""
+
+    name = "assoc_recall"
+    reports_accuracy = True
+
+    def __init__(self, *, seed: int, block_size: int, cache_dir: Path | str | None = None, num_keys: int = 128,
+                 num_values: int = 128, num_pairs: int = 16, num_queries: int = 16, seq_len: int = 64):
+        for key, value in (("num_keys", num_keys), ("num_values", num_values), ("num_pairs", num_pairs),
+                           ("num_queries", num_queries), ("seq_len", seq_len)):
+            check_positive_int(f"data.{key}", value)
+        if num_pairs > num_keys:
+            raise ConfigError(f"data.num_pairs: got {num_pairs}; allowed: <= data.num_keys ({num_keys}), "
+                              f"keys are distinct within a sequence")
+        if num_queries > num_pairs:
+            raise ConfigError(f"data.num_queries: got {num_queries}; allowed: <= data.num_pairs ({num_pairs})")
+        if 2 * (num_pairs + num_queries) > seq_len:
+            raise ConfigError(f"data.seq_len: got {seq_len}; needs >= 2*(num_pairs + num_queries) = "
+                              f"{2 * (num_pairs + num_queries)}")
+        if seq_len > check_positive_int("model.block_size", block_size):
+            raise ConfigError(f"data.seq_len: got {seq_len} > model.block_size={block_size}; allowed: "
+                              f"data.seq_len <= model.block_size")
+        self.seed = int(seed)
+        self.num_keys, self.num_values = num_keys, num_values
+        self.num_pairs, self.num_queries, self.seq_len = num_pairs, num_queries, seq_len
+        self.tokenizer = RecallTokenizer(num_keys, num_values)
+        self.vocab_size = self.tokenizer.vocab_size
+        self.pad_id = num_keys + num_values
+
+    def _generate(self, gen: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """batch_size sequences -> (x, y) int64 (B, seq_len)."""
+        B, P, Q = batch_size, self.num_pairs, self.num_queries
+        keys = torch.rand(B, self.num_keys, generator=gen).argsort(dim=1)[:, :P]  # (B, P) distinct per row
+        values = torch.randint(0, self.num_values, (B, P), generator=gen) + self.num_keys  # (B, P)
+        picks = torch.rand(B, P, generator=gen).argsort(dim=1)[:, :Q]  # (B, Q) which pairs are queried
+        x = torch.full((B, self.seq_len), self.pad_id, dtype=torch.int64)
+        y = torch.full((B, self.seq_len), IGNORE, dtype=torch.int64)
+        x[:, 0:2 * P:2], x[:, 1:2 * P:2] = keys, values
+        q0 = 2 * P  # first query position
+        answers = values.gather(1, picks)  # (B, Q)
+        x[:, q0:q0 + 2 * Q:2], x[:, q0 + 1:q0 + 2 * Q:2] = keys.gather(1, picks), answers
+        y[:, q0:q0 + 2 * Q:2] = answers  # predict a_j at the position of q_j
+        return x, y
+
+    def train_batch(self, step: int, micro: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Micro-batch `micro` of step `step`: (x, y) int64 (B, seq_len); a pure function of seed, step, micro, B."""
+        check_positive_int("train.batch_size", batch_size)
+        return self._generate(stream_generator(self.seed, "recall-train", step, micro), batch_size)
+
+    def val_batches(self, n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`n` fixed batches from the validation stream (seeded apart from every training stream)."""
+        check_positive_int("train.batch_size", batch_size)
+        gen = stream_generator(self.seed, "recall-val", batch_size)
+        return [self._generate(gen, batch_size) for _ in range(n)]
+
+    def __repr__(self) -> str:
+        return (f"<AssocRecallData keys={self.num_keys} values={self.num_values} pairs={self.num_pairs} "
+                f"queries={self.num_queries} T={self.seq_len}>")

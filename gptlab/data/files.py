@@ -1,0 +1,113 @@
+"""Local text files (.txt, .jsonl/.json, .parquet): resolve globs, validate, hash, load as one Dataset."""
+
+from __future__ import annotations
+
+import codecs
+import glob
+import hashlib
+from pathlib import Path
+
+from gptlab.errors import ConfigError
+
+# suffix -> HF datasets builder; each .txt file is one document, each json/parquet row is one document
+BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+TEXT_SUFFIXES = {".txt", ".jsonl", ".json"}  # files that must be UTF-8
+_CHUNK = 1 << 20
+
+
+def resolve_paths(paths) -> list[Path]:
+    """Files named by `paths` (a path/glob or a list of them), in the given order, globs sorted, no duplicates."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise ConfigError("data.paths: no files given; set data.paths=[...] to .txt, .jsonl/.json or .parquet "
+                          "files or globs")
+    files: list[Path] = []
+    for pattern in map(str, paths):
+        expanded = str(Path(pattern).expanduser())
+        if glob.has_magic(expanded):
+            found = [Path(p) for p in sorted(glob.glob(expanded, recursive=True)) if Path(p).is_file()]
+        else:
+            found = [Path(expanded)] if Path(expanded).exists() else []
+        if not found:
+            raise ConfigError(f"data.paths: no file matches {pattern!r}")
+        if found[0].is_dir():
+            raise ConfigError(f"data.paths: {pattern!r} is a directory; name files or a glob like "
+                              f"'{pattern.rstrip('/')}/*.txt'")
+        files.extend(p.resolve() for p in found)
+    return list(dict.fromkeys(files))
+
+
+def check_file(path: Path) -> str:
+    """sha256 of the file's bytes, after checking its type, that it is not empty and (text types) valid UTF-8."""
+    suffix = path.suffix.lower()
+    if suffix not in BUILDERS:
+        raise ConfigError(f"data.paths: unsupported file type {suffix or '(none)'!r} for '{path}'; "
+                          f"allowed: {', '.join(BUILDERS)}")
+    decoder = codecs.getincrementaldecoder("utf-8")() if suffix in TEXT_SUFFIXES else None
+    digest, offset, has_text = hashlib.sha256(), 0, False
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            if decoder is not None:
+                pending = len(decoder.getstate()[0])
+                try:
+                    has_text = bool(decoder.decode(chunk).strip()) or has_text
+                except UnicodeDecodeError as e:
+                    raise ConfigError(f"data.paths: file '{path}' is not valid UTF-8 (bad byte near offset "
+                                      f"{offset - pending + e.start}); convert it to UTF-8") from None
+            offset += len(chunk)
+    if decoder is not None:
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ConfigError(f"data.paths: file '{path}' is not valid UTF-8 (truncated character at the end); "
+                              f"convert it to UTF-8") from None
+    if offset == 0 or (decoder is not None and not has_text):
+        raise ConfigError(f"data.paths: file '{path}' is empty")
+    return digest.hexdigest()
+
+
+def _load_group(builder: str, files: list[Path], column: str, hf_cache_dir: Path):
+    """One builder's files as a Dataset with a single string column "text"."""
+    from datasets import Value, load_dataset
+    from datasets.utils.logging import disable_progress_bar
+    disable_progress_bar()  # gptlab prints its own progress
+
+    extra = {"sample_by": "document", "keep_linebreaks": True} if builder == "text" else {}
+    try:
+        ds = load_dataset(builder, data_files=[str(f) for f in files], split="train",
+                          cache_dir=str(hf_cache_dir), **extra)
+    except Exception as e:  # malformed json/parquet: report which files and why, in one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"data.paths: cannot read {builder} file(s) {', '.join(f.name for f in files)}: "
+                          f"{first}") from None
+    name = "text" if builder == "text" else column
+    if name not in ds.column_names:
+        raise ConfigError(f"data.column: column {name!r} not found in {', '.join(f.name for f in files)}; "
+                          f"columns: {', '.join(ds.column_names)}")
+    ds = ds.select_columns([name])
+    if ds.features[name] not in (Value("string"), Value("large_string")):
+        raise ConfigError(f"data.column: column {name!r} holds {ds.features[name]}, not text")
+    if name != "text":
+        ds = ds.rename_column(name, "text")
+    return ds.cast_column("text", Value("large_string"))
+
+
+def load_documents(files: list[Path], column: str, hf_cache_dir: Path):
+    """All files as one Dataset of documents ("text" column), grouped by file type in order of first appearance."""
+    from datasets import concatenate_datasets
+    from datasets.utils.logging import disable_progress_bar
+    disable_progress_bar()  # gptlab prints its own progress
+
+    groups: dict[str, list[Path]] = {}
+    for f in files:
+        groups.setdefault(BUILDERS[f.suffix.lower()], []).append(f)
+    parts = [_load_group(builder, group, column, hf_cache_dir) for builder, group in groups.items()]
+    return parts[0] if len(parts) == 1 else concatenate_datasets(parts)
+
+
+def source_key(files: list[Path], hashes: list[str], column: str) -> str:
+    """Cache identity of a file set: content hashes and types in order (not paths, so moved files still hit)."""
+    parts = [f"{f.suffix.lower()}:{h}" for f, h in zip(files, hashes)]
+    return "files:v1:column=" + column + ":txt=document:" + ",".join(parts)

@@ -1,0 +1,67 @@
+"""Language-model batches from train/val token arrays: random windows, each a pure function of (seed, step, micro)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gptlab.data.streams import stream_generator
+from gptlab.errors import ConfigError
+
+
+def check_positive_int(key: str, value) -> int:
+    """`value` if it is an int >= 1, else a ConfigError naming `key`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key}: got {value!r}; allowed: an integer >= 1")
+    return value
+
+
+class LMData:
+    """Next-token data over token arrays: x = tokens[s:s+T], y = tokens[s+1:s+T+1] with T = block_size."""
+
+    reports_accuracy = False
+
+    def __init__(self, *, name: str, tokenizer, train: np.ndarray, val: np.ndarray, seed: int, block_size: int):
+        self.name = name
+        self.tokenizer = tokenizer
+        self.vocab_size = int(tokenizer.vocab_size)
+        self.seed = int(seed)
+        self.seq_len = check_positive_int("model.block_size", block_size)
+        self.train_tokens = train  # (N_train,) uint16/uint32, usually a read-only memmap
+        self.val_tokens = val  # (N_val,)
+        for split, tokens in (("train", train), ("val", val)):
+            if len(tokens) < self.seq_len + 1:
+                raise ConfigError(
+                    f"data: the {split} split of '{name}' has {len(tokens)} tokens but model.block_size="
+                    f"{self.seq_len} needs at least {self.seq_len + 1}; add text, lower model.block_size "
+                    f"or change data.val_fraction"
+                )
+
+    def _windows(self, tokens: np.ndarray, gen: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """batch_size random windows of T+1 tokens -> (x, y), each (B, T) int64."""
+        T = self.seq_len
+        starts = torch.randint(0, len(tokens) - T, (batch_size,), generator=gen).numpy()  # (B,)
+        idx = starts[:, None] + np.arange(T + 1)  # (B, T+1)
+        window = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))  # (B, T+1)
+        return window[:, :-1].contiguous(), window[:, 1:].contiguous()
+
+    def train_batch(self, step: int, micro: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Micro-batch `micro` of optimizer step `step`: (x, y) int64 (B, T); depends only on seed, step, micro, B."""
+        check_positive_int("train.batch_size", batch_size)
+        return self._windows(self.train_tokens, stream_generator(self.seed, "train", step, micro), batch_size)
+
+    def val_batches(self, n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`n` validation batches from the val split, identical on every call for the same seed."""
+        check_positive_int("train.batch_size", batch_size)
+        gen = stream_generator(self.seed, "val", batch_size)
+        return [self._windows(self.val_tokens, gen, batch_size) for _ in range(n)]
+
+    def sample_prompt(self) -> str:
+        """The first non-empty line at the start of the val split, for sampling demos."""
+        head = self.tokenizer.decode(np.asarray(self.val_tokens[:256], dtype=np.int64).tolist())
+        lines = [line for line in head.splitlines() if line.strip()]
+        return lines[0] if lines else head
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.name} tokenizer={self.tokenizer.identity()} "
+                f"train={len(self.train_tokens):,} val={len(self.val_tokens):,} tokens T={self.seq_len}>")

@@ -1,0 +1,38 @@
+"""The bundled Shakespeare corpus (nine plays, ~1.15 MB, see scripts/make_shakespeare_asset.py) as LM data."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+
+from gptlab.data import default_cache_dir
+from gptlab.data.corpus import build_token_splits
+from gptlab.data.lm import LMData
+from gptlab.paths import ASSETS_DIR
+
+ASSET = ASSETS_DIR / "shakespeare.txt.gz"
+
+
+def load_shakespeare_text() -> str:
+    """The whole bundled corpus as one string."""
+    return gzip.decompress(ASSET.read_bytes()).decode("utf-8")
+
+
+class ShakespeareData(LMData):
+    """Bundled corpus as one document; val = last `val_fraction` of characters (cut at a line start)."""
+
+    def __init__(self, *, seed: int, block_size: int, cache_dir: Path | str | None = None, tokenizer: str = "char",
+                 bpe_vocab_size: int = 2048, val_fraction: float = 0.1, num_proc: int | None = None):
+        from datasets import Dataset
+
+        raw = ASSET.read_bytes()
+        docs = Dataset.from_dict({"text": [gzip.decompress(raw).decode("utf-8")]})
+        splits = build_token_splits(
+            docs, source_key=f"shakespeare:{hashlib.sha256(raw).hexdigest()}", tokenizer=tokenizer,
+            bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
+            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(), num_proc=num_proc,
+        )
+        self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
+        super().__init__(name="shakespeare", tokenizer=splits.tokenizer, train=splits.train, val=splits.val,
+                         seed=seed, block_size=block_size)

@@ -1,0 +1,232 @@
+"""Data choices: deterministic pure batches, LM shift, local files + token cache, MQAR targets, one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from gptlab.data import Data, corpus
+from gptlab.data.assoc_recall import AssocRecallData
+from gptlab.data.hf import HFData
+from gptlab.data.shakespeare import ASSET, ShakespeareData, load_shakespeare_text
+from gptlab.data.text import TextData
+from gptlab.errors import ConfigError
+from tests.conftest import CONF_DIR
+
+PLAY = "\n".join(f"Line {i}: to be, or not to be, that is the question {i % 7}." for i in range(400)) + "\n"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One token cache for the module, so the bundled corpus is tokenized once."""
+    return tmp_path_factory.mktemp("gptlab-cache")
+
+
+def shakespeare(cache, seed=0, **kw) -> ShakespeareData:
+    return ShakespeareData(seed=seed, block_size=32, cache_dir=cache, **kw)
+
+
+def assert_same_batches(a, b):
+    assert len(a) == len(b)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def one_line_error(fn, *patterns) -> str:
+    """Run fn, expect a ConfigError whose single-line message contains every pattern."""
+    with pytest.raises(ConfigError) as err:
+        fn()
+    msg = str(err.value)
+    assert "\n" not in msg
+    for p in patterns:
+        assert p in msg, msg
+    return msg
+
+
+def test_bundled_corpus_and_split(cache):
+    text = load_shakespeare_text()
+    assert 1_100_000 < len(text) < 1_200_000 and text.startswith("HAMLET, PRINCE OF DENMARK")
+    assert gzip.decompress(ASSET.read_bytes()).decode() == text
+    d = shakespeare(cache)
+    train, val = d.train_tokens, d.val_tokens
+    assert isinstance(d, Data) and d.reports_accuracy is False
+    assert (d.vocab_size, d.seq_len, train.dtype) == (len(set(text)) + 1, 32, np.uint16)  # + U+FFFD
+    # char tokens == characters: the split is the last 10% of characters, cut at a line start
+    assert len(train) + len(val) == len(text)
+    assert len(train) >= 0.9 * len(text) and text[len(train) - 1] == "\n"
+    assert d.tokenizer.decode(val[:40].tolist()) == text[len(train):len(train) + 40]
+    assert d.sample_prompt() == text[len(train):].splitlines()[0]
+
+
+def test_same_seed_same_batches_other_seed_differs(cache):
+    a, b, c = shakespeare(cache, seed=3), shakespeare(cache, seed=3), shakespeare(cache, seed=4)
+    assert b.from_cache
+    for step, micro in [(0, 0), (7, 1), (123456, 3)]:
+        assert_same_batches([a.train_batch(step, micro, 4)], [b.train_batch(step, micro, 4)])
+        assert not torch.equal(a.train_batch(step, micro, 4)[0], c.train_batch(step, micro, 4)[0])
+    assert_same_batches(a.val_batches(3, 4), b.val_batches(3, 4))
+    assert_same_batches(a.val_batches(3, 4), a.val_batches(3, 4))
+    assert not torch.equal(a.val_batches(1, 4)[0][0], c.val_batches(1, 4)[0][0])
+    assert not torch.equal(a.train_batch(1, 0, 4)[0], a.train_batch(2, 0, 4)[0])
+    assert not torch.equal(a.train_batch(1, 0, 4)[0], a.train_batch(1, 1, 4)[0])
+
+
+def test_train_batch_is_pure_and_lm_shifted(cache):
+    d = shakespeare(cache, seed=1)
+    later = d.train_batch(50, 2, 8)
+    for step in range(5):  # other calls in between change nothing
+        d.train_batch(step, 0, 8)
+        d.val_batches(2, 8)
+    x, y = d.train_batch(50, 2, 8)
+    assert torch.equal(x, later[0]) and torch.equal(y, later[1])
+    assert x.shape == y.shape == (8, 32) and x.dtype == y.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])  # y is x shifted by one
+    text = load_shakespeare_text()
+    window = d.tokenizer.decode(x[0].tolist()) + d.tokenizer.decode([y[0, -1].item()])
+    assert window in text  # a real contiguous window of the corpus
+    assert int(x.max()) < d.vocab_size and int(y.min()) >= 0
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "gpt2", "bpe"])
+def test_shakespeare_other_tokenizers(cache, tokenizer):
+    d = shakespeare(cache, tokenizer=tokenizer, bpe_vocab_size=512)
+    x, y = d.train_batch(0, 0, 2)
+    assert x.shape == (2, 32) and int(x.max()) < d.vocab_size
+    assert d.vocab_size == {"byte": 256, "gpt2": 50257, "bpe": 512}[tokenizer]
+    assert d.tokenizer.decode(d.val_tokens[:64].tolist()) in load_shakespeare_text()
+
+
+def write_files(tmp_path):
+    """The same three documents as .txt files, one .jsonl and one .parquet (column 'body')."""
+    docs = [PLAY, PLAY.upper(), PLAY.replace("question", "answer")]
+    for i, doc in enumerate(docs):
+        (tmp_path / f"doc{i}.txt").write_text(doc)
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"body": d, "id": i}) + "\n" for i, d in enumerate(docs)))
+    pq.write_table(pa.table({"body": docs, "id": [0, 1, 2]}), tmp_path / "docs.parquet")
+    return docs
+
+
+@pytest.mark.parametrize("pattern,column", [("doc*.txt", "text"), ("docs.jsonl", "body"), ("docs.parquet", "body")])
+def test_text_files_give_lm_batches(tmp_path, pattern, column):
+    docs = write_files(tmp_path)
+    d = TextData(seed=0, block_size=16, cache_dir=tmp_path / "cache", paths=[str(tmp_path / pattern)],
+                 column=column, tokenizer="gpt2")
+    assert isinstance(d, Data) and d.vocab_size == 50257 and d.seq_len == 16
+    x, y = d.train_batch(0, 0, 4)
+    assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
+    assert d.train_tokens.dtype == np.uint16
+    # every document ends with <|endoftext|>; the split reassembles the documents in order
+    all_ids = np.concatenate([d.train_tokens, d.val_tokens]).tolist()
+    assert all_ids.count(50256) == 3
+    assert d.tokenizer.decode(all_ids) == "<|endoftext|>".join(docs) + "<|endoftext|>"
+
+
+def test_token_cache_is_reused(tmp_path, monkeypatch):
+    write_files(tmp_path)
+    kw = dict(seed=0, block_size=16, cache_dir=tmp_path / "cache", paths=[str(tmp_path / "*.txt")], tokenizer="bpe",
+              bpe_vocab_size=300)
+    first = TextData(**kw)
+    assert not first.from_cache
+    assert first.cache_path.parent == tmp_path / "cache" / "tokens"
+    meta = json.loads((first.cache_path / "meta.json").read_text())
+    assert meta["tokens"] == {"train": len(first.train_tokens), "val": len(first.val_tokens)}
+
+    def no_tokenizing(*args, **kwargs):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(corpus, "_tokenize_split", no_tokenizing)
+    second = TextData(**kw)
+    assert second.from_cache and second.cache_path == first.cache_path
+    assert np.array_equal(second.train_tokens, first.train_tokens)
+    assert_same_batches(second.val_batches(2, 3), first.val_batches(2, 3))
+    (tmp_path / "doc2.txt").write_text(PLAY + "one more line\n")  # new content -> new key -> tokenizes
+    with pytest.raises(AssertionError, match="tokenized again"):
+        TextData(**kw)
+
+
+def test_mixed_file_types_and_char_tokenizer(tmp_path):
+    docs = write_files(tmp_path)
+    d = TextData(seed=0, block_size=16, cache_dir=tmp_path / "c", paths=[str(tmp_path / "doc0.txt"),
+                 str(tmp_path / "docs.parquet")], column="body", tokenizer="char")
+    ids = np.concatenate([d.train_tokens, d.val_tokens]).tolist()
+    assert d.tokenizer.decode(ids) == PLAY + "".join(docs)  # .txt first, then parquet rows; char has no end token
+
+
+def test_assoc_recall_targets():
+    d = AssocRecallData(seed=0, block_size=64, num_keys=20, num_values=10, num_pairs=6, num_queries=4, seq_len=24)
+    assert isinstance(d, Data) and d.reports_accuracy and (d.vocab_size, d.seq_len) == (31, 24)
+    x, y = d.train_batch(5, 0, 32)
+    assert x.shape == y.shape == (32, 24)
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        keys, values = row_x[0:12:2], row_x[1:12:2]
+        assert len(set(keys)) == 6 and all(k < 20 for k in keys) and all(20 <= v < 30 for v in values)
+        pairs = dict(zip(keys, values))
+        queries = row_x[12:20:2]
+        assert len(set(queries)) == 4 and all(q in pairs for q in queries)
+        assert row_x[13:20:2] == [pairs[q] for q in queries]  # each query is followed by its answer
+        assert row_x[20:] == [30] * 4  # padding
+        expected = [-100] * 24
+        for pos in range(12, 20, 2):
+            expected[pos] = pairs[row_x[pos]]
+        assert row_y == expected
+    again = AssocRecallData(seed=0, block_size=64, num_keys=20, num_values=10, num_pairs=6, num_queries=4, seq_len=24)
+    assert_same_batches([again.train_batch(5, 0, 32)], [(x, y)])
+    assert_same_batches(again.val_batches(2, 8), d.val_batches(2, 8))
+    assert not torch.equal(d.val_batches(1, 32)[0][0], x)
+
+
+def test_yaml_choices_instantiate(cache):
+    names = sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml"))
+    assert names == ["assoc_recall", "hf", "shakespeare", "text"]
+    for name in ("shakespeare", "assoc_recall"):
+        cfg = OmegaConf.load(CONF_DIR / "data" / f"{name}.yaml")
+        assert cfg._partial_ is True
+        d = instantiate(cfg)(seed=0, block_size=64, cache_dir=cache)
+        assert d.name == name and d.train_batch(0, 0, 2)[0].shape == (2, d.seq_len)
+
+
+def test_file_errors(tmp_path):
+    mk = lambda **kw: TextData(seed=0, block_size=16, cache_dir=tmp_path / "c", **kw)  # noqa: E731
+    one_line_error(lambda: mk(paths=[]), "data.paths: no files given")
+    one_line_error(lambda: mk(paths=None), "data.paths: no files given")
+    one_line_error(lambda: mk(paths=[str(tmp_path / "nope*.txt")]), "data.paths: no file matches", "nope*.txt")
+    one_line_error(lambda: mk(paths=[str(tmp_path / "missing.txt")]), "no file matches", "missing.txt")
+    (tmp_path / "empty.txt").write_text("")
+    one_line_error(lambda: mk(paths=[str(tmp_path / "empty.txt")]), "empty.txt' is empty")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    one_line_error(lambda: mk(paths=[str(tmp_path / "latin1.txt")]), "latin1.txt' is not valid UTF-8", "offset 3")
+    (tmp_path / "data.csv").write_text("a,b\n")
+    one_line_error(lambda: mk(paths=[str(tmp_path / "data.csv")]), "unsupported file type '.csv'", ".parquet")
+    (tmp_path / "short.txt").write_text("tiny text\n" * 3)
+    one_line_error(lambda: mk(paths=[str(tmp_path / "short.txt")], tokenizer="byte"),
+                   "split of 'text' has", "tokens but model.block_size=16 needs at least 17")
+    write_files(tmp_path)
+    one_line_error(lambda: mk(paths=[str(tmp_path / "docs.jsonl")], column="content"),
+                   "data.column: column 'content' not found", "body")
+    one_line_error(lambda: mk(paths=[str(tmp_path / "doc0.txt")], val_fraction=1.5), "data.val_fraction: got 1.5")
+
+
+def test_assoc_recall_errors():
+    mk = lambda **kw: AssocRecallData(seed=0, **{"block_size": 64, **kw})  # noqa: E731
+    one_line_error(lambda: mk(seq_len=128), "data.seq_len", "model.block_size=64")
+    one_line_error(lambda: mk(num_pairs=20, num_queries=20, seq_len=64), "data.seq_len: got 64", "80")
+    one_line_error(lambda: mk(num_keys=4, num_pairs=5), "data.num_pairs")
+    one_line_error(lambda: mk(num_pairs=3, num_queries=4), "data.num_queries")
+    one_line_error(lambda: mk(num_values=0), "data.num_values: got 0")
+
+
+def test_hub_dataset_offline_fails_at_once(tmp_path):
+    start = time.monotonic()
+    msg = one_line_error(lambda: HFData(seed=0, block_size=16, cache_dir=tmp_path, name="nobody/no-such-set"))
+    assert msg == ("data.name: hub dataset 'nobody/no-such-set' is not available offline (HF_HUB_OFFLINE=1); "
+                   "use data=text with local files")
+    assert time.monotonic() - start < 5
