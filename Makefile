@@ -1,0 +1,27 @@
+# Quick start:  make run   (set up .venv, train the default model)   |   make test   (set up .venv, run the tests)
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+# The CPU build of torch; on a GPU machine install your CUDA build into .venv first (pip skips it then).
+TORCH ?= torch==2.13.0
+PYTHON ?= python3
+
+.PHONY: setup run test test-fast bench clean
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+run: setup
+	$(VENV)/bin/gptlab-train $(ARGS)
+
+test: setup
+	$(VENV)/bin/pytest -q $(ARGS)
+
+test-fast: setup
+	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
+
+clean:
+	rm -rf $(VENV) outputs/runs outputs/sweeps
