@@ -31,6 +31,10 @@ class Hardware:
     tf32: bool = True
     distributed: bool = False
     name: str = "cpu"
+    # resources a launcher (launcher=local|slurm) requests per run
+    cpus_per_task: int | None = None
+    tasks_per_node: int = 1
+    gpus_per_node: int | None = None
 
     def __post_init__(self):
         if self.dtype not in DTYPES:

@@ -1,0 +1,11 @@
+"""The cost model: params, FLOPs, bytes, arithmetic intensity, KV cache, memory and roofline for a GPT.
+
+Pure torch + Python (no Hydra, no W&B): `analyze(model, batch_size, seq_len, mode=...)` reads the
+model's module tree, so any attention/MLP/norm/position variant is costed without new code here.
+`train_flops_per_token` is the MFU numerator the training loop uses, so the two never disagree.
+"""
+
+from gptlab.costs.report import MODES, CostReport, analyze, element_bytes, train_flops_per_token
+from gptlab.costs.structure import ModelShape, describe
+
+__all__ = ["MODES", "CostReport", "ModelShape", "analyze", "describe", "element_bytes", "train_flops_per_token"]

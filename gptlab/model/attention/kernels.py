@@ -57,7 +57,8 @@ def _sdpa_call(q, k, v, window, q_offset, bias, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, enable_gqa=True)
     mask = allowed_mask(tq, tk, q_offset, window, q.device)
     if bias is not None:
-        mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))  # (H, Tq, Tk) float mask
+        # (1, H, Tq, Tk) float mask: 4-D keeps CPU SDPA on its fused kernel (3-D falls back to math)
+        mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))[None]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True)
 
 

@@ -1,0 +1,115 @@
+"""gptlab-sweep NAME: run an ablation from sweeps/NAME.yaml as Hydra multiruns, one per arm, into one sweep dir.
+
+A sweep file lists `arms` (name -> overrides), `seeds`, and shared `overrides`. Every run lands in
+<out>/<arm>/seed<k>/ with `sweep=<name>` (the W&B group), the same data_seed and eval steps. Re-running
+the same command skips runs that finished with the same overrides and resumes unfinished ones
+(train.resume=auto in the same run dir). Each arm is one `gptlab-train -m` call, printed before it runs,
+so any launcher works: `gptlab-sweep attention launcher=slurm`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from gptlab.cli import fail
+from gptlab.errors import ConfigError
+from gptlab.paths import SWEEPS_DIR
+
+
+def load_sweep(name: str) -> tuple[str, dict, Path]:
+    """(name, definition, file) for a sweep name in sweeps/ or a path to a sweep YAML."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else SWEEPS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
+        raise ConfigError(f"sweep '{name}': no such sweep file; available: {known}")
+    spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec.get("arms"), dict) or not spec["arms"]:
+        raise ConfigError(f"{path}: 'arms' must map arm names to lists of overrides")
+    spec.setdefault("seeds", [0])
+    spec.setdefault("overrides", [])
+    return path.stem, spec, path
+
+
+def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list[str]:
+    """The overrides shared by every seed of one arm (seed and Hydra dirs are added per call)."""
+    return [*spec["overrides"], *spec["arms"][arm], *extra, f"sweep={name}"]
+
+
+def finished(run_dir: Path, overrides: list[str], seed: int) -> bool:
+    """True when run_dir holds a finished run with exactly these overrides."""
+    summary, saved = run_dir / "summary.json", run_dir / ".hydra" / "overrides.yaml"
+    if not (summary.is_file() and saved.is_file()):
+        return False
+    if json.loads(summary.read_text()).get("status") != "finished":
+        return False
+    have = [o for o in yaml.safe_load(saved.read_text()) if not o.startswith("hydra.")]
+    return sorted(have) == sorted([*overrides, f"seed={seed}"])
+
+
+def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str) -> list[str]:
+    """One Hydra multirun over this arm's seeds, each into <sweep_dir>/<arm>/seed<k>."""
+    return [sys.executable, "-m", "gptlab.cli.train", "-m", *overrides, f"seed={','.join(map(str, seeds))}",
+            f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={arm}/seed${{seed}}"]
+
+
+def record_definition(sweep_dir: Path, spec: dict, extra: list[str]) -> None:
+    """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    record = {**spec, "extra_overrides": extra}
+    target = sweep_dir / "sweep.yaml"
+    if target.is_file():
+        if yaml.safe_load(target.read_text()) != record:
+            raise ConfigError(f"{target}: this sweep dir holds a different sweep definition; pass --out <new dir>")
+        return
+    target.write_text(yaml.safe_dump(record, sort_keys=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gptlab-sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="a name in sweeps/ (e.g. attention) or a path to a sweep YAML")
+    parser.add_argument("overrides", nargs="*", help="extra overrides for every run (e.g. train.max_steps=50 launcher=slurm)")
+    parser.add_argument("--out", type=Path, help="sweep dir (default: outputs/sweeps/<name>)")
+    parser.add_argument("--seeds", help="comma-separated seeds instead of the file's")
+    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed arm")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+    try:
+        name, spec, _ = load_sweep(args.sweep)
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(spec["seeds"])
+        sweep_dir = (args.out or Path("outputs/sweeps") / name).resolve()
+        if not args.dry_run:
+            record_definition(sweep_dir, spec, args.overrides)
+    except (ConfigError, ValueError) as err:
+        fail(err)
+    failures, skipped = [], 0
+    for arm in spec["arms"]:
+        overrides = planned_overrides(name, spec, arm, args.overrides)
+        todo = [s for s in seeds if not finished(sweep_dir / arm / f"seed{s}", overrides, s)]
+        skipped += len(seeds) - len(todo)
+        if not todo:
+            print(f"[{name}] {arm}: all {len(seeds)} runs finished, skipping", flush=True)
+            continue
+        cmd = arm_command(overrides, todo, sweep_dir, arm)
+        print(f"[{name}] {arm}: {' '.join(cmd[2:])}", flush=True)
+        if args.dry_run:
+            continue
+        if subprocess.run(cmd).returncode != 0:
+            failures.append(arm)
+            if args.fail_fast:
+                break
+    print(f"[{name}] sweep dir: {sweep_dir}  ({skipped} finished runs skipped)")
+    for arm in failures:
+        print(f"[{name}] FAILED arm '{arm}': see the logs in {sweep_dir / arm}/seed*/ (*.log) and .submitit/", file=sys.stderr)
+    if not args.dry_run and not failures:
+        print(f"[{name}] compare: gptlab-compare {sweep_dir}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Line runs up at one common step and compute the per-group comparison rows (the comparison.json contract)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gptlab.compare import stats
+from gptlab.compare.group import (Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs,
+                                  matches)
+from gptlab.compare.runs import Run
+from gptlab.errors import ConfigError
+
+ALPHA = 0.05  # significance level of the Welch test
+
+
+@dataclass
+class Row:
+    """One group's line of the table; keys up to `flops_per_token` are the comparison.json contract."""
+
+    label: str
+    choices: dict[str, str]
+    n_seeds: int
+    val_loss_mean: float
+    val_loss_std: float | None
+    delta_val_loss: float
+    significant: bool | None
+    tokens_per_s: float | None
+    step_ms: float | None
+    mfu: float | None
+    peak_mem_bytes: int | None
+    speedup: float | None
+    params: int | None
+    flops_per_token: float | None
+    p_value: float | None = None
+    val_acc_mean: float | None = None
+    differs: dict[str, str] = field(default_factory=dict)
+    seeds: list[Any] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    claimed: dict[str, float] | None = None
+
+
+@dataclass
+class Comparison:
+    """Everything the reports need: the step, the baseline label, rows (baseline first) and warnings."""
+
+    step: int
+    baseline: str
+    rows: list[Row]
+    groups: list[Group]
+    warnings: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The comparison.json document."""
+        return {"step": self.step, "baseline": self.baseline, "alpha": ALPHA,
+                "rows": [asdict(r) for r in self.rows], "warnings": self.warnings}
+
+
+def common_step(runs: list[Run], step: int | None) -> int:
+    """Largest step with val/loss in every run, or the requested step if every run has it."""
+    if step is not None:
+        for run in runs:
+            if step not in run.val_steps():
+                have = run.val_steps()
+                span = f"val/loss steps {have[0]}..{have[-1]}" if have else "no val/loss"
+                raise ConfigError(f"--step {step}: run {run.path} has no val/loss at that step ({span})")
+        return step
+    shared = set(runs[0].val_steps())
+    for run in runs[1:]:
+        shared &= set(run.val_steps())
+    if not shared:
+        root = os.path.commonpath([str(r.path) for r in runs])
+        spans = ", ".join(f"{os.path.relpath(r.path, root)}: {_span(r)}" for r in runs[:4])
+        spans += ", ..." if len(runs) > 4 else ""
+        raise ConfigError(f"no common step: the runs share no step with val/loss ({spans})")
+    return max(shared)
+
+
+def _span(run: Run) -> str:
+    steps = run.val_steps()
+    return f"{steps[0]}..{steps[-1]}" if steps else "none"
+
+
+def stop_warnings(runs: list[Run], step: int) -> list[str]:
+    """One line per run that crashed, is unfinished or stopped before the others."""
+    reach = max(r.val_steps()[-1] for r in runs)
+    out = []
+    for run in runs:
+        last = run.val_steps()[-1]
+        if run.status != "finished":
+            out.append(f"warning: {run.path}: status {run.status}, last val/loss at step {last} "
+                       f"(others reach {reach}); compared at step {step}")
+        elif last < reach:
+            out.append(f"warning: {run.path}: stopped early, last val/loss at step {last} (others reach {reach}); "
+                       f"compared at step {step}")
+    return out
+
+
+def _run_speed(run: Run, summary_key: str, metric: str, agg) -> float | None:
+    """A speed figure from summary.json, else aggregated from the metrics records."""
+    value = run.summary.get(summary_key)
+    if value is not None:
+        return float(value)
+    vals = [float(r[metric]) for r in run.records if r.get(metric) is not None]
+    return agg(vals) if vals else None
+
+
+def _first(runs: list[Run], key: str) -> Any:
+    return next((r.summary[key] for r in runs if r.summary.get(key) is not None), None)
+
+
+def _row(g: Group, step: int) -> Row:
+    runs = g.runs
+    losses = [float(r.by_step[step]["val/loss"]) for r in runs]
+    accs = [float(r.by_step[step]["val/acc"]) for r in runs if r.by_step[step].get("val/acc") is not None]
+    peaks = [_run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max) for r in runs]
+    return Row(
+        label=g.label, choices=dict(runs[0].choices), n_seeds=len(runs),
+        val_loss_mean=stats.mean(losses), val_loss_std=stats.std(losses), delta_val_loss=0.0, significant=None,
+        tokens_per_s=stats.median([_run_speed(r, "tokens_per_s_median", "tokens_per_s", stats.median) for r in runs]),
+        step_ms=stats.median([_run_speed(r, "step_ms_median", "step_ms", stats.median) for r in runs]),
+        mfu=stats.median([_run_speed(r, "mfu_median", "mfu", stats.median) for r in runs]),
+        peak_mem_bytes=max((int(p) for p in peaks if p is not None), default=None),
+        speedup=None, params=_first(runs, "params"), flops_per_token=_first(runs, "flops_per_token"),
+        val_acc_mean=stats.mean(accs) if accs else None,
+        seeds=[r.config.get("seed") for r in runs], val_losses=losses, runs=[str(r.path) for r in runs])
+
+
+def _versus(row: Row, base: Row) -> None:
+    """Fill delta, Welch verdict and speed-up of row against the baseline row."""
+    row.delta_val_loss = row.val_loss_mean - base.val_loss_mean
+    if base.tokens_per_s and row.tokens_per_s is not None:
+        row.speedup = row.tokens_per_s / base.tokens_per_s
+    if row is base:
+        row.significant, row.p_value = False, 1.0
+        return
+    test = stats.welch_test(row.val_losses, base.val_losses)
+    if test is not None:
+        row.p_value = test.p
+        row.significant = bool(test.p < ALPHA)
+
+
+def compare(runs: list[Run], baseline: str | None = None, step: int | None = None,
+            claims: dict[str, dict[str, float]] | None = None) -> Comparison:
+    """Group runs, choose the baseline and step, and compute one row per group (baseline first)."""
+    check_same_task(runs)
+    at = common_step(runs, step)
+    groups = group_runs(runs)
+    base = find_baseline(groups, baseline)
+    assign_labels(groups, base)
+    ordered = [base] + [g for g in groups if g is not base]
+    rows = [_row(g, at) for g in ordered]
+    for g, row in zip(ordered, rows):
+        row.differs = dict(diff_items(g, base)) if g is not base else {}
+        _versus(row, rows[0])
+    if claims:
+        attach_claims(rows, ordered, claims)
+    return Comparison(at, base.label, rows, ordered, stop_warnings(runs, at))
+
+
+def load_claims(path: str) -> dict[str, dict[str, float]]:
+    """Read --claims YAML: label or choice string -> {speedup: x, delta_val_loss: y}."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--claims '{path}' does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--claims {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--claims {path}: expected a mapping label -> {{speedup, delta_val_loss}}")
+    out = {}
+    for key, claim in data.items():
+        if not isinstance(claim, dict) or not claim or set(claim) - {"speedup", "delta_val_loss"}:
+            raise ConfigError(f"--claims {path}: '{key}' must map to speedup and/or delta_val_loss, got {claim!r}")
+        try:
+            out[str(key)] = {k: float(v) for k, v in claim.items()}
+        except (TypeError, ValueError):
+            raise ConfigError(f"--claims {path}: '{key}' values must be numbers, got {claim!r}") from None
+    return out
+
+
+def attach_claims(rows: list[Row], groups: list[Group], claims: dict[str, dict[str, float]]) -> None:
+    """Put each claim on the one row whose label equals its key or whose config has all its key=value items."""
+    for key, claim in claims.items():
+        items = [s.strip() for s in key.split(",") if s.strip()]
+        hits = [row for row in rows if row.label == key] or [
+            row for row, g in zip(rows, groups) if all("=" in i and matches(g, i) for i in items)]
+        if len(hits) != 1:
+            labels = "; ".join(r.label for r in rows)
+            raise ConfigError(f"--claims: '{key}' matches {len(hits)} groups (need exactly 1); labels: {labels}")
+        hits[0].claimed = claim

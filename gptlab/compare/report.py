@@ -1,0 +1,142 @@
+"""Render a Comparison as text cells, then as a rich terminal table, Markdown and one self-contained HTML file."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from gptlab.compare.analysis import ALPHA, Comparison, Row
+
+HEADERS = ["label", "seeds", "params", "FLOPs/token", "val loss @ {step}", "Δ val loss vs baseline",
+           "tokens/s", "step ms", "MFU", "peak mem", "speed-up"]
+
+
+def _si(x: float | None) -> str:
+    if x is None:
+        return "–"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:g}"
+
+
+def _mem(x: float | None) -> str:
+    if x is None:
+        return "–"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def verdict(row: Row, is_base: bool) -> str:
+    """Δ with its significance verdict, e.g. `-0.0456 significant (p=0.003)` or `+0.0100 n/a (1 seed)`."""
+    delta = f"{row.delta_val_loss:+.4f}"
+    if is_base:
+        return f"{delta} (baseline)"
+    if row.significant is None:
+        return f"{delta} n/a (1 seed)"
+    word = "significant" if row.significant else "not significant"
+    return f"{delta} {word} (p={row.p_value:.2g})"
+
+
+def _claim(row: Row) -> str:
+    if not row.claimed:
+        return ""
+    parts = []
+    if "speedup" in row.claimed:
+        measured = f"{row.speedup:.2f}×" if row.speedup is not None else "–"
+        parts.append(f"speed-up {row.claimed['speedup']:.2f}× claimed / {measured} measured")
+    if "delta_val_loss" in row.claimed:
+        parts.append(f"Δ {row.claimed['delta_val_loss']:+.4f} claimed / {row.delta_val_loss:+.4f} measured")
+    return "; ".join(parts)
+
+
+def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Table headers and one list of display strings per row (baseline first)."""
+    headers = [h.format(step=cmp.step) for h in HEADERS]
+    extra_acc = any(r.val_acc_mean is not None for r in cmp.rows)
+    extra_claim = any(r.claimed for r in cmp.rows)
+    headers += ["val acc"] * extra_acc + ["claimed vs measured"] * extra_claim
+    body = []
+    for i, r in enumerate(cmp.rows):
+        loss = f"{r.val_loss_mean:.4f}" + (f" ± {r.val_loss_std:.4f}" if r.val_loss_std is not None else "")
+        line = [r.label, str(r.n_seeds), _si(r.params), _si(r.flops_per_token), loss, verdict(r, i == 0),
+                f"{r.tokens_per_s:,.0f}" if r.tokens_per_s is not None else "–",
+                f"{r.step_ms:.1f}" if r.step_ms is not None else "–",
+                f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–", _mem(r.peak_mem_bytes),
+                f"{r.speedup:.2f}×" if r.speedup is not None else "–"]
+        if extra_acc:
+            line.append(f"{r.val_acc_mean:.4f}" if r.val_acc_mean is not None else "–")
+        if extra_claim:
+            line.append(_claim(r))
+        body.append(line)
+    return headers, body
+
+
+def notes(cmp: Comparison) -> list[str]:
+    """Plain-sentence footnotes shared by every output format."""
+    return [f"Compared at step {cmp.step} (the largest step every run evaluated, unless --step was given); "
+            f"baseline: {cmp.baseline}.",
+            f"Δ is mean val loss minus the baseline's; 'significant' means Welch's t-test p < {ALPHA} "
+            "over seeds (needs ≥ 2 seeds on both sides). Speeds are medians; speed-up = tokens/s ratio.",
+            *cmp.warnings]
+
+
+def print_table(cmp: Comparison, console=None) -> None:
+    """Print the table with rich (wide enough not to wrap in a pipe)."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 220)
+    headers, body = cells(cmp)
+    table = Table(title=f"gptlab-compare: val loss @ step {cmp.step} vs baseline '{cmp.baseline}'")
+    for h in headers:
+        table.add_column(h, justify="left" if h in ("label", "claimed vs measured") else "right")
+    for line in body:
+        table.add_row(*line)
+    console.print(table)
+    for n in notes(cmp)[:2]:
+        console.print(n, highlight=False, markup=False)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(cmp: Comparison, images: dict[str, Path]) -> str:
+    """comparison.md: title, the table, notes/warnings and links to the PNGs next to it."""
+    headers, body = cells(cmp)
+    lines = [f"# Comparison at step {cmp.step}", "",
+             "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in body]
+    lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
+    lines += [f"![{name}]({p.name})" for name, p in images.items()]
+    return "\n".join(lines) + "\n"
+
+
+_CSS = ("body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}"
+        "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
+        "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;margin:1em 0;display:block}"
+        ".warn{color:#a40}")
+
+
+def html_report(cmp: Comparison, images: dict[str, Path]) -> str:
+    """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs."""
+    headers, body = cells(cmp)
+    esc = html.escape
+    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in body)
+    note_items = "".join(f"<li class=\"{'warn' if n.startswith('warning') else ''}\">{esc(n)}</li>"
+                         for n in notes(cmp))
+    figs = "".join(
+        f"<h2>{esc(name.replace('_', ' '))}</h2><img alt=\"{esc(name)}\" "
+        f"src=\"data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}\">\n"
+        for name, p in images.items())
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>gptlab comparison at step {cmp.step}</title><style>{_CSS}</style></head><body>\n"
+            f"<h1>Comparison at step {cmp.step} (baseline: {esc(cmp.baseline)})</h1>\n<table>\n<tr>"
+            + "".join(f"<th>{esc(h)}</th>" for h in headers) + f"</tr>\n{rows}</table>\n<ul>{note_items}</ul>\n"
+            f"{figs}</body></html>\n")

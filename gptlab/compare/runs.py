@@ -1,0 +1,162 @@
+"""Find run directories and read what each one recorded (metrics.jsonl, summary.json, .hydra/*.yaml)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gptlab.errors import ConfigError
+
+RUN_MARKERS = ("summary.json", "metrics.jsonl")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def natural_key(path: Path) -> list:
+    """Sort key that orders job dirs 0, 1, 2, ..., 10 numerically rather than as text."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(path))]
+
+
+@dataclass
+class Run:
+    """One run directory as read from disk; `by_step` maps step -> merged metrics record at that step."""
+
+    path: Path
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    config: dict[str, Any]
+    overrides: list[str]
+    choices: dict[str, str]
+    by_step: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        """summary.json `status`, or "missing" when the run wrote no summary (crashed early?)."""
+        return str(self.summary.get("status", "missing"))
+
+    @property
+    def last_step(self) -> int:
+        """Largest step any metrics record mentions (0 for an empty metrics file)."""
+        return max((int(r["step"]) for r in self.records if "step" in r), default=0)
+
+    def val_steps(self) -> list[int]:
+        """Sorted steps at which this run measured `val/loss`."""
+        return sorted(s for s, rec in self.by_step.items() if rec.get("val/loss") is not None)
+
+
+def _is_run_dir(path: Path) -> bool:
+    return any((path / m).is_file() for m in RUN_MARKERS)
+
+
+def _search(root: Path) -> list[Path]:
+    """Run dirs at or below `root`; a run dir's own subfolders (checkpoints, wandb) are not searched."""
+    if _is_run_dir(root):
+        return [root]
+    found: list[Path] = []
+    for child in sorted((c for c in root.iterdir() if c.is_dir()), key=natural_key):
+        if child.name.startswith(".") or child.name == "wandb":
+            continue
+        found.extend(_search(child))
+    return found
+
+
+def expand_paths(paths: list[str]) -> list[Path]:
+    """Expand globs and check existence; a missing path is a ConfigError naming it."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.exists():
+            out.append(p)
+            continue
+        matches = sorted(glob.glob(raw), key=lambda s: natural_key(Path(s))) if _GLOB_CHARS.search(raw) else []
+        if not matches:
+            raise ConfigError(f"path '{raw}' does not exist (give run directories, sweep directories or a glob)")
+        out.extend(Path(m) for m in matches)
+    return out
+
+
+def discover(paths: list[str]) -> list[Path]:
+    """All run dirs under the given paths, deduplicated, in command-line then natural order."""
+    seen: dict[Path, None] = {}
+    for p in expand_paths(paths):
+        if p.is_file():
+            p = p.parent
+        if not any(p.iterdir()):
+            raise ConfigError(f"'{p}' is an empty directory (expected a run or sweep directory)")
+        runs = _search(p)
+        if not runs:
+            raise ConfigError(f"'{p}' contains no run directories (none has summary.json or metrics.jsonl)")
+        for r in runs:
+            seen.setdefault(r.resolve(), None)
+    return list(seen)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Metric records; a torn final line (run killed mid-write) is dropped, a bad inner line is an error."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    records = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):
+                break
+            raise ConfigError(f"{path}:{i}: not a JSON object line (metrics.jsonl needs one object per line)") from None
+        if isinstance(rec, dict) and "step" in rec:
+            records.append(rec)
+    return records
+
+
+def _read_yaml(path: Path, default: Any) -> Any:
+    if not path.is_file():
+        return default
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return default if data is None else data
+
+
+def _choices(path: Path, summary: dict[str, Any]) -> dict[str, str]:
+    """Group -> choice name from summary.json, else from Hydra's runtime choices in .hydra/hydra.yaml."""
+    choices = summary.get("choices")
+    if not isinstance(choices, dict):
+        hydra_cfg = _read_yaml(path / ".hydra" / "hydra.yaml", {})
+        choices = ((hydra_cfg.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+    return {str(k): str(v) for k, v in choices.items() if not str(k).startswith("hydra/") and v is not None}
+
+
+def load_run(path: Path) -> Run:
+    """Read one run directory; missing optional files become empty values."""
+    records = _read_jsonl(path / "metrics.jsonl")
+    summary = _read_json(path / "summary.json")
+    config = _read_yaml(path / ".hydra" / "config.yaml", {})
+    overrides = _read_yaml(path / ".hydra" / "overrides.yaml", [])
+    if not isinstance(config, dict) or not isinstance(overrides, list):
+        raise ConfigError(f"{path}/.hydra: config.yaml must be a mapping and overrides.yaml a list")
+    by_step: dict[int, dict[str, Any]] = {}
+    for rec in records:
+        # Train and eval records may share a step; merge them so wall_s/tokens sit next to val/loss.
+        by_step.setdefault(int(rec["step"]), {}).update({k: v for k, v in rec.items() if v is not None})
+    return Run(path, records, summary, config, [str(o) for o in overrides], _choices(path, summary), by_step)

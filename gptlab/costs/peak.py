@@ -1,0 +1,101 @@
+"""Measured hardware roofs: matmul peak FLOP/s and copy bandwidth, cached per machine, torch version and dtype."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+CACHE_FILE = "hardware_peaks.json"
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _best_time(fn, device: str, repeats: int, budget_s: float) -> float:
+    """Fastest of up to `repeats` timed calls (after one warm-up), stopping early after budget_s."""
+    fn()
+    _sync(device)
+    best, start = float("inf"), time.perf_counter()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() - start > budget_s:
+            break
+    return best
+
+
+def measure_matmul_peak(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int = 2048,
+                        repeats: int = 8, budget_s: float = 1.5) -> float:
+    """FLOP/s of the best of a few (n×n)·(n×n) matmuls in `dtype` on `device` (2·n³ FLOPs each)."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    seconds = _best_time(lambda: torch.mm(a, b, out=out), device, repeats, budget_s)
+    return 2.0 * n ** 3 / seconds
+
+
+def measure_bandwidth(device: str = "cpu", nbytes: int = 256 * 2 ** 20, repeats: int = 8,
+                      budget_s: float = 1.0) -> float:
+    """Bytes/s of copying a large buffer (counts the read and the write), best of a few."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    seconds = _best_time(lambda: dst.copy_(src), device, repeats, budget_s)
+    return 2.0 * src.numel() * 4 / seconds
+
+
+def machine_name(device: str = "cpu") -> str:
+    """The processor (or GPU) model name, to key cached measurements."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cache_key(device: str, what: str) -> str:
+    threads = torch.get_num_threads() if not device.startswith("cuda") else 0
+    return f"{machine_name(device)} | torch {torch.__version__} | {what} | threads {threads}"
+
+
+def _cached(cache_dir, key: str, measure) -> float:
+    """The value stored under key in cache_dir/CACHE_FILE, else measure() and store it (atomic write)."""
+    path = Path(cache_dir).expanduser() / CACHE_FILE
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    if key in table:
+        return float(table[key])
+    value = float(measure())
+    table[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return value
+
+
+def cached_peak(device: str, dtype: torch.dtype, cache_dir) -> float:
+    """Matmul peak FLOP/s for (machine, torch version, dtype, thread count), measured once and cached."""
+    dtype_name = str(dtype).replace("torch.", "")
+    return _cached(cache_dir, _cache_key(device, f"matmul {dtype_name}"),
+                   lambda: measure_matmul_peak(dtype, device))
+
+
+def cached_bandwidth(device: str, cache_dir) -> float:
+    """Copy bandwidth in bytes/s for (machine, torch version, thread count), measured once and cached."""
+    return _cached(cache_dir, _cache_key(device, "copy bandwidth"), lambda: measure_bandwidth(device))

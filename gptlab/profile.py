@@ -1,0 +1,195 @@
+"""Measured time per module kind over a few training steps (torch.profiler trace + module hooks).
+
+`profile_steps` runs a few full steps (forward, backward, optimizer) of a GPT honouring the
+gptlab.model contract, times each module kind with forward/backward hooks (exclusive of nested
+hooked modules, so nothing is counted twice), labels the same regions with record_function in a
+Chrome trace, and restores the model, optimizer and RNG afterwards so a run's curve is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from gptlab.costs.ops import GROUPS
+
+
+def module_kinds(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
+    """(name, module, kind) for every hooked module; parents are timed exclusive of hooked children."""
+    out = [("model", model, "other"), ("wte", model.wte, "embedding")]
+    out += [(f"position.{n}", m, "embedding") for n, m in model.position.named_modules() if isinstance(m, nn.Embedding)]
+    for i, b in enumerate(model.blocks):
+        out.append((f"blocks.{i}", b, "other"))  # residual adds and dropout
+        out += [(f"blocks.{i}.{n}", getattr(b, n), "norms") for n in ("norm1", "norm2")]
+        out.append((f"blocks.{i}.attn", b.attn, "attention kernel"))  # minus its projections below
+        out += [(f"blocks.{i}.attn.{n}", m, "attention projections")
+                for n, m in b.attn.named_modules() if isinstance(m, nn.Linear)]
+        out.append((f"blocks.{i}.mlp", b.mlp, "mlp"))
+    return out + [("norm_f", model.norm_f, "norms"), ("lm_head", model.lm_head, "lm_head")]
+
+
+class _Timer:
+    """A stack of open module frames; on close, the frame's time minus its children's goes to its kind."""
+
+    def __init__(self, sync: Callable[[], None]):
+        self.sync, self.stack, self.seconds = sync, [], dict.fromkeys(GROUPS, 0.0)
+
+    def open(self, kind: str, label: str) -> None:
+        self.sync()
+        region = torch.profiler.record_function(label)
+        region.__enter__()
+        self.stack.append([kind, time.perf_counter(), 0.0, region])
+
+    def close(self) -> None:
+        self.sync()
+        now = time.perf_counter()
+        kind, start, children, region = self.stack.pop()
+        region.__exit__(None, None, None)
+        self.seconds[kind] += (now - start) - children
+        if self.stack:
+            self.stack[-1][2] += now - start
+
+    def close_all(self) -> None:
+        while self.stack:
+            self.close()
+
+
+def _hook(model: nn.Module, timer: _Timer) -> list:
+    """Forward and backward hooks on every module of module_kinds (the root only forward: it returns a tuple)."""
+    handles = []
+    for name, module, kind in module_kinds(model):
+        handles.append(module.register_forward_pre_hook(lambda m, a, k=kind, n=name: timer.open(k, f"{k}:{n}")))
+        handles.append(module.register_forward_hook(lambda m, a, o: timer.close()))
+        if module is model:
+            continue
+        handles.append(module.register_full_backward_pre_hook(
+            lambda m, g, k=kind, n=name: timer.open(k, f"{k}:{n}.backward")))
+        handles.append(module.register_full_backward_hook(lambda m, gi, go: timer.close()))
+    return handles
+
+
+@dataclass
+class ProfileResult:
+    """Mean seconds per step by module kind, the measured step time, and the cost model's predicted shares."""
+
+    step_s: float
+    seconds: dict
+    predicted_share: dict = field(default_factory=dict)
+    trace_path: str | None = None
+
+    @property
+    def attributed_s(self) -> float:
+        return sum(self.seconds.values())
+
+    def to_dict(self) -> dict:
+        share = {k: v / self.step_s for k, v in self.seconds.items()}
+        return {"step_s": self.step_s, "attributed_s": self.attributed_s, "seconds": self.seconds,
+                "measured_share": share, "predicted_share": self.predicted_share, "trace_path": self.trace_path}
+
+
+def predicted_shares(report) -> dict:
+    """Share of the cost model's step time lower bound per module kind (from a train-mode CostReport)."""
+    rows = report["ops"] if isinstance(report, dict) else report.ops
+    total = sum(r["time_lower_bound_s"] for r in rows) or 1.0
+    share = dict.fromkeys(GROUPS, 0.0)
+    for r in rows:
+        share[r["group"]] += r["time_lower_bound_s"] / total
+    return share
+
+
+def format_breakdown(result: ProfileResult) -> str:
+    """Plain-text table: kind, measured ms/step, measured share, predicted share."""
+    lines = [f"{'module kind':<24}{'ms/step':>10}{'measured':>10}{'predicted':>11}"]
+    for kind in GROUPS:
+        pred = result.predicted_share.get(kind)
+        lines.append(f"{kind:<24}{1e3 * result.seconds[kind]:>10.2f}{100 * result.seconds[kind] / result.step_s:>9.1f}%"
+                     + (f"{100 * pred:>10.1f}%" if pred is not None else f"{'-':>11}"))
+    lines.append(f"{'step (measured)':<24}{1e3 * result.step_s:>10.2f}{100 * result.attributed_s / result.step_s:>9.1f}%"
+                 "  attributed")
+    return "\n".join(lines)
+
+
+def _plain_step(model, optimizer, x, y, autocast) -> None:
+    with autocast():
+        _, loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _timed_step(model, optimizer, x, y, autocast, timer: _Timer) -> None:
+    """forward (hooked) + backward (time outside module hooks -> "other") + optimizer step and zero_grad."""
+    with autocast():
+        _, loss = model(x, y)
+    before = sum(timer.seconds.values())
+    timer.sync()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")  # embeddings: int inputs
+        loss.backward()
+    timer.close_all()  # in case a post-hook did not fire
+    backward_s = time.perf_counter() - t0
+    timer.seconds["other"] += backward_s - (sum(timer.seconds.values()) - before)  # loss, grad accumulation
+    t0 = time.perf_counter()
+    with torch.profiler.record_function("optimizer:step"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    timer.sync()
+    timer.seconds["optimizer"] += time.perf_counter() - t0
+
+
+def profile_steps(model: nn.Module, optimizer, batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], *,
+                  steps: int = 3, warmup: int = 1, autocast: Callable = contextlib.nullcontext,
+                  device: str = "cpu", run_dir: str | Path | None = None, predicted: dict | None = None,
+                  restore: bool = True) -> ProfileResult:
+    """Profile `steps` training steps (after `warmup` unprofiled ones); batch(i) -> (x, y) already on `device`.
+
+    Writes `profile_trace.json` (Chrome trace) and `profile.json` into run_dir when given.
+    """
+    saved = (copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()), torch.get_rng_state())
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    was_training = model.training
+    model.train()
+    timer, step_times, handles = _Timer(sync), [], []
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if str(device).startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    try:
+        for i in range(warmup):
+            _plain_step(model, optimizer, *batch(i), autocast)
+        handles = _hook(model, timer)
+        with torch.profiler.profile(activities=activities) as prof:
+            for i in range(warmup, warmup + steps):
+                x, y = batch(i)
+                sync()
+                t0 = time.perf_counter()
+                _timed_step(model, optimizer, x, y, autocast, timer)
+                sync()
+                step_times.append(time.perf_counter() - t0)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+        if restore:
+            model.load_state_dict(saved[0])
+            optimizer.load_state_dict(saved[1])
+            torch.set_rng_state(saved[2])
+    result = ProfileResult(step_s=statistics.fmean(step_times),
+                           seconds={k: v / steps for k, v in timer.seconds.items()},
+                           predicted_share=dict(predicted or {}))
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        prof.export_chrome_trace(str(run_dir / "profile_trace.json"))
+        result.trace_path = str(run_dir / "profile_trace.json")
+        (run_dir / "profile.json").write_text(json.dumps(result.to_dict(), indent=2))
+    return result

@@ -1,0 +1,125 @@
+"""Write synthetic run and sweep directories exactly like the run-directory contract, for gptlab-compare tests."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+DEFAULT_CHOICES = {"attention": "mha", "mlp": "gelu", "norm": "layernorm", "position": "learned", "model": "tiny",
+                   "optimizer": "adamw", "schedule": "cosine", "hardware": "cpu", "data": "shakespeare",
+                   "logger": "none"}
+# Choice-specific leaves, so that switching a choice changes leaves the way real configs do.
+GROUP_LEAVES = {
+    "attention": {"mha": {"n_kv_head": None}, "gqa": {"n_kv_head": 2}, "mqa": {"n_kv_head": 1}},
+    "mlp": {"gelu": {"ratio": 4}, "swiglu": {"ratio": 4}, "relu2": {"ratio": 4}},
+    "data": {"shakespeare": {"tokenizer": "char"}, "assoc_recall": {"tokenizer": "none", "n_pairs": 8}},
+}
+
+
+def make_config(choices: dict[str, str], seed: int, leaves: dict[str, object], max_steps: int,
+                eval_interval: int) -> dict:
+    """A resolved config like .hydra/config.yaml: root keys, train.*, and one section per group."""
+    cfg: dict = {
+        "name": f"run-seed{seed}", "seed": seed, "data_seed": 1234,
+        "train": {"max_steps": max_steps, "batch_size": 4, "grad_accum": 1, "eval_interval": eval_interval,
+                  "eval_batches": 2, "log_interval": 5, "ckpt_interval": 50, "resume": "auto"},
+        "paths": {"out_dir": f"/tmp/somewhere/seed{seed}"},
+    }
+    for group, choice in choices.items():
+        section = {"_target_": f"gptlab.fake.{group}.{choice}", "name": choice}
+        section.update(GROUP_LEAVES.get(group, {}).get(choice, {}))
+        cfg[group] = section
+    cfg["model"].update({"n_layer": 2, "n_head": 4, "d_model": 64, "block_size": 32, "vocab_size": 65})
+    for dotted, value in leaves.items():
+        node = cfg
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return cfg
+
+
+def default_loss(step: int) -> float:
+    """A plausible falling val-loss curve."""
+    return 1.5 + 2.5 * math.exp(-step / 40.0)
+
+
+def write_run(path: Path, *, seed: int = 0, choices: dict[str, str] | None = None,
+              leaves: dict[str, object] | None = None, max_steps: int = 100, eval_interval: int = 25,
+              log_interval: int = 5, loss_at: Callable[[int], float] = default_loss, stop_at: int | None = None,
+              status: str | None = None, tokens_per_s: float = 1000.0, step_ms: float = 50.0, mfu: float = 0.01,
+              peak_mem_bytes: int = 64 * 2**20, params: int = 120_000, flops_per_token: float = 7.2e5,
+              acc: bool = False, summary: bool = True) -> Path:
+    """Write one run dir; stop_at < max_steps makes it a crashed run (status "failed" unless given)."""
+    chosen = {**DEFAULT_CHOICES, **(choices or {})}
+    leaves = dict(leaves or {})
+    last = max_steps if stop_at is None else stop_at
+    status = status or ("finished" if last >= max_steps else "failed")
+    path.mkdir(parents=True, exist_ok=True)
+    records, speeds, tokens = [], [], 0
+    for step in range(log_interval, last + 1, log_interval):
+        # Speeds wiggle around the given medians: (0.9, 1.0, 1.1) x value, so the median is the value.
+        wiggle = (0.9, 1.0, 1.1)[(step // log_interval) % 3]
+        tokens += 4 * 32 * log_interval
+        rec = {"step": step, "train/loss": loss_at(step) + 0.05, "lr": 1e-3, "grad_norm": 1.0, "tokens": tokens,
+               "tokens_per_s": tokens_per_s * wiggle, "step_ms": step_ms * wiggle, "mfu": mfu * wiggle,
+               "peak_mem_bytes": peak_mem_bytes, "wall_s": step * step_ms / 1000.0}
+        records.append(rec)
+        speeds.append(rec)
+        if step % eval_interval == 0:
+            ev = {"step": step, "val/loss": loss_at(step)}
+            if acc:
+                ev["val/acc"] = 0.5
+            records.append(ev)
+    with open(path / "metrics.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    evals = [r for r in records if "val/loss" in r]
+    if summary:
+        (path / "summary.json").write_text(json.dumps({
+            "final_val_loss": evals[-1]["val/loss"] if evals else None,
+            "best_val_loss": min((r["val/loss"] for r in evals), default=None), "steps": last, "tokens": tokens,
+            "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in speeds),
+            "step_ms_median": statistics.median(r["step_ms"] for r in speeds),
+            "mfu_median": statistics.median(r["mfu"] for r in speeds), "peak_mem_bytes": peak_mem_bytes,
+            "params": params, "flops_per_token": flops_per_token, "wall_s": last * step_ms / 1000.0,
+            "choices": chosen, "status": status}, indent=2))
+    hydra_dir = path / ".hydra"
+    hydra_dir.mkdir(exist_ok=True)
+    cfg = make_config(chosen, seed, leaves, max_steps, eval_interval)
+    (hydra_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    overrides = [f"{g}={c}" for g, c in (choices or {}).items() if DEFAULT_CHOICES.get(g) != c]
+    overrides += [f"{k}={v}" for k, v in leaves.items()] + [f"seed={seed}"]
+    (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    hydra_yaml = {"hydra": {"runtime": {"choices": {**chosen, "hydra/launcher": "basic"}}, "overrides": {"task": overrides}}}
+    (hydra_dir / "hydra.yaml").write_text(yaml.safe_dump(hydra_yaml))
+    return path
+
+
+def write_sweep(root: Path, specs: list[dict]) -> Path:
+    """A multirun dir `<root>/<date>_<time>/<job>/` per spec (kwargs of write_run); returns the sweep root."""
+    sweep = root / "2026-01-01_12-00-00"
+    sweep.mkdir(parents=True, exist_ok=True)
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "MULTIRUN"}}))
+    for job, spec in enumerate(specs):
+        write_run(sweep / str(job), **spec)
+    return sweep
+
+
+def bad_no_common_step(tmp: Path) -> list[Path]:
+    """Two runs whose eval steps never coincide (25, 50 vs 30, 60, 90)."""
+    return [write_run(tmp / "a", eval_interval=25, max_steps=50), write_run(tmp / "b", eval_interval=30, max_steps=90)]
+
+
+def bad_mixed_data(tmp: Path) -> list[Path]:
+    """A language-model run next to an associative-recall run."""
+    return [write_run(tmp / "lm"), write_run(tmp / "ar", choices={"data": "assoc_recall"}, acc=True)]
+
+
+def bad_acc_vs_lm(tmp: Path) -> list[Path]:
+    """Same data config, but only one run reports val/acc."""
+    return [write_run(tmp / "lm"), write_run(tmp / "acc", acc=True)]
