@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab import build, provenance
+from gptlab import build, distributed, provenance
 from gptlab.errors import ConfigError
 from gptlab.hardware import threads_for_job
 from gptlab.loop import Context, train
@@ -67,7 +67,11 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str])
     """Run training in run_dir; returns the summary dict (also written to summary.json)."""
     validate(cfg)
     hardware = build.build_hardware(cfg)
-    hardware.threads = hardware.threads or threads_for_job()
+    rank, world = 0, 1
+    if hardware.distributed:
+        rank, world, hardware.device = distributed.setup(hardware.device)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    hardware.threads = hardware.threads or max(1, threads_for_job() // local_world)
     hardware.apply()
     settings = build.train_settings(cfg)
     data = build.build_data(cfg, int(cfg.model.block_size))
@@ -77,15 +81,19 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str])
     model.activation_checkpointing = hardware.activation_checkpointing
     optimizer = build.build_optimizer(cfg, model)
     schedule = build.build_schedule(cfg, settings.max_steps)
-    forward_model = torch.compile(model) if hardware.compile else model
+    forward_model = distributed.wrap(torch.compile(model) if hardware.compile else model, hardware.device, world)
     signature = {"model": OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": model.cfg.vocab_size},
                  "tokenizer": getattr(data.tokenizer, "name", None), "params": model.num_params()}
     ctx = Context(run_dir=run_dir, flops_per_token=_flops_per_token(model, data.seq_len),
-                  peak_flops=hardware.resolved_peak_flops(build.cache_dir()), signature=signature)
-    (run_dir / "provenance.json").write_text(json.dumps(provenance.collect(overrides, hardware), indent=2))
+                  peak_flops=hardware.resolved_peak_flops(build.cache_dir()), signature=signature,
+                  rank=rank, world=world)
     name = run_name(cfg, overrides)
-    resuming = settings.resume != "never"
-    sinks = _sinks(cfg, run_dir, resuming, name, choices)
+    sinks = []
+    if ctx.is_main:  # only rank 0 writes run files
+        (run_dir / "provenance.json").write_text(json.dumps(provenance.collect(overrides, hardware), indent=2))
+        sinks = _sinks(cfg, run_dir, settings.resume != "never", name, choices)
+    if settings.profile:
+        _profile(model, optimizer, data, settings, hardware, ctx)
     status = "failed"
     try:
         summary = train(model, data, optimizer, schedule, hardware, settings, sinks, ctx, ddp_model=forward_model)
@@ -98,9 +106,27 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str])
     finally:
         for sink in sinks:
             sink.close(status)
+        if world > 1:
+            distributed.teardown()
     summary["sample"] = _sample(model, data, settings, hardware)
     summary["wandb_sync"] = next((getattr(s, "sync_command", None) for s in sinks if getattr(s, "sync_command", None)), None)
     return summary
+
+
+def _profile(model, optimizer, data, settings, hardware, ctx) -> None:
+    """profile=true: a few profiled steps (weights restored after), time per module kind vs the cost model."""
+    from gptlab.costs import analyze
+    from gptlab.costs.peak import cached_bandwidth
+    from gptlab.profile import format_breakdown, predicted_shares, profile_steps
+
+    micro = settings.batch_size // settings.grad_accum
+    report = analyze(model, micro, data.seq_len, dtype_bytes=hardware.dtype, peak_flops=ctx.peak_flops,
+                     mem_bandwidth=cached_bandwidth(hardware.device, build.cache_dir()))
+    result = profile_steps(model, optimizer, lambda i: tuple(t.to(hardware.device) for t in data.train_batch(i, 0, micro)),
+                           autocast=hardware.autocast, device=hardware.device,
+                           run_dir=ctx.run_dir if ctx.is_main else None, predicted=predicted_shares(report))
+    if ctx.is_main:
+        print(format_breakdown(result), flush=True)
 
 
 def _sample(model, data, settings, hardware) -> str | None:
