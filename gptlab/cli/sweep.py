@@ -42,14 +42,19 @@ def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list
 
 
 def finished(run_dir: Path, overrides: list[str], seed: int) -> bool:
-    """True when run_dir holds a finished run with exactly these overrides."""
-    summary, saved = run_dir / "summary.json", run_dir / ".hydra" / "overrides.yaml"
+    """True when run_dir holds a finished run whose saved config equals the one these overrides compose."""
+    summary, saved = run_dir / "summary.json", run_dir / ".hydra" / "config.yaml"
     if not (summary.is_file() and saved.is_file()):
         return False
     if json.loads(summary.read_text()).get("status") != "finished":
         return False
-    have = [o for o in yaml.safe_load(saved.read_text()) if not o.startswith("hydra.")]
-    return sorted(have) == sorted([*overrides, f"seed={seed}"])
+    from omegaconf import OmegaConf
+
+    from gptlab.build import compose
+
+    cfg = compose([*overrides, f"seed={seed}"])
+    wanted = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    return yaml.safe_load(saved.read_text()) == wanted
 
 
 def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str) -> list[str]:
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="comma-separated seeds instead of the file's")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed arm")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     try:
         name, spec, _ = load_sweep(args.sweep)
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(spec["seeds"])
