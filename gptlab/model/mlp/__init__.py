@@ -21,3 +21,24 @@ def init_mlp(up: list[nn.Linear], down: nn.Linear, n_layer: int, std: float) -> 
     for lin in [*up, down]:
         if lin.bias is not None:
             nn.init.zeros_(lin.bias)
+
+
+class TwoMatrixMLP(nn.Module):
+    """d_model -> hidden (= ratio·d_model) -> activation -> d_model; subclasses define `activation`."""
+
+    def __init__(self, d_model: int, bias: bool = False, ratio: float = 4, dropout: float = 0.0):
+        super().__init__()
+        check_ratio(ratio)
+        self.hidden = int(round(ratio * d_model))
+        self.up = nn.Linear(d_model, self.hidden, bias=bias)
+        self.down = nn.Linear(self.hidden, d_model, bias=bias)
+        self.drop = nn.Dropout(dropout)
+
+    def activation(self, h):
+        raise NotImplementedError
+
+    def init_weights(self, n_layer: int, std: float) -> None:
+        init_mlp([self.up], self.down, n_layer, std)
+
+    def forward(self, x):
+        return self.drop(self.down(self.activation(self.up(x))))  # (B, T, d) -> (B, T, hidden) -> (B, T, d)

@@ -1,26 +1,12 @@
-"""The GPT-2 MLP: d_model -> ratio·d_model -> GELU -> d_model."""
+"""The GPT-2 MLP: d_model -> ratio·d_model -> GELU (tanh approximation) -> d_model."""
 
-from __future__ import annotations
-
-import torch.nn as nn
 import torch.nn.functional as F
 
-from gptlab.model.mlp import check_ratio, init_mlp
+from gptlab.model.mlp import TwoMatrixMLP
 
 
-class GeluMLP(nn.Module):
-    """Two matrices with a tanh-approximated GELU between them (as in GPT-2)."""
+class GeluMLP(TwoMatrixMLP):
+    """Two matrices with GELU between them (as in GPT-2)."""
 
-    def __init__(self, d_model: int, bias: bool = False, ratio: float = 4, dropout: float = 0.0):
-        super().__init__()
-        check_ratio(ratio)
-        self.hidden = int(round(ratio * d_model))
-        self.up = nn.Linear(d_model, self.hidden, bias=bias)
-        self.down = nn.Linear(self.hidden, d_model, bias=bias)
-        self.drop = nn.Dropout(dropout)
-
-    def init_weights(self, n_layer: int, std: float) -> None:
-        init_mlp([self.up], self.down, n_layer, std)
-
-    def forward(self, x):
-        return self.drop(self.down(F.gelu(self.up(x), approximate="tanh")))  # (B, T, d)
+    def activation(self, h):
+        return F.gelu(h, approximate="tanh")
