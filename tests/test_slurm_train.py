@@ -85,8 +85,10 @@ def test_slurm_sweep_of_two_runs_finishes(slurm_cluster, tmp_path, monkeypatch):
         assert f"seed={seed}" in (run_dir / ".hydra" / "overrides.yaml").read_text()
         finals.append(summary["final_val_loss"])
     assert finals[0] != finals[1]  # the seeds really differ: two runs, not one run twice
-    (array,) = {p.name.split("_")[0] for p in _job_dirs(sweep)}  # one sbatch array for the sweep
-    assert sorted(p.name for p in _job_dirs(sweep)) == [f"{array}_0", f"{array}_1"]
+    # One sbatch array for the sweep: <array>/ holds its script, <array>_<task>/ each run's logs.
+    array = _job_dirs(sweep)[0].name
+    assert [p.name for p in _job_dirs(sweep)] == [array, f"{array}_0", f"{array}_1"]
+    assert "#SBATCH --array=0-1%2\n" in (sweep / ".submitit" / array / f"{array}_submission.sh").read_text()
 
 
 # ---- 2. a 2-task DDP job ------------------------------------------------------------------------------
@@ -107,7 +109,7 @@ def test_slurm_ddp_two_tasks_match_one_process(slurm_cluster, tmp_path, monkeypa
     assert "#SBATCH --ntasks-per-node=2\n" in script  # the preset's interpolation of hardware.tasks_per_node
     assert "#SBATCH --cpus-per-task=1\n" in script
     for task in (0, 1):  # srun started both ranks and both finished
-        assert "Job completed successfully" in (job_dir / f"{job_dir.name}_{task}_log.err").read_text()
+        assert "Job completed successfully" in (job_dir / f"{job_dir.name}_{task}_log.out").read_text()
     assert sorted(p.name for p in sweep.glob("[0-9]*")) == ["0"]
     assert sorted(p.name for p in sweep.rglob("metrics.jsonl")) == ["metrics.jsonl"]
     run_dir = sweep / "0"
@@ -197,7 +199,7 @@ def test_requeued_slurm_run_resumes_to_the_uninterrupted_result(requeued_run):
     run_dir = r["run_dir"]
     assert r["state"] == "COMPLETED" and r["restarts"] == 1
     assert job_info(r["job_dir"].name)["Restarts"] == "1"
-    logs = "".join(p.read_text() for p in r["job_dir"].glob("*_log.err"))
+    logs = "".join(p.read_text() for p in r["job_dir"].glob("*_log.*"))
     resumed = re.findall(r"resumed from step (\d+)", logs)
     assert len(resumed) == 1 and 0 < int(resumed[0]) < RESUME_STEPS  # really interrupted mid-way, then resumed
     # Same curve as the uninterrupted run: every eval, and one train row per logged step (none re-logged).

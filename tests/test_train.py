@@ -218,3 +218,14 @@ def test_bad_run_does_not_touch_a_finished_run(default_run, tmp_path):
     after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name in before}
     assert {k: v for k, v in after.items() if k != "train.log"} == {k: v for k, v in before.items() if k != "train.log"}
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ckpts
+
+
+def test_sample_cli_prints_text_from_the_checkpoint(default_run, tmp_path):
+    run_dir, _ = default_run
+    proc = subprocess.run([os.sys.executable, "-m", "gptlab.cli.sample", str(run_dir), "--prompt", "ROMEO:",
+                           "--tokens", "40"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("ROMEO:") and len(proc.stdout.strip()) >= 40
+    assert "@ step 60" in proc.stderr
+    missing = subprocess.run([os.sys.executable, "-m", "gptlab.cli.sample", str(tmp_path)], capture_output=True, text=True)
+    assert missing.returncode == 2 and "not a run directory" in missing.stderr
