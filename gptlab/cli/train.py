@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -57,6 +57,9 @@ def main(cfg: DictConfig) -> float | None:
             raise  # the launcher reports it with the job's log and goes on with the other runs
         fail(err)
     _report(summary, run_dir)
+    if summary["status"] == "preempted" and os.environ.get("SLURM_JOB_ID"):
+        # SLURM requeues this job: exit without a result so submitit (and the sweep) wait for the next attempt
+        raise SystemExit(143)
     return summary["final_val_loss"]
 
 
