@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
@@ -13,7 +14,6 @@ import torch
 import torch.nn as nn
 
 from gptlab import checkpoint
-from gptlab.errors import ConfigError
 from gptlab.metrics import median, mfu, peak_memory_bytes
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,7 @@ def _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx
     batches = list(_micro_batches(data, step, settings, ctx, device))
     for i, (x, y) in enumerate(batches):
         sync = i == len(batches) - 1 or not hasattr(ddp_model, "no_sync")
-        ctx_mgr = ddp_model.no_sync() if not sync else _null()
-        with ctx_mgr:
+        with ddp_model.no_sync() if not sync else contextlib.nullcontext():  # all-reduce on the last only
             with hardware.autocast():
                 _, loss = ddp_model(x, y)
             (loss / len(batches)).backward()
@@ -123,14 +122,6 @@ def _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx
         torch.distributed.all_reduce(loss_t)
         loss_value = loss_t.item() / ctx.world
     return loss_value, float(grad_norm)
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Context, ddp_model=None) -> dict:
