@@ -141,16 +141,20 @@ def wait_for_job(job_id: str, timeout: float = 60.0) -> str:
 
 
 def requeue_job(job_id: str, timeout: float = 30.0) -> int:
-    """`scontrol requeue` a running job, lift SLURM's restart hold-off (cred_expire); return its new Restarts."""
+    """`scontrol requeue` a running job and return its new Restarts once SLURM has taken it back.
+
+    The requeued job waits out SLURM's restart hold-off (cred_expire + 1 s; the test cluster sets
+    cred_expire=10). It must not be forced to start earlier: slurmd revokes the old attempt's credential
+    when it kills it, and a new attempt allocated in the same second is killed as "Job credential revoked"
+    (job state FAILED) - a race that only shows on a slow machine.
+    """
     before = int(job_info(job_id).get("Restarts", "0"))
     _run(["scontrol", "requeue", str(job_id)])
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = job_info(job_id)
         restarts = int(info.get("Restarts", "0"))
-        if restarts > before and info.get("JobState") in ("PENDING", "RUNNING"):
-            if info["JobState"] == "PENDING":
-                _run(["scontrol", "update", f"jobid={job_id}", "starttime=now"])
+        if restarts > before and info.get("JobState") in ("PENDING", "RUNNING", "COMPLETING"):
             return restarts
         time.sleep(0.25)
     raise TimeoutError(f"job {job_id} was not requeued within {timeout:.0f} s: {job_info(job_id)}")
