@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import platform
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def collect(overrides: list[str], hardware) -> dict:
         "packages": versions,
         "python": sys.version.split()[0],
         "hardware": {"device": hardware.device, "dtype": hardware.dtype, "cpu": _cpu_name(),
-                     "cpu_threads": torch.get_num_threads(), "platform": platform.platform(),
+                     "cpu_threads": torch.get_num_threads(), "cpu_cores": sorted(os.sched_getaffinity(0)),
+                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "platform": platform.platform(),
                      "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None},
         "command": sys.argv,
         "overrides": overrides,

@@ -14,7 +14,8 @@ import yaml
 from gptlab.build import compose
 from gptlab.cli.sweep import load_sweep, planned_overrides
 from gptlab.paths import SWEEPS_DIR
-from train_helpers import FAST, rows
+from gptlab.placement import slice_for_job
+from train_helpers import FAST, rows, run_inprocess
 
 SWEEPS = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
 SEEDS_SHORT = ["--seeds", "0"]
@@ -31,6 +32,37 @@ def test_every_sweep_arm_composes(name):
     assert all(c.sweep == name for c in configs)
 
 
+# Shortening that keeps every arm's own choices (run_inprocess's small FAST model applies only where the sweep
+# does not set the shape itself).
+SHORT = ["train.max_steps=2", "train.eval_interval=1", "train.eval_batches=1", "train.batch_size=2",
+         "train.log_interval=1", "sample.tokens=0", "logger=none", "hardware.peak_flops=1e12"]
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_sweep_runs_end_to_end(tmp_path, name):
+    """Every arm of every shipped sweep trains (seed 0, 2 steps) with the sweep's own overrides."""
+    _, spec, _ = load_sweep(name)
+    val_steps, summaries = set(), {}
+    for arm in spec["arms"]:
+        run = tmp_path / arm
+        overrides = planned_overrides(name, spec, arm, SHORT)
+        summary = run_inprocess(run, *overrides, "seed=0", steps=2, eval_interval=1)
+        assert summary["status"] == "finished" and summary["steps"] == 2, arm
+        val_steps.add(tuple(r["step"] for r in rows(run) if "val/loss" in r))
+        summaries[arm] = summary
+    assert val_steps == {(0, 1, 2)}  # every arm evaluated at the same steps
+    assert all(s["final_val_loss"] > 0 for s in summaries.values())
+
+
+def test_local_job_slices():
+    """GPU placement is checked as a pure function here: this machine has no GPU (the CPU path is real below)."""
+    gpus = ["0", "1", "2", "3"]
+    assert [slice_for_job(k, 1, gpus) for k in range(5)] == [["0"], ["1"], ["2"], ["3"], ["0"]]
+    assert [slice_for_job(k, 2, gpus) for k in range(3)] == [["0", "1"], ["2", "3"], ["0", "1"]]
+    assert slice_for_job(1, 3, gpus) == ["0", "1", "2"]  # 3-GPU slices: only one fits, every run gets it
+    assert slice_for_job(0, 8, gpus) == gpus and slice_for_job(3, 0, gpus) == [] and slice_for_job(0, 1, []) == []
+
+
 def _sweep(tmp_path, *args, timeout=600):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "gptlab.cli.sweep", *args], cwd=tmp_path, env=env,
@@ -41,7 +73,8 @@ def _sweep(tmp_path, *args, timeout=600):
 def test_local_launcher_sweep_runs_then_skips(tmp_path):
     sweep_file = tmp_path / "mini.yaml"
     sweep_file.write_text(yaml.safe_dump({"description": "test", "seeds": [0, 1, 2],
-                                          "overrides": [*FAST, "train.max_steps=4", "train.eval_interval=2"],
+                                          "overrides": [*FAST, "train.max_steps=4", "train.eval_interval=2",
+                                                        "hardware.cpus_per_task=1"],
                                           "arms": {"base": ["mlp.ratio=2"]}}))
     out = tmp_path / "sweep"
     first = _sweep(tmp_path, str(sweep_file), "launcher=local", "--out", str(out))
@@ -52,6 +85,10 @@ def test_local_launcher_sweep_runs_then_skips(tmp_path):
         assert [r["step"] for r in rows(run) if "val/loss" in r] == [0, 2, 4]
         cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
         assert cfg["sweep"] == "mini" and cfg["seed"] == seed
+        # submitit's local executor starts all 3 at once: each run got its own core (wrapping), one thread
+        hw = json.loads((run / "provenance.json").read_text())["hardware"]
+        cores = sorted(os.sched_getaffinity(0))
+        assert hw["cpu_cores"] == [cores[seed % len(cores)]] and hw["cpu_threads"] == 1
     assert (out / "sweep.yaml").is_file() and list((out / ".submitit").iterdir())
     again = _sweep(tmp_path, str(sweep_file), "launcher=local", "--out", str(out))
     assert again.returncode == 0 and "all 3 runs finished, skipping" in again.stdout
@@ -90,3 +127,22 @@ def test_ddp_two_processes_match_one(tmp_path):
         for key in ("train/loss", "val/loss"):
             if key in ra:
                 assert rb[key] == pytest.approx(ra[key], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_optuna_sweeper_minimises_final_val_loss(tmp_path):
+    """`+tune=lr` runs Hydra's Optuna sweeper; its objective is the final val loss each run returns."""
+    out = tmp_path / "tune"
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "-m", "+tune=lr", "hydra.sweeper.n_trials=3",
+                           *FAST, "train.max_steps=3", "train.eval_interval=3", f"hydra.sweep.dir={out}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = yaml.safe_load((out / "optimization_results.yaml").read_text())
+    runs = sorted(p for p in out.iterdir() if (p / "summary.json").is_file())
+    losses = {json.loads((r / "summary.json").read_text())["final_val_loss"]: r for r in runs}
+    assert len(runs) == 3 and len(losses) == 3  # three distinct learning rates, three distinct results
+    assert result["best_value"] == pytest.approx(min(losses))
+    best_cfg = yaml.safe_load((losses[min(losses)] / ".hydra" / "config.yaml").read_text())
+    assert best_cfg["optimizer"]["lr"] == pytest.approx(result["best_params"]["optimizer.lr"])
+    assert 3e-4 <= best_cfg["optimizer"]["lr"] <= 3e-2 and best_cfg["sweep"] == "tune-lr"

@@ -17,8 +17,10 @@ from gptlab.cli import fail
 from gptlab.errors import ConfigError
 from gptlab.loop import TrainingDiverged
 from gptlab.paths import CONF_DIR
+from gptlab.placement import place_local_job, remember_launch_gpus
 
 log = logging.getLogger("gptlab")
+remember_launch_gpus()
 
 
 def _report(summary: dict, run_dir: Path) -> None:
@@ -50,6 +52,8 @@ def main(cfg: DictConfig) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     overrides = list(hc.overrides.task)
     multirun = hc.mode == RunMode.MULTIRUN
+    if multirun and os.environ.get("SUBMITIT_EXECUTOR") == "local":  # launcher=local: own cores and GPUs
+        place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
     try:
         summary = execute(cfg, run_dir, group_choices(cfg), overrides)
     except (ConfigError, TrainingDiverged) as err:
