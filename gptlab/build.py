@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import uuid
 from dataclasses import dataclass
@@ -47,22 +49,25 @@ def group_choices(cfg: DictConfig) -> dict[str, str]:
 
 
 def _factory(cfg: DictConfig, group: str, drop: tuple[str, ...] = ()):
-    """instantiate(cfg.<group>) minus run-level keys; unknown keys surface when the partial is called."""
+    """instantiate(cfg.<group>) minus run-level keys; a key the choice's target does not take is a ConfigError."""
     node = OmegaConf.to_container(cfg[group], resolve=True)
     for key in drop:
         node.pop(key, None)
-    return instantiate(node)
+    made = instantiate(node)
+    if isinstance(made, functools.partial):
+        _check_keys(group, made)
+    return made
 
 
-def _call(group: str, factory, *args, **kwargs):
-    """Call a component factory, turning a bad keyword into a one-line ConfigError naming the group."""
-    try:
-        return factory(*args, **kwargs)
-    except TypeError as err:
-        if "unexpected keyword" in str(err) or "got an unexpected" in str(err):
-            bad = str(err).split("'")[1] if "'" in str(err) else str(err)
-            raise ConfigError(f"{group}.{bad}: not a key of this {group} choice ({getattr(factory, 'func', factory).__name__})") from None
-        raise
+def _check_keys(group: str, factory: functools.partial) -> None:
+    """Refuse config keys the factory cannot take, before anything is built: `attention.widnow=4` is a typo."""
+    params = inspect.signature(factory.func).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted(set(factory.keywords) - set(params))
+    if unknown:
+        allowed = ", ".join(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.default is not p.empty)
+        raise ConfigError(f"{group}.{unknown[0]}: not a key of this {group} choice ({factory.func.__name__}); allowed: {allowed}")
 
 
 def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
@@ -87,11 +92,7 @@ def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None) -> 
     attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))
     with torch.device(device or "cpu"):
         return GPT(mcfg,
-                   attention=lambda *a, **k: _call("attention", attention, *a, **k),
-                   mlp=lambda *a, **k: _call("mlp", mlp, *a, **k),
-                   norm=lambda *a, **k: _call("norm", norm_factory, *a, **k),
-                   position=lambda *a, **k: _call("position", position, *a, **k),
-                   norm_placement=placement)
+                   attention=attention, mlp=mlp, norm=norm_factory, position=position, norm_placement=placement)
 
 
 def build_hardware(cfg: DictConfig) -> Hardware:
@@ -142,15 +143,14 @@ def cache_dir() -> Path:
 
 def build_data(cfg: DictConfig, block_size: int):
     """The data object (see gptlab.data) for this run's data choice and data_seed."""
-    factory = _factory(cfg, "data")
-    return _call("data", factory, seed=int(cfg.data_seed), block_size=block_size, cache_dir=cache_dir())
+    return _factory(cfg, "data")(seed=int(cfg.data_seed), block_size=block_size, cache_dir=cache_dir())
 
 
 def build_optimizer(cfg: DictConfig, model):
     """The optimizer choice over the model's parameters."""
-    return _call("optimizer", _factory(cfg, "optimizer"), model)
+    return _factory(cfg, "optimizer")(model)
 
 
 def build_schedule(cfg: DictConfig, max_steps: int):
     """The LR multiplier schedule, a pure function of the step."""
-    return _call("schedule", _factory(cfg, "schedule"), max_steps=max_steps)
+    return _factory(cfg, "schedule")(max_steps=max_steps)

@@ -184,3 +184,20 @@ def test_post_norm_placement_differs_from_pre():
     pre, _ = tiny_model("norm.placement=pre")(x)
     post, _ = tiny_model("norm.placement=post")(x)
     assert not torch.allclose(pre, post)
+
+
+@pytest.mark.parametrize("group", ["attention", "mlp", "norm", "position", "optimizer", "schedule", "data"])
+def test_misspelt_key_names_the_key_and_the_allowed_ones(group):
+    """A key the choice's target cannot take is refused when the config is built, never silently ignored."""
+    from gptlab.build import build_data, build_optimizer, build_schedule
+    from gptlab.errors import ConfigError
+
+    cfg = compose([*TINY[1:], f"+{group}.widnow=4"])  # with the default data choice
+    with pytest.raises(ConfigError) as err:
+        build_data(cfg, 64)
+        model = build_model(cfg, vocab_size=VOCAB)
+        build_optimizer(cfg, model)
+        build_schedule(cfg, 10)
+    message = str(err.value)
+    assert message.startswith(f"{group}.widnow: not a key of this {group} choice") and "allowed: " in message
+    assert "\n" not in message

@@ -51,9 +51,8 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
-        uses_bias = self.position.score_bias(torch.zeros(1), torch.zeros(1)) is not None
         for block in self.blocks:
-            block.attn.uses_score_bias = uses_bias
+            block.attn.uses_score_bias = self.position.has_score_bias
         self.init_weights()
 
     @torch.no_grad()

@@ -9,6 +9,8 @@ import torch.nn as nn
 class Position(nn.Module):
     """Identity on all three hooks; a variant overrides the one it needs."""
 
+    has_score_bias = False  # True when score_bias returns a tensor (attention then needs an explicit mask)
+
     def __init__(self, d_model: int, n_head: int, head_dim: int, block_size: int):
         super().__init__()
         self.block_size = block_size

@@ -24,6 +24,8 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
 class AlibiPosition(Position):
     """Linear distance penalty per head on the attention scores."""
 
+    has_score_bias = True
+
     def __init__(self, d_model: int, n_head: int, head_dim: int, block_size: int):
         super().__init__(d_model, n_head, head_dim, block_size)
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
