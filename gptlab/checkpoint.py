@@ -14,23 +14,57 @@ from gptlab.errors import ConfigError
 log = logging.getLogger(__name__)
 KEEP = 2  # the newest two, so a corrupt newest file still leaves one to resume from
 PATTERN = re.compile(r"step_(\d+)\.pt$")
+TMP_GLOB = ".step_*.pt.tmp*"  # a save in progress, or one a killed process left behind; never loaded
 
 
 def ckpt_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+class _KeepWriteError:
+    """File wrapper that remembers the OSError (disk full, ...) torch.save turns into an opaque RuntimeError."""
+
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def write(self, data):
+        try:
+            return self.fh.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self):
+        self.fh.flush()
+
+
 def save(run_dir: Path, step: int, state: dict) -> Path:
-    """Write checkpoint `step` atomically (a reader never sees a half-written file) and prune old ones."""
+    """Write checkpoint `step` atomically (a reader never sees a half-written file) and prune old ones.
+
+    A failed write (disk full, file size limit) removes its temp file, leaves the older checkpoints
+    as they were and raises OSError naming the checkpoint.
+    """
     folder = ckpt_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(TMP_GLOB):  # left by a killed run; one writer per run dir (see cli/train.py)
+        stale.unlink(missing_ok=True)
     final = folder / f"step_{step:07d}.pt"
     tmp = folder / f".step_{step:07d}.pt.tmp{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as fh:
+            writer = _KeepWriteError(fh)
+            try:
+                torch.save(state, writer)
+            except RuntimeError:
+                if writer.error is None:
+                    raise
+                raise writer.error from None
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, f"cannot write checkpoint ({err.strerror or err})", str(final)) from None
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -50,29 +84,66 @@ def _listed(folder: Path) -> list[tuple[int, Path]]:
     return out
 
 
+def latest_path(run_dir: Path) -> Path | None:
+    """The newest checkpoint file of a run dir (readable or not), or None."""
+    found = sorted(_listed(ckpt_dir(run_dir)))
+    return found[-1][1] if found else None
+
+
 def load(path: Path) -> dict:
     """Load one checkpoint with weights_only=True (no code runs from the file)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ConfigError(f"train.resume: checkpoint '{path}' does not exist") from None
-    except Exception as err:  # truncated zip, bad pickle opcodes, ...
-        raise ConfigError(f"train.resume: checkpoint '{path}' is unreadable ({type(err).__name__}: {str(err).splitlines()[0][:120]})") from None
+    except Exception as err:  # truncated zip, bad pickle opcodes, a pickled call weights_only refuses, ...
+        raise ConfigError(f"train.resume: checkpoint '{path}' is unreadable ({_reason(err)})") from None
+    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        raise ConfigError(f"train.resume: '{path}' is not a gptlab checkpoint (no model/step entries)")
+    return state
+
+
+def _reason(err: Exception) -> str:
+    """The gist of a torch.load failure in a few words (torch's messages run to paragraphs)."""
+    text = " ".join(str(err).split())
+    if "WeightsUnpickler error:" in text:  # the file wants to run code: never a gptlab checkpoint
+        text = "weights_only=True refused it: " + text.split("WeightsUnpickler error:")[1].strip()
+    return f"{type(err).__name__}: {text.split('. ')[0][:160]}"
 
 
 def load_latest(run_dir: Path) -> dict | None:
-    """The newest readable checkpoint of a run dir (skipping corrupt ones with a warning), or None."""
-    for _, path in sorted(_listed(ckpt_dir(run_dir)), reverse=True):
+    """The newest readable checkpoint of a run dir (skipping corrupt ones with a warning), or None if there is none.
+
+    If checkpoints exist but none is readable, refuse: starting over would silently replace the run.
+    """
+    found = sorted(_listed(ckpt_dir(run_dir)), reverse=True)
+    for _, path in found:
         try:
             return load(path)
         except ConfigError as err:
             log.warning("skipping %s", err)
+    if found:
+        raise ConfigError(f"train.resume=auto: none of the {len(found)} checkpoints in {ckpt_dir(run_dir)} is readable; "
+                          f"move them away to start over, or pass train.resume=never")
     return None
 
 
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """{"model": {"d_model": 64}} -> {"model.d_model": 64}."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def check_compatible(saved: dict, current: dict, source: str) -> None:
-    """Refuse a checkpoint made for another model/tokenizer, naming the first mismatch in one line."""
-    for key, want in current.items():
-        have = saved.get(key)
-        if have != want:
-            raise ConfigError(f"train.resume: checkpoint {source} was made with {key}={have}, this run has {key}={want}; start a new run dir or use train.resume=never")
+    """Refuse a checkpoint made for another model/tokenizer, naming the mismatched keys in one line."""
+    have, want = _flat(saved or {}), _flat(current)
+    keys = sorted(want, key=lambda k: not k.startswith("tokenizer"))  # the tokenizer explains a vocab change
+    diffs = [f"{k}={have.get(k)} there, {want[k]} here" for k in keys if have.get(k) != want[k]]
+    if diffs:
+        raise ConfigError(f"train.resume: checkpoint {source} was made for another model or tokenizer "
+                          f"({'; '.join(diffs[:3])}); use a new hydra.run.dir, or train.resume=never to start this one over")

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 
 from gptlab import checkpoint
+from gptlab.errors import ConfigError
 from gptlab.metrics import median, mfu, peak_memory_bytes
 
 log = logging.getLogger(__name__)
@@ -77,22 +78,38 @@ def _state(model, optimizer, step, tokens, best, last_val, ctx) -> dict:
             "signature": ctx.signature}
 
 
-def _resume(model, optimizer, settings, ctx) -> tuple[int, int, float, float | None]:
-    """Load the checkpoint train.resume points at; returns (step, tokens, best and last val loss)."""
+def load_resume(settings, ctx) -> tuple[dict, str] | None:
+    """(state, source) of the checkpoint train.resume points at, checked against ctx.signature; None = start fresh.
+
+    Called before any run file is written, so a refused checkpoint leaves the run dir untouched.
+    """
     if settings.resume == "never":
-        return 0, 0, math.inf, None
+        return None
     if settings.resume == "auto":
         state, source = checkpoint.load_latest(ctx.run_dir), "in the run dir"
         if state is None:
-            return 0, 0, math.inf, None
+            return None
     else:
         state, source = checkpoint.load(Path(settings.resume)), f"'{settings.resume}'"
     checkpoint.check_compatible(state.get("signature", {}), ctx.signature, source)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["torch_rng"])
-    log.info("resumed from step %d (%s)", state["step"], source)
-    return int(state["step"]), int(state["tokens"]), float(state["best_val_loss"]), state.get("last_val_loss")
+    return state, source
+
+
+def _resume(model, optimizer, resumed) -> tuple[int, int, float, float | None]:
+    """Restore a checkpoint from load_resume; returns (step, tokens, best and last val loss)."""
+    if resumed is None:
+        return 0, 0, math.inf, None
+    state, source = resumed
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        out = int(state["step"]), int(state["tokens"]), float(state["best_val_loss"]), state.get("last_val_loss")
+    except (KeyError, RuntimeError, ValueError, TypeError) as err:
+        first = " ".join(str(err).split())[:160]
+        raise ConfigError(f"train.resume: checkpoint {source} does not fit this model ({type(err).__name__}: {first})") from None
+    log.info("resumed from step %d (%s)", out[0], source)
+    return out
 
 
 def _micro_batches(data, step, settings, ctx, device):
@@ -124,16 +141,17 @@ def _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx
     return loss_value, float(grad_norm)
 
 
-def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Context, ddp_model=None) -> dict:
-    """Train to settings.max_steps (resuming if asked), log to sinks, checkpoint; returns the summary."""
+def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Context, ddp_model=None,
+          resumed: tuple[dict, str] | None = None) -> dict:
+    """Train to settings.max_steps from `resumed` (load_resume's result; None = step 0), log, checkpoint; returns the summary."""
     device = hardware.device
     ddp_model = ddp_model or model
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
-    step, tokens, best, last_val = _resume(model, optimizer, settings, ctx)
+    step, tokens, best, last_val = _resume(model, optimizer, resumed)
     resumed_at = step if step > 0 else None  # its eval row and checkpoint already exist
-    for sink in sinks:
-        getattr(sink, "truncate_after", lambda s: None)(step)
+    for sink in sinks:  # rows after the checkpoint are redone; from scratch, the step-0 eval row too
+        getattr(sink, "truncate_after", lambda s: None)(step if resumed_at else -1)
     val_batches = data.val_batches(settings.eval_batches, settings.batch_size // settings.grad_accum)
     tokens_per_step = settings.batch_size * data.seq_len
     stop, nan_seen, speeds, times, mfus = StopFlag(), 0, [], [], []
@@ -163,7 +181,9 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
             nan_seen += 1
             optimizer.zero_grad(set_to_none=True)
             if nan_seen > settings.nan_skip:
-                raise TrainingDiverged(f"loss became {loss} at step {step} (train.nan_skip={settings.nan_skip}); the last good checkpoint is kept in {checkpoint.ckpt_dir(ctx.run_dir)}")
+                raise TrainingDiverged(_diverged(loss, grad_norm, step, nan_seen, settings, ctx))
+            log.warning("step %d: loss %s, grad norm %s; skipped (%d of train.nan_skip=%d)",
+                        step, loss, grad_norm, nan_seen, settings.nan_skip)
             step += 1
             continue
         optimizer.step()
@@ -189,6 +209,14 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
                "peak_mem_bytes": peak_memory_bytes(device), "wall_s": time.perf_counter() - started,
                "status": status}
     return summary
+
+
+def _diverged(loss, grad_norm, step, nan_seen, settings, ctx) -> str:
+    """The one-line reason a run stops on a non-finite loss or gradient, with the checkpoint it keeps."""
+    last = checkpoint.latest_path(ctx.run_dir)
+    kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
+    return (f"train: loss {loss}, grad norm {grad_norm} at step {step} ({nan_seen} non-finite steps, "
+            f"train.nan_skip={settings.nan_skip}); {kept}; lower optimizer.lr or raise train.nan_skip")
 
 
 def _emit(sinks, ctx, row, step):

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab import build, distributed, provenance
 from gptlab.errors import ConfigError
 from gptlab.hardware import threads_for_job
-from gptlab.loop import Context, train
+from gptlab.loop import Context, load_resume, train
 from gptlab.model.attention.kernels import check_impl
 from gptlab.sinks import JsonlSink, SafeSink
 from gptlab.sinks.progress import ProgressSink
@@ -87,6 +87,7 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str])
     ctx = Context(run_dir=run_dir, flops_per_token=_flops_per_token(model, data.seq_len),
                   peak_flops=hardware.resolved_peak_flops(build.cache_dir()), signature=signature,
                   rank=rank, world=world)
+    resumed = load_resume(settings, ctx)  # refuse an incompatible checkpoint before any run file is written
     name = run_name(cfg, overrides)
     sinks = []
     if ctx.is_main:  # only rank 0 writes run files
@@ -96,7 +97,8 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str])
         _profile(model, optimizer, data, settings, hardware, ctx)
     status = "failed"
     try:
-        summary = train(model, data, optimizer, schedule, hardware, settings, sinks, ctx, ddp_model=forward_model)
+        summary = train(model, data, optimizer, schedule, hardware, settings, sinks, ctx, ddp_model=forward_model,
+                        resumed=resumed)
         summary |= {"params": model.num_params(), "params_non_embedding": model.num_params(non_embedding=True),
                     "flops_per_token": ctx.flops_per_token, "peak_flops": ctx.peak_flops, "choices": choices,
                     "name": name, "seq_len": data.seq_len, "batch_size": settings.batch_size}

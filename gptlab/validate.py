@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 
@@ -19,9 +19,14 @@ RUN_KEYS = {
 }
 
 
+TRAIN_KEYS = sorted({k.split(".")[1] for k in RUN_KEYS if k.startswith("train.")} | {"resume"})
+
+
 def _get(cfg: DictConfig, key: str):
     node = cfg
     for part in key.split("."):
+        if part not in node:
+            raise ConfigError(f"{key}: missing from the config (removed with ~?); it is required")
         node = node[part]
     return node
 
@@ -41,6 +46,9 @@ def validate(cfg: DictConfig) -> None:
     for key, (kind, minimum) in RUN_KEYS.items():
         check_number(key, _get(cfg, key), kind, minimum)
     train = cfg.train
+    unknown = sorted(set(train) - set(TRAIN_KEYS))
+    if unknown:
+        raise ConfigError(f"train.{unknown[0]}: not a train key; allowed: {', '.join(TRAIN_KEYS)}")
     if train.batch_size % train.grad_accum:
         raise ConfigError(f"train.grad_accum={train.grad_accum} must divide train.batch_size={train.batch_size}")
     resume = str(train.resume)
@@ -49,8 +57,14 @@ def validate(cfg: DictConfig) -> None:
     vocab = cfg.model.get("vocab_size")
     if vocab is not None:
         check_number("model.vocab_size", vocab, int, 1)
-    if not 0.0 <= float(cfg.model.dropout) < 1.0:
+    check_number("model.dropout", _get(cfg, "model.dropout"), float, 0)
+    if not cfg.model.dropout < 1.0:
         raise ConfigError(f"model.dropout={cfg.model.dropout}: must be in [0, 1)")
+    mode = OmegaConf.select(cfg, "logger.mode")
+    if mode is not None:  # W&B: a missing API key must fail now, not after the run dir is written
+        from gptlab.sinks.wandb import resolve_mode
+
+        resolve_mode(str(mode))
     from gptlab.build import build_hardware, build_model
 
     build_hardware(cfg)

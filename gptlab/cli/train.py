@@ -1,7 +1,16 @@
-"""gptlab-train: one training run (or a Hydra multirun sweep) composed from the config groups in conf/."""
+"""gptlab-train: one training run (or a Hydra multirun sweep) composed from the config groups in conf/.
+
+Every user mistake ends in ONE line on stderr, `error: ...`, and a non-zero exit: 2 for bad input
+(a config key, choice or value, data, a checkpoint, a run dir in use), 1 when the run itself fails
+(the loss diverged, an I/O error such as a full disk). A run refused for bad input puts back the
+.hydra/ files Hydra rewrote in an existing run dir. HYDRA_FULL_ERROR=1 shows full tracebacks instead.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import logging
 import os
 import sys
@@ -9,8 +18,10 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from gptlab.build import group_choices
 from gptlab.cli import fail
@@ -21,6 +32,64 @@ from gptlab.placement import place_local_job, remember_launch_gpus
 
 log = logging.getLogger("gptlab")
 remember_launch_gpus()
+LOCK_FILE = ".gptlab.lock"
+RUN_ERRORS = (ConfigError, TrainingDiverged, OSError, OmegaConfBaseException)  # raised inside a run
+OS_HINTS = {errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk quota",
+            errno.EFBIG: "the file size limit (ulimit -f) is too small", errno.EROFS: "choose a writable hydra.run.dir",
+            errno.EACCES: "choose a writable hydra.run.dir", errno.EPERM: "choose a writable hydra.run.dir",
+            errno.EEXIST: "hydra.run.dir must name a directory, not a file",
+            errno.ENOTDIR: "hydra.run.dir must not be under a file"}
+
+
+def one_line(err: BaseException) -> str:
+    """A user error as one line naming the key, file or override and what is allowed."""
+    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:
+        group, _, choice = err.missing_cfg_file.rpartition("/")
+        return f"{group}={choice}: no such option; available: {', '.join(err.options)}"
+    if isinstance(err, OverrideParseException):
+        return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
+    cause = err.__cause__
+    if isinstance(err, ConfigCompositionException) and getattr(cause, "full_key", None):
+        parent = cause.parent_node if OmegaConf.is_dict(cause.parent_node) else {}
+        keys = [k for k in parent if not str(k).startswith("_") and k != "hydra"]
+        return (f"{cause.full_key}: no such key or group; allowed here: {', '.join(map(str, keys))} "
+                f"(add a new key with +{cause.full_key}=...)")
+    if isinstance(err, OSError) and not isinstance(err, HydraException):
+        where = f" '{err.filename}'" if err.filename else ""
+        hint = OS_HINTS.get(err.errno, "check the path and the disk")
+        return f"I/O error{where}: {err.strerror or err}; {hint}"
+    return " ".join(str(err).split())[:500]
+
+
+def exit_code(err: BaseException) -> int:
+    """1 when the run failed (diverged, I/O), 2 for bad input."""
+    return 1 if isinstance(err, (TrainingDiverged, OSError)) and not isinstance(err, HydraException) else 2
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path):
+    """Hold an exclusive lock on run_dir while training: a second live run there is refused (freed on any exit)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"hydra.run.dir: '{run_dir}' is in use by another running gptlab-train; "
+                          f"give this run its own dir") from None
+    except OSError as err:  # a file system without flock (some NFS/Lustre mounts): run unguarded
+        log.warning("cannot lock %s (%s); a second run in this dir would not be refused", run_dir, err.strerror)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def _writes_run_files(cfg: DictConfig) -> bool:
+    """Rank 0 of a data-parallel job (or a single process) owns the run dir."""
+    if not OmegaConf.select(cfg, "hardware.distributed", default=False):
+        return True
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 
 
 def _report(summary: dict, run_dir: Path) -> None:
@@ -44,27 +113,81 @@ def _report(summary: dict, run_dir: Path) -> None:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
-def main(cfg: DictConfig) -> float | None:
+def train_app(cfg: DictConfig) -> float | None:
     """Train one configuration; returns the final val loss (the objective for Hydra sweepers)."""
     from gptlab.run import execute
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
-    overrides = list(hc.overrides.task)
     multirun = hc.mode == RunMode.MULTIRUN
     if multirun and os.environ.get("SUBMITIT_EXECUTOR") == "local":  # launcher=local: own cores and GPUs
         place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
     try:
-        summary = execute(cfg, run_dir, group_choices(cfg), overrides)
-    except (ConfigError, TrainingDiverged) as err:
+        with run_dir_lock(run_dir) if _writes_run_files(cfg) else contextlib.nullcontext():
+            summary = execute(cfg, run_dir, group_choices(cfg), list(hc.overrides.task))
+    except RUN_ERRORS as err:
         if multirun:
             raise  # the launcher reports it with the job's log and goes on with the other runs
-        fail(err)
+        fail(one_line(err), exit_code(err))
     _report(summary, run_dir)
     if summary["status"] == "preempted" and os.environ.get("SLURM_JOB_ID"):
         # SLURM requeues this job: exit without a result so submitit (and the sweep) wait for the next attempt
         raise SystemExit(143)
     return summary["final_val_loss"]
+
+
+def _explicit_run_dir(args: list[str]) -> Path | None:
+    """The run dir a single run was pointed at with hydra.run.dir=..., when it is known before Hydra starts."""
+    if "-m" in args or "--multirun" in args:
+        return None
+    given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("hydra.run.dir=")]
+    return Path(given[-1]) if given and "${" not in given[-1] else None
+
+
+def _hydra_files(run_dir: Path | None) -> tuple[Path, dict[str, bytes]] | None:
+    """The .hydra/ files of an existing run dir: Hydra rewrites them before gptlab can check anything."""
+    if run_dir is None or not run_dir.is_dir():
+        return None
+    folder = run_dir / ".hydra"
+    return folder, {p.name: p.read_bytes() for p in folder.glob("*") if p.is_file()}
+
+
+def _put_back(saved: tuple[Path, dict[str, bytes]] | None) -> None:
+    """Restore the .hydra/ files _hydra_files saved (a refused run leaves the run dir as it was)."""
+    if saved is None:
+        return
+    folder, files = saved
+    for path in folder.glob("*"):
+        if path.is_file() and path.name not in files:
+            path.unlink()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    if not files and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def main() -> None:
+    """The gptlab-train command: Hydra's own errors (unknown key or choice, bad override) are one line too."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return train_app()
+    saved = _hydra_files(_explicit_run_dir(sys.argv[1:]))
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a multi-line report
+    try:
+        return train_app()
+    except SystemExit as stop:
+        if stop.code == 2:
+            _put_back(saved)
+        raise
+    except (HydraException, *RUN_ERRORS) as err:
+        if exit_code(err) == 2:
+            _put_back(saved)
+        fail(one_line(err), exit_code(err))
+    finally:
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
 
 
 if __name__ == "__main__":

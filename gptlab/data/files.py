@@ -71,17 +71,24 @@ def check_file(path: Path) -> str:
 def _load_group(builder: str, files: list[Path], column: str, hf_cache_dir: Path):
     """One builder's files as a Dataset with a single string column "text"."""
     from datasets import Value, load_dataset
-    from datasets.utils.logging import disable_progress_bar
-    disable_progress_bar()  # gptlab prints its own progress
+    from datasets.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # gptlab prints its own progress
 
     extra = {"sample_by": "document", "keep_linebreaks": True} if builder == "text" else {}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity(hf_logging.CRITICAL)  # its own multi-line error log would precede ours
     try:
         ds = load_dataset(builder, data_files=[str(f) for f in files], split="train",
                           cache_dir=str(hf_cache_dir), **extra)
-    except Exception as e:  # malformed json/parquet: report which files and why, in one line
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    except Exception as err:  # malformed json/parquet: report which files and why (the root cause), in one line
+        root = err
+        while root.__cause__ is not None:
+            root = root.__cause__
+        first = (str(root).strip().splitlines() or [type(root).__name__])[0]
         raise ConfigError(f"data.paths: cannot read {builder} file(s) {', '.join(f.name for f in files)}: "
                           f"{first}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     name = "text" if builder == "text" else column
     if name not in ds.column_names:
         raise ConfigError(f"data.column: column {name!r} not found in {', '.join(f.name for f in files)}; "

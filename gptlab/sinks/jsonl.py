@@ -30,11 +30,15 @@ def plain(value: Any) -> Any:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old or the new file, never a half-written one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # disk full: leave the old file, not a half-written temp next to it
+        raise
 
 
 def read_rows(path: Path) -> list[dict]:

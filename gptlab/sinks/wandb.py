@@ -169,25 +169,44 @@ class WandbSink:
             return None
         return f"wandb sync {self.run_dir_path}"
 
+    def _guarded(self, call, *args) -> None:
+        """Run a W&B call; if the W&B backend broke (its wandb-core process died, ...), let go of it and re-raise."""
+        try:
+            call(*args)
+        except Exception:
+            self._abandon()
+            raise  # SafeSink warns once and stops calling this sink
+
+    def _abandon(self) -> None:
+        """Drop the run and tear the dead W&B service down now, so exiting prints no traceback from its atexit hook."""
+        self.run = None
+        import wandb
+
+        try:
+            wandb.teardown()
+        except (Exception, SystemExit):  # the service is already gone; nothing left to flush
+            pass
+
     def log(self, metrics: dict[str, float], step: int) -> None:
         """One W&B history row; the `step` key is the x-axis of every curve."""
         if self.run is None:
             return
         row = {k: _scalar(v) for k, v in metrics.items()}
         row["step"] = int(step)
-        self.run.log(row)
+        self._guarded(self.run.log, row)
 
     def summary(self, values: dict) -> None:
         """Merge end-of-run values into run.summary."""
         if self.run is None:
             return
-        self.run.summary.update({k: _scalar(v) for k, v in values.items()})
+        self._guarded(self.run.summary.update, {k: _scalar(v) for k, v in values.items()})
 
     def close(self, status: str = "finished") -> None:
         """Finish the W&B run: exit code 0 when finished, 1 otherwise (preempted runs are marked so)."""
-        run, self.run = self.run, None
+        run = self.run
         if run is None:
             return
         if status == "preempted":
-            run.mark_preempting()
-        run.finish(exit_code=0 if status == "finished" else 1)
+            self._guarded(run.mark_preempting)
+        self._guarded(lambda: run.finish(exit_code=0 if status == "finished" else 1))
+        self.run = None

@@ -1,0 +1,279 @@
+"""Bad input through the real gptlab-train CLI: ONE table of (overrides, environment, exit code, needle).
+
+Each row must end in exactly one stderr line `error: ...` naming the key/file, no traceback, the
+expected exit code (2 bad input, 1 the run failed, e.g. a full disk), and a pre-existing run dir
+that stays byte-identical. Most rows run in ONE driver process (this file run as a script) that
+calls gptlab.cli.train.main() once per row with that row's sys.argv and environment, capturing fd 2:
+Hydra clears its global state after every call, so a call is what a fresh process would do. Rows
+marked `process` run as real `python -m gptlab.cli.train` processes too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from train_helpers import FAST, run_inprocess
+
+BASE = [*FAST, "train.max_steps=6", "train.eval_interval=3"]  # the config of the finished run {run}
+IGNORED = {"train.log", ".gptlab.lock"}  # Hydra appends its job log; gptlab-train's empty lock file
+
+
+@dataclass
+class Row:
+    id: str
+    overrides: list[str]
+    code: int
+    needle: str
+    env: dict = field(default_factory=dict)  # None = unset
+    run_dir: str = "{run}"  # hydra.run.dir
+    keep: str = "{run}"  # must be byte-identical afterwards
+    process: bool = False  # also (or only, with fsize) as a real `python -m gptlab.cli.train`
+    fsize: int | None = None  # RLIMIT_FSIZE in bytes: writes past it fail with EFBIG, like a full disk
+
+
+NO_WANDB_KEY = {"WANDB_API_KEY": None, "NETRC": None, "HOME": "{d}"}
+TABLE = [
+    # Hydra: unknown choice, group or key; bad override syntax
+    Row("unknown-choice", ["attention=gqaa"], 2, "attention=gqaa: no such option; available: gqa, hybrid, mha, mqa, sliding", process=True),
+    Row("unknown-model", ["model=gpt3"], 2, "model=gpt3: no such option; available: gpt2, gpt2-large"),
+    Row("unknown-group", ["attentio=gqa"], 2, "attentio: no such key or group; allowed here: model, attention"),
+    Row("unknown-train-key", ["train.max_step=5"], 2, "train.max_step: no such key or group; allowed here: max_steps"),
+    Row("unknown-component-key", ["attention.widnow=4"], 2, "attention.widnow: no such key"),
+    Row("appended-train-key", ["+train.max_step=5"], 2, "train.max_step: not a train key; allowed:"),
+    Row("appended-component-key", ["+attention.widnow=4"], 2, "attention.widnow"),
+    Row("ambiguous-sweep-value", ["model=tiny,gpt2"], 2, "Ambiguous value for argument 'model=tiny,gpt2'"),
+    Row("override-syntax", ["train.max_steps=["], 2, "cannot parse override 'train.max_steps=['"),
+    Row("removed-key", ["~seed"], 2, "seed: missing from the config"),
+    Row("bad-interpolation", ["model.n_layer=${nope}"], 2, "Interpolation key 'nope' not found"),
+    # wrong types and values
+    Row("steps-not-int", ["train.max_steps=abc"], 2, "train.max_steps='abc': expected an integer"),
+    Row("steps-float", ["train.max_steps=1.5"], 2, "train.max_steps=1.5: expected an integer"),
+    Row("batch-not-int", ["train.batch_size=abc"], 2, "train.batch_size='abc': expected an integer", process=True),
+    Row("steps-negative", ["train.max_steps=-5"], 2, "train.max_steps=-5: must be >= 1"),
+    Row("eval-interval-zero", ["train.eval_interval=0"], 2, "train.eval_interval=0: must be >= 1"),
+    Row("grad-clip-negative", ["train.grad_clip=-1"], 2, "train.grad_clip=-1: must be >= 0"),
+    Row("nan-skip-negative", ["train.nan_skip=-1"], 2, "train.nan_skip=-1: must be >= 0"),
+    Row("seed-not-int", ["seed=abc"], 2, "seed='abc': expected an integer"),
+    Row("grad-accum-divides", ["train.grad_accum=3"], 2, "train.grad_accum=3 must divide train.batch_size=8"),
+    Row("dropout-range", ["model.dropout=1.5"], 2, "model.dropout=1.5: must be in [0, 1)"),
+    Row("dropout-type", ["model.dropout=abc"], 2, "model.dropout='abc': expected a number"),
+    Row("vocab-zero", ["model.vocab_size=0"], 2, "model.vocab_size=0: must be >= 1"),
+    Row("heads-divide-width", ["model.d_model=130"], 2, "model.d_model=130"),
+    Row("kv-heads-divide", ["attention=gqa", "attention.n_kv_head=3"], 2, "attention.n_kv_head=3"),
+    Row("flash-with-window", ["attention=sliding", "attention.impl=flash"], 2, "attention.impl=flash"),
+    Row("unknown-kernel", ["attention.impl=warp"], 2, "attention.impl"),
+    Row("window-zero", ["attention=sliding", "attention.window=0"], 2, "attention.window"),
+    Row("mlp-ratio-zero", ["mlp.ratio=0"], 2, "mlp.ratio=0"),
+    Row("norm-placement", ["norm.placement=middle"], 2, "norm.placement: 'middle' is not allowed; allowed: pre, post"),
+    Row("unknown-dtype", ["hardware.dtype=fp8"], 2, "hardware.dtype: unknown dtype 'fp8'; allowed: fp32, bf16"),
+    Row("cuda-without-gpu", ["hardware=cuda"], 2, "hardware.device=cuda: no CUDA device is available here"),
+    Row("logger-mode", ["logger=wandb", "logger.mode=cloud"], 2, "logger.mode='cloud' is not valid; allowed: auto, online"),
+    # data
+    Row("missing-file", ["data=text", "data.paths=[{d}/missing.txt]"], 2, "data.paths: no file matches", process=True),
+    Row("no-files", ["data=text", "data.paths=[]"], 2, "data.paths: no files given"),
+    Row("empty-file", ["data=text", "data.paths=[{d}/empty.txt]"], 2, "empty.txt' is empty"),
+    Row("non-utf8", ["data=text", "data.paths=[{d}/latin1.txt]"], 2, "latin1.txt' is not valid UTF-8 (bad byte near offset 3)"),
+    Row("too-short-for-a-block", ["data=text", "data.paths=[{d}/short.txt]", "data.tokenizer=byte"], 2, "model.block_size=64 needs at least 65"),
+    Row("directory-as-file", ["data=text", "data.paths=[{d}]"], 2, "is a directory"),
+    Row("unsupported-type", ["data=text", "data.paths=[{d}/data.csv]"], 2, "unsupported file type '.csv'"),
+    Row("malformed-jsonl", ["data=text", "data.paths=[{d}/bad.jsonl]"], 2,
+        "data.paths: cannot read json file(s) bad.jsonl: JSON parse error: Invalid value. in row 1"),
+    Row("missing-column", ["data=text", "data.paths=[{d}/docs.jsonl]"], 2, "data.column: column 'text' not found in docs.jsonl; columns: body"),
+    Row("unknown-tokenizer", ["data.tokenizer=klingon"], 2, "data.tokenizer"),
+    Row("val-fraction", ["data.val_fraction=1.5"], 2, "data.val_fraction: got 1.5"),
+    Row("vocab-smaller-than-tokenizer", ["model.vocab_size=10"], 2,
+        "model.vocab_size=10 is smaller than the shakespeare tokenizer's vocabulary"),
+    Row("recall-pairs", ["data=assoc_recall", "data.num_pairs=200"], 2, "data.num_pairs"),
+    Row("recall-seq-len", ["data=assoc_recall", "data.seq_len=128"], 2, "data.seq_len"),
+    Row("hub-without-name", ["data=hf"], 2, "data.name: got None"),
+    Row("hub-offline", ["data=hf", "data.name=some/dataset"], 2, "hub dataset 'some/dataset' is not available offline (HF_HUB_OFFLINE=1)"),
+    # resume
+    Row("resume-missing-file", ["train.resume={d}/missing.pt"], 2,
+        "train.resume='{d}/missing.pt': not auto, never, or an existing checkpoint file"),
+    Row("resume-directory", ["train.resume={d}"], 2, "not auto, never, or an existing checkpoint file"),
+    Row("resume-truncated", ["train.resume={d}/truncated.pt"], 2, "truncated.pt' is unreadable"),
+    Row("resume-code-in-pickle", ["train.resume={d}/evil.pt"], 2,
+        "evil.pt' is unreadable (UnpicklingError: weights_only=True refused it: Unsupported global: GLOBAL print"),
+    Row("resume-not-a-checkpoint", ["train.resume={d}/plain.pt"], 2, "plain.pt' is not a gptlab checkpoint"),
+    Row("resume-other-width", ["model.d_model=128"], 2, "was made for another model or tokenizer (model.d_model=64 there, 128 here;"),
+    Row("resume-other-tokenizer", ["data.tokenizer=byte"], 2, "(tokenizer=char there, byte here; model.vocab_size="),
+    Row("resume-other-vocab", ["model.vocab_size=128"], 2, "(model.vocab_size=77 there, 128 here; params="),
+    Row("resume-all-corrupt", [], 2, "none of the 1 checkpoints", run_dir="{corrupt}", keep="{corrupt}"),
+    # environment (tests run as root, which ignores chmod: a file where the run dir should be stands in for an unwritable dir)
+    Row("run-dir-is-a-file", [], 1, "I/O error '{d}/plain.pt': File exists; hydra.run.dir must name a directory",
+        run_dir="{d}/plain.pt", keep="{d}"),
+    Row("run-dir-under-a-file", [], 1, "Not a directory; hydra.run.dir must not be under a file", run_dir="{d}/plain.pt/run", keep="{d}"),
+    Row("run-dir-in-use", [], 2, "busy' is in use by another running gptlab-train; give this run its own dir", run_dir="{busy}", keep="{busy}"),
+    Row("wandb-online-without-key", ["logger=wandb", "logger.mode=online"], 2,
+        "logger.mode=online but no W&B API key is configured", env=NO_WANDB_KEY),
+    # resumes {grow} at step 6, then the step-8 checkpoint outgrows a 256 KiB file size limit (EFBIG, like ENOSPC;
+    # tests run as root, which ignores read-only permissions): step 6 must stay intact, no temp file left
+    Row("disk-full-while-checkpointing", ["train.max_steps=10", "train.ckpt_interval=2"], 1,
+        "I/O error '{grow}/checkpoints/step_0000008.pt': cannot write checkpoint (File too large); the file size limit",
+        run_dir="{grow}", keep="{grow}/checkpoints", process=True, fsize=256 * 1024),
+]
+
+
+def digest(path: Path) -> dict[str, str]:
+    """sha256 of every file under path (or of path itself), Hydra's job log and the lock file left out."""
+    files = [path] if path.is_file() else [p for p in sorted(path.rglob("*")) if p.is_file() and p.name not in IGNORED]
+    return {str(p.relative_to(path.parent)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def changed(before: dict[str, str], path: Path) -> list[str]:
+    after = digest(path)
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def set_env(environ, changes: dict) -> dict:
+    """Apply {name: value, or None to unset} to environ; returns the previous values in the same form."""
+    previous = {key: environ.get(key) for key in changes}
+    for key, value in changes.items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
+    return previous
+
+
+def call_main(args: list[str], env: dict) -> tuple[int, str]:
+    """gptlab.cli.train.main() with sys.argv = args and env applied; returns (exit code, what reached fd 2)."""
+    from gptlab.cli.train import main
+
+    previous = set_env(os.environ, env)
+    sys.argv = ["gptlab-train", *args]
+    with tempfile.TemporaryFile() as err, open(os.devnull, "w") as null:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(null.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            main()
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        except BaseException:  # noqa: BLE001 - a crash is a test failure, shown with its traceback
+            traceback.print_exc()
+            code = -1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    set_env(os.environ, previous)
+    return code, text
+
+
+def drive(cases_file: str, results_file: str) -> None:
+    """The driver process: every case in-process, each with its own argv, environment and digests."""
+    out = []
+    for case in json.loads(Path(cases_file).read_text()):
+        before = digest(Path(case["keep"]))
+        code, stderr = call_main(case["args"], case["env"])
+        out.append({"id": case["id"], "code": code, "stderr": stderr, "changed": changed(before, Path(case["keep"]))})
+    Path(results_file).write_text(json.dumps(out))
+
+
+def as_process(case: dict, fsize: int | None) -> dict:
+    """One case as a real `python -m gptlab.cli.train` process (optionally under a file size limit)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    set_env(env, case["env"])
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.RLIM_INFINITY))) if fsize else None
+    keep = Path(case["keep"])
+    before = digest(keep)
+    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *case["args"]], env=env, capture_output=True,
+                          text=True, timeout=120, preexec_fn=limit)
+    return {"id": case["id"], "code": proc.returncode, "stderr": proc.stderr, "changed": changed(before, keep)}
+
+
+def make_inputs(tmp: Path) -> dict[str, str]:
+    """The files and run dirs the rows point at; returns the {placeholder} values."""
+    import torch
+
+    d = tmp / "inputs"
+    d.mkdir()
+    (d / "empty.txt").write_text("")
+    (d / "latin1.txt").write_bytes("caf\xe9 au lait, ".encode("latin-1") * 50)
+    (d / "short.txt").write_text("too short\n")
+    (d / "data.csv").write_text("text\nhello\n")
+    (d / "bad.jsonl").write_text('{"text": "fine"}\n{"text": broken\n')
+    (d / "docs.jsonl").write_text("".join(json.dumps({"body": f"doc {i} " * 40}) + "\n" for i in range(20)))
+    torch.save(torch.zeros(3), d / "plain.pt")
+    torch.save({"model": {}, "step": 1, "payload": Exploit()}, d / "evil.pt")
+    run = tmp / "run"
+    run_inprocess(run, steps=6, eval_interval=3)  # {run}: a finished run with the BASE config
+    newest = sorted((run / "checkpoints").glob("step_*.pt"))[-1]
+    (d / "truncated.pt").write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    for name in ("corrupt", "busy", "grow"):
+        shutil.copytree(run, tmp / name)
+    for ckpt in (tmp / "corrupt" / "checkpoints").glob("step_*.pt"):
+        ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    return {"d": str(d), "run": str(run), "corrupt": str(tmp / "corrupt"), "busy": str(tmp / "busy"),
+            "grow": str(tmp / "grow")}
+
+
+class Exploit:
+    """Pickles as a call to print: torch.load(weights_only=True) must refuse to run it."""
+
+    def __reduce__(self):
+        return print, ("code from a checkpoint ran",)
+
+
+def fill(text: str, values: dict) -> str:
+    return text.format(**values) if "{" in text and "${" not in text else text
+
+
+def test_bad_input_table(tmp_path):
+    assert len(TABLE) >= 40 and len({r.id for r in TABLE}) == len(TABLE)
+    values = make_inputs(tmp_path)
+    cases = [{"id": r.id, "args": [*BASE, *(fill(a, values) for a in r.overrides), f"hydra.run.dir={fill(r.run_dir, values)}"],
+              "env": {k: v if v is None else fill(v, values) for k, v in r.env.items()}, "keep": fill(r.keep, values)}
+             for r in TABLE]
+    (tmp_path / "cases.json").write_text(json.dumps([c for c, r in zip(cases, TABLE) if not r.fsize]))
+    with open(Path(values["busy"]) / ".gptlab.lock", "w") as lock:  # a live run holds {busy}
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        driver = subprocess.run([sys.executable, __file__, str(tmp_path / "cases.json"), str(tmp_path / "results.json")],
+                                capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert driver.returncode == 0, driver.stderr[-3000:]
+    driven = iter(json.loads((tmp_path / "results.json").read_text()))
+    outcomes = [(row, "driver", next(driven)) for row in TABLE if not row.fsize]
+    outcomes += [(row, "process", as_process(case, row.fsize)) for case, row in zip(cases, TABLE) if row.process]
+    failures = [f"{row.id} ({how}): {problem}" for row, how, result in outcomes for problem in check(result, row, values)]
+    assert not failures, "\n".join(failures)
+
+
+def check(result: dict, row: Row, values: dict) -> list[str]:
+    """What is wrong with one row's outcome (empty when it behaved)."""
+    lines = [line for line in result["stderr"].splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    needle = fill(row.needle, values)
+    problems = []
+    if result["code"] != row.code:
+        problems.append(f"exit code {result['code']}, expected {row.code}")
+    if not last.startswith("error: ") or needle not in last:
+        problems.append(f"last stderr line {last!r} lacks 'error: ...{needle}...'")
+    progress = [line for line in lines[:-1] if line.startswith(("step ", "stopped at step "))]  # a run that started
+    if len(lines) != 1 + len(progress) or "Traceback" in result["stderr"]:
+        problems.append("stderr is not one error line: " + result["stderr"][-1500:])
+    if result["changed"]:
+        problems.append(f"changed files: {result['changed']}")
+    return problems
+
+
+if __name__ == "__main__":
+    drive(sys.argv[1], sys.argv[2])

@@ -1,0 +1,270 @@
+"""Reliability of gptlab-train under the ways cluster jobs die, through the real CLI in real processes.
+
+SIGKILL at random moments (some while a checkpoint is being written), or SIGTERM (pre-emption), then
+`train.resume=auto` must give exactly the curve of an uninterrupted run; a truncated newest checkpoint
+falls back to the previous one; a NaN stops the run with its step and keeps the last good checkpoint;
+runs started in the same second get their own dirs; a second run into a live run's dir is refused; the
+W&B backend dying mid-run leaves training and metrics.jsonl whole. Bad input (incl. incompatible
+checkpoints) is the table in test_bad_input.py; a real SLURM requeue is in test_slurm_train.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from gptlab import checkpoint
+from gptlab.loop import TrainingDiverged
+from gptlab.sinks.jsonl import read_rows
+from train_helpers import FAST, rows, run_inprocess
+
+# 30 fp32 steps, a checkpoint after every step (so kills often land in a write), one torch thread
+KILL_ARGS = [*FAST, "train.max_steps=30", "train.eval_interval=5", "train.ckpt_interval=1", "hardware.threads=1"]
+CURVE = ("step", "train/loss", "val/loss", "grad_norm", "lr", "tokens")  # what must match exactly
+TRIALS = 10
+
+
+def launch(run_dir: Path, *args: str, logger: str = "logger=none") -> subprocess.Popen:
+    """`python -m gptlab.cli.train` into run_dir, its stderr kept in <run_dir>.err."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    with open(f"{run_dir}.err", "a") as err:
+        return subprocess.Popen([sys.executable, "-m", "gptlab.cli.train", *args, logger, f"hydra.run.dir={run_dir}"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def curve(run_dir: Path) -> list[dict]:
+    return [{k: r[k] for k in CURVE if k in r} for r in rows(run_dir)]
+
+
+def last_step(run_dir: Path) -> int:
+    steps = [r["step"] for r in read_rows(run_dir / "metrics.jsonl")]
+    return max(steps, default=-1)
+
+
+def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int) -> bool:
+    """Poll metrics.jsonl until a row for `step` (or later) exists; False if the process ended first."""
+    while last_step(run_dir) < step:
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def freeze(proc: subprocess.Popen) -> None:
+    """SIGSTOP and wait until the kernel reports the process stopped (or gone), so the files no longer move."""
+    proc.send_signal(signal.SIGSTOP)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z"):
+        time.sleep(0.0001)
+
+
+def kill_at_random(proc: subprocess.Popen, run_dir: Path, rng: random.Random) -> dict:
+    """SIGKILL after a random step: at a random moment in it, or (mode "write") while a checkpoint is half-written.
+
+    For "write", the process is frozen (SIGSTOP) at random moments until a checkpoint temp file exists,
+    then killed frozen: the kill provably lands between the temp file's creation and its rename.
+    """
+    mode = rng.choice(["moment", "write"])
+    done = last_step(run_dir)  # rows of an earlier attempt
+    if done >= 27 or not wait_for_step(proc, run_dir, rng.randint(max(1, done + 1), 27)):
+        proc.wait()  # too late to kill: let it finish
+        return {"mode": mode, "killed": False}
+    if mode == "moment":
+        time.sleep(rng.uniform(0, 0.02))
+        proc.send_signal(signal.SIGKILL)
+    while mode == "write" and proc.poll() is None:
+        freeze(proc)
+        if any(checkpoint.ckpt_dir(run_dir).glob(checkpoint.TMP_GLOB)):
+            proc.send_signal(signal.SIGKILL)
+            break
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(rng.uniform(0.0005, 0.004))
+    proc.wait()
+    during_write = any(checkpoint.ckpt_dir(run_dir).glob(checkpoint.TMP_GLOB))
+    return {"mode": mode, "killed": proc.returncode == -signal.SIGKILL, "during_write": during_write,
+            "after_step": last_step(run_dir)}
+
+
+def assert_checkpoints_loadable(run_dir: Path) -> None:
+    """Every checkpoint file a kill left is complete, and none before the last logged step is missing."""
+    found = sorted(checkpoint.ckpt_dir(run_dir).glob("step_*.pt"))
+    states = [checkpoint.load(p) for p in found]  # raises on a half-written file
+    logged = last_step(run_dir)
+    if logged >= 2:
+        assert states and states[-1]["step"] >= logged - 1, (logged, [s["step"] for s in states])
+
+
+def trial(run_dir: Path, seed: int) -> list[dict]:
+    """Kill a run once or twice at random, resume each time with train.resume=auto, finish it."""
+    rng = random.Random(seed)
+    kills = []
+    for _ in range(rng.choice([1, 1, 2])):
+        kills.append(kill_at_random(launch(run_dir, *KILL_ARGS, "train.resume=auto"), run_dir, rng))
+        assert_checkpoints_loadable(run_dir)
+    final = launch(run_dir, *KILL_ARGS, "train.resume=auto")
+    assert final.wait(timeout=180) == 0, Path(f"{run_dir}.err").read_text()[-2000:]
+    return kills
+
+
+def sigterm_trial(run_dir: Path) -> list[dict]:
+    """SIGTERM (a SLURM time limit or pre-emption): checkpoint, status preempted, exit 0; a resume finishes."""
+    proc = launch(run_dir, *KILL_ARGS)
+    assert wait_for_step(proc, run_dir, 12)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "preempted" and 12 <= summary["steps"] < 30
+    assert checkpoint.load(checkpoint.latest_path(run_dir))["step"] == summary["steps"]
+    assert launch(run_dir, *KILL_ARGS).wait(timeout=180) == 0
+    return []
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_curve(tmp_path):
+    def reference():
+        proc = launch(tmp_path / "reference", *KILL_ARGS)
+        assert proc.wait(timeout=180) == 0, Path(f"{tmp_path / 'reference'}.err").read_text()[-2000:]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: one per core
+        jobs = [pool.submit(reference)] + [pool.submit(trial, tmp_path / f"trial{i}", 1000 + i) for i in range(TRIALS)]
+        jobs.append(pool.submit(sigterm_trial, tmp_path / f"trial{TRIALS}"))
+        results = [job.result() for job in jobs]
+    kills = [k for trial_kills in results[1:] for k in trial_kills if k["killed"]]
+    writes = sum(k["during_write"] for k in kills)
+    print(f"\n{TRIALS} trials, {len(kills)} SIGKILLs, {writes} during a checkpoint write: {kills}")
+    assert len(kills) >= TRIALS and writes >= 1
+    assert all(k["during_write"] for k in kills if k["mode"] == "write")
+    want, want_summary = curve(tmp_path / "reference"), json.loads((tmp_path / "reference" / "summary.json").read_text())
+    assert [r["step"] for r in want if "val/loss" in r] == [0, 5, 10, 15, 20, 25, 30] and want[-1]["step"] == 30
+    for i in range(TRIALS + 1):  # the last one was stopped by SIGTERM
+        run_dir = tmp_path / f"trial{i}"
+        assert curve(run_dir) == want, f"trial {i} diverged from the uninterrupted run"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        for key in ("steps", "tokens", "final_val_loss", "best_val_loss", "status"):
+            assert summary[key] == want_summary[key], (i, key)
+        assert not list(checkpoint.ckpt_dir(run_dir).glob(checkpoint.TMP_GLOB))  # the next save swept it
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    """Disk corruption of the newest checkpoint, plus a stale temp file that looks newer: resume from the previous."""
+    run = tmp_path / "run"
+    run_inprocess(run, "train.ckpt_interval=2", steps=8, eval_interval=2)
+    want = curve(run)
+    newest, previous = sorted(checkpoint.ckpt_dir(run).glob("step_*.pt"))[::-1]
+    assert (newest.name, previous.name) == ("step_0000008.pt", "step_0000006.pt")
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 3])
+    stale = checkpoint.ckpt_dir(run) / ".step_0000009.pt.tmp4242"  # a killed writer's leftover: garbage
+    stale.write_bytes(b"half a checkpoint")
+    with caplog.at_level(logging.WARNING, logger="gptlab.checkpoint"):
+        summary = run_inprocess(run, "train.ckpt_interval=2", steps=8, eval_interval=2)
+    assert [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()] == [
+        f"skipping train.resume: checkpoint '{newest}' is unreadable (RuntimeError: PytorchStreamReader failed "
+        f"reading zip archive: failed finding central directory)"]
+    assert curve(run) == want and summary["steps"] == 8
+    assert checkpoint.load(newest)["step"] == 8  # rewritten whole from the redone steps 7-8
+    assert not stale.exists()
+
+
+def test_nan_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    """SGD at lr 30 without clipping really diverges: loss 4.3 -> 16 -> 2e3 -> 2e7 -> nan."""
+    run = tmp_path / "run"
+    proc = launch(run, *FAST, "optimizer=sgd", "optimizer.lr=30", "train.grad_clip=0", "train.ckpt_interval=2",
+                  "train.max_steps=20", "train.eval_interval=4")
+    assert proc.wait(timeout=120) == 1
+    lines = [line for line in Path(f"{run}.err").read_text().splitlines() if line.strip()]
+    train_rows = [r for r in rows(run) if "train/loss" in r]
+    bad_step = train_rows[-1]["step"]  # rows are logged after a step; the next one went non-finite
+    assert lines[-1] == (f"error: train: loss nan, grad norm nan at step {bad_step} (1 non-finite steps, "
+                         f"train.nan_skip=0); last good checkpoint: {run}/checkpoints/step_{bad_step:07d}.pt; "
+                         f"lower optimizer.lr or raise train.nan_skip")
+    assert train_rows[-1]["train/loss"] > 1e6 and all(torch.isfinite(torch.tensor([r["train/loss"] for r in train_rows])))
+    state = checkpoint.load(run / "checkpoints" / f"step_{bad_step:07d}.pt")
+    assert state["step"] == bad_step and all(torch.isfinite(t).all() for t in state["model"].values())
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+
+
+def test_nan_skip_skips_a_bounded_number_of_steps(tmp_path, caplog):
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="gptlab.loop"), pytest.raises(TrainingDiverged) as err:
+        run_inprocess(run, "optimizer=sgd", "optimizer.lr=30", "train.grad_clip=0", "train.nan_skip=2", steps=20)
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert [m.split(";")[-1] for m in skipped] == [" skipped (1 of train.nan_skip=2)", " skipped (2 of train.nan_skip=2)"]
+    first_bad = max(r["step"] for r in rows(run) if "train/loss" in r)
+    assert f"at step {first_bad + 2} (3 non-finite steps, train.nan_skip=2)" in str(err.value)
+
+
+def children(pid: int) -> list[int]:
+    """Direct child processes of pid (Linux /proc)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+@pytest.mark.slow
+def test_wandb_backend_dying_mid_run_leaves_training_and_metrics_whole(tmp_path):
+    """The real WandbSink (offline) loses its wandb-core service process mid-run, as when the OOM killer picks it.
+
+    The trainer is frozen while wandb-core is killed at step >= 10, so the loss lands mid-run for sure.
+    """
+    run = tmp_path / "run"
+    proc = launch(run, *FAST, "train.max_steps=60", "train.eval_interval=20", logger="logger=wandb")
+    assert wait_for_step(proc, run, 10)
+    freeze(proc)
+    cores = [c for c in children(proc.pid) if Path(f"/proc/{c}/comm").read_text().strip() == "wandb-core"]
+    for pid in cores:
+        os.kill(pid, signal.SIGKILL)
+    proc.send_signal(signal.SIGCONT)
+    assert len(cores) == 1 and proc.wait(timeout=120) == 0
+    assert [r["step"] for r in rows(run) if "train/loss" in r] == list(range(1, 61))
+    assert [r["step"] for r in rows(run) if "val/loss" in r] == [0, 20, 40, 60]
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    log = (run / "train.log").read_text()
+    assert log.count("logging sink 'wandb' disabled") == 1, log[-2000:]
+    assert "Traceback" not in Path(f"{run}.err").read_text() + log
+
+
+@pytest.mark.slow
+def test_runs_started_in_the_same_second_get_their_own_dirs(tmp_path):
+    """Two sweeps of the same name at once. ${now} is pinned to one value so the time part surely collides;
+    only gptlab's uid (as in the default hydra.sweep.dir) keeps them apart."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")}
+    args = [sys.executable, "-m", "gptlab.cli.train", "-m", *FAST, "train.max_steps=6", "train.eval_interval=3",
+            "seed=0,1", "sweep=same", "hydra.sweep.dir=sweeps/same/2025-01-01_00-00-00-${gptlab_uid:}"]
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=env | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    assert [p.wait(timeout=180) for p in procs] == [0, 0], [p.stderr.read()[-2000:] for p in procs]
+    sweep_dirs = sorted((tmp_path / "sweeps" / "same").iterdir())
+    assert len(sweep_dirs) == 2
+    for job in [d / str(num) for d in sweep_dirs for num in (0, 1)]:
+        assert json.loads((job / "summary.json").read_text())["steps"] == 6
+        assert len([r for r in rows(job) if "train/loss" in r]) == 6  # one run's rows, not two interleaved
+
+
+@pytest.mark.slow
+def test_a_second_run_into_a_live_run_dir_is_refused(tmp_path):
+    """Same hydra.run.dir twice (a copy-pasted command): the second is refused and the live run goes on untouched."""
+    run = tmp_path / "run"
+    args = [*FAST, "train.max_steps=20", "train.eval_interval=10"]
+    first = launch(run, *args)
+    assert wait_for_step(first, run, 2)
+    freeze(first)  # frozen mid-run, holding the run dir
+    hydra_files = {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()}
+    second = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *args, "seed=7", "logger=none",
+                             f"hydra.run.dir={run}"], capture_output=True, text=True, timeout=120)
+    first.send_signal(signal.SIGCONT)
+    assert second.returncode == 2 and second.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.run.dir: '{run}' is in use by another running gptlab-train; give this run its own dir")
+    assert {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()} == hydra_files  # Hydra's rewrite undone
+    assert first.wait(timeout=120) == 0
+    assert [r["step"] for r in rows(run) if "train/loss" in r] == list(range(1, 21))
