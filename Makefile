@@ -23,5 +23,9 @@ test: setup
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
 
+# Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min
+bench: setup
+	$(PY) -m benchmarks $(ARGS)
+
 clean:
 	rm -rf $(VENV) outputs/runs outputs/sweeps

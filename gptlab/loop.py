@@ -145,7 +145,7 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
           resumed: tuple[dict, str] | None = None) -> dict:
     """Train to settings.max_steps from `resumed` (load_resume's result; None = step 0), log, checkpoint; returns the summary."""
     device = hardware.device
-    ddp_model = ddp_model or model
+    ddp_model = model if ddp_model is None else ddp_model  # not `or`: a compiled module raises on bool()
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
     step, tokens, best, last_val = _resume(model, optimizer, resumed)

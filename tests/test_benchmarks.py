@@ -1,0 +1,140 @@
+"""The benchmark package: `python -m benchmarks --quick` writes every section (never checks a target is reached)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from benchmarks.ablation import CLAIMS, SWEEP
+from benchmarks.overhead import summarise
+from benchmarks.report import TITLES
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bench(*args: str, timeout: int = 420) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def positive(*values) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = bench("--quick", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "benchmarks.json").read_text()), (out / "BENCHMARKS.md").read_text()
+
+
+@pytest.mark.slow
+def test_quick_run_records_machine_and_every_section(quick):
+    doc, _ = quick
+    meta = doc["meta"]
+    assert meta["quick"] is True and "--quick" in meta["command"]
+    assert meta["machine"]["torch"] == torch.__version__ and meta["machine"]["cpu"]
+    assert positive(meta["machine"]["cores"], meta["machine"]["ram_bytes"], meta["wall_s"])
+    assert set(doc["sections"]) == set(TITLES)
+
+
+@pytest.mark.slow
+def test_quick_run_overhead_and_throughput_figures(quick):
+    doc, _ = quick
+    f = doc["sections"]["overhead"]["figures"]
+    assert positive(f["platform_step_ms"], f["bare_step_ms"], f["platform_loop_step_ms"])
+    assert math.isfinite(f["overhead_no_eval_pct"]) and math.isfinite(f["overhead_with_eval_pct"])
+    tp = doc["sections"]["throughput"]
+    assert positive(tp["peaks"]["bf16_peak_flops_median"], tp["peaks"]["fp32_peak_flops_median"])
+    arms = {(r["model"], r["dtype"], r["compile"]) for r in tp["rows"]}
+    assert arms >= {("gpt2s", "bf16", True), ("gpt2s", "bf16", False), ("tiny", "fp32", False)}
+    for row in tp["rows"]:
+        assert positive(row["step_ms"], row["tokens_per_s"], row["mfu"], row["flops_per_token"]), row["arm"]
+        assert row["tokens_per_s"] == pytest.approx(1000 * row["tokens_per_step"] / row["step_ms"])
+        assert ("compile_s" in row) == row["compile"]
+
+
+@pytest.mark.slow
+def test_quick_run_ablation_goes_through_sweep_and_compare_with_claims(quick):
+    doc, _ = quick
+    rows = {r["arm"]: r for r in doc["sections"]["ablation"]["rows"]}
+    assert list(rows) == list(yaml.safe_load(SWEEP.read_text())["arms"])
+    assert rows["baseline"]["speedup"] == pytest.approx(1.0)
+    for arm, row in rows.items():
+        assert positive(row["tokens_per_s"], row["step_ms"], row["peak_mem_bytes"], row["speedup"]), arm
+        assert row["claimed_speedup"] == (CLAIMS[arm][2] if arm in CLAIMS else None)  # gptlab-compare --claims
+
+
+@pytest.mark.slow
+def test_quick_run_quality_startup_and_scaling(quick):
+    doc, _ = quick
+    sweeps = doc["sections"]["quality"]["sweeps"]
+    assert {r["arm"] for r in sweeps["fast"]["rows"]} == {"baseline", "fast"}
+    assert {r["arm"] for r in sweeps["attention"]["rows"]} == {"mha", "gqa4", "gqa2", "mqa"}
+    for sw in sweeps.values():
+        for row in sw["rows"]:
+            assert positive(row["val_loss_mean"]) and row["n_seeds"] == 2 and isinstance(row["significant"], bool)
+            assert (row["delta_val_loss"] == 0) == (row["arm"] == sw["baseline"])
+    st = doc["sections"]["startup"]
+    for row in st["first_step"]:
+        assert positive(row["first_step_s"], row["total_s"]) and row["first_step_s"] <= row["total_s"], row["case"]
+    assert positive(*st["imports_s"].values())
+    assert [s["runs"] for s in st["sweeps"]] == [3] and math.isfinite(st["sweeps"][0]["per_run_overhead_s"])
+    sc = doc["sections"]["scaling"]
+    assert {(p["impl"], p["seq"]) for p in sc["by_seq"]} == {(i, t) for i in ("naive", "sdpa") for t in (32, 64)}
+    for p in sc["by_seq"] + sc["by_batch"]:
+        assert positive(p["tokens_per_s"], p["step_ms"], p["peak_mem_bytes"]) and p["train_mem_bytes"] >= 0
+
+
+@pytest.mark.slow
+def test_quick_run_markdown_has_each_section_table(quick):
+    _, md = quick
+    assert md.startswith("# Benchmarks") and f"| torch | {torch.__version__}" in md
+    for title in TITLES.values():
+        assert f"## {title}" in md
+    for header in ("| | gptlab-train | bare loop | overhead (median of per-round ratios) |", "| arm | params | tokens/step |",
+                   "| arm | what differs from the baseline |", "| sweep | arm | vs baseline |",
+                   "| `gptlab-train model=tiny` |", "| seq | naive tokens/s |", "| batch | naive tokens/s |"):
+        assert header in md
+
+
+def test_bad_arguments_fail_in_one_line_and_write_nothing(tmp_path):
+    proc = bench("--quick", "--only", "overhead,nosuch", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert proc.stderr.strip().splitlines() == [
+        "error: --only: unknown section 'nosuch'; allowed: overhead, throughput, ablation, quality, startup, scaling"]
+    target = tmp_path / "file"
+    target.write_text("keep")
+    proc = bench("--quick", "--out", str(target))
+    assert proc.returncode == 2 and target.read_text() == "keep"
+    assert "--out" in proc.stderr and "not a directory" in proc.stderr
+
+
+@pytest.mark.slow
+def test_compiled_model_trains_through_the_loop(tmp_path):
+    """hardware.compile=true (what section 2 measures) runs in gptlab-train and matches eager losses."""
+    from train_helpers import rows, run_inprocess
+
+    eager = run_inprocess(tmp_path / "eager", steps=2, eval_interval=2)
+    compiled = run_inprocess(tmp_path / "compiled", "hardware.compile=true", steps=2, eval_interval=2)
+    assert compiled["status"] == eager["status"] == "finished"
+    losses = [[r["train/loss"] for r in rows(tmp_path / d) if "train/loss" in r] for d in ("eager", "compiled")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+
+
+def test_overhead_splits_intervals_with_and_without_eval():
+    # steps 10..60 logged every 10; evals at 0, 20, 40; clean steps take 5 ms, each eval adds 30 ms
+    wall, rows = 0.0, []
+    for step in range(10, 70, 10):
+        rows.append({"step": step, "wall_s": wall})
+        wall += (10 * 5 + (30 if step % 20 == 0 else 0)) / 1000
+    res = summarise(rows, log=10, eval_every=20)
+    assert res["step_ms"] == pytest.approx(5.0) and res["eval_ms"] == pytest.approx(30.0)
