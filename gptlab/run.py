@@ -103,6 +103,7 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str])
                     "flops_per_token": ctx.flops_per_token, "peak_flops": ctx.peak_flops, "choices": choices,
                     "name": name, "seq_len": data.seq_len, "batch_size": settings.batch_size}
         status = summary["status"]
+        _check_peak(summary, hardware)
         for sink in sinks:
             sink.summary(summary)
     finally:
@@ -113,6 +114,17 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str])
     summary["sample"] = _sample(model, data, settings, hardware)
     summary["wandb_sync"] = next((getattr(s, "sync_command", None) for s in sinks if getattr(s, "sync_command", None)), None)
     return summary
+
+
+def _check_peak(summary: dict, hardware) -> None:
+    """MFU above 100 % means the measured-and-cached CPU peak is too low: drop it so the next run measures again."""
+    from gptlab.costs.peak import forget_peak
+
+    mfu = summary.get("mfu_median") or 0.0
+    if mfu > 1.0 and hardware.peak_flops == "auto" and not hardware.device.startswith("cuda"):
+        if forget_peak(hardware.device, hardware.torch_dtype, build.cache_dir()):
+            log.warning("MFU %.0f%% is impossible: the cached %s matmul peak was measured while the machine was busy; "
+                        "dropped from %s, the next run measures it again", 100 * mfu, hardware.dtype, build.cache_dir())
 
 
 def _profile(model, optimizer, data, settings, hardware, ctx) -> None:

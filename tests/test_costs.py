@@ -197,6 +197,29 @@ def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert list(table.values()) == [1.5e12] and "bfloat16" in next(iter(table))
 
 
+def test_a_run_beating_the_cached_peak_drops_it(tmp_path, monkeypatch, caplog):
+    """A peak cached while the machine was busy is too low (MFU > 100 %): the run drops it for re-measurement."""
+    import logging
+
+    from gptlab.costs import peak
+    from train_helpers import run_inprocess
+
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the cache key includes the thread count the run will use
+    busy = {peak._cache_key("cpu", "matmul float32"): 1e6, "other machine | matmul float32": 5e11}
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / peak.CACHE_FILE).write_text(json.dumps(busy))
+    try:
+        with caplog.at_level(logging.WARNING, logger="gptlab.run"):
+            summary = run_inprocess(tmp_path / "run", "hardware.peak_flops=auto", "hardware.threads=1", steps=8)
+    finally:
+        torch.set_num_threads(threads)
+    assert summary["peak_flops"] == 1e6 and summary["mfu_median"] > 1
+    assert json.loads((tmp_path / "cache" / peak.CACHE_FILE).read_text()) == {"other machine | matmul float32": 5e11}
+    assert any("MFU" in r.getMessage() and "measures it again" in r.getMessage() for r in caplog.records)
+
+
 def _flops_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([python_bin(), "-m", "gptlab.cli.flops", *args], cwd=cwd, capture_output=True, text=True,
                           env=cli_env(PYTHONPATH=str(REPO)), timeout=120)

@@ -96,6 +96,22 @@ def cached_peak(device: str, dtype: torch.dtype, cache_dir) -> float:
                    lambda: measure_matmul_peak(dtype, device))
 
 
+def forget_peak(device: str, dtype: torch.dtype, cache_dir) -> bool:
+    """Drop the cached matmul peak for this dtype (a run beat it: it was measured on a busy machine); True if dropped."""
+    path = Path(cache_dir).expanduser() / CACHE_FILE
+    key = _cache_key(device, f"matmul {str(dtype).replace('torch.', '')}")
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if table.pop(key, None) is None:
+        return False
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return True
+
+
 def cached_bandwidth(device: str, cache_dir) -> float:
     """Copy bandwidth in bytes/s for (machine, torch version, thread count), measured once and cached."""
     return _cached(cache_dir, _cache_key(device, "copy bandwidth"), lambda: measure_bandwidth(device))
