@@ -26,6 +26,9 @@ def hermetic_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("WANDB_ARTIFACT_DIR", str(base / "wandb-artifacts"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(base / "wandb-config"))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    # wandb.init in this process exports WANDB_SERVICE; without this, a CLI subprocess of a later test would
+    # attach to pytest's W&B service instead of starting its own
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("GPTLAB_CACHE", str(base / "gptlab-cache"))
