@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO, Bench, BenchError, hermetic_env
+from gptlab.compare.report import strict_json
 
 SECTIONS = ("overhead", "throughput", "ablation", "quality", "startup", "scaling")
 
@@ -43,17 +43,6 @@ def check(args: argparse.Namespace) -> list[str]:
         if path is not None and path.exists() and not path.is_dir():
             raise BenchError(f"{what} '{path}' exists and is not a directory; give a directory")
     return sections
-
-
-def finite(obj):
-    """A strict-JSON copy: NaN/inf become null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [finite(v) for v in obj]
-    return obj
 
 
 def run_sections(bench: Bench, sections: list[str]) -> tuple[dict, dict]:
@@ -99,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": time.perf_counter() - started, "section_s": seconds, "machine": machine()}
     peaks = results.get("throughput", {}).get("peaks", {})
     meta |= {"bf16_probe_min": peaks.get("bf16_peak_flops_min"), "bf16_probe_max": peaks.get("bf16_peak_flops_max")}
-    doc = finite({"meta": meta, "sections": results})
+    doc = strict_json({"meta": meta, "sections": results})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "benchmarks.json").write_text(json.dumps(doc, indent=1) + "\n")
     (args.out / "BENCHMARKS.md").write_text(report.markdown(doc))

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
-from typing import Any
 
 from gptlab.compare.analysis import Comparison, compare, load_claims
+from gptlab.compare.report import strict_json
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
 from gptlab.errors import ConfigError
 
@@ -52,17 +51,6 @@ def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
     return out
 
 
-def _finite(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf (a diverged run) become null so the file stays strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
     """Write PNGs, comparison.json/.md/.html into out; returns the PNGs by name."""
     from gptlab.compare.plots import make_plots
@@ -70,7 +58,7 @@ def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     images = make_plots(cmp, out)
-    (out / "comparison.json").write_text(json.dumps(_finite(cmp.to_json()), indent=2) + "\n")
+    (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
     (out / "comparison.md").write_text(markdown(cmp, images))
     (out / "comparison.html").write_text(html_report(cmp, images))
     return images
