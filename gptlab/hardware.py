@@ -12,10 +12,6 @@ from gptlab.errors import ConfigError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-# Dense bf16/fp16 tensor-core peaks (FLOP/s) from vendor datasheets, by substring of the device name.
-GPU_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12,
-             "4090": 165e12, "3090": 71e12, "V100": 125e12, "T4": 65e12}
-
 
 @dataclass
 class Hardware:
@@ -41,9 +37,9 @@ class Hardware:
             raise ConfigError(f"hardware.dtype: unknown dtype '{self.dtype}'; allowed: {', '.join(DTYPES)}")
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"hardware.device={self.device}: no CUDA device is available here; use hardware=cpu")
-        if self.device not in ("cpu", "meta") and not self.device.startswith("cuda"):
+        if self.device.startswith("cuda"):
+            self.device = cuda_device(self.device, self.distributed)
+        elif self.device not in ("cpu", "meta"):
             raise ConfigError(f"hardware.device: unknown device '{self.device}'; allowed: cpu, cuda, cuda:N, auto")
 
     @property
@@ -57,32 +53,85 @@ class Hardware:
         return torch.autocast(device_type=self.device.split(":")[0], dtype=self.torch_dtype)
 
     def apply(self) -> None:
-        """Process-wide settings: thread count, TF32 matmuls, the CUDA device."""
+        """Process-wide settings: thread count; on CUDA the device, a dtype it supports, and TF32 matmuls."""
         if self.threads:
             torch.set_num_threads(int(self.threads))
         if self.device.startswith("cuda"):
-            torch.backends.cuda.matmul.allow_tf32 = self.tf32
-            torch.backends.cudnn.allow_tf32 = self.tf32
-            torch.cuda.set_device(torch.device(self.device))
+            index = torch.device(self.device).index
+            torch.cuda.set_device(index)  # needs an explicit index: __post_init__ resolved "cuda" to "cuda:N"
+            check_native_dtype(self.dtype, index)
+            # torch's fp32_precision API; the older allow_tf32 flags are deprecated and must not be mixed with it
+            precision = "tf32" if self.tf32 else "ieee"
+            torch.backends.cuda.matmul.fp32_precision = precision
+            torch.backends.cudnn.conv.fp32_precision = precision
 
     def resolved_peak_flops(self, cache_dir) -> float:
         """The peak FLOP/s for MFU: the configured number, a datasheet value, or a cached CPU measurement."""
         if self.peak_flops != "auto":
             return float(self.peak_flops)
         if self.device.startswith("cuda"):
-            name = torch.cuda.get_device_name()
-            for key, peak in GPU_PEAKS.items():
-                if key in name:
-                    return peak if self.dtype != "fp32" else peak / 16
-            raise ConfigError(f"hardware.peak_flops: no datasheet peak known for '{name}'; set hardware.peak_flops=<FLOP/s>")
+            return datasheet_peak(torch.device(self.device).index, self.dtype, self.tf32)
         from gptlab.costs.peak import cached_peak
 
         return cached_peak(self.device, self.torch_dtype, cache_dir)
 
 
-def threads_for_job() -> int:
-    """Cores this process may use: SLURM's allocation, else the CPU affinity mask."""
-    for var in ("SLURM_CPUS_PER_TASK", "GPTLAB_THREADS"):
-        if os.environ.get(var):
-            return max(1, int(os.environ[var]))
-    return max(1, len(os.sched_getaffinity(0)))
+def cuda_device(device: str, distributed: bool) -> str:
+    """"cuda" or "cuda:N" as an explicit "cuda:N" that exists here: LOCAL_RANK's GPU under DDP, else the current one."""
+    if not torch.cuda.is_available():
+        instead = "hardware=ddp_cpu" if distributed else "hardware=cpu"
+        raise ConfigError(f"hardware.device={device}: no CUDA device is available here; use {instead}")
+    try:
+        index = torch.device(device).index
+    except RuntimeError:
+        raise ConfigError(f"hardware.device: unknown device '{device}'; allowed: cpu, cuda, cuda:N, auto") from None
+    if index is None and distributed:
+        # torchrun sets LOCAL_RANK; a SLURM task learns it only later from submitit, so SLURM_LOCALID here
+        index = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")))
+    elif index is None:
+        index = torch.cuda.current_device() if torch.cuda.is_initialized() else 0  # "cuda" = the current device
+    count = torch.cuda.device_count()
+    if not 0 <= index < count:
+        raise ConfigError(f"hardware.device=cuda:{index}: only {count} CUDA device(s) are visible here "
+                          f"(allowed: cuda:0..cuda:{count - 1}); launch at most {count} ranks per node")
+    return f"cuda:{index}"
+
+
+def check_native_dtype(dtype: str, index: int) -> None:
+    """Refuse bf16 on GPUs without bf16 tensor cores (before sm_80), where torch would emulate it slowly."""
+    major, minor = torch.cuda.get_device_capability(index)
+    if dtype == "bf16" and major < 8:
+        name = torch.cuda.get_device_name(index)
+        raise ConfigError(f"hardware.dtype=bf16: {name} (sm_{major}{minor}) has no native bf16; "
+                          "use hardware.dtype=fp16 (or fp32)")
+
+
+def datasheet_peak(index: int, dtype: str, tf32: bool) -> float:
+    """The datasheet matmul peak of GPU `index` for this dtype (TF32's for fp32 with TF32 on)."""
+    from gptlab.costs.gpus import gpu_peaks, peak_for
+
+    name = torch.cuda.get_device_name(index)
+    peaks = gpu_peaks(name)
+    if peaks is None:
+        raise ConfigError(f"hardware.peak_flops: no datasheet peak known for '{name}'; set hardware.peak_flops=<FLOP/s>")
+    peak = peak_for(peaks, dtype, tf32)
+    if peak is None:
+        check_native_dtype(dtype, index)  # raises the one-line bf16 refusal
+        raise ConfigError(f"hardware.dtype={dtype}: {name} has no {dtype} tensor cores; use hardware.dtype=fp16")
+    return peak
+
+
+def threads_for_job(local_world: int = 1) -> int:
+    """Torch threads for one process when hardware.threads is unset; `local_world` = ranks on this node.
+
+    GPTLAB_THREADS is an explicit per-process count. SLURM_CPUS_PER_TASK is already per task, i.e. per rank when
+    SLURM starts the ranks, so it is not divided again (only torchrun inside one task splits it). The CPU
+    affinity mask is the whole node's share, split between its local ranks.
+    """
+    if os.environ.get("GPTLAB_THREADS"):
+        return max(1, int(os.environ["GPTLAB_THREADS"]))
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK")
+    if slurm and "TORCHELASTIC_RUN_ID" not in os.environ:
+        return max(1, int(slurm))
+    total = int(slurm) if slurm else len(os.sched_getaffinity(0))
+    return max(1, total // max(1, local_world))

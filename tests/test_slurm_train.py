@@ -99,7 +99,7 @@ def test_slurm_sweep_of_two_runs_finishes(slurm_cluster, tmp_path, monkeypatch):
 def test_slurm_ddp_two_tasks_match_one_process(slurm_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_PARTITION", slurm_cluster.partition)
     sweep = tmp_path / "sweep"
-    ddp = ["hardware=ddp", "hardware.device=cpu", "hardware.dtype=fp32", "hardware.tasks_per_node=2",
+    ddp = ["hardware=ddp_cpu", "hardware.dtype=fp32", "hardware.tasks_per_node=2",
            "hardware.cpus_per_task=1"]
     proc = cli(tmp_path, "-m", "launcher=slurm", *FAST, *ddp, "train.max_steps=6", "train.eval_interval=3",
                JOB_MINUTES, f"hydra.sweep.dir={sweep}", timeout=150)
@@ -117,7 +117,7 @@ def test_slurm_ddp_two_tasks_match_one_process(slurm_cluster, tmp_path, monkeypa
     assert _steps(run_dir, "train/loss") == [1, 2, 3, 4, 5, 6]
     assert _steps(run_dir, "val/loss") == [0, 3, 6]
     summary = _summary(run_dir)
-    assert summary["status"] == "finished" and summary["choices"]["hardware"] == "ddp"
+    assert summary["status"] == "finished" and summary["choices"]["hardware"] == "ddp_cpu"
     # One process with the same global batch (train.batch_size is global) follows the same curve.
     single = run_inprocess(tmp_path / "single", "hardware.threads=1")
     assert summary["final_val_loss"] == pytest.approx(single["final_val_loss"], abs=1e-4)

@@ -55,12 +55,12 @@ def test_every_sweep_runs_end_to_end(tmp_path, name):
 
 
 def test_local_job_slices():
-    """GPU placement is checked as a pure function here: this machine has no GPU (the CPU path is real below)."""
-    gpus = ["0", "1", "2", "3"]
-    assert [slice_for_job(k, 1, gpus) for k in range(5)] == [["0"], ["1"], ["2"], ["3"], ["0"]]
-    assert [slice_for_job(k, 2, gpus) for k in range(3)] == [["0", "1"], ["2", "3"], ["0", "1"]]
-    assert slice_for_job(1, 3, gpus) == ["0", "1", "2"]  # 3-GPU slices: only one fits, every run gets it
-    assert slice_for_job(0, 8, gpus) == gpus and slice_for_job(3, 0, gpus) == [] and slice_for_job(0, 1, []) == []
+    """CPU-core slices wrap around (GPU slices never do: tests/test_gpu_path.py); the CPU path is real below."""
+    cores = [0, 1, 2, 3]
+    assert [slice_for_job(k, 1, cores) for k in range(5)] == [[0], [1], [2], [3], [0]]
+    assert [slice_for_job(k, 2, cores) for k in range(3)] == [[0, 1], [2, 3], [0, 1]]
+    assert slice_for_job(1, 3, cores) == [0, 1, 2]  # 3-core slices: only one fits, every run gets it
+    assert slice_for_job(0, 8, cores) == cores and slice_for_job(3, 0, cores) == [] and slice_for_job(0, 1, []) == []
 
 
 def _sweep(tmp_path, *args, timeout=600):
@@ -117,7 +117,7 @@ def test_ddp_two_processes_match_one(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-2000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "gptlab.cli.train", *common, "hardware=ddp", "hardware.device=cpu",
+                          "-m", "gptlab.cli.train", *common, "hardware=ddp_cpu",
                           f"hydra.run.dir={tmp_path / 'two'}"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
