@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from gptlab.errors import ConfigError
-from gptlab.model.attention.kernels import KERNELS, check_impl_name
+from gptlab.model.attention.kernels import KERNELS, check_impl_name, prepare_flex
 
 
 class KVCache:
@@ -70,6 +70,8 @@ class GroupedQueryAttention(nn.Module):
         self.dropout = dropout
         self.layer_idx = layer_idx
         self.kernel = KERNELS[check_impl_name(impl)]
+        if impl == "flex":  # the training-shape block mask, built here rather than inside a (compiled) forward
+            prepare_flex(block_size, self.window, torch.empty(0).device)
         self.uses_score_bias = False  # set by GPT when the position choice adds a score bias
         self.qkv = nn.Linear(d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=bias)
         self.proj = nn.Linear(self.n_head * self.head_dim, d_model, bias=bias)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -47,19 +46,49 @@ def naive(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
     return probs @ v
 
 
-def _sdpa_call(q, k, v, window, q_offset, bias, dropout_p):
-    tq, tk = q.size(2), k.size(2)
-    plain_causal = window is None and bias is None and q_offset == 0 and tq == tk
-    if plain_causal:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=True)
-    if window is None and bias is None and tq == 1 and q_offset == tk - 1:
-        # one decode step sees the whole cache: no mask needed (keeps flash usable for decoding)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, enable_gqa=True)
+def expand_kv(k: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(B, Hkv, T, hd) -> (B, n_head, T, hd): each K/V head repeated for the query heads of its group."""
+    return k if k.size(1) == n_head else k.repeat_interleave(n_head // k.size(1), dim=1)
+
+
+def native_gqa(q: torch.Tensor, masked: bool) -> bool:
+    """Whether SDPA can take fewer K/V heads than query heads (enable_gqa) without its math fallback.
+
+    In torch 2.13 enable_gqa runs fused only on the flash kernels: CUDA flash (fp16/bf16, sm_80+, head_dim <= 256,
+    no mask) and the CPU flash kernel. CUDA's memory-efficient kernel, the one that takes a mask (sliding window,
+    ALiBi) or fp32, has no GQA, so such a call falls back to math and builds the full (B, H, Tq, Tk) scores.
+    Expanding K/V first costs (B, H, Tk, hd) memory instead; one rule for masked calls on every device.
+    """
+    if masked:
+        return False
+    if q.device.type == "cpu":
+        return True
+    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16) or q.size(-1) > 256:
+        return False
+    return torch.cuda.get_device_properties(q.device).major >= 8  # constant-folded under torch.compile
+
+
+def _sdpa_mask(tq, tk, q_offset, window, bias, q):
+    """None when is_causal or no mask suffices, else a boolean (Tq, Tk) mask or a (1, H, Tq, Tk) float bias."""
+    if window is None and bias is None and ((tq == tk and q_offset == 0) or (tq == 1 and q_offset == tk - 1)):
+        return None
     mask = allowed_mask(tq, tk, q_offset, window, q.device)
     if bias is not None:
         # (1, H, Tq, Tk) float mask: 4-D keeps CPU SDPA on its fused kernel (3-D falls back to math)
         mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))[None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True)
+    return mask
+
+
+def _sdpa_call(q, k, v, window, q_offset, bias, dropout_p):
+    tq, tk = q.size(2), k.size(2)
+    mask = _sdpa_mask(tq, tk, q_offset, window, bias, q)
+    # no mask: plain causal (Tq == Tk), or one decode step that sees the whole cache (keeps flash usable)
+    causal = mask is None and tq == tk and q_offset == 0
+    gqa = k.size(1) != q.size(1)
+    if gqa and not native_gqa(q, masked=mask is not None):
+        k, v, gqa = expand_kv(k, q.size(1)), expand_kv(v, q.size(1)), False  # (B, H, Tk, hd)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p,
+                                          enable_gqa=gqa)
 
 
 def sdpa(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
@@ -73,8 +102,15 @@ def flash(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
         return _sdpa_call(q, k, v, window, q_offset, bias, dropout_p)
 
 
-@lru_cache(maxsize=32)
-def _flex_block_mask(tq: int, tk: int, q_offset: int, window: int | None, device: str):
+# Block masks by (Tq, Tk, q_offset, window, device), built eagerly: at model construction for the training shape
+# (prepare_flex) or at the first eager call of a new shape, so a compiled forward only looks them up. A shape
+# first met inside a compiled region is built in the graph (correct, but redone every call) and not stored.
+_BLOCK_MASKS: dict = {}
+_MAX_MASKS = 64
+_COMPILED_FLEX = None
+
+
+def _build_block_mask(tq: int, tk: int, q_offset: int, window: int | None, device: str):
     from torch.nn.attention.flex_attention import create_block_mask
 
     def mask_mod(b, h, qi, kj):
@@ -87,18 +123,52 @@ def _flex_block_mask(tq: int, tk: int, q_offset: int, window: int | None, device
     return create_block_mask(mask_mod, None, None, tq, tk, device=device)
 
 
-def flex(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
-    """flex_attention with a block mask built from the causal/window rule (never a dense mask tensor)."""
+def block_mask(tq: int, tk: int, q_offset: int, window: int | None, device):
+    """The flex BlockMask of the causal/window rule for this shape: built once per process, then looked up."""
+    key = (tq, tk, q_offset, window, str(device))
+    mask = _BLOCK_MASKS.get(key)
+    if mask is None:
+        mask = _build_block_mask(tq, tk, q_offset, window, str(device))
+        if not torch.compiler.is_compiling():
+            if len(_BLOCK_MASKS) >= _MAX_MASKS:  # generation meets many shapes: drop the oldest
+                _BLOCK_MASKS.pop(next(iter(_BLOCK_MASKS)))
+            _BLOCK_MASKS[key] = mask
+    return mask
+
+
+def prepare_flex(seq_len: int, window: int | None, device) -> None:
+    """Build the (seq_len, seq_len) training block mask now, outside any forward (and any compiled graph)."""
+    if torch.device(device).type != "meta":
+        block_mask(seq_len, seq_len, 0, window, torch.device(device))
+
+
+def _flex_function(device: torch.device, square: bool):
+    """flex_attention compiled once per process for CUDA training shapes; plain flex_attention otherwise.
+
+    Uncompiled, flex materialises the full score matrix; inside a compiled model it is compiled with the model.
+    dynamic=False: training shapes are fixed. Decoding (a new Tk every step) stays eager: recompiling per step
+    would cost more than its small (1, Tk) score rows, and the CPU runs flex forward-only, uncompiled.
+    """
+    global _COMPILED_FLEX
     from torch.nn.attention.flex_attention import flex_attention
 
-    block_mask = _flex_block_mask(q.size(2), k.size(2), q_offset, window, str(q.device))
+    if device.type != "cuda" or not square or torch.compiler.is_compiling():
+        return flex_attention
+    if _COMPILED_FLEX is None:
+        _COMPILED_FLEX = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED_FLEX
+
+
+def flex(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
+    """flex_attention with a block mask built from the causal/window rule (never a dense mask tensor)."""
+    tq, tk = q.size(2), k.size(2)
+    mask = block_mask(tq, tk, q_offset, window, q.device)
     score_mod = None
     if bias is not None:
         def score_mod(score, b, h, qi, kj):
             return score + bias[h, qi, kj]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True)
+    attend = _flex_function(q.device, square=tq == tk and q_offset == 0)
+    return attend(q, k, v, score_mod=score_mod, block_mask=mask, enable_gqa=True)
 
 
 KERNELS = {"naive": naive, "sdpa": sdpa, "flash": flash, "flex": flex}
