@@ -17,18 +17,24 @@ class Lion(torch.optim.Optimizer):
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "exp_avg" not in state:
-                    state["exp_avg"] = torch.zeros_like(p)
-                m = state["exp_avg"]
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(torch.sign(m.lerp(p.grad, 1 - beta1)), alpha=-group["lr"])
-                m.lerp_(p.grad, 1 - beta2)
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self._update(params, group)
         return loss
+
+    def _update(self, params: list, group: dict) -> None:
+        """One group's update as a few multi-tensor (foreach) kernels instead of a Python loop per parameter."""
+        beta1, beta2 = group["betas"]
+        grads = [p.grad for p in params]
+        for p in params:
+            if "exp_avg" not in self.state[p]:
+                self.state[p]["exp_avg"] = torch.zeros_like(p)
+        moms = [self.state[p]["exp_avg"] for p in params]
+        torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
+        updates = torch._foreach_lerp(moms, grads, 1 - beta1)  # β1·m + (1-β1)·g
+        torch._foreach_sign_(updates)
+        torch._foreach_add_(params, updates, alpha=-group["lr"])
+        torch._foreach_lerp_(moms, grads, 1 - beta2)
 
 
 def lion(model, lr: float = 3e-4, betas=(0.9, 0.99), weight_decay: float = 0.1) -> Lion:
