@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTHON ?= python3
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast bench gpu-check clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,11 @@ test-fast: setup
 # Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min
 bench: setup
 	$(PY) -m benchmarks $(ARGS)
+
+# Check every CUDA code path on this machine's GPU(s) and write docs/GPU.md + docs/gpu.json (ARGS="--quick" for
+# small sizes); without CUDA it says so in one line and exits 0
+gpu-check: setup
+	$(PY) -m benchmarks --gpu $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs/runs outputs/sweeps

@@ -4,6 +4,7 @@ Sections: overhead (gptlab-train vs a bare loop), throughput (fp32/bf16, eager/c
 matmul peak), ablation (the seeds' arms via gptlab-sweep + gptlab-compare), quality (fast and attention
 sweeps at a fixed step budget), startup (command -> first step, imports, sweep overhead), scaling (T and
 batch, naive vs sdpa). The full run takes about 30 minutes on 2 cores; --quick (tiny sizes) about 3.
+`--gpu` instead checks the CUDA path on this machine's GPU and writes GPU.md (benchmarks/gpu.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="where BENCHMARKS.md and benchmarks.json go (default: docs/)")
     p.add_argument("--only", help=f"comma-separated sections to run (default: all of {', '.join(SECTIONS)})")
     p.add_argument("--work", type=Path, help="keep run/sweep dirs here (default: a temp dir, removed at the end)")
+    p.add_argument("--gpu", action="store_true",
+                   help="check the CUDA path on this machine's GPU and write GPU.md (make gpu-check); --only picks checks")
     return p.parse_args(argv)
 
 
@@ -61,6 +64,10 @@ def run_sections(bench: Bench, sections: list[str]) -> tuple[dict, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.gpu:
+        from benchmarks.gpu import main as gpu_check
+
+        return gpu_check(args)
     try:
         sections = check(args)
     except BenchError as err:
