@@ -28,10 +28,10 @@ CLAIMS = {
 
 def sizes(bench: Bench) -> dict:
     full = dict(rounds=3, wait=15, extra=["train.max_steps=25", "train.batch_size=16", "train.eval_interval=25",
-                                 "train.eval_batches=2", "train.speed_warmup=5"])
+                                 "train.eval_sequences=32", "train.speed_warmup=5"])
     quick = dict(rounds=1, wait=0, extra=["model.n_layer=1", "model.d_model=64", "model.block_size=64",
                                           "train.max_steps=6",
-                                  "train.batch_size=4", "train.eval_interval=6", "train.eval_batches=1",
+                                  "train.batch_size=4", "train.eval_interval=6", "train.eval_sequences=4",
                                   "train.speed_warmup=2"])
     return bench.pick(full, quick)
 

@@ -62,8 +62,9 @@ def bare_round(s: dict, built: dict) -> dict:
 
     model, opt, hw, data = built["model"], built["optimizer"], built["hardware"], built["data"]
     bs = built["batch_size"]
-    batches = [data.train_batch(step, 0, bs) for step in range(s["steps"])]
-    val = data.val_batches(int(built["cfg"].train.eval_batches), bs)
+    batches = [data.train_samples(step * bs, bs) for step in range(s["steps"])]
+    vx, vy = data.val_samples(int(built["cfg"].train.eval_sequences))
+    val = [(vx[i:i + bs], vy[i:i + bs]) for i in range(0, len(vx), bs)]
     rows, start = [], time.perf_counter()
     for step in range(s["steps"]):
         if step % s["eval"] == 0:
@@ -119,7 +120,7 @@ def _result(all_rounds: list[dict], s: dict, default_eval: int, built: dict) -> 
     }
     setup = {"overrides": s["overrides"], "steps": s["steps"], "rounds": s["rounds"], "log_interval": s["log"],
              "eval_interval_measured": s["eval"], "eval_interval_amortised": default_eval,
-             "eval_batches": int(cfg.train.eval_batches), "batch_size": int(cfg.train.batch_size),
+             "eval_sequences": int(cfg.train.eval_sequences), "batch_size": int(cfg.train.batch_size),
              "seq_len": int(cfg.model.block_size), "dtype": str(cfg.hardware.dtype)}
     return {"setup": setup, "figures": figures, "rounds": all_rounds, "rounds_used": len(rounds), "target_pct": 1.0,
             "foreign_cpu": median(r["foreign"] for r in all_rounds)}
@@ -135,7 +136,7 @@ def markdown(res: dict) -> str:
         "| | gptlab-train | bare loop | overhead (median of per-round ratios) |", "|---|---|---|---|",
         f"| wall ms / step, eval excluded | {_f(f['platform_step_ms'])} | {_f(f['bare_step_ms'])} | "
         f"{_pct(f['overhead_no_eval_pct'])} |",
-        f"| ms per eval ({s['eval_batches']} batches) | {_f(f['platform_eval_ms'])} | {_f(f['bare_eval_ms'])} | |",
+        f"| ms per eval ({s['eval_sequences']} sequences) | {_f(f['platform_eval_ms'])} | {_f(f['bare_eval_ms'])} | |",
         f"| wall ms / step, eval every {s['eval_interval_amortised']} steps included | "
         f"{_f(_incl(f['platform_step_ms'], f['platform_eval_ms'], s))} | "
         f"{_f(_incl(f['bare_step_ms'], f['bare_eval_ms'], s))} | "

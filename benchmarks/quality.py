@@ -17,7 +17,7 @@ def sizes(bench: Bench) -> dict:
                                        "sample.tokens=0", "logger=none"])
     quick = dict(seeds="0,1", budget=["model.n_layer=1", "model.d_model=64", "model.block_size=64",
                                       "train.max_steps=4", "train.eval_interval=2", "train.batch_size=4",
-                                      "train.eval_batches=2", "sample.tokens=0", "logger=none"])
+                                      "train.eval_sequences=8", "sample.tokens=0", "logger=none"])
     return bench.pick(full, quick)
 
 

@@ -63,7 +63,7 @@ def worker(point: dict) -> dict:
     overrides = [*point["model"], f"model.block_size={point['seq']}", f"train.batch_size={point['batch']}",
                  f"attention.impl={point['impl']}"]
     b = build_platform(overrides)
-    x, y = b["data"].train_batch(0, 0, point["batch"])
+    x, y = b["data"].train_samples(0, point["batch"])
     before, was_reset = _rss_bytes(), _reset_peak()
     times = []
     for _ in range(point["steps"] + 1):

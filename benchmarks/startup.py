@@ -26,7 +26,7 @@ def sizes(bench: Bench) -> dict:
                 launchers=("local", "basic"))
     quick = dict(repeats=1, wait=0, sweep="mlp_ratio", seeds="0",
                  sweep_extra=["model.n_layer=1", "train.max_steps=2", "train.eval_interval=2", "train.batch_size=4",
-                              "train.eval_batches=1", "sample.tokens=0", "logger=none"], launchers=("local",))
+                              "train.eval_sequences=4", "sample.tokens=0", "logger=none"], launchers=("local",))
     return bench.pick(full, quick)
 
 

@@ -46,7 +46,7 @@ class Arm:
         self.built = build_platform(self.overrides, compile_model=compiled)
         data = self.built["data"]
         self.tokens = self.built["batch_size"] * data.seq_len
-        self.batches = [data.train_batch(i, 0, self.built["batch_size"]) for i in range(4)]
+        self.batches = [data.train_samples(i * self.built["batch_size"], self.built["batch_size"]) for i in range(4)]
         self.flops_per_token = float(train_flops_per_token(self.built["model"], data.seq_len))
         self.params = self.built["model"].num_params()
         m = self.built["cfg"].model  # causal attention's useful training FLOPs per token: 6 · n_layer · T · d_model

@@ -114,10 +114,11 @@ class TrainSettings:
     grad_accum: int
     grad_clip: float
     eval_interval: int
-    eval_batches: int
+    eval_sequences: int
     log_interval: int
     ckpt_interval: int
     resume: str
+    init_from: str | None
     speed_warmup: int
     nan_skip: int
     seed: int

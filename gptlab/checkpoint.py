@@ -126,24 +126,3 @@ def load_latest(run_dir: Path) -> dict | None:
         raise ConfigError(f"train.resume=auto: none of the {len(found)} checkpoints in {ckpt_dir(run_dir)} is readable; "
                           f"move them away to start over, or pass train.resume=never")
     return None
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    """{"model": {"d_model": 64}} -> {"model.d_model": 64}."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out |= _flat(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def check_compatible(saved: dict, current: dict, source: str) -> None:
-    """Refuse a checkpoint made for another model/tokenizer, naming the mismatched keys in one line."""
-    have, want = _flat(saved or {}), _flat(current)
-    keys = sorted(want, key=lambda k: not k.startswith("tokenizer"))  # the tokenizer explains a vocab change
-    diffs = [f"{k}={have.get(k)} there, {want[k]} here" for k in keys if have.get(k) != want[k]]
-    if diffs:
-        raise ConfigError(f"train.resume: checkpoint {source} was made for another model or tokenizer "
-                          f"({'; '.join(diffs[:3])}); use a new hydra.run.dir, or train.resume=never to start this one over")

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from gptlab import checkpoint
-from gptlab.errors import ConfigError
-from gptlab.metrics import median, mfu, peak_memory_bytes
+from gptlab import checkpoint, resume
+from gptlab.metrics import PeakMemory, median, mfu
+from gptlab.resume import Progress
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +26,12 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class Context:
-    """Where and as whom the loop runs: run dir, DDP rank/world, MFU inputs, checkpoint signature."""
+    """Where and as whom the loop runs: run dir, DDP rank/world, MFU inputs, the run identity checkpoints carry."""
 
     run_dir: Path
     flops_per_token: float
     peak_flops: float | None
-    signature: dict = field(default_factory=dict)
+    identity: dict = field(default_factory=dict)
     rank: int = 0
     world: int = 1
 
@@ -41,87 +41,83 @@ class Context:
 
 
 class StopFlag:
-    """Set by SIGTERM/SIGUSR1 (what SLURM sends before a time limit or pre-emption)."""
+    """Set by SIGTERM, SIGUSR1 or SIGUSR2 (what SLURM and submitit send before a time limit or pre-emption).
+
+    The loop finishes its step, checkpoints and stops; `forward()` then hands the signal to the handler
+    installed before (submitit's requeue on SIGUSR2), so nothing is lost mid-step.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
     def __init__(self):
-        self.signum = None
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
+        self.signum, self.previous = None, {}
+        for sig in self.SIGNALS:
             try:
-                signal.signal(sig, self._set)
+                self.previous[sig] = signal.signal(sig, self._set)
             except ValueError:  # not the main thread (e.g. some launchers)
                 pass
 
     def _set(self, signum, frame):
         self.signum = signum
 
+    def restore(self) -> None:
+        """Put the earlier handlers back (the loop is over)."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def forward(self) -> None:
+        """restore(), then call the earlier handler of the signal received, if it was a Python function."""
+        self.restore()
+        handler = self.previous.get(self.signum)
+        if callable(handler):
+            handler(self.signum, None)
+
+
+def _agree(flag: bool, ctx: Context, device: str) -> bool:
+    """True on every rank if it is True on any, so all ranks stop at the same step."""
+    if ctx.world == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return bool(t.item())
+
 
 @torch.no_grad()
-def evaluate(model, val_batches, hardware, device) -> dict[str, float]:
-    """Mean loss (and answer accuracy where targets are sparse) over the fixed validation batches."""
+def evaluate(model, val_set, micro_bs: int, hardware, device) -> dict[str, float]:
+    """Token-weighted mean loss (and answer accuracy) over the fixed validation set, in micro-batches of micro_bs.
+
+    Weighting by scored tokens makes the figure independent of how the set is split into batches.
+    """
     model.eval()
-    losses, correct, counted = [], 0, 0
-    for x, y in val_batches:
-        x, y = x.to(device), y.to(device)
+    x_all, y_all = val_set  # (N, T) each
+    loss_sum, correct, counted = 0.0, 0, 0
+    for i in range(0, len(x_all), micro_bs):
+        x, y = x_all[i:i + micro_bs].to(device), y_all[i:i + micro_bs].to(device)
         with hardware.autocast():
             logits, loss = model(x, y)
-        losses.append(loss.item())
         scored = y != -100
+        n = int(scored.sum().item())
+        loss_sum += loss.item() * n
         correct += (logits.argmax(-1)[scored] == y[scored]).sum().item()
-        counted += scored.sum().item()
+        counted += n
     model.train()
-    return {"val/loss": sum(losses) / len(losses), "val/acc": correct / max(1, counted)}
+    return {"val/loss": loss_sum / max(1, counted), "val/acc": correct / max(1, counted)}
 
 
-def _state(model, optimizer, step, tokens, best, last_val, ctx) -> dict:
-    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": tokens,
-            "best_val_loss": best, "last_val_loss": last_val, "torch_rng": torch.get_rng_state(),
-            "signature": ctx.signature}
-
-
-def load_resume(settings, ctx) -> tuple[dict, str] | None:
-    """(state, source) of the checkpoint train.resume points at, checked against ctx.signature; None = start fresh.
-
-    Called before any run file is written, so a refused checkpoint leaves the run dir untouched.
-    """
-    if settings.resume == "never":
-        return None
-    if settings.resume == "auto":
-        state, source = checkpoint.load_latest(ctx.run_dir), "in the run dir"
-        if state is None:
-            return None
-    else:
-        state, source = checkpoint.load(Path(settings.resume)), f"'{settings.resume}'"
-    checkpoint.check_compatible(state.get("signature", {}), ctx.signature, source)
-    return state, source
-
-
-def _resume(model, optimizer, resumed) -> tuple[int, int, float, float | None]:
-    """Restore a checkpoint from load_resume; returns (step, tokens, best and last val loss)."""
-    if resumed is None:
-        return 0, 0, math.inf, None
-    state, source = resumed
-    try:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        out = int(state["step"]), int(state["tokens"]), float(state["best_val_loss"]), state.get("last_val_loss")
-    except (KeyError, RuntimeError, ValueError, TypeError) as err:
-        first = " ".join(str(err).split())[:160]
-        raise ConfigError(f"train.resume: checkpoint {source} does not fit this model ({type(err).__name__}: {first})") from None
-    log.info("resumed from step %d (%s)", out[0], source)
-    return out
-
-
-def _micro_batches(data, step, settings, ctx, device):
-    """This rank's rows of each micro-batch; the global batch does not depend on the world size."""
+def _micro_batches(data, step: int, settings, ctx: Context, device: str):
+    """This rank's share of each micro-batch: global samples [step·B, (step+1)·B), whatever grad_accum or world."""
     micro_bs = settings.batch_size // settings.grad_accum
+    per_rank = micro_bs // ctx.world  # run.py refuses a batch_size not divisible by grad_accum × world
     for micro in range(settings.grad_accum):
-        x, y = data.train_batch(step, micro, micro_bs)  # (micro_bs, T), pure function of the step
-        yield x[ctx.rank::ctx.world].to(device), y[ctx.rank::ctx.world].to(device)
+        first = step * settings.batch_size + micro * micro_bs + ctx.rank * per_rank
+        x, y = data.train_samples(first, per_rank)  # (per_rank, T) each
+        if device.startswith("cuda"):
+            x, y = x.pin_memory(), y.pin_memory()
+        yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
 
-def _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx, device) -> tuple[float, float]:
-    """One optimizer step over grad_accum micro-batches; returns (loss, grad norm)."""
+def _train_step(model, ddp_model, optimizer, scaler, data, step, settings, hardware, ctx, device):
+    """Forward/backward over grad_accum micro-batches, unscale, clip; returns (loss, grad norm). No optimizer step."""
     total = 0.0
     batches = list(_micro_batches(data, step, settings, ctx, device))
     for i, (x, y) in enumerate(batches):
@@ -129,8 +125,9 @@ def _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx
         with ddp_model.no_sync() if not sync else contextlib.nullcontext():  # all-reduce on the last only
             with hardware.autocast():
                 _, loss = ddp_model(x, y)
-            (loss / len(batches)).backward()
+            scaler.scale(loss / len(batches)).backward()
         total += loss.detach().float() / len(batches)
+    scaler.unscale_(optimizer)  # a no-op unless fp16: clipping sees the true gradients
     clip = settings.grad_clip if settings.grad_clip > 0 else float("inf")
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip)
     loss_value = total.item()
@@ -141,74 +138,101 @@ def _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx
     return loss_value, float(grad_norm)
 
 
+def _eval_due(step: int, settings, start_step: int, resumed: bool) -> bool:
+    """At 0, N, 2N, ..., the last step and the first step of a run; a resume already logged its start step's row."""
+    if step == start_step:
+        return not resumed
+    return step % settings.eval_interval == 0 or step == settings.max_steps
+
+
 def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Context, ddp_model=None,
-          resumed: tuple[dict, str] | None = None) -> dict:
-    """Train to settings.max_steps from `resumed` (load_resume's result; None = step 0), log, checkpoint; returns the summary."""
+          progress: Progress | None = None, resumed: bool = False, scaler=None, stop: StopFlag | None = None) -> dict:
+    """Train from `progress` (resume.restore's result; None = step 0) to settings.max_steps; returns the summary."""
     device = hardware.device
     ddp_model = model if ddp_model is None else ddp_model  # not `or`: a compiled module raises on bool()
+    p = progress or Progress()
+    scaler = scaler or torch.amp.GradScaler(device.split(":")[0], enabled=False)
+    stop = stop or StopFlag()
+    peak = PeakMemory(device)  # this run's own peak: nothing carried over from earlier runs in the process
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
-    step, tokens, best, last_val = _resume(model, optimizer, resumed)
-    resumed_at = step if step > 0 else None  # its eval row and checkpoint already exist
-    for sink in sinks:  # rows after the checkpoint are redone; from scratch, the step-0 eval row too
-        getattr(sink, "truncate_after", lambda s: None)(step if resumed_at else -1)
-    val_batches = data.val_batches(settings.eval_batches, settings.batch_size // settings.grad_accum)
+    start_step = p.step
+    for sink in sinks:  # rows after the checkpoint are redone; from scratch, every row
+        getattr(sink, "truncate_after", lambda s: None)(start_step if resumed else -1)
+    micro_bs = settings.batch_size // settings.grad_accum // ctx.world
+    val_set = data.val_samples(settings.eval_sequences)
     tokens_per_step = settings.batch_size * data.seq_len
-    stop, nan_seen, speeds, times, mfus = StopFlag(), 0, [], [], []
-    status, started = "finished", time.perf_counter()
+    status, wall0, started = "finished", p.wall_s, time.perf_counter()
     model.train()
     while True:
-        if (step % settings.eval_interval == 0 or step == settings.max_steps) and step != resumed_at:
-            ev = evaluate(model, val_batches, hardware, device)
-            last_val, best = ev["val/loss"], min(best, ev["val/loss"])
+        if _eval_due(p.step, settings, start_step, resumed):
+            ev = evaluate(model, val_set, micro_bs, hardware, device)
+            p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
             row = {"val/loss": ev["val/loss"], **({"val/acc": ev["val/acc"]} if data.reports_accuracy else {})}
-            _emit(sinks, ctx, row, step)
+            _emit(sinks, ctx, row, p.step)
+        stopping = _agree(stop.signum is not None, ctx, device)
+        if p.step != start_step:  # a resumed run that trains nothing keeps its figures as they were
+            p.wall_s = wall0 + time.perf_counter() - started
+            p.peak_mem_bytes = max(p.peak_mem_bytes, peak.read())
         # checkpoint after this step's eval row is written, so a resume never re-logs or loses a row
-        ckpt_due = settings.ckpt_interval and step % settings.ckpt_interval == 0
-        if (ckpt_due or step >= settings.max_steps or stop.signum is not None) and step not in (0, resumed_at):
-            _save(model, optimizer, step, tokens, best, last_val, ctx)
-        if step >= settings.max_steps:
+        ckpt_due = settings.ckpt_interval and p.step % settings.ckpt_interval == 0
+        if (ckpt_due or p.step >= settings.max_steps or stopping) and p.step != start_step:
+            _save(model, optimizer, scaler, p, ctx)
+        if p.step >= settings.max_steps:
             break
-        if stop.signum is not None:
+        if stopping:
             status = "preempted"
             break
-        factor = schedule(step)
+        factor = schedule(p.step)
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
         t0 = time.perf_counter()
-        loss, grad_norm = _train_step(model, ddp_model, optimizer, data, step, settings, hardware, ctx, device)
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            nan_seen += 1
-            optimizer.zero_grad(set_to_none=True)
-            if nan_seen > settings.nan_skip:
-                raise TrainingDiverged(_diverged(loss, grad_norm, step, nan_seen, settings, ctx))
-            log.warning("step %d: loss %s, grad norm %s; skipped (%d of train.nan_skip=%d)",
-                        step, loss, grad_norm, nan_seen, settings.nan_skip)
-            step += 1
+        loss, grad_norm = _train_step(model, ddp_model, optimizer, scaler, data, p.step, settings, hardware, ctx, device)
+        if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
+            _skip_step(optimizer, scaler, loss, grad_norm, p, settings, ctx)
             continue
-        optimizer.step()
+        scaler.step(optimizer)  # fp16: skipped when the scaled gradients overflowed (the scale then shrinks)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         step_s = time.perf_counter() - t0
-        step += 1
-        tokens += tokens_per_step
-        if step > settings.speed_warmup:
-            speeds.append(tokens_per_step / step_s)
-            times.append(step_s * 1000)
-            mfus.append(mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops) or 0.0)
-        if step % settings.log_interval == 0 or step == settings.max_steps:
+        p.step += 1
+        p.tokens += tokens_per_step
+        step_mfu = mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops, ctx.world)
+        if p.step > settings.speed_warmup:
+            p.tokens_per_s.append(tokens_per_step / step_s)
+            p.step_ms.append(step_s * 1000)
+            p.mfu.append(step_mfu or 0.0)
+        if p.step % settings.log_interval == 0 or p.step == settings.max_steps:
             row = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
-                   "tokens": tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
-                   "mfu": mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops),
-                   "peak_mem_bytes": peak_memory_bytes(device), "wall_s": time.perf_counter() - started}
-            _emit(sinks, ctx, row, step)
-    summary = {"final_val_loss": last_val, "best_val_loss": best if math.isfinite(best) else None,
-               "steps": step, "tokens": tokens, "tokens_per_s_median": median(speeds),
-               "step_ms_median": median(times), "mfu_median": median(mfus) if ctx.peak_flops else None,
-               "peak_mem_bytes": peak_memory_bytes(device), "wall_s": time.perf_counter() - started,
-               "status": status}
-    return summary
+                   "tokens": p.tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
+                   "mfu": step_mfu, "peak_mem_bytes": max(p.peak_mem_bytes, peak.read()),
+                   "wall_s": wall0 + time.perf_counter() - started}
+            _emit(sinks, ctx, row, p.step)
+    return summarise(p, status, ctx)
+
+
+def _skip_step(optimizer, scaler, loss, grad_norm, p: Progress, settings, ctx) -> None:
+    """A non-finite loss (or gradient, without an fp16 scaler): drop the step, or stop past train.nan_skip."""
+    p.nan_seen += 1
+    optimizer.zero_grad(set_to_none=True)
+    if scaler.is_enabled():
+        scaler.update()
+    if p.nan_seen > settings.nan_skip:
+        raise TrainingDiverged(_diverged(loss, grad_norm, p.step, p.nan_seen, settings, ctx))
+    log.warning("step %d: loss %s, grad norm %s; skipped (%d of train.nan_skip=%d)",
+                p.step, loss, grad_norm, p.nan_seen, settings.nan_skip)
+    p.step += 1
+
+
+def summarise(p: Progress, status: str, ctx: Context) -> dict:
+    """The run's summary figures, computed from its progress alone (so a resumed run reports the whole run)."""
+    return {"final_val_loss": p.last_val_loss,
+            "best_val_loss": p.best_val_loss if math.isfinite(p.best_val_loss) else None,
+            "steps": p.step, "tokens": p.tokens, "tokens_per_s_median": median(p.tokens_per_s),
+            "step_ms_median": median(p.step_ms), "mfu_median": median(p.mfu) if ctx.peak_flops else None,
+            "peak_mem_bytes": p.peak_mem_bytes, "wall_s": p.wall_s, "status": status}
 
 
 def _diverged(loss, grad_norm, step, nan_seen, settings, ctx) -> str:
@@ -225,9 +249,9 @@ def _emit(sinks, ctx, row, step):
             sink.log(row, step)
 
 
-def _save(model, optimizer, step, tokens, best, last_val, ctx):
+def _save(model, optimizer, scaler, p: Progress, ctx: Context) -> None:
     """Rank 0 writes; other ranks wait so nobody races ahead of a checkpoint."""
     if ctx.is_main:
-        checkpoint.save(ctx.run_dir, step, _state(model, optimizer, step, tokens, best, last_val, ctx))
+        checkpoint.save(ctx.run_dir, p.step, resume.state_dict(model, optimizer, scaler, p, ctx.identity))
     if ctx.world > 1:
         torch.distributed.barrier()

@@ -14,7 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab import build, distributed, provenance
 from gptlab.errors import ConfigError
 from gptlab.hardware import threads_for_job
-from gptlab.loop import Context, load_resume, train
+from gptlab import resume
+from gptlab.loop import Context, StopFlag, train
+from gptlab.model.fingerprint import model_fingerprint
+from gptlab.sinks.jsonl import atomic_write_text
 from gptlab.model.attention.kernels import check_impl
 from gptlab.sinks import JsonlSink, SafeSink
 from gptlab.sinks.progress import ProgressSink
@@ -50,58 +53,120 @@ def _flops_per_token(model, seq_len: int) -> float:
     return float(train_flops_per_token(model, seq_len))
 
 
-def _sinks(cfg, run_dir, resume, name, choices):
-    sinks = [JsonlSink(run_dir, resume=resume), SafeSink(ProgressSink(cfg.train.max_steps), "progress")]
+def plain_config(cfg: DictConfig) -> dict:
+    """The resolved config as plain Python, without Hydra's own node (what checkpoints and W&B record)."""
+    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in cfg.items() if k != "hydra"}
+
+
+def _sinks(cfg, run_dir, resumed, name, choices):
+    sinks = [JsonlSink(run_dir, resume=resumed), SafeSink(ProgressSink(cfg.train.max_steps), "progress")]
     factory = build._factory(cfg, "logger")
     if factory is not None:
-        config = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-                  for k, v in cfg.items() if k != "hydra"}
         tags = list(cfg.logger.get("tags") or []) + [f"{k}={v}" for k, v in sorted(choices.items())]
         group = cfg.logger.get("group") or cfg.sweep or "default"
-        logger = factory(run_dir=run_dir, config=config, name=name, group=group, tags=tags)
+        logger = factory(run_dir=run_dir, config=plain_config(cfg), name=name, group=group, tags=tags)
         sinks.append(SafeSink(logger, "wandb"))
     return sinks
 
 
-def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str]) -> dict:
+def _check_batch(settings, world: int) -> None:
+    """Every rank takes an equal share of every micro-batch (an empty or uneven share skews the loss)."""
+    if settings.batch_size % (settings.grad_accum * world):
+        raise ConfigError(f"train.batch_size={settings.batch_size} must be divisible by train.grad_accum x world size "
+                          f"= {settings.grad_accum} x {world}; allowed: a multiple of {settings.grad_accum * world}")
+
+
+def _finished_summary(run_dir: Path, start: resume.Start, progress: resume.Progress, settings) -> dict | None:
+    """The run dir's own summary when this resume has nothing left to train (re-reported, no file touched)."""
+    if start.kind != "resume" or progress.step < settings.max_steps:
+        return None
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None  # killed while writing it: the loop recomputes it from the checkpoint
+    done = isinstance(summary, dict) and summary.get("status") == "finished" and summary.get("steps") == progress.step
+    return summary if done else None
+
+
+def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress: resume.Progress) -> None:
+    """provenance.json: written when a run starts; a resume appends what resumed it instead of replacing it."""
+    path = run_dir / "provenance.json"
+    if start.kind == "resume":
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, ValueError):
+            earlier = None
+        if isinstance(earlier, dict):
+            earlier.setdefault("resumes", []).append(
+                {"step": progress.step, "git": record["git"], "command": record["command"], "overrides": record["overrides"]})
+            record = earlier
+    if start.kind == "init":
+        record["init_from"] = _init_record(start)
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+
+
+def _init_record(start: resume.Start) -> dict:
+    return {"checkpoint": start.source.strip("'"), "step": int(start.state["step"]), "differences": start.differences,
+            "optimizer_state": start.optimizer_state}
+
+
+def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str], stop: StopFlag | None = None) -> dict:
     """Run training in run_dir; returns the summary dict (also written to summary.json)."""
     validate(cfg)
     hardware = build.build_hardware(cfg)
     rank, world = 0, 1
     if hardware.distributed:
         rank, world, hardware.device = distributed.setup(hardware.device)
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    hardware.threads = hardware.threads or max(1, threads_for_job() // local_world)
-    hardware.apply()
     settings = build.train_settings(cfg)
+    _check_batch(settings, world)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    hardware.threads = hardware.threads or threads_for_job(local_world)
+    hardware.apply()
     data = build.build_data(cfg, int(cfg.model.block_size))
     torch.manual_seed(settings.seed)
     model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device)
     _check_model(model, data, cfg, hardware)
+    identity = {"config": plain_config(cfg), "choices": choices, "data": data.fingerprint,
+                "model": model_fingerprint(model), "world": world, "dtype": hardware.dtype}
     model.activation_checkpointing = hardware.activation_checkpointing
     optimizer = build.build_optimizer(cfg, model)
     schedule = build.build_schedule(cfg, settings.max_steps)
+    scaler = torch.amp.GradScaler(hardware.device.split(":")[0], enabled=hardware.dtype == "fp16")
     forward_model = distributed.wrap(torch.compile(model) if hardware.compile else model, hardware.device, world)
-    signature = {"model": OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": model.cfg.vocab_size},
-                 "tokenizer": getattr(data.tokenizer, "name", None), "params": model.num_params()}
     ctx = Context(run_dir=run_dir, flops_per_token=_flops_per_token(model, data.seq_len),
-                  peak_flops=hardware.resolved_peak_flops(build.cache_dir()), signature=signature,
+                  peak_flops=hardware.resolved_peak_flops(build.cache_dir()), identity=identity,
                   rank=rank, world=world)
-    resumed = load_resume(settings, ctx)  # refuse an incompatible checkpoint before any run file is written
+
+    def lr_factors(max_steps: int, steps: int) -> list[float]:
+        other = build.build_schedule(cfg, max_steps)
+        return [other(i) for i in range(steps)]
+
+    # refuse a checkpoint of another run, and load it, before any run file is written
+    start = resume.find(settings.resume, settings.init_from, run_dir, identity, lr_factors)
+    progress = resume.restore(model, optimizer, scaler, start)
     name = run_name(cfg, overrides)
+    summary = _finished_summary(run_dir, start, progress, settings)
+    if summary is not None:
+        log.info("%s: finished at step %d already; its summary is re-reported unchanged", run_dir, progress.step)
+        if world > 1:
+            distributed.teardown()
+        return summary | {"sample": _sample(model, data, settings, hardware), "wandb_sync": None}
     sinks = []
     if ctx.is_main:  # only rank 0 writes run files
-        (run_dir / "provenance.json").write_text(json.dumps(provenance.collect(overrides, hardware), indent=2))
-        sinks = _sinks(cfg, run_dir, settings.resume != "never", name, choices)
+        _write_provenance(run_dir, provenance.collect(overrides, hardware), start, progress)
+        sinks = _sinks(cfg, run_dir, start.kind == "resume", name, choices)
     if settings.profile:
         _profile(model, optimizer, data, settings, hardware, ctx)
     status = "failed"
     try:
         summary = train(model, data, optimizer, schedule, hardware, settings, sinks, ctx, ddp_model=forward_model,
-                        resumed=resumed)
+                        progress=progress, resumed=start.kind == "resume", scaler=scaler, stop=stop)
         summary |= {"params": model.num_params(), "params_non_embedding": model.num_params(non_embedding=True),
                     "flops_per_token": ctx.flops_per_token, "peak_flops": ctx.peak_flops, "choices": choices,
-                    "name": name, "seq_len": data.seq_len, "batch_size": settings.batch_size}
+                    "name": name, "seq_len": data.seq_len, "batch_size": settings.batch_size,
+                    "model_fingerprint": identity["model"], "data_fingerprint": data.fingerprint,
+                    "init_from": _init_record(start) if start.kind == "init" else None}
         status = summary["status"]
         _check_peak(summary, hardware)
         for sink in sinks:
@@ -136,7 +201,7 @@ def _profile(model, optimizer, data, settings, hardware, ctx) -> None:
     micro = settings.batch_size // settings.grad_accum
     report = analyze(model, micro, data.seq_len, dtype_bytes=hardware.dtype, peak_flops=ctx.peak_flops,
                      mem_bandwidth=cached_bandwidth(hardware.device, build.cache_dir()))
-    result = profile_steps(model, optimizer, lambda i: tuple(t.to(hardware.device) for t in data.train_batch(i, 0, micro)),
+    result = profile_steps(model, optimizer, lambda i: tuple(t.to(hardware.device) for t in data.train_samples(i * settings.batch_size, micro)),
                            autocast=hardware.autocast, device=hardware.device,
                            run_dir=ctx.run_dir if ctx.is_main else None, predicted=predicted_shares(report))
     if ctx.is_main:

@@ -11,7 +11,7 @@ from gptlab.errors import ConfigError
 # key -> (type, minimum); minimum None = no bound
 RUN_KEYS = {
     "train.max_steps": (int, 1), "train.batch_size": (int, 1), "train.grad_accum": (int, 1),
-    "train.eval_interval": (int, 1), "train.eval_batches": (int, 1), "train.log_interval": (int, 1),
+    "train.eval_interval": (int, 1), "train.eval_sequences": (int, 1), "train.log_interval": (int, 1),
     "train.ckpt_interval": (int, 0), "train.speed_warmup": (int, 0), "train.nan_skip": (int, 0),
     "train.grad_clip": (float, 0), "seed": (int, None), "data_seed": (int, None),
     "model.n_layer": (int, 1), "model.n_head": (int, 1), "model.d_model": (int, 1), "model.block_size": (int, 1),
@@ -19,7 +19,8 @@ RUN_KEYS = {
 }
 
 
-TRAIN_KEYS = sorted({k.split(".")[1] for k in RUN_KEYS if k.startswith("train.")} | {"resume"})
+TRAIN_KEYS = sorted({k.split(".")[1] for k in RUN_KEYS if k.startswith("train.")} | {"resume", "init_from"})
+RENAMED = {"eval_batches": "train.eval_sequences (the number of fixed validation sequences, whatever the batch size)"}
 
 
 def _get(cfg: DictConfig, key: str):
@@ -48,12 +49,16 @@ def validate(cfg: DictConfig) -> None:
     train = cfg.train
     unknown = sorted(set(train) - set(TRAIN_KEYS))
     if unknown:
-        raise ConfigError(f"train.{unknown[0]}: not a train key; allowed: {', '.join(TRAIN_KEYS)}")
+        hint = f" (renamed: use {RENAMED[unknown[0]]})" if unknown[0] in RENAMED else ""
+        raise ConfigError(f"train.{unknown[0]}: not a train key{hint}; allowed: {', '.join(TRAIN_KEYS)}")
     if train.batch_size % train.grad_accum:
         raise ConfigError(f"train.grad_accum={train.grad_accum} must divide train.batch_size={train.batch_size}")
     resume = str(train.resume)
     if resume not in ("auto", "never") and not Path(resume).is_file():
         raise ConfigError(f"train.resume='{resume}': not auto, never, or an existing checkpoint file")
+    init_from = train.get("init_from")
+    if init_from is not None and not Path(str(init_from)).is_file():
+        raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file (or null)")
     vocab = cfg.model.get("vocab_size")
     if vocab is not None:
         check_number("model.vocab_size", vocab, int, 1)

@@ -27,7 +27,7 @@ def make_config(choices: dict[str, str], seed: int, leaves: dict[str, object], m
     cfg: dict = {
         "name": f"run-seed{seed}", "seed": seed, "data_seed": 1234,
         "train": {"max_steps": max_steps, "batch_size": 4, "grad_accum": 1, "eval_interval": eval_interval,
-                  "eval_batches": 2, "log_interval": 5, "ckpt_interval": 50, "resume": "auto"},
+                  "eval_sequences": 16, "log_interval": 5, "ckpt_interval": 50, "resume": "auto"},
         "paths": {"out_dir": f"/tmp/somewhere/seed{seed}"},
     }
     for group, choice in choices.items():

@@ -285,7 +285,7 @@ def test_real_short_runs_two_configs_two_seeds(tmp_path, capsys):
         pytest.skip("fewer than two attention choices in conf/attention")
     proc = subprocess.run(
         [python_bin(), "-m", "gptlab.cli.train", "-m", "model=tiny", "train.max_steps=20", "train.eval_interval=10",
-         "train.eval_batches=2", f"attention={','.join(pair)}", "seed=0,1", "logger=none",
+         "train.eval_sequences=64", f"attention={','.join(pair)}", "seed=0,1", "logger=none",
          f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=900, env=cli_env(PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -67,26 +67,42 @@ def test_bundled_corpus_and_split(cache):
     assert d.sample_prompt() == text[len(train):].splitlines()[0]
 
 
-def test_same_seed_same_batches_other_seed_differs(cache):
+def test_same_seed_same_samples_other_seed_differs(cache):
     a, b, c = shakespeare(cache, seed=3), shakespeare(cache, seed=3), shakespeare(cache, seed=4)
-    assert b.from_cache
-    for step, micro in [(0, 0), (7, 1), (123456, 3)]:
-        assert_same_batches([a.train_batch(step, micro, 4)], [b.train_batch(step, micro, 4)])
-        assert not torch.equal(a.train_batch(step, micro, 4)[0], c.train_batch(step, micro, 4)[0])
-    assert_same_batches(a.val_batches(3, 4), b.val_batches(3, 4))
-    assert_same_batches(a.val_batches(3, 4), a.val_batches(3, 4))
-    assert not torch.equal(a.val_batches(1, 4)[0][0], c.val_batches(1, 4)[0][0])
-    assert not torch.equal(a.train_batch(1, 0, 4)[0], a.train_batch(2, 0, 4)[0])
-    assert not torch.equal(a.train_batch(1, 0, 4)[0], a.train_batch(1, 1, 4)[0])
+    assert b.from_cache and a.fingerprint == c.fingerprint  # the seed picks samples, the fingerprint names the data
+    for first in (0, 28, 123456):
+        assert_same_batches([a.train_samples(first, 4)], [b.train_samples(first, 4)])
+        assert not torch.equal(a.train_samples(first, 4)[0], c.train_samples(first, 4)[0])
+    assert_same_batches([a.val_samples(12)], [b.val_samples(12)])
+    assert not torch.equal(a.val_samples(4)[0], c.val_samples(4)[0])
+    assert not torch.equal(a.train_samples(4, 4)[0], a.train_samples(8, 4)[0])
 
 
-def test_train_batch_is_pure_and_lm_shifted(cache):
+@pytest.mark.parametrize("make", ["shakespeare", "assoc_recall"])
+def test_sample_i_depends_only_on_seed_and_i(cache, make):
+    """The training stream is a pure function of the global sample index: any split into micro-batches or ranks
+    (grad_accum, world size, batch size) sees the same sequences in the same order; val sets are prefixes."""
+    d = shakespeare(cache, seed=1) if make == "shakespeare" else AssocRecallData(seed=1, block_size=64)
+    whole_x, whole_y = d.train_samples(40, 24)
+    for parts in ([24], [12, 12], [6, 6, 6, 6], [8, 4, 12], [1] * 24):
+        first, xs, ys = 40, [], []
+        for n in parts:
+            x, y = d.train_samples(first, n)
+            xs.append(x), ys.append(y)
+            first += n
+        assert torch.equal(torch.cat(xs), whole_x) and torch.equal(torch.cat(ys), whole_y)
+    vx, vy = d.val_samples(16)
+    assert torch.equal(d.val_samples(5)[0], vx[:5]) and torch.equal(d.val_samples(5)[1], vy[:5])
+    assert not any(torch.equal(vx[i], whole_x[j]) for i in range(16) for j in range(24))
+
+
+def test_train_samples_are_pure_and_lm_shifted(cache):
     d = shakespeare(cache, seed=1)
-    later = d.train_batch(50, 2, 8)
-    for step in range(5):  # other calls in between change nothing
-        d.train_batch(step, 0, 8)
-        d.val_batches(2, 8)
-    x, y = d.train_batch(50, 2, 8)
+    later = d.train_samples(400, 8)
+    for first in range(5):  # other calls in between change nothing
+        d.train_samples(first * 8, 8)
+        d.val_samples(16)
+    x, y = d.train_samples(400, 8)
     assert torch.equal(x, later[0]) and torch.equal(y, later[1])
     assert x.shape == y.shape == (8, 32) and x.dtype == y.dtype == torch.int64
     assert torch.equal(x[:, 1:], y[:, :-1])  # y is x shifted by one
@@ -99,7 +115,7 @@ def test_train_batch_is_pure_and_lm_shifted(cache):
 @pytest.mark.parametrize("tokenizer", ["byte", "gpt2", "bpe"])
 def test_shakespeare_other_tokenizers(cache, tokenizer):
     d = shakespeare(cache, tokenizer=tokenizer, bpe_vocab_size=512)
-    x, y = d.train_batch(0, 0, 2)
+    x, y = d.train_samples(0, 2)
     assert x.shape == (2, 32) and int(x.max()) < d.vocab_size
     assert d.vocab_size == {"byte": 256, "gpt2": 50257, "bpe": 512}[tokenizer]
     assert d.tokenizer.decode(d.val_tokens[:64].tolist()) in load_shakespeare_text()
@@ -121,7 +137,7 @@ def test_text_files_give_lm_batches(tmp_path, pattern, column):
     d = TextData(seed=0, block_size=16, cache_dir=tmp_path / "cache", paths=[str(tmp_path / pattern)],
                  column=column, tokenizer="gpt2")
     assert isinstance(d, Data) and d.vocab_size == 50257 and d.seq_len == 16
-    x, y = d.train_batch(0, 0, 4)
+    x, y = d.train_samples(0, 4)
     assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
     assert d.train_tokens.dtype == np.uint16
     # every document ends with <|endoftext|>; the split reassembles the documents in order
@@ -147,10 +163,13 @@ def test_token_cache_is_reused(tmp_path, monkeypatch):
     second = TextData(**kw)
     assert second.from_cache and second.cache_path == first.cache_path
     assert np.array_equal(second.train_tokens, first.train_tokens)
-    assert_same_batches(second.val_batches(2, 3), first.val_batches(2, 3))
+    assert_same_batches([second.val_samples(6)], [first.val_samples(6)])
+    assert second.fingerprint == first.fingerprint
     (tmp_path / "doc2.txt").write_text(PLAY + "one more line\n")  # new content -> new key -> tokenizes
     with pytest.raises(AssertionError, match="tokenized again"):
         TextData(**kw)
+    monkeypatch.undo()
+    assert TextData(**kw).fingerprint != first.fingerprint  # a resume can tell the corpus changed
 
 
 def test_mixed_file_types_and_char_tokenizer(tmp_path):
@@ -164,7 +183,7 @@ def test_mixed_file_types_and_char_tokenizer(tmp_path):
 def test_assoc_recall_targets():
     d = AssocRecallData(seed=0, block_size=64, num_keys=20, num_values=10, num_pairs=6, num_queries=4, seq_len=24)
     assert isinstance(d, Data) and d.reports_accuracy and (d.vocab_size, d.seq_len) == (31, 24)
-    x, y = d.train_batch(5, 0, 32)
+    x, y = d.train_samples(160, 32)
     assert x.shape == y.shape == (32, 24)
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         keys, values = row_x[0:12:2], row_x[1:12:2]
@@ -179,9 +198,9 @@ def test_assoc_recall_targets():
             expected[pos] = pairs[row_x[pos]]
         assert row_y == expected
     again = AssocRecallData(seed=0, block_size=64, num_keys=20, num_values=10, num_pairs=6, num_queries=4, seq_len=24)
-    assert_same_batches([again.train_batch(5, 0, 32)], [(x, y)])
-    assert_same_batches(again.val_batches(2, 8), d.val_batches(2, 8))
-    assert not torch.equal(d.val_batches(1, 32)[0][0], x)
+    assert_same_batches([again.train_samples(160, 32)], [(x, y)])
+    assert_same_batches([again.val_samples(16)], [d.val_samples(16)])
+    assert not torch.equal(d.val_samples(32)[0], x)
 
 
 def test_yaml_choices_instantiate(cache):
@@ -191,7 +210,7 @@ def test_yaml_choices_instantiate(cache):
         cfg = OmegaConf.load(CONF_DIR / "data" / f"{name}.yaml")
         assert cfg._partial_ is True
         d = instantiate(cfg)(seed=0, block_size=64, cache_dir=cache)
-        assert d.name == name and d.train_batch(0, 0, 2)[0].shape == (2, d.seq_len)
+        assert d.name == name and d.train_samples(0, 2)[0].shape == (2, d.seq_len)
 
 
 def test_file_errors(tmp_path):

@@ -34,7 +34,7 @@ def test_every_sweep_arm_composes(name):
 
 # Shortening that keeps every arm's own choices (run_inprocess's small FAST model applies only where the sweep
 # does not set the shape itself).
-SHORT = ["train.max_steps=2", "train.eval_interval=1", "train.eval_batches=1", "train.batch_size=2",
+SHORT = ["train.max_steps=2", "train.eval_interval=1", "train.eval_sequences=2", "train.batch_size=2",
          "train.log_interval=1", "sample.tokens=0", "logger=none", "hardware.peak_flops=1e12"]
 
 

@@ -13,7 +13,7 @@ from gptlab.run import execute
 
 # A fast configuration: 2 layers, d_model 64, 64-token blocks, fp32 so losses are exactly reproducible.
 FAST = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "train.batch_size=8",
-        "train.eval_batches=2", "train.log_interval=1", "sample.tokens=0", "hardware.dtype=fp32",
+        "train.eval_sequences=16", "train.log_interval=1", "sample.tokens=0", "hardware.dtype=fp32",
         "hardware.peak_flops=1e12", "logger=none", "schedule.warmup_steps=2"]
 
 

@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from gptlab.build import group_choices
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
-from gptlab.loop import TrainingDiverged
+from gptlab.loop import StopFlag, TrainingDiverged
 from gptlab.paths import CONF_DIR
 from gptlab.placement import place_local_job, remember_launch_gpus
 
@@ -122,15 +122,21 @@ def train_app(cfg: DictConfig) -> float | None:
     multirun = hc.mode == RunMode.MULTIRUN
     if multirun and os.environ.get("SUBMITIT_EXECUTOR") == "local":  # launcher=local: own cores and GPUs
         place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
+    stop = StopFlag()  # SIGTERM/SIGUSR1/SIGUSR2: finish the step, checkpoint, then hand the signal on
     try:
         with run_dir_lock(run_dir) if _writes_run_files(cfg) else contextlib.nullcontext():
-            summary = execute(cfg, run_dir, group_choices(cfg), list(hc.overrides.task))
+            summary = execute(cfg, run_dir, group_choices(cfg), list(hc.overrides.task), stop=stop)
     except RUN_ERRORS as err:
+        stop.restore()
         if multirun:
             raise  # the launcher reports it with the job's log and goes on with the other runs
         fail(one_line(err), exit_code(err))
     _report(summary, run_dir)
-    if summary["status"] == "preempted" and os.environ.get("SLURM_JOB_ID"):
+    if summary["status"] != "preempted":
+        stop.restore()
+        return summary["final_val_loss"]
+    stop.forward()  # submitit's SIGUSR2 handler requeues the job and exits here
+    if os.environ.get("SLURM_JOB_ID"):
         # SLURM requeues this job: exit without a result so submitit (and the sweep) wait for the next attempt
         raise SystemExit(143)
     return summary["final_val_loss"]

@@ -38,19 +38,24 @@ class Tokenizer(Protocol):
 
 @runtime_checkable
 class Data(Protocol):
-    """What the training loop needs from a data choice; batches depend only on the data seed."""
+    """What the training loop needs from a data choice; samples depend only on the data seed and their index."""
 
     name: str  # the choice name, e.g. "shakespeare"
     tokenizer: Tokenizer
     vocab_size: int  # ids in every batch are < vocab_size
     seq_len: int  # T of every batch; <= model.block_size
     reports_accuracy: bool  # True when y marks only answer positions (accuracy is meaningful)
+    fingerprint: str  # changes whenever any sample could change (content, tokenizer, split, generator)
 
-    def train_batch(self, step: int, micro: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, y) int64 CPU tensors (B, T); a pure function of (seed, step, micro, batch_size); y = -100 is unscored."""
+    def train_samples(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) int64 CPU tensors (count, T) for global training samples first..first+count-1.
 
-    def val_batches(self, n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """n fixed (x, y) batches from the val split, identical on every call and every instance with the same seed."""
+        Sample i is a pure function of (seed, i): the global batch of step s is samples [s·B, (s+1)·B)
+        whatever grad_accum, world size or micro-batch size; y = -100 is unscored.
+        """
+
+    def val_samples(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `count` sequences of the fixed validation set (a prefix of any larger count), (count, T)."""
 
 
 __all__ = ["Data", "Tokenizer", "default_cache_dir"]

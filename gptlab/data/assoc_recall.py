@@ -46,7 +46,7 @@ class RecallTokenizer:
 
 
 class AssocRecallData:
-    """MQAR batches generated on the fly from (seed, step, micro); val from a separate stream."""
+    """MQAR sequences generated on the fly, each from (seed, index); val from a separate stream."""
 
     name = "assoc_recall"
     reports_accuracy = True
@@ -73,32 +73,36 @@ class AssocRecallData:
         self.tokenizer = RecallTokenizer(num_keys, num_values)
         self.vocab_size = self.tokenizer.vocab_size
         self.pad_id = num_keys + num_values
+        self.fingerprint = f"assoc_recall:v2:{self.tokenizer.identity()}:{num_pairs}:{num_queries}:{seq_len}"
 
-    def _generate(self, gen: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """batch_size sequences -> (x, y) int64 (B, seq_len)."""
-        B, P, Q = batch_size, self.num_pairs, self.num_queries
-        keys = torch.rand(B, self.num_keys, generator=gen).argsort(dim=1)[:, :P]  # (B, P) distinct per row
-        values = torch.randint(0, self.num_values, (B, P), generator=gen) + self.num_keys  # (B, P)
-        picks = torch.rand(B, P, generator=gen).argsort(dim=1)[:, :Q]  # (B, Q) which pairs are queried
-        x = torch.full((B, self.seq_len), self.pad_id, dtype=torch.int64)
-        y = torch.full((B, self.seq_len), IGNORE, dtype=torch.int64)
-        x[:, 0:2 * P:2], x[:, 1:2 * P:2] = keys, values
+    def _sequence(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """One sequence -> (x, y) int64 (seq_len,)."""
+        P, Q = self.num_pairs, self.num_queries
+        keys = torch.rand(self.num_keys, generator=gen).argsort()[:P]  # (P,) distinct
+        values = torch.randint(0, self.num_values, (P,), generator=gen) + self.num_keys  # (P,)
+        picks = torch.rand(P, generator=gen).argsort()[:Q]  # (Q,) which pairs are queried
+        x = torch.full((self.seq_len,), self.pad_id, dtype=torch.int64)
+        y = torch.full((self.seq_len,), IGNORE, dtype=torch.int64)
+        x[0:2 * P:2], x[1:2 * P:2] = keys, values
         q0 = 2 * P  # first query position
-        answers = values.gather(1, picks)  # (B, Q)
-        x[:, q0:q0 + 2 * Q:2], x[:, q0 + 1:q0 + 2 * Q:2] = keys.gather(1, picks), answers
-        y[:, q0:q0 + 2 * Q:2] = answers  # predict a_j at the position of q_j
+        answers = values[picks]  # (Q,)
+        x[q0:q0 + 2 * Q:2], x[q0 + 1:q0 + 2 * Q:2] = keys[picks], answers
+        y[q0:q0 + 2 * Q:2] = answers  # predict a_j at the position of q_j
         return x, y
 
-    def train_batch(self, step: int, micro: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Micro-batch `micro` of step `step`: (x, y) int64 (B, seq_len); a pure function of seed, step, micro, B."""
-        check_positive_int("train.batch_size", batch_size)
-        return self._generate(stream_generator(self.seed, "recall-train", step, micro), batch_size)
+    def _samples(self, stream: str, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sequences first..first+count-1 of `stream`, each from its own generator: (x, y) (count, seq_len)."""
+        check_positive_int("sample count", count)
+        rows = [self._sequence(stream_generator(self.seed, stream, i)) for i in range(first, first + count)]
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
 
-    def val_batches(self, n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """`n` fixed batches from the validation stream (seeded apart from every training stream)."""
-        check_positive_int("train.batch_size", batch_size)
-        gen = stream_generator(self.seed, "recall-val", batch_size)
-        return [self._generate(gen, batch_size) for _ in range(n)]
+    def train_samples(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training sequences first..first+count-1: (x, y) int64 (count, seq_len); sequence i depends only on (seed, i)."""
+        return self._samples("recall-train", first, count)
+
+    def val_samples(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed validation set's first `count` sequences (its own stream, apart from training)."""
+        return self._samples("recall-val", 0, count)
 
     def __repr__(self) -> str:
         return (f"<AssocRecallData keys={self.num_keys} values={self.num_values} pairs={self.num_pairs} "

@@ -1,11 +1,11 @@
-"""Language-model batches from train/val token arrays: random windows, each a pure function of (seed, step, micro)."""
+"""Language-model samples from train/val token arrays: random windows, each a pure function of (seed, sample index)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from gptlab.data.streams import stream_generator
+from gptlab.data.streams import indexed_ints
 from gptlab.errors import ConfigError
 
 
@@ -21,8 +21,10 @@ class LMData:
 
     reports_accuracy = False
 
-    def __init__(self, *, name: str, tokenizer, train: np.ndarray, val: np.ndarray, seed: int, block_size: int):
+    def __init__(self, *, name: str, tokenizer, train: np.ndarray, val: np.ndarray, seed: int, block_size: int,
+                 fingerprint: str):
         self.name = name
+        self.fingerprint = f"{name}:{fingerprint}"  # the token arrays' cache key: changes with content or tokenizer
         self.tokenizer = tokenizer
         self.vocab_size = int(tokenizer.vocab_size)
         self.seed = int(seed)
@@ -37,24 +39,22 @@ class LMData:
                     f"or change data.val_fraction"
                 )
 
-    def _windows(self, tokens: np.ndarray, gen: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """batch_size random windows of T+1 tokens -> (x, y), each (B, T) int64."""
+    def _windows(self, tokens: np.ndarray, stream: str, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples first..first+count-1 of `stream`: windows of T+1 tokens -> (x, y), each (count, T) int64."""
+        check_positive_int("sample count", count)
         T = self.seq_len
-        starts = torch.randint(0, len(tokens) - T, (batch_size,), generator=gen).numpy()  # (B,)
-        idx = starts[:, None] + np.arange(T + 1)  # (B, T+1)
-        window = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))  # (B, T+1)
+        starts = indexed_ints(self.seed, stream, np.arange(first, first + count), len(tokens) - T)  # (count,)
+        idx = starts[:, None] + np.arange(T + 1)  # (count, T+1)
+        window = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))  # (count, T+1)
         return window[:, :-1].contiguous(), window[:, 1:].contiguous()
 
-    def train_batch(self, step: int, micro: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Micro-batch `micro` of optimizer step `step`: (x, y) int64 (B, T); depends only on seed, step, micro, B."""
-        check_positive_int("train.batch_size", batch_size)
-        return self._windows(self.train_tokens, stream_generator(self.seed, "train", step, micro), batch_size)
+    def train_samples(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training samples first..first+count-1: (x, y) int64 (count, T); sample i depends only on (seed, i)."""
+        return self._windows(self.train_tokens, "train", first, count)
 
-    def val_batches(self, n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """`n` validation batches from the val split, identical on every call for the same seed."""
-        check_positive_int("train.batch_size", batch_size)
-        gen = stream_generator(self.seed, "val", batch_size)
-        return [self._windows(self.val_tokens, gen, batch_size) for _ in range(n)]
+    def val_samples(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed validation set's first `count` sequences (count, T): the same for every batch size."""
+        return self._windows(self.val_tokens, "val", 0, count)
 
     def sample_prompt(self) -> str:
         """The first non-empty line at the start of the val split, for sampling demos."""

@@ -35,4 +35,5 @@ class ShakespeareData(LMData):
         )
         self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
         super().__init__(name="shakespeare", tokenizer=splits.tokenizer, train=splits.train, val=splits.val,
-                         seed=seed, block_size=block_size)
+                         seed=seed, block_size=block_size,
+                         fingerprint=splits.cache_path.name)

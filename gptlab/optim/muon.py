@@ -13,7 +13,11 @@ class OptimizerSet(torch.optim.Optimizer):
         self.optimizers = optimizers
         self.defaults = {}
         self.state = {}  # per-optimizer state lives in the members
-        self.param_groups = [g for opt in optimizers for g in opt.param_groups]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        """The members' live group dicts (load_state_dict replaces them, so never cache this list)."""
+        return [g for opt in self.optimizers for g in opt.param_groups]
 
     def step(self, closure=None):
         for opt in self.optimizers:

@@ -69,6 +69,9 @@ class JsonlSink:
         self.metrics_path = self.run_dir / METRICS_FILE
         self.summary_path = self.run_dir / SUMMARY_FILE
         self._summary: dict = {}
+        for stale in self.run_dir.glob(".*.tmp"):  # left by a process killed mid-write (one writer per run dir)
+            if stale.name.startswith((f".{METRICS_FILE}.", f".{SUMMARY_FILE}.")):
+                stale.unlink(missing_ok=True)
         if resume:
             self._summary = self._read_summary()
             self._rewrite(read_rows(self.metrics_path))  # drops a torn last line before appending

@@ -1,0 +1,202 @@
+"""Strict resume: a checkpoint continues only the run it came from.
+
+A checkpoint carries the run's identity (resolved config, group choices, data and model fingerprints,
+world size) and its progress (step, tokens, losses, speed samples, wall time, peak memory, every RNG,
+the fp16 scaler). `check` refuses any difference that can change the curve, bar the keys in ALLOWED;
+`train.max_steps` may grow only while the LR of every finished step stays the same. To continue under
+another config, start a NEW run from the checkpoint with `train.init_from=<path>` (recorded as such).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from gptlab import checkpoint
+from gptlab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Keys (a trailing "." = the whole subtree) that cannot change the loss curve, so a resume may change them.
+ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "profile", "train.resume", "train.init_from",
+           "train.log_interval", "train.ckpt_interval", "hardware.threads", "hardware.cpus_per_task")
+EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
+
+
+@dataclass
+class Progress:
+    """Where a run stands: what the summary reports is computed from this alone, so a resume keeps every figure."""
+
+    step: int = 0
+    tokens: int = 0
+    best_val_loss: float = math.inf
+    last_val_loss: float | None = None
+    nan_seen: int = 0
+    wall_s: float = 0.0
+    peak_mem_bytes: int = 0
+    tokens_per_s: list = field(default_factory=list)  # per timed step, after speed_warmup
+    step_ms: list = field(default_factory=list)
+    mfu: list = field(default_factory=list)
+
+
+@dataclass
+class Start:
+    """How a run begins: fresh, resuming its own checkpoint, or initialised from another run's (init_from)."""
+
+    kind: str = "fresh"  # fresh | resume | init
+    state: dict | None = None
+    source: str = ""
+    differences: list = field(default_factory=list)  # init_from: the config keys that differ from the checkpoint's
+    optimizer_state: bool = True  # init_from: load the moments only when the optimizer choice is the same
+
+
+def flat(tree, prefix: str = "") -> dict:
+    """{"model": {"d_model": 64}} -> {"model.d_model": 64}; lists stay values."""
+    out = {}
+    for key, value in (tree or {}).items():
+        if isinstance(value, dict):
+            out |= flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _allowed(key: str) -> bool:
+    return any(key.startswith(a) if a.endswith(".") else key == a for a in ALLOWED)
+
+
+def differences(saved: dict, current: dict) -> list[str]:
+    """'key=value there, value here' for each curve-changing difference; a changed group choice stands for its keys."""
+    have_c, want_c = saved.get("choices", {}), current.get("choices", {})
+    groups = sorted(g for g in set(have_c) | set(want_c) if have_c.get(g) != want_c.get(g) and not _allowed(g + "."))
+    out = [f"{g}={have_c.get(g)} there, {want_c.get(g)} here" for g in groups]
+    have, want = flat(saved.get("config")), flat(current.get("config"))
+    for key in sorted(set(have) | set(want)):
+        if key == "train.max_steps" or _allowed(key) or key.split(".")[0] in groups or have.get(key) == want.get(key):
+            continue
+        out.append(f"{key}={have.get(key, '<absent>')} there, {want.get(key, '<absent>')} here")
+    what = {"data": "data fingerprint (content/tokenizer)", "model": "model fingerprint", "world": "world size",
+            "dtype": "resolved hardware.dtype"}
+    for key in what:
+        if saved.get(key) != current.get(key):
+            out.append(f"{what[key]}={saved.get(key)} there, {current.get(key)} here")
+    return out
+
+
+def _check_max_steps(saved_max: int, max_steps: int, done: int, lr_factors: Callable, source: str) -> None:
+    """A changed train.max_steps is refused unless every finished step's LR is unchanged by it."""
+    if max_steps < done:
+        raise ConfigError(f"train.max_steps={max_steps}: checkpoint {source} is already at step {done}; "
+                          f"allowed: >= {done}")
+    before, after = lr_factors(saved_max, done), lr_factors(max_steps, done)
+    changed = next((s for s in range(done) if before[s] != after[s]), None)
+    if changed is not None:
+        raise ConfigError(f"train.max_steps={saved_max} there, {max_steps} here: the schedule gives step {changed} "
+                          f"another LR ({before[changed]:.6g} vs {after[changed]:.6g} x lr); only {EXTENDABLE} can be "
+                          f"extended; continue as a new run instead: train.init_from=<checkpoint> hydra.run.dir=<new dir>")
+
+
+def check(state: dict, current: dict, source: str, lr_factors: Callable) -> None:
+    """Refuse a checkpoint whose run differs from this one in anything that can change the curve (one line)."""
+    saved = state.get("identity")
+    if not isinstance(saved, dict) or "config" not in saved:
+        raise ConfigError(f"train.resume: checkpoint {source} records no config (written by an older gptlab), so "
+                          f"it cannot be checked; start a new run from it with train.init_from=<checkpoint>")
+    diffs = differences(saved, current)
+    if diffs:
+        raise ConfigError(f"train.resume: checkpoint {source} belongs to a run with another config: "
+                          f"{'; '.join(diffs)}; use a new hydra.run.dir (train.init_from=<checkpoint> starts a new "
+                          f"run from it) or train.resume=never in an empty dir")
+    saved_max = flat(saved["config"]).get("train.max_steps")
+    max_steps = flat(current["config"])["train.max_steps"]
+    if saved_max != max_steps:
+        _check_max_steps(int(saved_max), int(max_steps), int(state["step"]), lr_factors, source)
+
+
+def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_factors: Callable) -> Start:
+    """What this run starts from, checked before any run file is written (a refusal leaves the dir untouched)."""
+    if resume == "never":
+        newest = checkpoint.latest_path(run_dir)
+        if newest is not None:
+            raise ConfigError(f"train.resume=never: {checkpoint.ckpt_dir(run_dir)} holds checkpoints of an earlier "
+                              f"run (newest {newest.name}); use a new hydra.run.dir, or move that folder away first")
+        state, source = None, ""
+    elif resume == "auto":
+        state, source = checkpoint.load_latest(run_dir), "in the run dir"
+    else:
+        state, source = checkpoint.load(Path(resume)), f"'{resume}'"
+    if state is not None:
+        check(state, current, source, lr_factors)
+        return Start("resume", state, source)
+    if init_from:
+        state = checkpoint.load(Path(init_from))
+        saved = state.get("identity") or {}
+        same_optimizer = saved.get("choices", {}).get("optimizer") == current["choices"].get("optimizer")
+        diffs = differences(saved, current) if "config" in saved else ["the checkpoint records no config"]
+        return Start("init", state, f"'{init_from}'", diffs, optimizer_state=same_optimizer)
+    return Start()
+
+
+def rng_state() -> dict:
+    """Every RNG a run draws from: torch CPU, each CUDA device (when initialised), Python's."""
+    out = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def set_rng_state(saved: dict) -> None:
+    """Restore rng_state(); CUDA states go back only where the device count matches (else a warning)."""
+    torch.set_rng_state(saved["torch"])
+    random.setstate(_as_tuple(saved["python"]))
+    cuda = saved.get("cuda")
+    if cuda and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            log.warning("checkpoint has %d CUDA RNG states, this machine %d devices: dropout draws will differ",
+                        len(cuda), torch.cuda.device_count())
+
+
+def _as_tuple(value):
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def state_dict(model, optimizer, scaler, progress: Progress, identity: dict) -> dict:
+    """Everything a checkpoint holds."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+            "step": progress.step, "progress": asdict(progress), "rng": rng_state(), "identity": identity}
+
+
+def restore(model, optimizer, scaler, start: Start) -> Progress:
+    """Load `start` into model/optimizer/scaler/RNGs; returns the progress to continue (a fresh one for init)."""
+    if start.kind == "fresh":
+        return Progress()
+    state = start.state
+    hyper = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    try:
+        model.load_state_dict(state["model"])
+        if start.optimizer_state:
+            optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        if start.kind == "resume":
+            progress = Progress(**state["progress"])
+        else:  # a new run: its own figures, counting on from the checkpoint's step and tokens
+            progress = Progress(step=int(state["step"]), tokens=int(state.get("progress", state).get("tokens", 0)))
+    except (KeyError, RuntimeError, ValueError, TypeError) as err:
+        first = " ".join(str(err).split())[:160]
+        raise ConfigError(f"train.{'resume' if start.kind == 'resume' else 'init_from'}: checkpoint {start.source} "
+                          f"does not fit this model ({type(err).__name__}: {first})") from None
+    for group, own in zip(optimizer.param_groups, hyper):  # hyper-parameters come from the config, never the file
+        group.update(own)
+    log.info("%s from step %d (%s)", "resumed" if start.kind == "resume" else "initialised", progress.step, start.source)
+    return progress
