@@ -1,0 +1,107 @@
+"""LoadSampler: exact shares from given counters, and real /proc readings with a busy process outside and inside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gptlab import load
+from gptlab.load import LoadSampler, machine_ticks, own_ticks
+
+linux_only = pytest.mark.skipif(not load.available(), reason="needs Linux /proc")
+BUSY = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < {s}: pass\n"
+
+
+def _fake(readings):
+    """Sampler over scripted (busy, total, n_cores, own) readings, one per read."""
+    it = iter(readings)
+    current = {}
+
+    def machine():
+        current["r"] = next(it)
+        return current["r"][:3]
+
+    return LoadSampler(machine=machine, own=lambda: current["r"][3])
+
+
+def test_share_is_outside_busy_over_all_cores_time_weighted():
+    # 2 cores: interval 1 = 100 ticks/core, others busy 50 of 200 -> 0.25; interval 2 = 300 ticks, 240 others.
+    s = _fake([(0, 0, 2, 0), (80, 200, 2, 30), (80 + 300, 200 + 300, 2, 30 + 60)])
+    s.start()
+    s.sample()
+    assert (s.outside_ticks, s.total_ticks, s.own_ticks) == (50, 200, 30)
+    assert s.mean() == pytest.approx((50 + 240) / 500)
+    assert s.own_share() == pytest.approx(90 / 500)
+
+
+def test_short_intervals_accumulate_until_long_enough_and_mean_closes_the_last():
+    # 15 ticks on 2 cores is below MIN_TICKS_PER_CORE: the interval stays open, nothing is counted yet.
+    s = _fake([(0, 0, 2, 0), (10, 15, 2, 0), (30, 60, 2, 10), (40, 70, 2, 10)])
+    s.start()
+    s.sample()
+    assert s.total_ticks == 0
+    s.sample()
+    assert (s.outside_ticks, s.total_ticks) == (20, 60)
+    assert s.mean() == pytest.approx((20 + 10) / 70)  # the open 10-tick interval is closed by mean()
+
+
+def test_own_ticks_above_busy_never_give_a_negative_share_and_no_proc_gives_none():
+    s = _fake([(0, 0, 1, 0), (10, 100, 1, 12)])
+    s.start()
+    assert s.mean() == 0.0
+    missing = LoadSampler(machine=lambda: None, own=lambda: 0)
+    missing.start()
+    missing.sample()
+    assert missing.mean() is None and missing.own_share() is None
+    assert LoadSampler().mean() is None  # never started
+    assert machine_ticks(proc=load.PROC / "no-such-dir") is None
+
+
+@linux_only
+def test_a_busy_process_outside_this_one_raises_the_share():
+    """An orphaned busy loop (not our descendant) for ~1 s is outside load: >= 0.3 of one core's worth."""
+    n_cores = machine_ticks()[2]
+    s = LoadSampler()
+    s.start()
+    # `sh -c '... &'` exits at once, so the busy python is re-parented: not ours, as another user's job would be.
+    subprocess.run(["sh", "-c", f"'{sys.executable}' -c '{BUSY.format(s=1.0)}' >/dev/null 2>&1 &"], check=True)
+    time.sleep(1.3)
+    share = s.mean()
+    # Other users' load can only add to the share, so the bound holds on a busy shared machine too.
+    assert share is not None and share >= 0.3 / n_cores
+
+
+@linux_only
+def test_own_work_and_own_children_are_not_outside_load():
+    """Ticks this process and a child burn are counted as ours (matching os.times) and left out of the share."""
+    s = LoadSampler()
+    s.start()
+    before = os.times()
+    child = subprocess.Popen([sys.executable, "-c", BUSY.format(s=0.8)])
+    exec(BUSY.format(s=0.8))  # busy in this process meanwhile
+    s.sample(force=True)  # the child is still ours while it runs (live descendant)
+    child.wait()
+    share = s.mean()
+    after = os.times()
+    used = sum(after[:4]) - sum(before[:4])  # own + waited children's CPU seconds
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert s.own_ticks / ticks == pytest.approx(used, abs=0.1 + 0.1 * used)
+    assert used > 0.3  # at least the in-process loop ran
+    # outside = machine busy - own: everything we burnt is excluded, so share + own share <= 1.
+    assert share is not None and 0.0 <= share <= 1.0 - s.own_share() + 0.02
+
+
+@linux_only
+def test_own_ticks_reads_a_live_child():
+    child = subprocess.Popen([sys.executable, "-c", BUSY.format(s=0.6)])
+    try:
+        start = own_ticks(pid=str(child.pid))
+        time.sleep(0.5)
+        assert own_ticks(pid=str(child.pid)) > start  # its utime grows while it spins
+        assert own_ticks() >= own_ticks(pid=str(child.pid))  # our tree includes the child
+    finally:
+        child.wait()
