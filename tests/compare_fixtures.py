@@ -54,8 +54,12 @@ def write_run(path: Path, *, seed: int = 0, choices: dict[str, str] | None = Non
               log_interval: int = 5, loss_at: Callable[[int], float] = default_loss, stop_at: int | None = None,
               status: str | None = None, tokens_per_s: float = 1000.0, step_ms: float = 50.0, mfu: float = 0.01,
               peak_mem_bytes: int = 64 * 2**20, params: int = 120_000, flops_per_token: float = 7.2e5,
-              acc: bool = False, summary: bool = True) -> Path:
-    """Write one run dir; stop_at < max_steps makes it a crashed run (status "failed" unless given)."""
+              acc: bool = False, summary: bool = True, fingerprint: str | None = None,
+              data_fingerprint: str | None = None, outside_load: float | None = None) -> Path:
+    """Write one run dir; stop_at < max_steps makes it a crashed run (status "failed" unless given).
+
+    fingerprint / data_fingerprint / outside_load go into summary.json only when given (older runs lack them).
+    """
     chosen = {**DEFAULT_CHOICES, **(choices or {})}
     leaves = dict(leaves or {})
     last = max_steps if stop_at is None else stop_at
@@ -87,7 +91,9 @@ def write_run(path: Path, *, seed: int = 0, choices: dict[str, str] | None = Non
             "step_ms_median": statistics.median(r["step_ms"] for r in speeds),
             "mfu_median": statistics.median(r["mfu"] for r in speeds), "peak_mem_bytes": peak_mem_bytes,
             "params": params, "flops_per_token": flops_per_token, "wall_s": last * step_ms / 1000.0,
-            "choices": chosen, "status": status}, indent=2))
+            "choices": chosen, "status": status,
+            **{k: v for k, v in (("model_fingerprint", fingerprint), ("data_fingerprint", data_fingerprint),
+                                 ("outside_load", outside_load)) if v is not None}}, indent=2))
     hydra_dir = path / ".hydra"
     hydra_dir.mkdir(exist_ok=True)
     cfg = make_config(chosen, seed, leaves, max_steps, eval_interval)

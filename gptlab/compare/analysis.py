@@ -9,9 +9,10 @@ from typing import Any
 
 import yaml
 
-from gptlab.compare import stats
+from gptlab.compare import speed, stats
 from gptlab.compare.group import (Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs,
                                   matches)
+from gptlab.compare.identical import identical_groups, mixed_fingerprints, shared
 from gptlab.compare.runs import Run
 from gptlab.errors import ConfigError
 
@@ -43,6 +44,17 @@ class Row:
     val_losses: list[float] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
     claimed: dict[str, float] | None = None
+    # Speed with its noise: mean ± std over seeds of each run's median, the speed-up's CI and verdict.
+    tokens_per_s_std: float | None = None
+    step_ms_std: float | None = None
+    tokens_per_s_seeds: list[float] = field(default_factory=list)
+    speedup_ci: list[float] | None = None
+    speedup_p: float | None = None
+    speed_verdict: str = "–"
+    outside_load: float | None = None
+    under_load: bool = False
+    model_fingerprint: str | None = None
+    identical_to: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -101,15 +113,6 @@ def stop_warnings(runs: list[Run], step: int) -> list[str]:
     return out
 
 
-def _run_speed(run: Run, summary_key: str, metric: str, agg) -> float | None:
-    """A speed figure from summary.json, else aggregated from the metrics records."""
-    value = run.summary.get(summary_key)
-    if value is not None:
-        return float(value)
-    vals = [float(r[metric]) for r in run.records if r.get(metric) is not None]
-    return agg(vals) if vals else None
-
-
 def _first(runs: list[Run], key: str) -> Any:
     return next((r.summary[key] for r in runs if r.summary.get(key) is not None), None)
 
@@ -118,24 +121,43 @@ def _row(g: Group, step: int) -> Row:
     runs = g.runs
     losses = [float(r.by_step[step]["val/loss"]) for r in runs]
     accs = [float(r.by_step[step]["val/acc"]) for r in runs if r.by_step[step].get("val/acc") is not None]
-    peaks = [_run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max) for r in runs]
+    peaks = [speed.run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max) for r in runs]
+    tps = speed.per_run(runs, "tokens_per_s_median", "tokens_per_s")
+    (tps_mean, tps_std), (ms_mean, ms_std) = speed.spread(tps), speed.spread(
+        speed.per_run(runs, "step_ms_median", "step_ms"))
+    load = speed.outside_load(runs)
     return Row(
         label=g.label, choices=dict(runs[0].choices), n_seeds=len(runs),
         val_loss_mean=stats.mean(losses), val_loss_std=stats.std(losses), delta_val_loss=0.0, significant=None,
-        tokens_per_s=stats.median([_run_speed(r, "tokens_per_s_median", "tokens_per_s", stats.median) for r in runs]),
-        step_ms=stats.median([_run_speed(r, "step_ms_median", "step_ms", stats.median) for r in runs]),
-        mfu=stats.median([_run_speed(r, "mfu_median", "mfu", stats.median) for r in runs]),
+        tokens_per_s=tps_mean, step_ms=ms_mean,
+        mfu=stats.median([speed.run_speed(r, "mfu_median", "mfu", stats.median) for r in runs]),
         peak_mem_bytes=max((int(p) for p in peaks if p is not None), default=None),
         speedup=None, params=_first(runs, "params"), flops_per_token=_first(runs, "flops_per_token"),
         val_acc_mean=stats.mean(accs) if accs else None,
-        seeds=[r.config.get("seed") for r in runs], val_losses=losses, runs=[str(r.path) for r in runs])
+        seeds=[r.config.get("seed") for r in runs], val_losses=losses, runs=[str(r.path) for r in runs],
+        tokens_per_s_std=tps_std, step_ms_std=ms_std, tokens_per_s_seeds=tps, outside_load=load,
+        under_load=load is not None and load > speed.OUTSIDE_LOAD_LIMIT,
+        model_fingerprint=shared(g, "model_fingerprint"))
+
+
+def _speed_versus(row: Row, base: Row) -> None:
+    """Speed-up of row over the baseline with its CI and verdict; identical models are noise by definition."""
+    if row is base:
+        row.speedup = 1.0 if row.tokens_per_s else None
+        row.speed_verdict = "baseline"
+        return
+    up = speed.speedup(row.tokens_per_s_seeds, base.tokens_per_s_seeds, ALPHA)
+    row.speedup, row.speedup_p = up.ratio, up.p
+    row.speedup_ci = list(up.ci) if up.ci else None
+    row.speed_verdict = speed.IDENTICAL if base.label in row.identical_to and up.ratio else up.verdict
+    if up.ratio is not None and (row.under_load or base.under_load):
+        row.speed_verdict += ", under outside load"
 
 
 def _versus(row: Row, base: Row) -> None:
     """Fill delta, Welch verdict and speed-up of row against the baseline row."""
     row.delta_val_loss = row.val_loss_mean - base.val_loss_mean
-    if base.tokens_per_s and row.tokens_per_s is not None:
-        row.speedup = row.tokens_per_s / base.tokens_per_s
+    _speed_versus(row, base)
     if row is base:
         row.significant, row.p_value = False, 1.0
         return
@@ -143,6 +165,21 @@ def _versus(row: Row, base: Row) -> None:
     if test is not None:
         row.p_value = test.p
         row.significant = bool(test.p < ALPHA)
+    if base.label in row.identical_to:
+        row.significant = False  # the same experiment twice: any gap is seed or load noise
+
+
+def identity_warnings(rows: list[Row], groups: list[Group]) -> list[str]:
+    """One line per identical pair, per group with mixed fingerprints, and per group timed under outside load."""
+    out = [f"warning: '{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) "
+           "and differ only in model config: every difference between them is noise"
+           for i, a in enumerate(rows) for b in rows[i + 1:] if b.label in a.identical_to]
+    out += [f"warning: '{g.label}': its runs recorded different model fingerprints (code changed between seeds?)"
+            for g in groups if mixed_fingerprints(g)]
+    out += [f"warning: '{row.label}': speed taken under outside load (other processes used up to "
+            f"{100 * row.outside_load:.0f}% of the cores in one of its runs; limit {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}%)"
+            for row in rows if row.under_load]
+    return out
 
 
 def compare(runs: list[Run], baseline: str | None = None, step: int | None = None,
@@ -155,12 +192,15 @@ def compare(runs: list[Run], baseline: str | None = None, step: int | None = Non
     assign_labels(groups, base)
     ordered = [base] + [g for g in groups if g is not base]
     rows = [_row(g, at) for g in ordered]
+    twins = identical_groups(ordered)
     for g, row in zip(ordered, rows):
         row.differs = dict(diff_items(g, base)) if g is not base else {}
+        row.identical_to = [h.label for h in twins.get(id(g), [])]
+    for row in rows:
         _versus(row, rows[0])
     if claims:
         attach_claims(rows, ordered, claims)
-    return Comparison(at, base.label, rows, ordered, stop_warnings(runs, at))
+    return Comparison(at, base.label, rows, ordered, stop_warnings(runs, at) + identity_warnings(rows, ordered))
 
 
 def load_claims(path: str) -> dict[str, dict[str, float]]:

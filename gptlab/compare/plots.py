@@ -75,13 +75,17 @@ def _curves(cmp: Comparison, out: Path, xkey: str | None, xlabel: str, fname: st
     return path
 
 
-def _bars(cmp: Comparison, out: Path, attr: str, scale: float, ylabel: str, fname: str) -> Path | None:
+def _bars(cmp: Comparison, out: Path, attr: str, scale: float, ylabel: str, fname: str,
+          err: str | None = None) -> Path | None:
+    """One bar per group; `err` names the Row attribute drawn as ± error bars (std over seeds)."""
     values = [getattr(r, attr) for r in cmp.rows]
     if all(v is None for v in values):
         return None
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(values) + 2), 4.5))
     xs = np.arange(len(values))
-    ax.bar(xs, [(v or 0) / scale for v in values], color=[_color(i) for i in range(len(values))])
+    yerr = [(getattr(r, err) or 0) / scale for r in cmp.rows] if err else None
+    ax.bar(xs, [(v or 0) / scale for v in values], yerr=yerr, capsize=4 if err else 0,
+           color=[_color(i) for i in range(len(values))])
     ax.set_xticks(xs, [r.label for r in cmp.rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(ylabel)
@@ -99,7 +103,8 @@ def make_plots(cmp: Comparison, out: Path) -> dict[str, Path]:
         "val_loss_vs_step": _curves(cmp, out, None, "step", "val_loss_vs_step.png"),
         "val_loss_vs_wall_time": _curves(cmp, out, "wall_s", "wall time (s)", "val_loss_vs_wall_time.png"),
         "val_loss_vs_tokens": _curves(cmp, out, "tokens", "tokens", "val_loss_vs_tokens.png"),
-        "tokens_per_s": _bars(cmp, out, "tokens_per_s", 1.0, "tokens/s (median)", "tokens_per_s.png"),
+        "tokens_per_s": _bars(cmp, out, "tokens_per_s", 1.0, "tokens/s (mean ± std over seeds)", "tokens_per_s.png",
+                              err="tokens_per_s_std"),
         "peak_memory": _bars(cmp, out, "peak_mem_bytes", 2**20, "peak memory (MiB)", "peak_memory.png"),
     }
     return {k: v for k, v in made.items() if v is not None}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gptlab.compare.analysis import ALPHA, Comparison, Row
+from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT
 
 
 def strict_json(obj: Any) -> Any:
@@ -22,7 +23,7 @@ def strict_json(obj: Any) -> Any:
     return obj
 
 HEADERS = ["label", "seeds", "params", "FLOPs/token", "val loss @ {step}", "Δ val loss vs baseline",
-           "tokens/s", "step ms", "MFU", "peak mem", "speed-up"]
+           "tokens/s", "step ms", "MFU", "peak mem", "speed-up (95% CI)"]
 
 
 def _si(x: float | None) -> str:
@@ -43,15 +44,33 @@ def _mem(x: float | None) -> str:
     return f"{x:.0f} B"
 
 
-def verdict(row: Row, is_base: bool) -> str:
-    """Δ with its significance verdict, e.g. `-0.0456 significant (p=0.003)` or `+0.0100 n/a (1 seed)`."""
+def verdict(row: Row, base: str | None) -> str:
+    """Δ with its verdict vs the baseline labelled `base` (None = this is the baseline), e.g. `-0.0456 significant (p=0.003)`."""
     delta = f"{row.delta_val_loss:+.4f}"
-    if is_base:
+    if base is None:
         return f"{delta} (baseline)"
+    if base in row.identical_to:
+        return f"{delta} noise: identical model"
     if row.significant is None:
         return f"{delta} n/a (1 seed)"
     word = "significant" if row.significant else "not significant"
     return f"{delta} {word} (p={row.p_value:.2g})"
+
+
+def _spread(mean: float | None, std: float | None, fmt: str) -> str:
+    if mean is None:
+        return "–"
+    return format(mean, fmt) + (f" ± {format(std, fmt)}" if std is not None else "")
+
+
+def speed_cell(row: Row) -> str:
+    """Speed-up with its 95% CI and verdict, e.g. `1.25× [1.10, 1.42] faster` or `0.73× n/a: 1 seed`."""
+    if row.speedup is None:
+        return "–"
+    # An identical model's CI would describe a gap that by construction is not there (comparison.json keeps it).
+    show_ci = row.speedup_ci and not row.speed_verdict.startswith(IDENTICAL)
+    ci = f" [{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]" if show_ci else ""
+    return f"{row.speedup:.2f}×{ci} {row.speed_verdict}"
 
 
 def _claim(row: Row) -> str:
@@ -69,17 +88,20 @@ def _claim(row: Row) -> str:
 def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
     """Table headers and one list of display strings per row (baseline first)."""
     headers = [h.format(step=cmp.step) for h in HEADERS]
+    extra_twin = any(r.identical_to for r in cmp.rows)
     extra_acc = any(r.val_acc_mean is not None for r in cmp.rows)
     extra_claim = any(r.claimed for r in cmp.rows)
-    headers += ["val acc"] * extra_acc + ["claimed vs measured"] * extra_claim
+    headers += ["identical model"] * extra_twin + ["val acc"] * extra_acc + ["claimed vs measured"] * extra_claim
     body = []
     for i, r in enumerate(cmp.rows):
-        loss = f"{r.val_loss_mean:.4f}" + (f" ± {r.val_loss_std:.4f}" if r.val_loss_std is not None else "")
-        line = [r.label, str(r.n_seeds), _si(r.params), _si(r.flops_per_token), loss, verdict(r, i == 0),
-                f"{r.tokens_per_s:,.0f}" if r.tokens_per_s is not None else "–",
-                f"{r.step_ms:.1f}" if r.step_ms is not None else "–",
-                f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–", _mem(r.peak_mem_bytes),
-                f"{r.speedup:.2f}×" if r.speedup is not None else "–"]
+        loaded = " (under load)" if r.under_load else ""
+        line = [r.label, str(r.n_seeds), _si(r.params), _si(r.flops_per_token),
+                _spread(r.val_loss_mean, r.val_loss_std, ".4f"), verdict(r, cmp.rows[0].label if i else None),
+                _spread(r.tokens_per_s, r.tokens_per_s_std, ",.0f") + loaded,
+                _spread(r.step_ms, r.step_ms_std, ".1f") + loaded,
+                f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–", _mem(r.peak_mem_bytes), speed_cell(r)]
+        if extra_twin:
+            line.append("; ".join(f"= {t}" for t in r.identical_to))
         if extra_acc:
             line.append(f"{r.val_acc_mean:.4f}" if r.val_acc_mean is not None else "–")
         if extra_claim:
@@ -93,7 +115,15 @@ def notes(cmp: Comparison) -> list[str]:
     return [f"Compared at step {cmp.step} (the largest step every run evaluated, unless --step was given); "
             f"baseline: {cmp.baseline}.",
             f"Δ is mean val loss minus the baseline's; 'significant' means Welch's t-test p < {ALPHA} "
-            "over seeds (needs ≥ 2 seeds on both sides). Speeds are medians; speed-up = tokens/s ratio.",
+            "over seeds (needs ≥ 2 seeds on both sides).",
+            "tokens/s and step ms are mean ± std over seeds of each run's median; speed-up = ratio of the geometric "
+            f"mean tokens/s with a 95% CI and a verdict (faster / slower / within noise) from Welch's t-test on "
+            f"log tokens/s, p < {ALPHA}; n/a with 1 seed.",
+            *["'identical model': the arms build the same model (equal model fingerprint) and differ only in model "
+              "config, so they are one experiment run twice and every difference between them is noise."]
+            * any(r.identical_to for r in cmp.rows),
+            *[f"'under load': other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the machine's "
+              "cores while a run trained, so its speed figures are not to be trusted."] * any(r.under_load for r in cmp.rows),
             *cmp.warnings]
 
 
@@ -108,11 +138,11 @@ def print_table(cmp: Comparison, console=None) -> None:
     headers, body = cells(cmp)
     table = Table(title=f"gptlab-compare: val loss @ step {cmp.step} vs baseline '{cmp.baseline}'")
     for h in headers:
-        table.add_column(h, justify="left" if h in ("label", "claimed vs measured") else "right")
+        table.add_column(h, justify="left" if h in ("label", "identical model", "claimed vs measured") else "right")
     for line in body:
         table.add_row(*line)
     console.print(table)
-    for n in notes(cmp)[:2]:
+    for n in notes(cmp)[:3]:
         console.print(n, highlight=False, markup=False)
 
 

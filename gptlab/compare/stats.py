@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Sequence
 
 
@@ -93,3 +94,18 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> Welch | None:
     df = se2 * se2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
     t = diff / math.sqrt(se2)
     return Welch(t, df, t_two_sided_p(t, df))
+
+
+def t_critical(alpha: float, df: float) -> float:
+    """t such that P(|T| >= t) = alpha for Student's t with df degrees of freedom (bisection on the p-value)."""
+    if df > 1e7:  # the normal limit (the incomplete beta loses digits out there)
+        return NormalDist().inv_cdf(1.0 - alpha / 2.0)
+    lo, hi = 0.0, 1.0
+    while t_two_sided_p(hi, df) > alpha:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > alpha else (lo, mid)
+        if hi - lo < 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)

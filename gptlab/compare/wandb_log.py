@@ -11,7 +11,9 @@ from gptlab.compare.group import flatten
 from gptlab.compare.runs import Run
 
 TABLE_COLUMNS = ["label", "n_seeds", "val_loss_mean", "val_loss_std", "delta_val_loss", "significant", "p_value",
-                 "tokens_per_s", "step_ms", "mfu", "peak_mem_bytes", "speedup", "params", "flops_per_token"]
+                 "tokens_per_s", "tokens_per_s_std", "step_ms", "step_ms_std", "mfu", "peak_mem_bytes", "speedup",
+                 "speedup_p", "speed_verdict", "outside_load", "under_load", "model_fingerprint", "identical_to", "params",
+                 "flops_per_token"]
 _SWEEP_CONTAINERS = {"sweeps", "multirun", "outputs", "runs"}
 
 
@@ -59,7 +61,9 @@ def log_comparison(cmp: Comparison, images: dict[str, Path], runs: list[Run], ou
                          config={"step": cmp.step, "baseline": cmp.baseline, "runs": [str(r.path) for r in runs]})
         try:
             local_dir = Path(run.dir).parent
-            rows = [[getattr(r, c) for c in TABLE_COLUMNS] for r in cmp.rows]
+            # A W&B table cell holds a scalar: the identical-model labels become one string.
+            rows = [["; ".join(v) if isinstance(v := getattr(r, c), list) else v for c in TABLE_COLUMNS]
+                    for r in cmp.rows]
             payload = {"comparison": wandb.Table(columns=TABLE_COLUMNS, data=rows)}
             payload.update({f"plots/{name}": wandb.Image(str(p)) for name, p in images.items()})
             run.log(payload)

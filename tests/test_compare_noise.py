@@ -1,0 +1,161 @@
+"""gptlab-compare's honesty: identical models are noise, speed carries its seed noise and verdict, outside load."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from compare_fixtures import default_loss, write_sweep
+
+from gptlab.cli.compare import main
+from gptlab.compare import stats
+from gptlab.compare.speed import speedup
+
+FP_MHA, FP_OTHER = "0123456789abcdef", "fedcba9876543210"
+
+
+def _shifted(delta: float):
+    return lambda step: default_loss(step) + delta
+
+
+def _arm(seeds_tps: list[float], shifts: list[float], **kw) -> list[dict]:
+    """One spec per seed: its own tokens/s and val-loss shift."""
+    return [dict(seed=i, tokens_per_s=t, step_ms=128_000 / t, loss_at=_shifted(d), **kw)
+            for i, (t, d) in enumerate(zip(seeds_tps, shifts))]
+
+
+def _compare(tmp_path: Path, capsys, specs: list[dict], *args) -> tuple[dict, str, str]:
+    """Write a sweep of specs, compare it; (comparison.json, comparison.md, stderr)."""
+    sweep = write_sweep(tmp_path / "sw", specs)
+    out = tmp_path / "out"
+    rc = main([str(sweep), "--out", str(out), "--no-wandb", *args])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    return json.loads((out / "comparison.json").read_text()), (out / "comparison.md").read_text(), err
+
+
+def _table(md: str) -> str:
+    """The Markdown table's body rows (the notes below it explain every verdict word)."""
+    return "\n".join(line for line in md.splitlines() if line.startswith("| attention"))
+
+
+GQA4 = dict(choices={"attention": "gqa"}, leaves={"attention.n_kv_head": 4})
+GQA4_LABEL = "attention=gqa, attention.n_kv_head=4"
+
+
+def test_identical_models_are_flagged_and_every_difference_is_noise(tmp_path, capsys):
+    """The issue's case: attention=gqa with n_kv_head == n_head is MHA; a 0.73x 'speed-up' is load noise."""
+    specs = _arm([1000, 1002, 998], [0.0, 0.001, 0.002], fingerprint=FP_MHA, data_fingerprint="shakespeare:x")
+    specs += _arm([730, 731, 729], [0.05, 0.051, 0.052], fingerprint=FP_MHA, data_fingerprint="shakespeare:x", **GQA4)
+    doc, md, err = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
+    base, twin = doc["rows"]
+    assert twin["label"] == GQA4_LABEL and twin["identical_to"] == ["attention=mha"]
+    assert base["identical_to"] == [GQA4_LABEL] and twin["model_fingerprint"] == FP_MHA
+    # Both tests alone would call this real (p << 0.05); identical models make it noise.
+    assert twin["p_value"] < 0.05 and twin["speedup_p"] < 0.05
+    assert twin["significant"] is False and twin["speed_verdict"] == "within noise (identical model)"
+    assert twin["speedup"] == pytest.approx(0.73, rel=1e-3)
+    assert "noise: identical model" in md and "| = attention=mha |" in md
+    assert "| 0.73× within noise (identical model) |" in md  # no CI quoted for a gap that is not there
+    assert "faster" not in _table(md) and "slower" not in _table(md) and " significant (p=" not in md
+    assert (f"warning: 'attention=mha' and '{GQA4_LABEL}' build the identical model (fingerprint 0123456789abcdef) "
+            "and differ only in model config: every difference between them is noise") in err
+
+
+def test_same_model_under_another_optimizer_setting_is_a_real_experiment(tmp_path, capsys):
+    """lr arms build the same model but train it differently: not flagged, verdicts as usual."""
+    specs = _arm([1000, 1001], [0.0, 0.001], fingerprint=FP_MHA)
+    specs += _arm([1000, 1001], [0.2, 0.201], fingerprint=FP_MHA, leaves={"optimizer.lr": 0.01})
+    doc, md, err = _compare(tmp_path, capsys, specs)
+    assert [r["identical_to"] for r in doc["rows"]] == [[], []]
+    assert doc["rows"][1]["significant"] is True and "identical" not in md + err
+
+
+def test_different_fingerprints_data_or_older_runs_are_not_flagged(tmp_path, capsys):
+    specs = _arm([1000, 1001], [0.0, 0.001], fingerprint=FP_MHA)
+    specs += _arm([1200, 1201], [0.1, 0.101], fingerprint=FP_OTHER, **GQA4)
+    specs += _arm([1200, 1201], [0.1, 0.101], choices={"attention": "mqa"})  # older runs: no fingerprint
+    doc, md, _ = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
+    assert [r["identical_to"] for r in doc["rows"]] == [[], [], []]
+    assert [r["model_fingerprint"] for r in doc["rows"]] == [FP_MHA, FP_OTHER, None]
+    assert "identical model" not in md
+    again = _arm([1000, 1001], [0.0, 0.001], fingerprint=FP_MHA, data_fingerprint="text:aaa")
+    again += _arm([1000, 1001], [0.0, 0.001], fingerprint=FP_MHA, data_fingerprint="text:bbb", **GQA4)
+    doc, _, _ = _compare(tmp_path / "data", capsys, again)
+    assert [r["identical_to"] for r in doc["rows"]] == [[], []]  # same model, other tokens: not one experiment
+
+
+def test_speed_is_mean_and_std_over_seeds_with_a_welch_ci(tmp_path, capsys):
+    arm, base = [1200.0, 1250.0, 1300.0], [1000.0, 1010.0, 990.0]
+    specs = _arm(base, [0.0, 0.01, 0.02]) + _arm(arm, [0.0, 0.01, 0.02], **GQA4)
+    doc, md, _ = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
+    b, a = doc["rows"]
+    assert a["tokens_per_s"] == pytest.approx(statistics.mean(arm))
+    assert a["tokens_per_s_std"] == pytest.approx(statistics.stdev(arm))
+    assert a["step_ms"] == pytest.approx(statistics.mean(128_000 / t for t in arm))
+    assert a["step_ms_std"] == pytest.approx(statistics.stdev(128_000 / t for t in arm))
+    assert a["tokens_per_s_seeds"] == arm and b["speed_verdict"] == "baseline" and b["speedup"] == 1.0
+    # Reference: scipy.stats Welch t-test on log tokens/s, CI with t.ppf(0.975, Welch df).
+    assert a["speedup"] == pytest.approx(1.2493746246704842, rel=1e-9)
+    assert a["speedup_ci"] == pytest.approx([1.1391629429767036, 1.3702490608513718], rel=1e-7)
+    assert a["speedup_p"] == pytest.approx(0.0076274680011515624, rel=1e-6)
+    assert a["speed_verdict"] == "faster"
+    assert "1.25× [1.14, 1.37] faster" in md and "1,250 ± 50" in md
+
+
+@pytest.mark.parametrize("arm, base, verdict", [
+    ([900.0, 1300.0, 1100.0], [1000.0, 1200.0, 800.0], "within noise"),  # swings between seeds, as under load
+    ([800.0, 801.0, 799.0], [1000.0, 1001.0, 999.0], "slower"),
+    ([1001.0, 1000.0], [1000.0, 1001.0], "within noise"),
+])
+def test_speed_verdict_follows_the_seed_noise(arm, base, verdict):
+    up = speedup(arm, base, 0.05)
+    assert up.verdict == verdict
+    assert up.ci[0] <= up.ratio <= up.ci[1]
+    assert (up.ci[0] > 1 or up.ci[1] < 1) is (verdict != "within noise")  # CI excludes 1 exactly when p < alpha
+    if arm[0] == 900.0:
+        assert up.ratio == pytest.approx(1.1026451493121938) and up.p == pytest.approx(0.5706763711753546, rel=1e-6)
+        assert up.ci == pytest.approx((0.7093917379638645, 1.7138997541632535), rel=1e-7)
+
+
+def test_one_seed_gives_a_speed_up_but_no_verdict(tmp_path, capsys):
+    specs = _arm([1000.0], [0.0]) + _arm([1500.0], [0.0], **GQA4)
+    doc, md, _ = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
+    row = doc["rows"][1]
+    assert row["speedup"] == pytest.approx(1.5) and row["speedup_ci"] is None and row["speedup_p"] is None
+    assert row["speed_verdict"] == "n/a: 1 seed" and row["tokens_per_s_std"] is None
+    assert "1.50× n/a: 1 seed" in _table(md) and "faster" not in _table(md)
+
+
+def test_speed_taken_under_outside_load_is_flagged(tmp_path, capsys):
+    specs = _arm([1000, 1001], [0.0, 0.001], outside_load=0.05)
+    specs += [dict(seed=0, tokens_per_s=1500, outside_load=0.10, **GQA4),
+              dict(seed=1, tokens_per_s=1510, outside_load=0.62, **GQA4)]
+    specs += _arm([1000, 1001], [0.0, 0.001], choices={"attention": "mqa"})  # older runs: no load recorded
+    doc, md, err = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
+    base, loaded, old = doc["rows"]
+    assert (base["outside_load"], base["under_load"]) == (0.05, False)
+    assert (loaded["outside_load"], loaded["under_load"]) == (0.62, True)
+    assert (old["outside_load"], old["under_load"]) == (None, False)
+    assert loaded["speed_verdict"] == "faster, under outside load" and old["speed_verdict"] == "within noise"
+    assert md.count("(under load)") == 2  # tokens/s and step ms of the loaded group only
+    assert (f"warning: '{GQA4_LABEL}': speed taken under outside load (other processes used up to 62% of the cores "
+            "in one of its runs; limit 25%)") in err
+
+
+def test_seeds_with_different_fingerprints_warn_and_are_never_identical(tmp_path, capsys):
+    specs = [dict(seed=0, fingerprint=FP_MHA), dict(seed=1, fingerprint=FP_OTHER)]
+    specs += _arm([1000, 1001], [0.0, 0.001], fingerprint=FP_MHA, **GQA4)
+    doc, _, err = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
+    assert doc["rows"][0]["model_fingerprint"] is None and doc["rows"][1]["identical_to"] == []
+    assert "warning: 'attention=mha': its runs recorded different model fingerprints" in err
+
+
+def test_t_critical_matches_reference_quantiles():
+    # scipy.stats.t.ppf(0.975, df) and the normal limit.
+    for df, ref in ((1, 12.706204736174694), (2, 4.302652729749462), (3.4, 2.9807735025586206),
+                    (30, 2.0422724563012378), (math.inf, 1.959963984540054)):
+        assert stats.t_critical(0.05, df) == pytest.approx(ref, rel=1e-9)
