@@ -57,6 +57,43 @@ def finished(run_dir: Path, overrides: list[str], seed: int) -> bool:
     return yaml.safe_load(saved.read_text()) == wanted
 
 
+def arm_identity(overrides: list[str], seed: int) -> tuple[str, dict, list[str]]:
+    """(model fingerprint, flat config without hydra, no-op warnings) of one arm, built on the meta device."""
+    from omegaconf import OmegaConf
+
+    from gptlab.build import build_model, compose
+    from gptlab.compare.group import flatten
+    from gptlab.model.fingerprint import model_fingerprint
+    from gptlab.noop import noop_choices
+
+    cfg = compose([*overrides, f"seed={seed}"])
+    # The vocabulary comes from the tokenizer at run time; arms of one data setup share it, so any size compares.
+    model = build_model(cfg, vocab_size=256, device="meta")
+    plain = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    return model_fingerprint(model), flatten(plain), noop_choices(cfg)
+
+
+def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tuple[list[str], list[str]]:
+    """(warnings, errors): no-op choices per arm, one line per pair of arms that build the identical model."""
+    from gptlab.compare.identical import model_only
+
+    warnings, errors, seen = [], [], {}
+    for arm in spec["arms"]:
+        try:
+            fingerprint, flat, noops = arm_identity(planned_overrides(name, spec, arm, extra), seed)
+        except Exception as err:  # noqa: BLE001 - Hydra and build errors alike: name the arm, one line
+            errors.append(f"[{name}] arm '{arm}' does not build: {str(err).strip().splitlines()[0]}")
+            continue
+        warnings += [f"[{name}] warning: arm '{arm}': {line}" for line in noops]
+        for other, (their_print, their_flat) in seen.items():
+            differs = [k for k in set(flat) | set(their_flat) if flat.get(k, None) != their_flat.get(k, None)]
+            if fingerprint == their_print and model_only(differs):
+                warnings.append(f"[{name}] warning: arms '{other}' and '{arm}' build the identical model "
+                                f"(fingerprint {fingerprint}): the same experiment twice, every difference is noise")
+        seen[arm] = (fingerprint, flat)
+    return warnings, errors
+
+
 def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str) -> list[str]:
     """One Hydra multirun over this arm's seeds, each into <sweep_dir>/<arm>/seed<k>."""
     return [sys.executable, "-m", "gptlab.cli.train", "-m", *overrides, f"seed={','.join(map(str, seeds))}",
@@ -92,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             record_definition(sweep_dir, spec, args.overrides)
     except (ConfigError, ValueError) as err:
         fail(err)
+    warnings, errors = identity_warnings(name, spec, args.overrides, seeds[0])
+    for line in warnings:
+        print(line, flush=True)
+    for line in errors:
+        print(line, file=sys.stderr, flush=True)
+    if errors and args.dry_run:
+        return 2
     failures, skipped = [], 0
     for arm in spec["arms"]:
         overrides = planned_overrides(name, spec, arm, args.overrides)
