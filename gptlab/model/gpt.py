@@ -9,7 +9,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from gptlab.model.attention.gqa import KVCache
+from gptlab.errors import ConfigError
+from gptlab.model.base import KVCache, Norm, check_contract
 from gptlab.model.config import GPTConfig
 
 
@@ -33,24 +34,43 @@ class Block(nn.Module):
         return self.norm2(x + self.drop(self.mlp(x)))
 
 
+def check_components(model: "GPT") -> None:
+    """Every component honours its family's base class (gptlab.model.base); one-line ConfigError otherwise."""
+    check_contract("position", model.position)
+    check_contract("norm", model.norm_f)
+    for block in model.blocks:
+        check_contract("attention", block.attn)
+        check_contract("mlp", block.mlp)
+        check_contract("norm", block.norm1)
+        check_contract("norm", block.norm2)
+
+
 class GPT(nn.Module):
-    """A decoder-only transformer; `forward(idx, targets)` -> (logits (B, T, vocab), loss or None)."""
+    """A decoder-only transformer; `forward(idx, targets)` -> (logits (B, T, vocab), loss or None).
+
+    `layer_counts` ({layer index: how many layers it stands for}) builds a cost-model skeleton instead:
+    one block per distinct layer kind (see gptlab.model.base.layer_kinds); it can be costed, not run.
+    """
 
     def __init__(self, cfg: GPTConfig, attention: Callable, mlp: Callable, norm: Callable,
-                 position: Callable, norm_placement: str = "pre"):
+                 position: Callable, norm_placement: str = "pre", layer_counts: dict[int, int] | None = None):
         super().__init__()
+        if norm_placement not in ("pre", "post"):
+            raise ConfigError(f"norm.placement: '{norm_placement}' is not allowed; allowed: pre, post")
         self.cfg = cfg
         self.activation_checkpointing = False
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.position = position(cfg.d_model, cfg.n_head, cfg.head_dim, cfg.block_size)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            Block(cfg, i, attention, mlp, norm, norm_placement) for i in range(cfg.n_layer))
+        layers = range(cfg.n_layer) if layer_counts is None else list(layer_counts)
+        self.blocks = nn.ModuleList(Block(cfg, i, attention, mlp, norm, norm_placement) for i in layers)
+        self.layer_counts = None if layer_counts is None else tuple(layer_counts.values())
         # post-norm blocks already end in a norm; a final norm keeps the head's input scale the same
         self.norm_f = norm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
+        check_components(self)
         for block in self.blocks:
             block.attn.uses_score_bias = self.position.has_score_bias
         self.init_weights()
@@ -69,12 +89,14 @@ class GPT(nn.Module):
             block.attn.init_weights(self.cfg.n_layer, std)
             block.mlp.init_weights(self.cfg.n_layer, std)
         for m in self.modules():
-            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+            if isinstance(m, Norm):
                 m.reset_parameters()
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count (shared tensors once); non_embedding drops token and position tables."""
         total = sum(p.numel() for p in self.parameters())
+        for block, count in zip(self.blocks, self.layer_counts or ()):  # a skeleton's block stands for `count`
+            total += (count - 1) * sum(p.numel() for p in block.parameters())
         if non_embedding:
             total -= self.wte.weight.numel()
             total -= sum(p.numel() for p in self.position.parameters())
@@ -82,6 +104,8 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 caches: list[KVCache] | None = None):
+        if self.layer_counts is not None:
+            raise RuntimeError("this GPT is a cost-model skeleton (one block per layer kind); build it without layer_counts to run it")
         B, T = idx.shape
         offset = 0 if caches is None else caches[0].length
         if offset + T > self.cfg.block_size and not self._extrapolates():

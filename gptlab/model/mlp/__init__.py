@@ -1,10 +1,11 @@
-"""Feed-forward choices; each maps (B, T, d_model) -> (B, T, d_model) and exposes `hidden`."""
+"""Feed-forward choices; each is a `gptlab.model.base.MLP`: (B, T, d_model) -> (B, T, d_model), exposing `hidden`."""
 
 import math
 
 import torch.nn as nn
 
 from gptlab.errors import ConfigError
+from gptlab.model.base import MLP
 
 
 def check_ratio(ratio: float) -> None:
@@ -23,13 +24,12 @@ def init_mlp(up: list[nn.Linear], down: nn.Linear, n_layer: int, std: float) -> 
             nn.init.zeros_(lin.bias)
 
 
-class TwoMatrixMLP(nn.Module):
+class TwoMatrixMLP(MLP):
     """d_model -> hidden (= ratio·d_model) -> activation -> d_model; subclasses define `activation`."""
 
     def __init__(self, d_model: int, bias: bool = False, ratio: float = 4, dropout: float = 0.0):
-        super().__init__()
         check_ratio(ratio)
-        self.hidden = int(round(ratio * d_model))
+        super().__init__(d_model, int(round(ratio * d_model)), dropout)
         self.up = nn.Linear(d_model, self.hidden, bias=bias)
         self.down = nn.Linear(self.hidden, d_model, bias=bias)
         self.drop = nn.Dropout(dropout)

@@ -1,1 +1,1 @@
-"""Normalisation choices: each YAML names a factory `f(dim) -> nn.Module` (used for blocks and QK-norm)."""
+"""Normalisation choices: each YAML names a factory `f(dim) -> gptlab.model.base.Norm` (blocks and QK-norm)."""
