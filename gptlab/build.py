@@ -155,3 +155,30 @@ def build_optimizer(cfg: DictConfig, model):
 def build_schedule(cfg: DictConfig, max_steps: int):
     """The LR multiplier schedule, a pure function of the step."""
     return _factory(cfg, "schedule")(max_steps=max_steps)
+
+
+def build_cost_model(cfg: DictConfig, vocab_size: int | None = None) -> GPT:
+    """A meta-device GPT with one block per distinct layer kind (its `layer_counts`): any n_layer costs seconds."""
+    import torch
+
+    from gptlab.model.base import layer_kinds
+
+    mcfg = model_config(cfg, vocab_size)
+    norm = _factory(cfg, "norm", drop=("placement",))
+    attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))
+    with torch.device("meta"):
+        return GPT(mcfg, attention=attention, mlp=mlp, norm=norm, position=position,
+                   norm_placement=str(cfg.norm.get("placement", "pre")), layer_counts=layer_kinds(attention, mcfg.n_layer))
+
+
+def cost_report(cfg: DictConfig, batch_size: int, seq_len: int, *, vocab_size: int | None = None, mode: str = "train",
+                dtype: str = "bf16", peak_flops: float | None = None, mem_bandwidth: float | None = None):
+    """gptlab-flops' CostReport for this config, from the meta device (the pre-allocation memory check uses it too)."""
+    from gptlab.costs import analyze
+    from gptlab.costs.memory import optimizer_state_bytes_per_param
+
+    model = build_cost_model(cfg, vocab_size)
+    state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
+    return analyze(model, batch_size, seq_len, mode=mode, dtype_bytes=dtype, peak_flops=peak_flops,
+                   mem_bandwidth=mem_bandwidth, optimizer_state_bytes_per_param=state,
+                   activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from gptlab.costs.scores import dense_pairs
-from gptlab.costs.structure import BlockShape, ModelShape
+from gptlab.costs.structure import BlockShape, ModelShape, layer_counts
 
 
 def _layer_elements_per_token(b: BlockShape, rotates: bool) -> int:
@@ -33,21 +35,20 @@ def _layer_bytes(b: BlockShape, rotates: bool, batch: int, seq: int, s: int, mat
 def activation_bytes(m: ModelShape, batch: int, seq: int, s: int, materialized: bool,
                      checkpointing: bool = False) -> float:
     """Saved activations of one training micro-batch; checkpointing keeps only block inputs plus one block."""
-    layers = [_layer_bytes(b, m.position_rotates, batch, seq, s, materialized) for b in m.blocks]
+    layers = [(_layer_bytes(b, m.position_rotates, batch, seq, s, materialized), c) for b, c in m.layers()]
     tokens = batch * seq
     # embedding output, final-norm input and LM-head input (d each) + logits in s bytes and an fp32 copy
     outside = tokens * (3 * s * m.d_model + m.vocab_size * (s + 4))
     if checkpointing:
-        return outside + len(layers) * tokens * s * m.d_model + max(layers, default=0)
-    return outside + sum(layers)
+        return outside + m.n_layer * tokens * s * m.d_model + max((b for b, _ in layers), default=0)
+    return outside + sum(b * c for b, c in layers)
 
 
 def kv_cache(m: ModelShape, batch: int, seq: int, s: int) -> dict:
     """KV-cache sizes: bytes per token (2·Σ n_kv_head·head_dim·s), for B×T, and with windowed layers capped."""
-    per_layer = [2 * b.attn.n_kv_head * b.attn.head_dim * s for b in m.blocks]
-    per_token = sum(per_layer)
-    windowed = sum(p * (seq if b.attn.window is None else min(seq, b.attn.window))
-                   for p, b in zip(per_layer, m.blocks))
+    per_layer = [(2 * b.attn.n_kv_head * b.attn.head_dim * s, b, c) for b, c in m.layers()]
+    per_token = sum(p * c for p, _, c in per_layer)
+    windowed = sum(p * c * (seq if b.attn.window is None else min(seq, b.attn.window)) for p, b, c in per_layer)
     return {"bytes_per_token": per_token, "total_bytes": batch * seq * per_token,
             "total_bytes_windowed": batch * windowed}
 
@@ -57,21 +58,79 @@ def _members(optimizer) -> list:
     return [optimizer, *getattr(optimizer, "optimizers", [])]
 
 
+def param_weights(model) -> dict[int, int]:
+    """id(parameter) -> layers it stands for: a cost-model skeleton's block counts, else 1."""
+    weights = {id(p): 1 for p in model.parameters()}
+    for block, count in zip(model.blocks, layer_counts(model)):
+        weights.update({id(p): count for p in block.parameters()})
+    return weights
+
+
 def optimizer_state_bytes_per_param(model, optimizer) -> float:
     """Per-element optimizer state bytes / parameter, found by stepping `optimizer` once (meta device is free).
 
     Sets every gradient to ones, steps, and counts state tensors shaped like their parameter
-    (scalar step counters are ignored).
+    (scalar step counters are ignored); a skeleton's block parameters count once per layer they stand for.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.grad = torch.ones_like(p)
     optimizer.step()
+    weights = param_weights(model)
     state_bytes = 0
     for opt in _members(optimizer):
         for p, state in opt.state.items():
-            state_bytes += sum(t.numel() * t.element_size() for t in state.values()
-                               if isinstance(t, torch.Tensor) and t.shape == p.shape)
+            state_bytes += weights.get(id(p), 1) * sum(t.numel() * t.element_size() for t in state.values()
+                                                       if isinstance(t, torch.Tensor) and t.shape == p.shape)
     for p in params:
         p.grad = None
-    return state_bytes / max(1, sum(p.numel() for p in params))
+    return state_bytes / max(1, sum(weights[id(p)] * p.numel() for p in params))
+
+
+GIB = 2 ** 30
+
+
+def available_memory(device: str) -> tuple[int, str] | None:
+    """(free bytes, where that figure comes from) on `device`: CPU MemAvailable, CUDA mem_get_info; None if unknown."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free), "torch.cuda.mem_get_info"
+    if kind != "cpu":
+        return None
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:  # not Linux: nothing to compare with
+        return None
+    kib = next((line.split()[1] for line in lines if line.startswith("MemAvailable:")), None)
+    return (int(kib) * 1024, "MemAvailable") if kib is not None else None
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:.3g} GiB"
+
+
+def check_fits(report, device: str, available_bytes: int | None = None, *, label: str = "this run",
+               processes: int = 1) -> None:
+    """One-line ConfigError when the training-memory estimate (x processes sharing the device) exceeds what is free.
+
+    `report` is a CostReport (or its dict); `available_bytes` defaults to what `device` has free now.
+    """
+    d = report if isinstance(report, dict) else report.to_dict()
+    mem = d["memory"]
+    need = mem["train_estimate_bytes"] * processes
+    source = "given"
+    if available_bytes is None:
+        found = available_memory(device)
+        if found is None:
+            return
+        available_bytes, source = found
+    if need <= available_bytes:
+        return
+    each = f" ({processes} processes x {_gib(mem['train_estimate_bytes'])})" if processes > 1 else ""
+    raise ConfigError(
+        f"{label} needs ~{_gib(need)}{each} for training at batch {d['batch_size']} x {d['seq_len']} tokens "
+        f"(weights+grads {_gib(mem['weights_bytes'] + mem['grads_bytes'])}, optimizer {_gib(mem['optimizer_bytes'])}, "
+        f"activations {_gib(mem['activations_bytes'])}); {_gib(available_bytes)} available on {device} ({source}); "
+        "lower train.batch_size (or raise train.grad_accum), turn on hardware.activation_checkpointing, "
+        "or pick a smaller model")

@@ -43,9 +43,19 @@ class Op:
 
     def merge(self, other: "Op") -> None:
         """Add another layer's instance of the same op."""
-        for key in ("flops", "flops_dense", "flops_useful", "bytes_naive", "bytes_fused"):
+        for key in AMOUNTS:
             setattr(self, key, getattr(self, key) + getattr(other, key))
         self.layers += other.layers
+
+    def repeat(self, times: int) -> "Op":
+        """This op over `times` identical layers (amounts multiplied, exact for integer-valued amounts)."""
+        for key in AMOUNTS:
+            setattr(self, key, getattr(self, key) * times)
+        self.layers *= times
+        return self
+
+
+AMOUNTS = ("flops", "flops_dense", "flops_useful", "bytes_naive", "bytes_fused")  # what adds up over layers
 
 
 def _same(name, kind, flops, nbytes, backward=2.0) -> Op:
@@ -142,12 +152,12 @@ def forward_ops(m: ModelShape, x: Shape) -> list[Op]:
     if m.position_adds:
         embed.append(_same("position", "elementwise", n * d, s * (2 * n * d + x.tq * d)))
     out.extend(_grouped(embed, "embedding"))
-    for block in m.blocks:
+    for block, count in m.layers():  # each distinct block shape once, times its layers
         ops = _grouped([norm_op("norm", norm, n, s) for norm in block.norms], "norms")
         ops += attention_ops(block.attn, x, m.position_rotates) + mlp_ops(block.mlp, x)
         for op in ops:
             op.in_block = True
-        out.extend(ops)
+        out.extend(op.repeat(count) for op in ops)
     out.extend(_grouped([norm_op("norm_f", m.norm_f, n, s)], "norms"))
     out.extend(_grouped([linear_op(m.lm_head, n, s)], "lm_head"))
     return list(out.ops.values())

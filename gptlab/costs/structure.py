@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch.nn as nn
@@ -68,12 +67,13 @@ class BlockShape:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """Everything the cost model needs, as plain numbers."""
+    """Everything the cost model needs, as plain numbers; `blocks` are the distinct block shapes, `counts` their layers."""
 
     d_model: int
     vocab_size: int
     block_size: int
     blocks: tuple[BlockShape, ...]
+    counts: tuple[int, ...]  # layers of each distinct block shape (sum = n_layer)
     norm_f: NormShape
     lm_head: LinearShape
     tied: bool
@@ -82,6 +82,14 @@ class ModelShape:
     params: dict            # per component, shared tensors counted once
     n_params: int
 
+    @property
+    def n_layer(self) -> int:
+        return sum(self.counts)
+
+    def layers(self) -> list[tuple[BlockShape, int]]:
+        """(distinct block shape, how many layers have it), in order of first appearance."""
+        return list(zip(self.blocks, self.counts))
+
 
 def _linears(module: nn.Module, prefix: str) -> tuple[LinearShape, ...]:
     return tuple(LinearShape(f"{prefix}.{name}", m.in_features, m.out_features, m.bias is not None)
@@ -89,10 +97,9 @@ def _linears(module: nn.Module, prefix: str) -> tuple[LinearShape, ...]:
 
 
 def _norm(module: nn.Module) -> NormShape:
-    shape = getattr(module, "normalized_shape", None)
-    dim = math.prod(shape) if shape else 0
+    """A gptlab.model.base.Norm: its dim, centring and per-element parameter vectors."""
     n_affine = sum(1 for _ in module.parameters(recurse=False))
-    return NormShape(dim=dim, n_affine=n_affine, centered=isinstance(module, nn.LayerNorm))
+    return NormShape(dim=module.dim, n_affine=n_affine, centered=module.centered)
 
 
 def _overrides(obj, method: str) -> bool:
@@ -105,7 +112,7 @@ def _attn(attn: nn.Module) -> AttnShape:
     q_norm = getattr(attn, "q_norm", None)
     return AttnShape(n_head=attn.n_head, n_kv_head=attn.n_kv_head, head_dim=attn.head_dim,
                      window=attn.window, traits=traits_for(attn),
-                     uses_score_bias=bool(getattr(attn, "uses_score_bias", False)),
+                     uses_score_bias=bool(attn.uses_score_bias),
                      linears=_linears(attn, "attn"), qk_norm=None if q_norm is None else _norm(q_norm))
 
 
@@ -113,36 +120,49 @@ def _mlp(mlp: nn.Module, d_model: int) -> MLPShape:
     linears = _linears(mlp, "mlp")
     # outputs that do not go back to the residual width feed the activation (up, gate, ...)
     act_inputs = sum(lin.d_out for lin in linears if lin.d_out != d_model)
-    return MLPShape(linears=linears, hidden=int(getattr(mlp, "hidden", act_inputs)), act_inputs=act_inputs)
+    return MLPShape(linears=linears, hidden=int(mlp.hidden), act_inputs=act_inputs)
 
 
 def _block_norms(block: nn.Module) -> tuple[NormShape, ...]:
     return tuple(_norm(getattr(block, n)) for n in ("norm1", "norm2") if getattr(block, n, None) is not None)
 
 
+def layer_counts(model: nn.Module) -> tuple[int, ...]:
+    """How many layers each built block stands for: all 1, or a cost-model skeleton's `layer_counts`."""
+    return tuple(getattr(model, "layer_counts", None) or (1,) * len(model.blocks))
+
+
 def count_params(model: nn.Module) -> dict:
     """Parameters per component (embedding, position, attention, mlp, norm, lm_head, other), each tensor once."""
     seen: set[int] = set()
 
-    def take(modules) -> int:
+    def take(modules, times: int = 1) -> int:
         n = 0
         for m in modules:
             for p in m.parameters():
                 if id(p) not in seen:
                     seen.add(id(p))
                     n += p.numel()
-        return n
+        return n * times
 
-    blocks = list(model.blocks)
+    layers = list(zip(model.blocks, layer_counts(model)))
     out = {
         "embedding": take([model.wte]),
         "position": take([model.position]),
-        "attention": take([b.attn for b in blocks]),
-        "mlp": take([b.mlp for b in blocks]),
-        "norm": take([getattr(b, n) for b in blocks for n in ("norm1", "norm2")] + [model.norm_f]),
+        "attention": sum(take([b.attn], c) for b, c in layers),
+        "mlp": sum(take([b.mlp], c) for b, c in layers),
+        "norm": sum(take([b.norm1, b.norm2], c) for b, c in layers) + take([model.norm_f]),
         "lm_head": take([model.lm_head]),  # 0 when tied to the token embedding
     }
-    out["other"] = take([model])
+    out["other"] = sum(take([b], c) for b, c in layers) + take([model])
+    return out
+
+
+def _grouped(blocks: list[BlockShape], counts: tuple[int, ...]) -> dict[BlockShape, int]:
+    """Equal block shapes merged, first appearance first: 10⁵ identical layers are costed once."""
+    out: dict[BlockShape, int] = {}
+    for block, count in zip(blocks, counts):
+        out[block] = out.get(block, 0) + count
     return out
 
 
@@ -152,9 +172,11 @@ def describe(model: nn.Module) -> ModelShape:
     d = cfg.d_model
     params = count_params(model)
     head = model.lm_head
+    kinds = _grouped([BlockShape(_attn(b.attn), _mlp(b.mlp, d), _block_norms(b)) for b in model.blocks],
+                     layer_counts(model))
     return ModelShape(
         d_model=d, vocab_size=head.out_features, block_size=cfg.block_size,
-        blocks=tuple(BlockShape(_attn(b.attn), _mlp(b.mlp, d), _block_norms(b)) for b in model.blocks),
+        blocks=tuple(kinds), counts=tuple(kinds.values()),
         norm_f=_norm(model.norm_f),
         lm_head=LinearShape("lm_head", head.in_features, head.out_features, head.bias is not None),
         tied=head.weight is model.wte.weight,
