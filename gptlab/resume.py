@@ -81,10 +81,10 @@ def differences(saved: dict, current: dict) -> list[str]:
         if key == "train.max_steps" or _allowed(key) or key.split(".")[0] in groups or have.get(key) == want.get(key):
             continue
         out.append(f"{key}={have.get(key, '<absent>')} there, {want.get(key, '<absent>')} here")
-    what = {"data": "data fingerprint (content/tokenizer)", "model": "model fingerprint", "world": "world size",
-            "dtype": "resolved hardware.dtype"}
-    for key in what:
-        if saved.get(key) != current.get(key):
+    what = {"world": "world size", "dtype": "resolved hardware.dtype", "data": "data fingerprint (corpus content, "
+            "tokenizer, split)", "model": "model fingerprint (module classes, hyper-parameters, shapes)"}
+    for key in what:  # the fingerprints are the backstop for what no config key explains (an edited corpus file)
+        if saved.get(key) != current.get(key) and (key in ("world", "dtype") or not out):
             out.append(f"{what[key]}={saved.get(key)} there, {current.get(key)} here")
     return out
 

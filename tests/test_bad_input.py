@@ -76,7 +76,7 @@ TABLE = [
     Row("window-zero", ["attention=sliding", "attention.window=0"], 2, "attention.window"),
     Row("mlp-ratio-zero", ["mlp.ratio=0"], 2, "mlp.ratio=0"),
     Row("norm-placement", ["norm.placement=middle"], 2, "norm.placement: 'middle' is not allowed; allowed: pre, post"),
-    Row("unknown-dtype", ["hardware.dtype=fp8"], 2, "hardware.dtype: unknown dtype 'fp8'; allowed: fp32, bf16"),
+    Row("unknown-dtype", ["hardware.dtype=fp8"], 2, "hardware.dtype: unknown dtype 'fp8'; allowed: auto, fp32, bf16, fp16"),
     Row("cuda-without-gpu", ["hardware=cuda"], 2, "hardware.device=cuda: no CUDA device is available here"),
     Row("logger-mode", ["logger=wandb", "logger.mode=cloud"], 2, "logger.mode='cloud' is not valid; allowed: auto, online"),
     # data
@@ -106,9 +106,33 @@ TABLE = [
     Row("resume-code-in-pickle", ["train.resume={d}/evil.pt"], 2,
         "evil.pt' is unreadable (UnpicklingError: weights_only=True refused it: Unsupported global: GLOBAL print"),
     Row("resume-not-a-checkpoint", ["train.resume={d}/plain.pt"], 2, "plain.pt' is not a gptlab checkpoint"),
-    Row("resume-other-width", ["model.d_model=128"], 2, "was made for another model or tokenizer (model.d_model=64 there, 128 here;"),
-    Row("resume-other-tokenizer", ["data.tokenizer=byte"], 2, "(tokenizer=char there, byte here; model.vocab_size="),
-    Row("resume-other-vocab", ["model.vocab_size=128"], 2, "(model.vocab_size=77 there, 128 here; params="),
+    # strict resume: {run} is a finished 6-step run of BASE; any curve-changing difference is refused, naming each
+    Row("resume-other-width", ["model.d_model=128"], 2, "belongs to a run with another config: model.d_model=64 there, 128 here; use"),
+    Row("resume-other-tokenizer", ["data.tokenizer=byte"], 2, "another config: data.tokenizer=char there, byte here; use"),
+    Row("resume-other-vocab", ["model.vocab_size=128"], 2, "another config: model.vocab_size=None there, 128 here; use"),
+    Row("resume-other-components", ["mlp=relu2", "position=none", "optimizer=lion"], 2,
+        "another config: mlp=gelu there, relu2 here; optimizer=adamw there, lion here; position=rope there, none here; use"),
+    Row("resume-sliding", ["attention=sliding"], 2, "attention=mha there, sliding here"),
+    Row("resume-gqa", ["attention=gqa", "attention.n_kv_head=2"], 2, "attention=mha there, gqa here"),
+    Row("resume-layernorm", ["norm=layernorm"], 2, "norm=rmsnorm there, layernorm here"),
+    Row("resume-post-norm", ["norm.placement=post"], 2, "norm.placement=pre there, post here"),
+    Row("resume-alibi", ["position=alibi"], 2, "position=rope there, alibi here"),
+    Row("resume-constant-schedule", ["schedule=constant"], 2, "schedule=cosine there, constant here"),
+    Row("resume-other-lr", ["optimizer.lr=0.03"], 2, "another config: optimizer.lr=0.003 there, 0.03 here; use"),
+    Row("resume-sgd", ["optimizer=sgd"], 2, "optimizer=adamw there, sgd here"),
+    Row("resume-muon", ["optimizer=muon"], 2, "optimizer=adamw there, muon here"),
+    Row("resume-data-seed", ["data_seed=7"], 2, "data_seed=1337 there, 7 here"),
+    Row("resume-batch-size", ["train.batch_size=16"], 2, "train.batch_size=8 there, 16 here"),
+    Row("resume-grad-accum", ["train.grad_accum=2"], 2, "train.grad_accum=1 there, 2 here"),
+    Row("resume-eval-set", ["train.eval_sequences=32"], 2, "train.eval_sequences=16 there, 32 here"),
+    Row("resume-dropout", ["model.dropout=0.1"], 2, "model.dropout=0.0 there, 0.1 here"),
+    Row("resume-dtype", ["hardware.dtype=bf16"], 2, "hardware.dtype=fp32 there, bf16 here"),
+    Row("resume-shrink-steps", ["train.max_steps=3"], 2,
+        "train.max_steps=3: checkpoint in the run dir is already at step 6; allowed: >= 6"),
+    Row("resume-extend-cosine", ["train.max_steps=12"], 2,
+        "train.max_steps=6 there, 12 here: the schedule gives step 3 another LR (0.868198 vs 0.977975 x lr); only schedule=constant"),
+    Row("resume-never-into-used-dir", ["train.resume=never"], 2,
+        "train.resume=never: {run}/checkpoints holds checkpoints of an earlier run (newest step_0000006.pt)"),
     Row("resume-all-corrupt", [], 2, "none of the 1 checkpoints", run_dir="{corrupt}", keep="{corrupt}"),
     # environment (tests run as root, which ignores chmod: a file where the run dir should be stands in for an unwritable dir)
     Row("run-dir-is-a-file", [], 1, "I/O error '{d}/plain.pt': File exists; hydra.run.dir must name a directory",
@@ -117,9 +141,9 @@ TABLE = [
     Row("run-dir-in-use", [], 2, "busy' is in use by another running gptlab-train; give this run its own dir", run_dir="{busy}", keep="{busy}"),
     Row("wandb-online-without-key", ["logger=wandb", "logger.mode=online"], 2,
         "logger.mode=online but no W&B API key is configured", env=NO_WANDB_KEY),
-    # resumes {grow} at step 6, then the step-8 checkpoint outgrows a 256 KiB file size limit (EFBIG, like ENOSPC;
+    # resumes {grow} (schedule=constant, so 6 -> 10 steps is allowed) at step 6, then the step-8 checkpoint outgrows a 256 KiB file size limit (EFBIG, like ENOSPC;
     # tests run as root, which ignores read-only permissions): step 6 must stay intact, no temp file left
-    Row("disk-full-while-checkpointing", ["train.max_steps=10", "train.ckpt_interval=2"], 1,
+    Row("disk-full-while-checkpointing", ["schedule=constant", "train.max_steps=10", "train.ckpt_interval=2"], 1,
         "I/O error '{grow}/checkpoints/step_0000008.pt': cannot write checkpoint (File too large); the file size limit",
         run_dir="{grow}", keep="{grow}/checkpoints", process=True, fsize=256 * 1024),
 ]
@@ -219,8 +243,9 @@ def make_inputs(tmp: Path) -> dict[str, str]:
     run_inprocess(run, steps=6, eval_interval=3)  # {run}: a finished run with the BASE config
     newest = sorted((run / "checkpoints").glob("step_*.pt"))[-1]
     (d / "truncated.pt").write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    for name in ("corrupt", "busy", "grow"):
+    for name in ("corrupt", "busy"):
         shutil.copytree(run, tmp / name)
+    run_inprocess(tmp / "grow", "schedule=constant", steps=6, eval_interval=3)  # constant: may be extended
     for ckpt in (tmp / "corrupt" / "checkpoints").glob("step_*.pt"):
         ckpt.write_bytes(ckpt.read_bytes()[:1000])
     return {"d": str(d), "run": str(run), "corrupt": str(tmp / "corrupt"), "busy": str(tmp / "busy"),

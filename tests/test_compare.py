@@ -292,6 +292,10 @@ def test_real_short_runs_two_configs_two_seeds(tmp_path, capsys):
     doc = _compare_json(tmp_path, capsys, tmp_path / "sweep", "--baseline", f"attention={pair[0]}")
     assert doc["step"] == 20 and [r["n_seeds"] for r in doc["rows"]] == [2, 2]
     assert doc["rows"][0]["speedup"] == 1.0 and doc["rows"][0]["delta_val_loss"] == 0.0
+    if pair == ["mha", "gqa"]:  # model=tiny has n_head 4 and gqa's default n_kv_head is 4: the same model twice
+        twin = doc["rows"][1]
+        assert twin["identical_to"] == [doc["rows"][0]["label"]] and twin["model_fingerprint"]
+        assert twin["significant"] is False and twin["speed_verdict"].startswith("within noise (identical model)")
     for row in doc["rows"]:
         losses = []
         for run in row["runs"]:
