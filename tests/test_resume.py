@@ -1,0 +1,214 @@
+"""Every number is the run's own: exact resume over every optimizer/schedule, data that depends only on the data
+seed, per-run peaks, re-reported summaries, init_from, and signals that checkpoint before stopping.
+
+Refusals of a resume under another config are rows of the bad-input table (test_bad_input.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gptlab import checkpoint
+from gptlab.loop import StopFlag
+from gptlab.metrics import mfu
+from test_reliability import CURVE, kill_at_random, launch, wait_for_step
+from train_helpers import FAST, rows, run_inprocess
+
+# dropout (RNG state matters) and two micro-batches per step (accumulation order matters)
+HARD = [*FAST, "model.dropout=0.1", "train.grad_accum=2", "train.eval_interval=5", "train.ckpt_interval=3",
+        "hardware.threads=1", "train.max_steps=24"]
+# each optimizer once and each schedule once (warmup short enough that every shape is exercised)
+PAIRS = [("adamw", "wsd"), ("sgd", "linear"), ("lion", "constant"), ("muon", "cosine")]
+
+
+def every_row(run_dir: Path) -> list[dict]:
+    return [{k: r[k] for k in CURVE if k in r} for r in rows(run_dir)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer,schedule", PAIRS, ids=lambda v: str(v))
+def test_sigkill_then_resume_is_exact_for_every_optimizer_and_schedule(tmp_path, optimizer, schedule):
+    args = [*HARD, f"optimizer={optimizer}", f"schedule={schedule}"]
+    straight = launch(tmp_path / "straight", *args)
+    assert straight.wait(timeout=300) == 0, Path(f"{tmp_path / 'straight'}.err").read_text()[-2000:]
+    run = tmp_path / "killed"
+    killed = kill_at_random(launch(run, *args), run, random.Random(f"{optimizer}{schedule}"))
+    assert launch(run, *args).wait(timeout=300) == 0, Path(f"{run}.err").read_text()[-2000:]
+    assert killed["killed"], killed
+    assert every_row(run) == every_row(tmp_path / "straight")  # every row, exactly: loss, lr, grad norm, val loss
+
+
+@pytest.mark.slow
+def test_fp16_grad_scaler_state_resumes_exactly(tmp_path):
+    """fp16 on CPU autocast with the GradScaler: the scale (and its growth tracker) is checkpointed too."""
+    args = [*HARD, "hardware.dtype=fp16", "optimizer=adamw", "schedule=constant"]
+    assert launch(tmp_path / "straight", *args).wait(timeout=300) == 0
+    state = checkpoint.load(checkpoint.latest_path(tmp_path / "straight"))
+    assert state["scaler"]["scale"] > 0 and "_growth_tracker" in state["scaler"]
+    run = tmp_path / "killed"
+    proc = launch(run, *args)
+    assert wait_for_step(proc, run, 13)
+    proc.kill(), proc.wait()
+    assert launch(run, *args).wait(timeout=300) == 0
+    assert every_row(run) == every_row(tmp_path / "straight")
+
+
+def test_val_loss_and_training_data_do_not_depend_on_grad_accum(tmp_path):
+    """Same weights, same fixed val set: step-0 val loss is equal whatever the micro-batch; the global batch is the
+    same samples, so the curves agree to float-summation noise (issue: 4.3404 / 4.3454 / 4.3386 before)."""
+    curves = {}
+    for accum in (1, 2, 4):
+        run_inprocess(tmp_path / f"a{accum}", f"train.grad_accum={accum}", steps=6, eval_interval=3)
+        curves[accum] = rows(tmp_path / f"a{accum}")
+    for accum in (2, 4):
+        for want, got in zip(curves[1], curves[accum]):
+            assert want["step"] == got["step"]
+            for key in ("val/loss", "train/loss"):
+                if key in want:
+                    assert got[key] == pytest.approx(want[key], rel=2e-5, abs=2e-5), (accum, want["step"], key)
+
+
+def test_batch_size_arms_see_the_same_stream(tmp_path):
+    """Batch 16 for one step trains on exactly the samples that batch 8 sees in steps 0 and 1 (global sample index)."""
+    from gptlab.build import build_data, compose
+
+    data = build_data(compose([*FAST]), 64)
+    x16, _ = data.train_samples(0 * 16, 16)
+    x8a, _ = data.train_samples(0 * 8, 8)
+    x8b, _ = data.train_samples(1 * 8, 8)
+    assert torch.equal(x16, torch.cat([x8a, x8b]))
+
+
+def test_rerunning_a_finished_run_reports_its_summary_unchanged(tmp_path):
+    run = tmp_path / "run"
+    run_inprocess(run, "train.speed_warmup=1")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".gptlab.lock"}
+    again = run_inprocess(run, "train.speed_warmup=1")
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".gptlab.lock"}
+    assert after == before  # no file touched: summary, metrics, provenance
+    summary = json.loads(before["summary.json"])
+    assert again["tokens_per_s_median"] == summary["tokens_per_s_median"] is not None
+    assert again["wall_s"] == summary["wall_s"] > 0.001
+
+
+def test_summary_lost_in_a_kill_is_recomputed_from_the_checkpoint(tmp_path):
+    """A kill between the last checkpoint and summary.json: the rerun reports the whole run's figures, not nulls."""
+    run = tmp_path / "run"
+    first = run_inprocess(run, "train.speed_warmup=1")
+    (run / "summary.json").unlink()
+    (run / ".summary.json.4242.tmp").write_text('{"half": ')
+    again = run_inprocess(run, "train.speed_warmup=1")
+    for key in ("final_val_loss", "best_val_loss", "steps", "tokens", "tokens_per_s_median", "step_ms_median",
+                "mfu_median", "peak_mem_bytes", "wall_s"):
+        assert again[key] == first[key], key
+    assert not (run / ".summary.json.4242.tmp").exists()
+
+
+def test_extending_max_steps_under_a_constant_schedule_continues_the_same_curve(tmp_path):
+    run_inprocess(tmp_path / "straight", "schedule=constant", steps=10, eval_interval=5)
+    run_inprocess(tmp_path / "grown", "schedule=constant", steps=6, eval_interval=5)
+    summary = run_inprocess(tmp_path / "grown", "schedule=constant", steps=10, eval_interval=5)
+    assert summary["steps"] == 10
+    want = [r for r in every_row(tmp_path / "straight") if r["step"] != 6 or "train/loss" in r]
+    got = [r for r in every_row(tmp_path / "grown") if r["step"] != 6 or "train/loss" in r]  # 6: the old last eval
+    assert got == want
+
+
+def test_init_from_starts_a_new_run_with_the_configs_hyper_parameters(tmp_path):
+    run_inprocess(tmp_path / "old", "optimizer.lr=0.003", steps=6, eval_interval=3)
+    ckpt = checkpoint.latest_path(tmp_path / "old")
+    summary = run_inprocess(tmp_path / "new", f"train.init_from={ckpt}", "optimizer.lr=0.03", steps=9, eval_interval=3)
+    new_rows = rows(tmp_path / "new")
+    assert new_rows[0] == {"step": 6, "val/loss": pytest.approx(rows(tmp_path / "old")[-1]["val/loss"], rel=1e-6)}
+    lr_rows = [r for r in new_rows if "lr" in r]
+    assert [r["step"] for r in lr_rows] == [7, 8, 9]
+    base_lr = lr_rows[0]["lr"] / 0.03  # the schedule factor at step 6 of 9, times the CONFIG's lr (not the file's)
+    assert 0 < base_lr <= 1
+    record = summary["init_from"]
+    assert (record["checkpoint"], record["step"], record["optimizer_state"]) == (str(ckpt), 6, True)
+    assert record["differences"] == ["optimizer.lr=0.003 there, 0.03 here"]  # max_steps is not a curve difference
+    prov = json.loads((tmp_path / "new" / "provenance.json").read_text())
+    assert prov["init_from"]["checkpoint"] == str(ckpt) and prov["init_from"]["step"] == 6
+
+
+def test_optimizer_set_param_groups_follow_load_state_dict():
+    """Muon's OptimizerSet: after load_state_dict the schedule must reach the live groups (it kept stale dicts)."""
+    from gptlab.build import build_model, build_optimizer, compose
+
+    cfg = compose([*FAST, "optimizer=muon"])
+    model = build_model(cfg, vocab_size=65)
+    opt = build_optimizer(cfg, model)
+    opt.load_state_dict(opt.state_dict())
+    for group in opt.param_groups:
+        group["lr"] = 0.123
+    assert all(g["lr"] == 0.123 for member in opt.optimizers for g in member.param_groups)
+
+
+def test_peak_memory_is_each_runs_own(tmp_path):
+    """A big then a tiny model in ONE process (Hydra multirun): each peak within 15 % of the same run alone
+    (before: both reported the big run's ru_maxrss)."""
+    base = [*(o for o in FAST if not o.startswith(("model.d_model", "model.n_layer", "model.n_head"))),
+            "train.max_steps=3", "train.eval_interval=3", "hardware.threads=1", "model.n_layer=4", "model.n_head=8"]
+
+    def cli(*args, multirun=False):
+        env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+        out = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *(["-m"] if multirun else []), *base, *args],
+                             cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+
+    peak = lambda run: json.loads((run / "summary.json").read_text())["peak_mem_bytes"]  # noqa: E731
+    cli(f"hydra.sweep.dir={tmp_path / 'm'}", "model.d_model=512,32", multirun=True)
+    together = [peak(tmp_path / "m" / str(i)) for i in (0, 1)]
+    alone = []
+    for width in (512, 32):
+        cli(f"hydra.run.dir={tmp_path / str(width)}", f"model.d_model={width}")
+        alone.append(peak(tmp_path / str(width)))
+    assert together[0] == pytest.approx(alone[0], rel=0.15), (together, alone)
+    assert together[1] == pytest.approx(alone[1], rel=0.15), (together, alone)
+    assert together[0] > together[1] * 1.2  # and the two runs really differ
+
+
+def test_stop_signals_checkpoint_then_hand_on(tmp_path):
+    """SIGUSR2 (submitit's pre-timeout signal): the loop's flag is set, and forward() calls the handler it replaced."""
+    called = []
+    previous = signal.signal(signal.SIGUSR2, lambda s, f: called.append(s))
+    try:
+        flag = StopFlag()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert flag.signum == signal.SIGUSR2 and called == []
+        flag.forward()
+        assert called == [signal.SIGUSR2]
+        assert signal.getsignal(signal.SIGTERM) is not flag._set
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM], ids=["SIGUSR2", "SIGTERM"])
+def test_signal_mid_run_checkpoints_the_current_step_and_resumes_exactly(tmp_path, sig):
+    args = [*FAST, "train.max_steps=30", "train.eval_interval=10", "train.ckpt_interval=0", "hardware.threads=1"]
+    assert launch(tmp_path / "straight", *args).wait(timeout=300) == 0
+    run = tmp_path / "run"
+    proc = launch(run, *args)
+    assert wait_for_step(proc, run, 12)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "preempted"
+    assert checkpoint.latest_path(run).name == f"step_{summary['steps']:07d}.pt"  # the step it stopped at
+    assert launch(run, *args).wait(timeout=300) == 0
+    assert every_row(run) == every_row(tmp_path / "straight")
+
+
+def test_mfu_is_per_device():
+    """Global tokens/s over N devices: MFU is not multiplied by the world size."""
+    assert mfu(1e6, 4e5, 1e12, devices=1) == pytest.approx(0.4)
+    assert mfu(1e6, 4e5, 1e12, devices=2) == pytest.approx(0.2)
