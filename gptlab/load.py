@@ -119,6 +119,17 @@ class LoadSampler:
         return self.own_ticks / self.total_ticks if self.total_ticks else None
 
 
+def job_sampler(local_world: int = 1) -> LoadSampler:
+    """A sampler whose "own" is this job: with several local ranks, the launcher's tree (torchrun, slurmstepd).
+
+    Sibling ranks are not our descendants, so counting only our own tree would call them outside load.
+    """
+    if local_world > 1:
+        parent = str(os.getppid())
+        return LoadSampler(own=lambda: own_ticks(pid=parent))
+    return LoadSampler()
+
+
 def available() -> bool:
     """True where /proc gives the counters the sampler needs (Linux)."""
     return machine_ticks() is not None and os.path.exists(PROC / "self" / "stat")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gptlab import load
-from gptlab.load import LoadSampler, machine_ticks, own_ticks
+from gptlab.load import LoadSampler, job_sampler, machine_ticks, own_ticks
 
 linux_only = pytest.mark.skipif(not load.available(), reason="needs Linux /proc")
 BUSY = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < {s}: pass\n"
@@ -105,3 +105,19 @@ def test_own_ticks_reads_a_live_child():
         assert own_ticks() >= own_ticks(pid=str(child.pid))  # our tree includes the child
     finally:
         child.wait()
+
+
+@linux_only
+def test_a_multi_rank_job_counts_its_sibling_ranks_as_its_own():
+    """With local_world > 1 'own' is the launcher's tree, so a sibling rank's work is not outside load."""
+    sibling = subprocess.Popen([sys.executable, "-c", BUSY.format(s=0.6)])  # stands in for rank 1
+    try:
+        code = ("import sys, time; sys.path.insert(0, %r); from gptlab.load import job_sampler; "
+                "s = job_sampler(2); s.start(); time.sleep(0.5); s.sample(force=True); print(s.own_ticks)"
+                % str(load.Path(load.__file__).parents[1]))
+        rank0 = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    finally:
+        sibling.wait()
+    # The parent (this test process) tree holds the busy sibling: >= 0.25 s of its ticks count as ours.
+    assert int(rank0.stdout) >= 0.25 * os.sysconf("SC_CLK_TCK")
+    assert job_sampler(1)._own is own_ticks  # one rank: just this process tree
