@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from gptlab.costs.scores import dense_pairs
+from gptlab.errors import ConfigError
 from gptlab.costs.structure import BlockShape, ModelShape, layer_counts
 
 
