@@ -41,13 +41,13 @@ class Context:
 
 
 class StopFlag:
-    """Set by SIGTERM, SIGUSR1 or SIGUSR2 (what SLURM and submitit send before a time limit or pre-emption).
+    """Set by SIGTERM, SIGUSR1 or SIGUSR2 (what SLURM and submitit send before a time limit or pre-emption), or Ctrl-C.
 
     The loop finishes its step, checkpoints and stops; `forward()` then hands the signal to the handler
-    installed before (submitit's requeue on SIGUSR2), so nothing is lost mid-step.
+    installed before (submitit's requeue on SIGUSR2), so nothing is lost mid-step. A second Ctrl-C stops at once.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 
     def __init__(self):
         self.signum, self.previous = None, {}
@@ -58,7 +58,14 @@ class StopFlag:
                 pass
 
     def _set(self, signum, frame):
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt  # impatient: the second Ctrl-C does not wait for the step
         self.signum = signum
+
+    @property
+    def status(self) -> str:
+        """The run status a stop by this signal leaves: "interrupted" for Ctrl-C, else "preempted"."""
+        return "interrupted" if self.signum == signal.SIGINT else "preempted"
 
     def restore(self) -> None:
         """Put the earlier handlers back (the loop is over)."""
@@ -181,7 +188,7 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
         if p.step >= settings.max_steps:
             break
         if stopping:
-            status = "preempted"
+            status = stop.status if stop.signum is not None else "preempted"  # another rank's signal: preempted
             break
         factor = schedule(p.step)
         for group in optimizer.param_groups:

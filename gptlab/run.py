@@ -171,6 +171,9 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
         _check_peak(summary, hardware)
         for sink in sinks:
             sink.summary(summary)
+    except KeyboardInterrupt:  # a second Ctrl-C, mid-step: no checkpoint at this step
+        status = "interrupted"
+        raise
     finally:
         for sink in sinks:
             sink.close(status)

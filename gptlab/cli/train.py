@@ -85,6 +85,24 @@ def run_dir_lock(run_dir: Path):
         os.close(fd)
 
 
+RUN_MARKERS = (".hydra", "provenance.json", "checkpoints", LOCK_FILE)  # what a gptlab run dir holds
+HYDRA_WRITES = {".hydra", "train.log"}  # what Hydra writes into the run dir before gptlab runs
+
+
+def check_run_dir(run_dir: Path, ignore: set[str] = frozenset()) -> None:
+    """Refuse a run dir that holds files but is not a gptlab run dir (`/`, a folder of the user's own files)."""
+    if not run_dir.is_dir():
+        return
+    try:
+        names = {p.name for p in run_dir.iterdir()} - set(ignore)
+    except OSError:
+        return  # unreadable: the write that follows names the problem
+    if names and not names & set(RUN_MARKERS):
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        raise ConfigError(f"hydra.run.dir: '{run_dir}' holds files that are not a gptlab run ({shown}); "
+                          f"allowed: a new or empty dir, or a gptlab run dir to resume")
+
+
 def _writes_run_files(cfg: DictConfig) -> bool:
     """Rank 0 of a data-parallel job (or a single process) owns the run dir."""
     if not OmegaConf.select(cfg, "hardware.distributed", default=False):
@@ -122,8 +140,10 @@ def train_app(cfg: DictConfig) -> float | None:
     multirun = hc.mode == RunMode.MULTIRUN
     if multirun and os.environ.get("SUBMITIT_EXECUTOR") == "local":  # launcher=local: own cores and GPUs
         place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
-    stop = StopFlag()  # SIGTERM/SIGUSR1/SIGUSR2: finish the step, checkpoint, then hand the signal on
+    stop = StopFlag()  # SIGTERM/SIGUSR1/SIGUSR2/Ctrl-C: finish the step, checkpoint, then hand the signal on
     try:
+        if not multirun:
+            check_run_dir(run_dir, ignore=HYDRA_WRITES)
         with run_dir_lock(run_dir) if _writes_run_files(cfg) else contextlib.nullcontext():
             summary = execute(cfg, run_dir, group_choices(cfg), list(hc.overrides.task), stop=stop)
     except RUN_ERRORS as err:
@@ -131,6 +151,11 @@ def train_app(cfg: DictConfig) -> float | None:
         if multirun:
             raise  # the launcher reports it with the job's log and goes on with the other runs
         fail(one_line(err), exit_code(err))
+    if summary["status"] == "interrupted":
+        stop.restore()
+        print(f"interrupted (Ctrl-C) at step {summary['steps']}: checkpoint written; run the same command to resume "
+              f"({run_dir})", file=sys.stderr, flush=True)
+        raise SystemExit(130)
     _report(summary, run_dir)
     if summary["status"] != "preempted":
         stop.restore()
@@ -176,11 +201,18 @@ def main() -> None:
     """The gptlab-train command: Hydra's own errors (unknown key or choice, bad override) are one line too."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return train_app()
-    saved = _hydra_files(_explicit_run_dir(sys.argv[1:]))
+    explicit = _explicit_run_dir(sys.argv[1:])
+    try:
+        check_run_dir(explicit) if explicit else None  # before Hydra writes .hydra/ into someone's folder
+    except ConfigError as err:
+        fail(one_line(err), 2)
+    saved = _hydra_files(explicit)
     previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a multi-line report
     try:
         return train_app()
+    except KeyboardInterrupt:
+        fail("interrupted (Ctrl-C); run the same command to resume from the newest checkpoint", 130)
     except SystemExit as stop:
         if stop.code == 2:
             _put_back(saved)

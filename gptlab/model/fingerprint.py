@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -19,6 +20,8 @@ def _hyper_parameters(module: nn.Module) -> dict:
             continue
         if isinstance(value, PLAIN) or (isinstance(value, (tuple, list)) and all(isinstance(v, PLAIN) for v in value)):
             out[key] = list(value) if isinstance(value, (tuple, list)) else value
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # GPTConfig: init_std, dropout, ...
+            out[key] = dataclasses.asdict(value)
     return out
 
 

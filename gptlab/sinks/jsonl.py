@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -69,6 +70,7 @@ class JsonlSink:
         self.metrics_path = self.run_dir / METRICS_FILE
         self.summary_path = self.run_dir / SUMMARY_FILE
         self._summary: dict = {}
+        self._closed = False
         for stale in self.run_dir.glob(".*.tmp"):  # left by a process killed mid-write (one writer per run dir)
             if stale.name.startswith((f".{METRICS_FILE}.", f".{SUMMARY_FILE}.")):
                 stale.unlink(missing_ok=True)
@@ -107,8 +109,17 @@ class JsonlSink:
         if self._file is None:
             raise RuntimeError(f"JsonlSink for {self.run_dir} is closed")
         row = {"step": int(step), **{k: plain(v) for k, v in metrics.items() if k != "step"}}
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        end = self._file.tell()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as err:  # disk full: cut the torn row off, keep every whole one, name the file
+            with contextlib.suppress(OSError):
+                self._file.close()  # its flush fails again, but the descriptor is closed
+            with contextlib.suppress(OSError):
+                os.truncate(self.metrics_path, end)
+            self._file = None
+            raise OSError(err.errno, f"cannot append to the metrics file ({err.strerror})", str(self.metrics_path)) from None
 
     def summary(self, values: dict) -> None:
         """Merge `values` into summary.json and rewrite it atomically."""
@@ -117,10 +128,12 @@ class JsonlSink:
 
     def close(self, status: str = "finished") -> None:
         """Record `status` in summary.json, fsync and close metrics.jsonl; a second call does nothing."""
-        if self._file is None:
+        if self._closed:
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = None
+        self._closed = True
+        if self._file is not None:  # None after a failed append: the summary still records the status
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
         self.summary({"status": status})

@@ -17,6 +17,7 @@ class RotaryPosition(Position):
             raise ConfigError(f"position=rope needs an even head dim; model.d_model/model.n_head = {head_dim}")
         if base <= 0:
             raise ConfigError(f"position.base={base} must be > 0")
+        self.base = float(base)  # a plain attribute, so the model fingerprint sees it (the buffer is not hashed)
         inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
