@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from gptlab import checkpoint, resume
+from gptlab.load import job_sampler
 from gptlab.metrics import PeakMemory, median, mfu
 from gptlab.resume import Progress
 
@@ -170,8 +172,11 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
     val_set = data.val_samples(settings.eval_sequences)
     tokens_per_step = settings.batch_size * data.seq_len
     status, wall0, started = "finished", p.wall_s, time.perf_counter()
+    load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # how busy the machine is besides this run
     model.train()
     while True:
+        if p.step == max(start_step, settings.speed_warmup):
+            load.start()  # measured over the timed steps only
         if _eval_due(p.step, settings, start_step, resumed):
             ev = evaluate(model, val_set, micro_bs, hardware, device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
@@ -184,6 +189,7 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
         # checkpoint after this step's eval row is written, so a resume never re-logs or loses a row
         ckpt_due = settings.ckpt_interval and p.step % settings.ckpt_interval == 0
         if (ckpt_due or p.step >= settings.max_steps or stopping) and p.step != start_step:
+            _bank_load(load, p)
             _save(model, optimizer, scaler, p, ctx)
         if p.step >= settings.max_steps:
             break
@@ -217,7 +223,17 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
                    "mfu": step_mfu, "peak_mem_bytes": max(p.peak_mem_bytes, peak.read()),
                    "wall_s": wall0 + time.perf_counter() - started}
             _emit(sinks, ctx, row, p.step)
+            load.sample()
+    _bank_load(load, p)
     return summarise(p, status, ctx)
+
+
+def _bank_load(load, p: Progress) -> None:
+    """Move the sampler's closed intervals into the progress (so a resume keeps the whole run's outside load)."""
+    load.sample(force=True)
+    p.outside_ticks += load.outside_ticks
+    p.total_ticks += load.total_ticks
+    load.outside_ticks = load.total_ticks = load.own_ticks = 0
 
 
 def _skip_step(optimizer, scaler, loss, grad_norm, p: Progress, settings, ctx) -> None:
@@ -239,7 +255,8 @@ def summarise(p: Progress, status: str, ctx: Context) -> dict:
             "best_val_loss": p.best_val_loss if math.isfinite(p.best_val_loss) else None,
             "steps": p.step, "tokens": p.tokens, "tokens_per_s_median": median(p.tokens_per_s),
             "step_ms_median": median(p.step_ms), "mfu_median": median(p.mfu) if ctx.peak_flops else None,
-            "peak_mem_bytes": p.peak_mem_bytes, "wall_s": p.wall_s, "status": status}
+            "peak_mem_bytes": p.peak_mem_bytes, "wall_s": p.wall_s, "status": status,
+            "outside_load": p.outside_ticks / p.total_ticks if p.total_ticks else None}
 
 
 def _diverged(loss, grad_norm, step, nan_seen, settings, ctx) -> str:

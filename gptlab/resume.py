@@ -43,6 +43,8 @@ class Progress:
     tokens_per_s: list = field(default_factory=list)  # per timed step, after speed_warmup
     step_ms: list = field(default_factory=list)
     mfu: list = field(default_factory=list)
+    outside_ticks: int = 0  # CPU ticks other processes used while this run trained (after speed_warmup)...
+    total_ticks: int = 0  # ...out of all cores' ticks: outside_load = outside_ticks / total_ticks
 
 
 @dataclass

@@ -17,6 +17,7 @@ from gptlab.hardware import threads_for_job
 from gptlab import resume
 from gptlab.loop import Context, StopFlag, train
 from gptlab.model.fingerprint import model_fingerprint
+from gptlab.noop import noop_choices
 from gptlab.sinks.jsonl import atomic_write_text
 from gptlab.model.attention.kernels import check_impl
 from gptlab.sinks import JsonlSink, SafeSink
@@ -127,6 +128,8 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     torch.manual_seed(settings.seed)
     model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device)
     _check_model(model, data, cfg, hardware)
+    for line in noop_choices(cfg, choices):  # e.g. GQA with n_kv_head == n_head is MHA: say so before training it
+        log.warning("no-op choice: %s", line)
     identity = {"config": plain_config(cfg), "choices": choices, "data": data.fingerprint,
                 "model": model_fingerprint(model), "world": world, "dtype": hardware.dtype}
     model.activation_checkpointing = hardware.activation_checkpointing

@@ -97,6 +97,7 @@ def test_rerunning_a_finished_run_reports_its_summary_unchanged(tmp_path):
     summary = json.loads(before["summary.json"])
     assert again["tokens_per_s_median"] == summary["tokens_per_s_median"] is not None
     assert again["wall_s"] == summary["wall_s"] > 0.001
+    assert 0.0 <= summary["outside_load"] <= 1.0  # the share of the cores other processes used meanwhile
 
 
 def test_summary_lost_in_a_kill_is_recomputed_from_the_checkpoint(tmp_path):
