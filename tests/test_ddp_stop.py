@@ -1,0 +1,79 @@
+"""DDP with real gloo ranks on CPU (torchrun): a signal to ONE rank stops every rank at the same step with one
+checkpoint; MFU is per device; a batch the ranks cannot share evenly is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gptlab import checkpoint
+from test_reliability import last_step
+from train_helpers import FAST
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gptlab.cli.train"]
+
+
+def workers(parent: int) -> list[int]:
+    """The pids of torchrun's worker processes (its children running gptlab.cli.train)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and b"gptlab.cli.train" in cmd:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_sigterm_to_one_rank_stops_all_ranks_at_the_same_step(tmp_path):
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    args = [*FAST, "train.max_steps=400", "train.eval_interval=100", "train.ckpt_interval=0", "hardware=ddp_cpu",
+            "hardware.dtype=fp32", "logger=none", f"hydra.run.dir={run}"]
+    proc = subprocess.Popen([*TORCHRUN, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "err", "w"))
+    deadline = time.time() + 180
+    while last_step(run) < 5 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    ranks = workers(proc.pid)
+    assert len(ranks) == 2, (ranks, (tmp_path / "err").read_text()[-2000:])
+    os.kill(max(ranks), signal.SIGTERM)  # the later-started worker: rank 1 in practice, never the only one
+    assert proc.wait(timeout=180) == 0, (tmp_path / "err").read_text()[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "preempted" and 5 <= summary["steps"] < 400
+    found = sorted(checkpoint.ckpt_dir(run).glob("step_*.pt"))
+    assert [p.name for p in found] == [f"step_{summary['steps']:07d}.pt"]  # one checkpoint, at the agreed step
+    assert checkpoint.load(found[0])["identity"]["world"] == 2
+
+
+def test_mfu_under_ddp_is_per_device(tmp_path):
+    """Two ranks on a 1e12 FLOP/s profile: MFU = FLOPs/token x global tokens/s / 2 / peak, never x world."""
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run([*TORCHRUN, *FAST, "train.max_steps=6", "train.eval_interval=6", "hardware=ddp_cpu",
+                          "hardware.dtype=fp32", "train.speed_warmup=1", f"hydra.run.dir={run}"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    s = json.loads((run / "summary.json").read_text())
+    for row in (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()):
+        if "mfu" in row:
+            assert row["mfu"] == pytest.approx(s["flops_per_token"] * row["tokens_per_s"] / 2 / 1e12, rel=1e-9)
+
+
+def test_a_batch_the_ranks_cannot_share_is_refused(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    out = subprocess.run([*TORCHRUN, *FAST, "train.batch_size=6", "train.grad_accum=2", "hardware=ddp_cpu",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode != 0
+    assert ("error: train.batch_size=6 must be divisible by train.grad_accum x world size = 2 x 2; "
+            "allowed: a multiple of 4") in out.stderr
