@@ -19,7 +19,7 @@ from gptlab.loop import Context, StopFlag, train
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.noop import noop_choices
 from gptlab.sinks.jsonl import atomic_write_text
-from gptlab.model.attention.kernels import check_impl
+from gptlab.model.checks import check_model
 from gptlab.sinks import JsonlSink, SafeSink
 from gptlab.sinks.progress import ProgressSink
 from gptlab.validate import validate
@@ -33,17 +33,6 @@ def run_name(cfg: DictConfig, overrides: list[str]) -> str:
         return str(cfg.name)
     keep = [o for o in overrides if not o.split("=")[0].lstrip("+~").startswith(("hydra", "train.resume", "sweep"))]
     return ",".join(keep) or "default"
-
-
-def _check_model(model, data, cfg, hardware) -> None:
-    if cfg.model.vocab_size is not None and cfg.model.vocab_size < data.vocab_size:
-        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the {data.name} tokenizer's vocabulary ({data.vocab_size}); set model.vocab_size=null")
-    if data.seq_len > cfg.model.block_size:
-        raise ConfigError(f"data sequences of {data.seq_len} tokens exceed model.block_size={cfg.model.block_size}")
-    for block in model.blocks:
-        a = block.attn
-        check_impl(a.impl, device=hardware.device, dtype=hardware.torch_dtype, window=a.window,
-                   uses_bias=a.uses_score_bias, dropout=a.dropout)
 
 
 def _flops_per_token(model, seq_len: int) -> float:
@@ -127,7 +116,8 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     data = build.build_data(cfg, int(cfg.model.block_size))
     torch.manual_seed(settings.seed)
     model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device)
-    _check_model(model, data, cfg, hardware)
+    check_model(model, vocab_size=data.vocab_size, seq_len=data.seq_len, device=hardware.device,
+                dtype=hardware.torch_dtype, data_name=data.name)  # the same checks the contract tests run
     for line in noop_choices(cfg, choices):  # e.g. GQA with n_kv_head == n_head is MHA: say so before training it
         log.warning("no-op choice: %s", line)
     identity = {"config": plain_config(cfg), "choices": choices, "data": data.fingerprint,
