@@ -213,3 +213,26 @@ def test_mfu_is_per_device():
     """Global tokens/s over N devices: MFU is not multiplied by the world size."""
     assert mfu(1e6, 4e5, 1e12, devices=1) == pytest.approx(0.4)
     assert mfu(1e6, 4e5, 1e12, devices=2) == pytest.approx(0.2)
+
+
+def test_every_cuda_devices_rng_is_saved_and_restored(monkeypatch):
+    """CUDA cannot run here: torch.cuda's RNG calls are mocked (2 devices) to check what resume saves and restores."""
+    from gptlab import resume
+
+    states = [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3, 4], dtype=torch.uint8)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: list(states))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda s: restored.append(s))
+    saved = resume.rng_state()
+    assert [t.tolist() for t in saved["cuda"]] == [[1, 2], [3, 4]] and "python" in saved and "torch" in saved
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    saved = resume.rng_state()
+    torch.rand(5)  # move on, then restore: the next draws repeat
+    resume.set_rng_state(saved)
+    assert torch.equal(torch.rand(3), expected)
+    assert [t.tolist() for t in restored[0]] == [[1, 2], [3, 4]]
