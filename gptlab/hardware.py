@@ -11,6 +11,20 @@ import torch
 from gptlab.errors import ConfigError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# hardware.compile: false = eager; true = torch.compile's "default" mode; or a torch.compile mode by name
+COMPILE_MODES = (False, True, "default", "reduce-overhead", "max-autotune")
+
+
+def compile_mode(value) -> str | None:
+    """hardware.compile as torch.compile's `mode` (None = do not compile); anything else is a one-line ConfigError."""
+    if value is False:
+        return None
+    if value is True:
+        return "default"
+    if isinstance(value, str) and value in COMPILE_MODES:
+        return value
+    raise ConfigError(f"hardware.compile: {value!r} is not allowed; allowed: false, true, default, reduce-overhead, "
+                      f"max-autotune")
 
 
 @dataclass
@@ -19,7 +33,7 @@ class Hardware:
 
     device: str = "cpu"
     dtype: str = "bf16"
-    compile: bool = False
+    compile: bool | str = False  # one of COMPILE_MODES; compile_mode() gives torch.compile's mode
     activation_checkpointing: bool = False
     peak_flops: float | str = "auto"
     mem_bandwidth: float | str = "auto"
@@ -33,6 +47,7 @@ class Hardware:
     gpus_per_node: int | None = None
 
     def __post_init__(self):
+        compile_mode(self.compile)
         if self.dtype not in (*DTYPES, "auto"):
             raise ConfigError(f"hardware.dtype: unknown dtype '{self.dtype}'; allowed: auto, {', '.join(DTYPES)}")
         if self.device == "auto":
@@ -43,6 +58,11 @@ class Hardware:
             raise ConfigError(f"hardware.device: unknown device '{self.device}'; allowed: cpu, cuda, cuda:N, auto")
         if self.dtype == "auto":
             self.dtype = native_low_precision(self.device)
+
+    def compiled(self, model):
+        """`model` under torch.compile in this profile's mode, or `model` itself when compile is false."""
+        mode = compile_mode(self.compile)
+        return model if mode is None else torch.compile(model, mode=mode)
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -91,7 +91,7 @@ TABLE = [
         "data.paths: cannot read json file(s) bad.jsonl: JSON parse error: Invalid value. in row 1"),
     Row("missing-column", ["data=text", "data.paths=[{d}/docs.jsonl]"], 2, "data.column: column 'text' not found in docs.jsonl; columns: body"),
     Row("unknown-tokenizer", ["data.tokenizer=klingon"], 2, "data.tokenizer"),
-    Row("val-fraction", ["data.val_fraction=1.5"], 2, "data.val_fraction: got 1.5"),
+    Row("val-fraction", ["data.val_fraction=1.5"], 2, "data.val_fraction=1.5: must be in (0, 1)"),
     Row("vocab-smaller-than-tokenizer", ["model.vocab_size=10"], 2,
         "model.vocab_size=10 is smaller than the shakespeare tokenizer's vocabulary"),
     Row("recall-pairs", ["data=assoc_recall", "data.num_pairs=200"], 2, "data.num_pairs"),

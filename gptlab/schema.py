@@ -1,0 +1,249 @@
+"""The run schema: every known config key with its type and range, as one table checked before anything is built.
+
+`SCHEMA` maps a dotted key to a check; `check_schema(cfg)` runs every check whose key is in the config (a
+group's keys vary by choice: sgd has `momentum`, adamw `betas`), and refuses a missing REQUIRED key. Each
+failure is one ConfigError line naming the key, the value and what is allowed, e.g.
+`optimizer.lr=-1: must be > 0`. Cross-key rules (global layers vs n_layer, ...) live in gptlab/validate.py.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from gptlab.data.tokenizers import tokenizer_names
+from gptlab.errors import ConfigError
+from gptlab.hardware import COMPILE_MODES
+from gptlab.model.attention.kernels import IMPLS
+
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "0", "1"}
+
+
+def show(value) -> str:
+    """A value as the config spells it: null, true/false, 'text', [1, 2]."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(show, value)) + "]"
+    return repr(value)
+
+
+def _bound(token: str) -> int | float:
+    """'1', '0.5', '2**63' as a number (ints stay exact)."""
+    base, _, power = token.partition("**")
+    try:
+        number = int(base)
+    except ValueError:
+        number = float(base)
+    return number ** int(power) if power else number
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+@dataclass(frozen=True)
+class Number:
+    """An int or a finite number within `spec`: '>= 1', '> 0', '[0, 1)', '(0, 1]', '[0, 2**63)'."""
+
+    spec: str
+    kind: type = float
+    null: bool = False
+    note: str = ""  # what a special value means, e.g. "0 = greedy"
+
+    def _range(self) -> tuple[str, int | float, str, int | float]:
+        one = re.fullmatch(r"(>=|>)\s*(\S+)", self.spec)
+        if one:
+            return ("[" if one[1] == ">=" else "("), _bound(one[2]), ")", math.inf
+        low, high = self.spec[1:-1].split(",")
+        return self.spec[0], _bound(low.strip()), self.spec[-1], _bound(high.strip())
+
+    def contains(self, value) -> bool:
+        left, low, right, high = self._range()
+        above = value >= low if left == "[" else value > low
+        below = value <= high if right == "]" else value < high
+        return above and below
+
+    @property
+    def text(self) -> str:
+        """'>= 1' or 'in [0, 1)', with the note and 'or null' where they apply."""
+        text = self.spec if self.spec[0] == ">" else f"in {self.spec}"
+        return text + (f" ({self.note})" if self.note else "") + (" or null" if self.null else "")
+
+    @property
+    def noun(self) -> str:
+        return "an integer" if self.kind is int else "a number"
+
+    @property
+    def plural(self) -> str:
+        return "integers" if self.kind is int else "numbers"
+
+    def __call__(self, key: str, value) -> None:
+        if value is None and self.null:
+            return
+        numeric = isinstance(value, int) or (self.kind is float and isinstance(value, float))
+        if isinstance(value, bool) or not numeric:
+            raise ConfigError(f"{key}={show(value)}: expected {self.noun} {self.text}")
+        if not _finite(value):
+            raise ConfigError(f"{key}={show(value)}: must be a finite number {self.text}")
+        if not self.contains(value):
+            raise ConfigError(f"{key}={show(value)}: must be {self.text}")
+
+
+@dataclass(frozen=True)
+class Bool:
+    """true or false only: a quoted 'false' is a string, and 1/'yes' are not booleans either."""
+
+    null: bool = False
+
+    def __call__(self, key: str, value) -> None:
+        if isinstance(value, bool) or (value is None and self.null):
+            return
+        hint = " (unquoted)" if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS else ""
+        raise ConfigError(f"{key}={show(value)}: expected true or false{hint}{' or null' if self.null else ''}")
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """One of `choices`, compared with its type (the string 'false' is not false, 1 is not true)."""
+
+    choices: tuple
+
+    def __call__(self, key: str, value) -> None:
+        if any(type(value) is type(c) and value == c for c in self.choices):
+            return
+        allowed = ", ".join(show(c) if not isinstance(c, str) else c for c in self.choices)
+        hint = " (true/false unquoted)" if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS else ""
+        raise ConfigError(f"{key}: {show(value)} is not allowed; allowed: {allowed}{hint}")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string (`numbers`: an int too, e.g. name=123); `many`: or a list of strings."""
+
+    null: bool = False
+    numbers: bool = False
+    many: bool = False
+
+    def __call__(self, key: str, value) -> None:
+        kinds = (str, int) if self.numbers else (str,)
+        one = isinstance(value, kinds) and not isinstance(value, bool)
+        many = self.many and isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if one or many or (value is None and self.null):
+            return
+        what = "a string or a list of strings" if self.many else "a string"
+        raise ConfigError(f"{key}={show(value)}: expected {what}{' or null' if self.null else ''}")
+
+
+@dataclass(frozen=True)
+class Auto:
+    """'auto' or a number the inner check accepts."""
+
+    number: Number
+
+    def __call__(self, key: str, value) -> None:
+        if value == "auto":
+            return
+        if isinstance(value, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}={show(value)}: expected 'auto' or {self.number.noun} {self.number.text}")
+        self.number(key, value)
+
+
+@dataclass(frozen=True)
+class Seq:
+    """A list of `length` items (any length when None), each passing `item`; `null`: or null."""
+
+    item: Number
+    length: int | None = None
+    null: bool = False
+
+    def __call__(self, key: str, value) -> None:
+        if value is None and self.null:
+            return
+        count = f"{self.length} " if self.length else ""
+        if not isinstance(value, (list, tuple)) or (self.length and len(value) != self.length):
+            raise ConfigError(f"{key}={show(value)}: expected a list of {count}{self.item.plural}, "
+                              f"each {self.item.text}{' (or null)' if self.null else ''}")
+        for i, v in enumerate(value):
+            self.item(f"{key}[{i}]", v)
+
+
+SEED = Number("[0, 2**63)", int)  # torch.manual_seed takes < 2**64; negatives alias 2**64 - n, so non-negative int64
+UNIT = Number("[0, 1)")  # dropout, betas, momentum
+BETAS = Seq(UNIT, length=2)
+LR = Number("> 0")
+DECAY = Number(">= 0")
+
+SCHEMA = {
+    # run level (conf/train.yaml)
+    "seed": SEED, "data_seed": SEED, "sweep": Text(null=True, numbers=True), "name": Text(null=True, numbers=True),
+    "profile": Bool(),
+    "train.max_steps": Number(">= 1", int), "train.batch_size": Number(">= 1", int),
+    "train.grad_accum": Number(">= 1", int), "train.grad_clip": Number(">= 0", note="0 = no clipping"),
+    "train.eval_interval": Number(">= 1", int), "train.eval_sequences": Number(">= 1", int),
+    "train.log_interval": Number(">= 1", int), "train.ckpt_interval": Number(">= 0", int, note="0 = only at the end"),
+    "train.resume": Text(numbers=True), "train.init_from": Text(null=True),
+    "train.speed_warmup": Number(">= 0", int), "train.nan_skip": Number(">= 0", int),
+    "sample.tokens": Number(">= 0", int), "sample.temperature": Number(">= 0", note="0 = greedy"),
+    "sample.top_k": Number(">= 1", int, null=True),
+    # model sizes
+    "model.n_layer": Number(">= 1", int), "model.n_head": Number(">= 1", int), "model.d_model": Number(">= 1", int),
+    "model.block_size": Number(">= 1", int), "model.vocab_size": Number(">= 1", int, null=True),
+    "model.tie_embeddings": Bool(), "model.bias": Bool(), "model.dropout": UNIT, "model.init_std": Number(">= 0"),
+    # components
+    "attention.n_kv_head": Number(">= 1", int, null=True), "attention.impl": OneOf(IMPLS),
+    "attention.window": Number(">= 1", int, null=True), "attention.global_every": Number(">= 1", int, null=True),
+    "attention.global_layers": Seq(Number(">= 0", int), null=True), "attention.qk_norm": Bool(),
+    "attention.dropout": UNIT,
+    "mlp.ratio": Number("> 0"), "mlp.match_params": Bool(), "mlp.multiple_of": Number(">= 1", int), "mlp.dropout": UNIT,
+    "norm.eps": Number("> 0"), "norm.bias": Bool(), "norm.placement": OneOf(("pre", "post")),
+    "position.base": Number("> 0"),
+    # data
+    "data.paths": Text(many=True), "data.column": Text(), "data.tokenizer": OneOf(tuple(tokenizer_names())),
+    "data.bpe_vocab_size": Number(">= 257", int), "data.val_fraction": Number("(0, 1)"),
+    "data.num_proc": Number(">= 1", int, null=True), "data.name": Text(null=True), "data.config_name": Text(null=True),
+    "data.split": Text(), "data.num_keys": Number(">= 1", int), "data.num_values": Number(">= 1", int),
+    "data.num_pairs": Number(">= 1", int), "data.num_queries": Number(">= 1", int), "data.seq_len": Number(">= 1", int),
+    # optimizer (keys of the chosen optimizer only) and schedule
+    "optimizer.lr": LR, "optimizer.betas": BETAS, "optimizer.weight_decay": DECAY, "optimizer.eps": Number("> 0"),
+    "optimizer.fused": Bool(null=True), "optimizer.momentum": UNIT, "optimizer.nesterov": Bool(),
+    "optimizer.adamw_lr": LR, "optimizer.adamw_betas": BETAS, "optimizer.adamw_weight_decay": DECAY,
+    "schedule.warmup_steps": Number(">= 0", int), "schedule.min_lr_ratio": Number("[0, 1]"),
+    "schedule.decay_fraction": Number("(0, 1]"),
+    # hardware (device and dtype: gptlab.hardware.Hardware names their values)
+    "hardware.name": Text(), "hardware.device": Text(), "hardware.dtype": Text(), "hardware.tf32": Bool(),
+    "hardware.compile": OneOf(COMPILE_MODES), "hardware.activation_checkpointing": Bool(),
+    "hardware.peak_flops": Auto(Number("> 0")), "hardware.mem_bandwidth": Auto(Number("> 0")),
+    "hardware.threads": Number(">= 1", int, null=True), "hardware.distributed": Bool(),
+    "hardware.cpus_per_task": Number(">= 1", int, null=True), "hardware.tasks_per_node": Number(">= 1", int),
+    "hardware.gpus_per_node": Number(">= 0", int, null=True),
+    # logger (logger.mode: gptlab.sinks.wandb.resolve_mode)
+    "logger.project": Text(), "logger.entity": Text(null=True), "logger.group": Text(null=True, numbers=True),
+    "logger.tags": Text(many=True), "logger.job_type": Text(),
+}
+
+# keys every run needs; the others are checked where the chosen option has them
+REQUIRED = ("seed", "data_seed", *(k for k in SCHEMA if k.startswith(("train.", "sample.")) and k != "train.init_from"),
+            "model.n_layer", "model.n_head", "model.d_model", "model.block_size", "model.dropout", "model.init_std")
+_ABSENT = object()
+
+
+def check_schema(cfg) -> None:
+    """Raise a one-line ConfigError for the first key whose value the table refuses (or a missing required key)."""
+    for key, check in SCHEMA.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT:
+            if key in REQUIRED:
+                raise ConfigError(f"{key}: missing from the config (removed with ~?); it is required")
+            continue
+        check(key, OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value)
