@@ -19,6 +19,7 @@ from gptlab.loop import Context, StopFlag, train
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.noop import noop_choices
 from gptlab.sinks.jsonl import atomic_write_text
+from gptlab.costs.memory import check_fits
 from gptlab.model.checks import check_model
 from gptlab.sinks import JsonlSink, SafeSink
 from gptlab.sinks.progress import ProgressSink
@@ -114,6 +115,11 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     hardware.threads = hardware.threads or threads_for_job(local_world)
     hardware.apply()
     data = build.build_data(cfg, int(cfg.model.block_size))
+    # gptlab-flops' training-memory estimate, from the config on the meta device, before anything is allocated
+    micro = settings.batch_size // (settings.grad_accum * world)
+    check_fits(build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype),
+               hardware.device, label=f"model={choices['model']}" if "model" in choices else "this run",
+               processes=local_world if hardware.device == "cpu" else 1)
     torch.manual_seed(settings.seed)
     model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device)
     check_model(model, vocab_size=data.vocab_size, seq_len=data.seq_len, device=hardware.device,
