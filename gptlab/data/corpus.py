@@ -124,11 +124,40 @@ def cache_key(source_key: str, tokenizer_identity: str, val_fraction: float) -> 
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def _load_cached(folder: Path) -> tuple[np.ndarray, np.ndarray] | None:
-    """(train, val) memmaps when `folder` holds a complete cache entry, else None."""
+def _load_cached(folder: Path, vocab_size: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(train, val) memmaps when `folder` holds a complete cache entry, else None; a corrupt entry is refused.
+
+    meta.json is written last, so a folder without it is unfinished. With it, each array must have the
+    recorded length and dtype and hold only ids < vocab_size (one streaming max per array); anything else
+    (a truncated .npy, ids a tokenizer cannot decode) is refused in one line rather than rebuilt: runs of a
+    sweep share the entry, and replacing it under them would race with their reads and rebuilds.
+    """
     if not (folder / "meta.json").is_file():
-        return None  # meta.json is written last, so its presence means the arrays are complete
-    return np.load(folder / "train.npy", mmap_mode="r"), np.load(folder / "val.npy", mmap_mode="r")
+        return None
+
+    def corrupt(why: str) -> ConfigError:
+        return ConfigError(f"data: the token cache '{folder}' is corrupt ({why}); delete that folder and run again "
+                           f"to rebuild it")
+
+    arrays = []
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        dtype = np.dtype(meta["dtype"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise corrupt(f"meta.json: {' '.join(str(err).split()) or type(err).__name__}") from None
+    for split in ("train", "val"):
+        try:
+            expected = (int(meta["tokens"][split]),), dtype
+            tokens = np.load(folder / f"{split}.npy", mmap_mode="r")
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise corrupt(f"{split}.npy: {' '.join(str(err).split()) or type(err).__name__}") from None
+        if (tokens.shape, tokens.dtype) != expected:
+            raise corrupt(f"{split}.npy holds {tokens.size} {tokens.dtype} ids, meta.json says {expected[0][0]} {dtype}")
+        high = max((int(tokens[i:i + (1 << 24)].max()) for i in range(0, len(tokens), 1 << 24)), default=-1)
+        if high >= vocab_size:
+            raise corrupt(f"{split}.npy holds token id {high}, the tokenizer has {vocab_size} ids")
+        arrays.append(tokens)
+    return arrays[0], arrays[1]
 
 
 def build_token_splits(docs, *, source_key: str, tokenizer: str, bpe_vocab_size: int, val_fraction: float,
@@ -139,7 +168,7 @@ def build_token_splits(docs, *, source_key: str, tokenizer: str, bpe_vocab_size:
     tok = make_tokenizer(tokenizer, TextColumn(train_ds), cache_dir, bpe_vocab_size=bpe_vocab_size)
     key = cache_key(source_key, tok.identity(), val_fraction)
     folder = Path(cache_dir) / "tokens" / key
-    cached = _load_cached(folder)
+    cached = _load_cached(folder, tok.vocab_size)
     if cached is not None:
         return TokenSplits(tok, cached[0], cached[1], folder, True)
     dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
@@ -156,9 +185,9 @@ def build_token_splits(docs, *, source_key: str, tokenizer: str, bpe_vocab_size:
         try:
             os.rename(tmp, folder)  # atomic publish; fails if a concurrent run published first
         except OSError:
-            if _load_cached(folder) is None:
+            if _load_cached(folder, tok.vocab_size) is None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    train, val = _load_cached(folder)
+    train, val = _load_cached(folder, tok.vocab_size)
     return TokenSplits(tok, train, val, folder, False)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import glob
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 from gptlab.errors import ConfigError
@@ -13,6 +16,31 @@ from gptlab.errors import ConfigError
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 TEXT_SUFFIXES = {".txt", ".jsonl", ".json"}  # files that must be UTF-8
 _CHUNK = 1 << 20
+# what a path that is not a regular file is (reading a FIFO blocks forever, /dev/zero never ends)
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO, i.e. a named pipe"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_ALLOWED = "regular .txt, .jsonl/.json or .parquet files"
+
+
+def _refuse_mode(path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise ConfigError(f"data.paths: '{path}' is not a regular file ({kind}); allowed: {_ALLOWED}")
+
+
+def check_regular(path: Path) -> None:
+    """One-line ConfigError for a FIFO, a device, a socket, a symlink loop or a dangling symlink (no read needed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ConfigError(f"data.paths: '{path}' is a symlink loop (it never reaches a file); point it at a "
+                              f"file") from None
+        if os.path.islink(path):
+            raise ConfigError(f"data.paths: '{path}' is a broken symlink (its target '{os.readlink(path)}' does "
+                              f"not exist)") from None
+        raise ConfigError(f"data.paths: cannot read '{path}' ({err.strerror})") from None
+    _refuse_mode(path, mode)
 
 
 def resolve_paths(paths) -> list[Path]:
@@ -25,15 +53,17 @@ def resolve_paths(paths) -> list[Path]:
     files: list[Path] = []
     for pattern in map(str, paths):
         expanded = str(Path(pattern).expanduser())
-        if glob.has_magic(expanded):
-            found = [Path(p) for p in sorted(glob.glob(expanded, recursive=True)) if Path(p).is_file()]
+        if glob.has_magic(expanded):  # directories a glob matches are skipped; anything else it matches is checked
+            found = [Path(p) for p in sorted(glob.glob(expanded, recursive=True)) if not Path(p).is_dir()]
         else:
-            found = [Path(expanded)] if Path(expanded).exists() else []
+            found = [Path(expanded)] if os.path.lexists(expanded) else []
         if not found:
             raise ConfigError(f"data.paths: no file matches {pattern!r}")
         if found[0].is_dir():
             raise ConfigError(f"data.paths: {pattern!r} is a directory; name files or a glob like "
                               f"'{pattern.rstrip('/')}/*.txt'")
+        for path in found:
+            check_regular(path)
         files.extend(p.resolve() for p in found)
     return list(dict.fromkeys(files))
 
@@ -45,10 +75,14 @@ def check_file(path: Path) -> str:
         raise ConfigError(f"data.paths: unsupported file type {suffix or '(none)'!r} for '{path}'; "
                           f"allowed: {', '.join(BUILDERS)}")
     decoder = codecs.getincrementaldecoder("utf-8")() if suffix in TEXT_SUFFIXES else None
-    digest, offset, has_text = hashlib.sha256(), 0, False
-    with open(path, "rb") as f:
+    digest, offset, has_text, only_nul = hashlib.sha256(), 0, False, True
+    with _open_regular(path) as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
+            only_nul = only_nul and chunk.count(0) == len(chunk)
+            if only_nul and decoder is not None and len(chunk) == _CHUNK:  # a text file never starts with 1 MiB of NULs
+                raise ConfigError(f"data.paths: file '{path}' contains no text in its first MiB (only NUL bytes); "
+                                  f"allowed: {_ALLOWED}")
             if decoder is not None:
                 pending = len(decoder.getstate()[0])
                 try:
@@ -63,9 +97,41 @@ def check_file(path: Path) -> str:
         except UnicodeDecodeError:
             raise ConfigError(f"data.paths: file '{path}' is not valid UTF-8 (truncated character at the end); "
                               f"convert it to UTF-8") from None
-    if offset == 0 or (decoder is not None and not has_text):
+    if offset == 0:
+        raise ConfigError(f"data.paths: file '{path}' is empty")
+    if only_nul:
+        raise ConfigError(f"data.paths: file '{path}' contains no text (only NUL bytes)")
+    if decoder is not None and not has_text:
         raise ConfigError(f"data.paths: file '{path}' is empty")
     return digest.hexdigest()
+
+
+def _open_regular(path: Path):
+    """The file opened for reading, refused first (without blocking on a FIFO) when it is not a regular file or
+    holds no data at all (a sparse file of NULs, found by SEEK_DATA without reading it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        _refuse_mode(path, info.st_mode)
+        if info.st_size and not _has_data(fd):
+            raise ConfigError(f"data.paths: file '{path}' contains no text (only NUL bytes: a sparse file of "
+                              f"{info.st_size:,} bytes)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _has_data(fd: int) -> bool:
+    """False when the file is one hole (only NULs on disk); True when it has data or the file system cannot tell."""
+    try:
+        os.lseek(fd, 0, os.SEEK_DATA)
+    except OSError as err:
+        return err.errno != errno.ENXIO
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+    return True
 
 
 def _load_group(builder: str, files: list[Path], column: str, hf_cache_dir: Path):
