@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -12,6 +13,10 @@ from omegaconf import OmegaConf
 from gptlab import build, checkpoint
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
+from gptlab.schema import SCHEMA
+
+# flag -> the config key whose check it shares (no null on the command line)
+FLAGS = {"--tokens": "sample.tokens", "--temperature": "sample.temperature", "--top-k": "sample.top_k", "--seed": "seed"}
 
 
 def load_run(run_dir: Path):
@@ -29,16 +34,26 @@ def load_run(run_dir: Path):
     return model.eval(), data, int(state["step"])
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """One-line ConfigError for a flag out of range, e.g. `--temperature=-1.0: must be >= 0 (0 = greedy)`."""
+    for flag, key in FLAGS.items():
+        check = SCHEMA[key]
+        check = dataclasses.replace(check, null=False) if getattr(check, "null", False) else check
+        check(flag, getattr(args, flag.lstrip("-").replace("-", "_")))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-sample", description=__doc__.splitlines()[0])
+    parser.error = lambda message: fail(f"gptlab-sample: {message}")  # one line, exit 2, no usage block
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--prompt", default=None, help="text to continue (default: the start of the val split)")
-    parser.add_argument("--tokens", type=int, default=300)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int, default=40)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokens", type=int, default=300, help="tokens to generate (>= 0)")
+    parser.add_argument("--temperature", type=float, default=0.8, help=">= 0; 0 = greedy")
+    parser.add_argument("--top-k", type=int, default=40, help="sample from the k most likely tokens (>= 1)")
+    parser.add_argument("--seed", type=int, default=0, help="in [0, 2**63)")
     args = parser.parse_args(argv)
     try:
+        check_args(args)
         model, data, step = load_run(args.run_dir)
         prompt = args.prompt if args.prompt is not None else getattr(data, "sample_prompt", lambda: "\n")()
         ids = data.tokenizer.encode(prompt)[-model.cfg.block_size // 2:] or [0]

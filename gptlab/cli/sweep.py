@@ -112,6 +112,18 @@ def record_definition(sweep_dir: Path, spec: dict, extra: list[str]) -> None:
     target.write_text(yaml.safe_dump(record, sort_keys=False))
 
 
+def parse_seeds(text: str) -> list[int]:
+    """--seeds "0,1,2" as integers in [0, 2**63) (what gptlab-train accepts as seed), else a one-line ConfigError."""
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds: {text!r} is not a comma-separated list of integers (e.g. --seeds 0,1,2)") from None
+    bad = [s for s in seeds if not 0 <= s < 2**63]
+    if bad:
+        raise ConfigError(f"--seeds: seed {bad[0]} is out of range; allowed: integers in [0, 2**63)")
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="a name in sweeps/ (e.g. attention) or a path to a sweep YAML")
@@ -123,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     try:
         name, spec, _ = load_sweep(args.sweep)
-        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(spec["seeds"])
+        seeds = parse_seeds(args.seeds) if args.seeds else list(spec["seeds"])
         sweep_dir = (args.out or Path("outputs/sweeps") / name).resolve()
         if not args.dry_run:
             record_definition(sweep_dir, spec, args.overrides)
