@@ -98,6 +98,97 @@ TABLE = [
     Row("recall-seq-len", ["data=assoc_recall", "data.seq_len=128"], 2, "data.seq_len"),
     Row("hub-without-name", ["data=hf"], 2, "data.name: got None"),
     Row("hub-offline", ["data=hf", "data.name=some/dataset"], 2, "hub dataset 'some/dataset' is not available offline (HF_HUB_OFFLINE=1)"),
+    # every knob typed and ranged before anything is built (gptlab/schema.py): booleans only booleans, enums only their values
+    Row("compile-quoted-false", ["hardware.compile='false'"], 2,
+        "hardware.compile: 'false' is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"),
+    Row("compile-yes", ["hardware.compile=yes"], 2, "hardware.compile: 'yes' is not allowed; allowed: false, true,"),
+    Row("compile-number", ["hardware.compile=2"], 2, "hardware.compile: 2 is not allowed; allowed: false, true,"),
+    Row("compile-unknown-mode", ["hardware.compile=fastest"], 2, "hardware.compile: 'fastest' is not allowed"),
+    Row("tf32-quoted-false", ["hardware=auto", "hardware.tf32='false'"], 2,
+        "hardware.tf32='false': expected true or false (unquoted)"),
+    Row("checkpointing-yes", ["hardware.activation_checkpointing=yes"], 2,
+        "hardware.activation_checkpointing='yes': expected true or false"),
+    Row("distributed-number", ["hardware.distributed=1"], 2, "hardware.distributed=1: expected true or false"),
+    Row("bias-quoted-false", ["model.bias='false'"], 2, "model.bias='false': expected true or false"),
+    Row("tie-embeddings-no", ["model.tie_embeddings=no"], 2, "model.tie_embeddings='no': expected true or false"),
+    Row("qk-norm-quoted-true", ["attention.qk_norm='true'"], 2, "attention.qk_norm='true': expected true or false"),
+    Row("profile-yes", ["profile=yes"], 2, "profile='yes': expected true or false"),
+    Row("fused-auto", ["optimizer.fused=auto"], 2, "optimizer.fused='auto': expected true or false or null"),
+    Row("match-params-maybe", ["mlp=swiglu", "mlp.match_params=maybe"], 2, "mlp.match_params='maybe': expected true or false"),
+    Row("min-lr-ratio-negative", ["schedule.min_lr_ratio=-3"], 2, "schedule.min_lr_ratio=-3: must be in [0, 1]"),
+    Row("min-lr-ratio-above-one", ["schedule.min_lr_ratio=1.5"], 2, "schedule.min_lr_ratio=1.5: must be in [0, 1]"),
+    Row("warmup-negative", ["schedule.warmup_steps=-10"], 2, "schedule.warmup_steps=-10: must be >= 0"),
+    Row("wsd-decay-fraction-zero", ["schedule=wsd", "schedule.decay_fraction=0"], 2,
+        "schedule.decay_fraction=0: must be in (0, 1]"),
+    Row("weight-decay-negative", ["optimizer.weight_decay=-5"], 2, "optimizer.weight_decay=-5: must be >= 0"),
+    Row("weight-decay-flips-weights", ["optimizer.weight_decay=1000"], 2,
+        "optimizer.weight_decay=1000: with optimizer.lr=0.003 each step scales the weights by 1 - lr*weight_decay = -2; "
+        "allowed: < 333.3"),
+    Row("global-layer-missing", ["attention=hybrid", "attention.global_layers=[99]"], 2,
+        "attention.global_layers[0]=99: no such layer; allowed: layer indices in [0, 2) (model.n_layer=2)"),
+    Row("global-layer-negative", ["attention=hybrid", "attention.global_layers=[-1]"], 2,
+        "attention.global_layers[0]=-1: must be >= 0"),
+    Row("global-every-zero", ["attention=hybrid", "attention.global_every=0"], 2, "attention.global_every=0: must be >= 1 or null"),
+    Row("window-not-int", ["attention=sliding", "attention.window=abc"], 2,
+        "attention.window='abc': expected an integer >= 1 or null"),
+    Row("kv-heads-zero", ["attention=gqa", "attention.n_kv_head=0"], 2, "attention.n_kv_head=0: must be >= 1 or null"),
+    Row("attention-dropout-negative", ["attention.dropout=-0.1"], 2, "attention.dropout=-0.1: must be in [0, 1)"),
+    Row("mlp-dropout-one", ["mlp.dropout=1"], 2, "mlp.dropout=1: must be in [0, 1)"),
+    Row("mlp-ratio-nan", ["mlp.ratio=nan"], 2, "mlp.ratio=nan: must be a finite number > 0"),
+    Row("norm-eps-negative", ["norm.eps=-1"], 2, "norm.eps=-1: must be > 0"),
+    Row("norm-eps-inf", ["norm.eps=inf"], 2, "norm.eps=inf: must be a finite number > 0"),
+    Row("rope-base-zero", ["position.base=0"], 2, "position.base=0: must be > 0"),
+    Row("init-std-negative", ["model.init_std=-0.02"], 2, "model.init_std=-0.02: must be >= 0"),
+    Row("grad-clip-nan", ["train.grad_clip=nan"], 2, "train.grad_clip=nan: must be a finite number >= 0 (0 = no clipping)"),
+    Row("sample-temperature-negative", ["sample.temperature=-1"], 2, "sample.temperature=-1: must be >= 0 (0 = greedy)"),
+    Row("sample-tokens-negative", ["sample.tokens=-5"], 2, "sample.tokens=-5: must be >= 0"),
+    # values that used to pass validation, then crashed with a traceback after .hydra/ was overwritten
+    Row("sample-top-k-negative", ["sample.top_k=-5"], 2, "sample.top_k=-5: must be >= 1 or null"),
+    Row("sample-top-k-zero", ["sample.top_k=0"], 2, "sample.top_k=0: must be >= 1 or null"),
+    Row("lr-negative", ["optimizer.lr=-1"], 2, "optimizer.lr=-1: must be > 0"),
+    Row("lr-nan", ["optimizer.lr=nan"], 2, "optimizer.lr=nan: must be a finite number > 0"),
+    Row("lr-inf", ["optimizer.lr=inf"], 2, "optimizer.lr=inf: must be a finite number > 0"),
+    Row("lr-not-a-number", ["optimizer.lr=abc"], 2, "optimizer.lr='abc': expected a number > 0"),
+    Row("betas-out-of-range", ["optimizer.betas=[2,3]"], 2, "optimizer.betas[0]=2: must be in [0, 1)"),
+    Row("betas-not-a-list", ["optimizer.betas=abc"], 2, "optimizer.betas='abc': expected a list of 2 numbers, each in [0, 1)"),
+    Row("betas-one-value", ["optimizer.betas=[0.9]"], 2, "optimizer.betas=[0.9]: expected a list of 2 numbers"),
+    Row("lion-beta-negative", ["optimizer=lion", "optimizer.betas=[0.9,-0.1]"], 2, "optimizer.betas[1]=-0.1: must be in [0, 1)"),
+    Row("adam-eps-zero", ["optimizer.eps=0"], 2, "optimizer.eps=0: must be > 0"),
+    Row("sgd-momentum-one", ["optimizer=sgd", "optimizer.momentum=1"], 2, "optimizer.momentum=1: must be in [0, 1)"),
+    Row("sgd-nesterov-without-momentum", ["optimizer=sgd", "optimizer.momentum=0"], 2,
+        "optimizer.nesterov=true needs optimizer.momentum > 0"),
+    Row("muon-adamw-beta-one", ["optimizer=muon", "optimizer.adamw_betas=[0.9,1.0]"], 2,
+        "optimizer.adamw_betas[1]=1.0: must be in [0, 1)"),
+    Row("muon-adamw-lr-zero", ["optimizer=muon", "optimizer.adamw_lr=0"], 2, "optimizer.adamw_lr=0: must be > 0"),
+    Row("threads-negative", ["hardware.threads=-1"], 2, "hardware.threads=-1: must be >= 1 or null"),
+    Row("threads-not-int", ["hardware.threads=abc"], 2, "hardware.threads='abc': expected an integer >= 1 or null"),
+    Row("peak-flops-not-a-number", ["hardware.peak_flops=abc"], 2, "hardware.peak_flops='abc': expected 'auto' or a number > 0"),
+    Row("peak-flops-negative", ["hardware.peak_flops=-1"], 2, "hardware.peak_flops=-1: must be > 0"),
+    Row("mem-bandwidth-zero", ["hardware.mem_bandwidth=0"], 2, "hardware.mem_bandwidth=0: must be > 0"),
+    Row("cpus-per-task-zero", ["hardware.cpus_per_task=0"], 2, "hardware.cpus_per_task=0: must be >= 1 or null"),
+    Row("seed-2-to-the-70", [f"seed={2**70}"], 2, f"seed={2**70}: must be in [0, 2**63)"),
+    Row("seed-negative", ["seed=-1"], 2, "seed=-1: must be in [0, 2**63)"),
+    Row("data-seed-2-to-the-64", [f"data_seed={2**64}"], 2, f"data_seed={2**64}: must be in [0, 2**63)"),
+    Row("multiple-of-zero", ["mlp=swiglu", "mlp.multiple_of=0"], 2, "mlp.multiple_of=0: must be >= 1"),
+    Row("num-proc-zero", ["data.num_proc=0"], 2, "data.num_proc=0: must be >= 1 or null"),
+    Row("bpe-vocab-too-small", ["data.bpe_vocab_size=100"], 2, "data.bpe_vocab_size=100: must be >= 257"),
+    # a damaged token cache (copies of {run}'s entry under their own GPTLAB_CACHE) is refused, naming the folder to delete
+    Row("cache-truncated", [], 2, "is corrupt (train.npy: mmap length is greater than file size); delete that folder and "
+        "run again to rebuild it", env={"GPTLAB_CACHE": "{cache_truncated}"}),
+    Row("cache-ids-out-of-range", [], 2, "is corrupt (val.npy holds token id 60000, the tokenizer has",
+        env={"GPTLAB_CACHE": "{cache_ids}"}),
+    # data files that are not regular text, refused at once ({s}: outside {d}, whose digest must never read them)
+    Row("fifo", ["data=text", "data.paths=[{s}/fifo.txt]"], 2, "fifo.txt' is not a regular file (a FIFO, i.e. a named pipe)",
+        process=True),
+    Row("fifo-by-glob", ["data=text", "data.paths=[{s}/fifo*]"], 2, "fifo.txt' is not a regular file (a FIFO"),
+    Row("device-behind-symlink", ["data=text", "data.paths=[{s}/zero.txt]"], 2,
+        "zero.txt' is not a regular file (a character device)"),
+    Row("dev-null", ["data=text", "data.paths=[/dev/null]"], 2, "'/dev/null' is not a regular file (a character device)"),
+    Row("nul-only-file", ["data=text", "data.paths=[{s}/nul.txt]"], 2, "nul.txt' contains no text (only NUL bytes)"),
+    Row("sparse-1gb-file", ["data=text", "data.paths=[{s}/sparse.txt]"], 2, "sparse.txt' contains no text"),
+    Row("symlink-loop", ["data=text", "data.paths=[{s}/loop_a.txt]"], 2, "loop_a.txt' is a symlink loop"),
+    Row("broken-symlink", ["data=text", "data.paths=[{s}/dangling.txt]"], 2,
+        "dangling.txt' is a broken symlink (its target '{s}/missing.txt' does not exist)"),
     # resume
     Row("resume-missing-file", ["train.resume={d}/missing.pt"], 2,
         "train.resume='{d}/missing.pt': not auto, never, or an existing checkpoint file"),
@@ -249,7 +340,40 @@ def make_inputs(tmp: Path) -> dict[str, str]:
     for ckpt in (tmp / "corrupt" / "checkpoints").glob("step_*.pt"):
         ckpt.write_bytes(ckpt.read_bytes()[:1000])
     return {"d": str(d), "run": str(run), "corrupt": str(tmp / "corrupt"), "busy": str(tmp / "busy"),
-            "grow": str(tmp / "grow")}
+            "grow": str(tmp / "grow"), "s": special_files(tmp / "special"), **damaged_caches(tmp)}
+
+
+def special_files(s: Path) -> str:
+    """{s}: a FIFO, a device behind a symlink, NUL-only and 1 GB sparse files, a symlink loop, a dangling symlink."""
+    s.mkdir()
+    os.mkfifo(s / "fifo.txt")
+    (s / "zero.txt").symlink_to("/dev/zero")
+    (s / "nul.txt").write_bytes(bytes(4096))
+    with open(s / "sparse.txt", "wb") as f:
+        f.truncate(1 << 30)  # no block written: instant, and no disk used
+    (s / "loop_a.txt").symlink_to(s / "loop_b.txt")
+    (s / "loop_b.txt").symlink_to(s / "loop_a.txt")
+    (s / "dangling.txt").symlink_to(s / "missing.txt")
+    return str(s)
+
+
+def damaged_caches(tmp: Path) -> dict[str, str]:
+    """{cache_truncated}, {cache_ids}: GPTLAB_CACHE dirs holding {run}'s token cache entry, truncated / with a bad id."""
+    import numpy as np
+
+    from gptlab.data.shakespeare import ShakespeareData
+
+    entry = ShakespeareData(seed=0, block_size=64).cache_path  # the BASE data (char tokens), cached by {run}
+    copies = {name: tmp / name / "tokens" / entry.name for name in ("cache_truncated", "cache_ids")}
+    for copy in copies.values():
+        shutil.copytree(entry, copy)
+    train = copies["cache_truncated"] / "train.npy"
+    train.write_bytes(train.read_bytes()[: train.stat().st_size // 2])
+    val = np.load(copies["cache_ids"] / "val.npy", mmap_mode="r+")
+    val[0] = 60000  # the char vocabulary has < 100 ids
+    val.flush()
+    del val
+    return {name: str(tmp / name) for name in copies}
 
 
 class Exploit:
