@@ -132,7 +132,7 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     optimizer = build.build_optimizer(cfg, model)
     schedule = build.build_schedule(cfg, settings.max_steps)
     scaler = torch.amp.GradScaler(hardware.device.split(":")[0], enabled=hardware.dtype == "fp16")
-    forward_model = distributed.wrap(torch.compile(model) if hardware.compile else model, hardware.device, world)
+    forward_model = distributed.wrap(hardware.compiled(model), hardware.device, world)  # compile mode from hardware.compile
     ctx = Context(run_dir=run_dir, flops_per_token=_flops_per_token(model, data.seq_len),
                   peak_flops=hardware.resolved_peak_flops(build.cache_dir()), identity=identity,
                   rank=rank, world=world)
