@@ -23,7 +23,7 @@ test: setup
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
 
-# Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min
+# Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min (AMX CPU), ~9 min (2-core AVX2 EPYC: emulated bf16)
 bench: setup
 	$(PY) -m benchmarks $(ARGS)
 

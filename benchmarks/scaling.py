@@ -17,8 +17,8 @@ from pathlib import Path
 
 from benchmarks.common import Bench, CpuMeter, median, run
 
-MODEL = ["model=tiny", "model.d_model=256", "model.n_head=8", "model.n_layer=2", "hardware.dtype=bf16"]
-MODEL_QUICK = ["model=tiny", "model.d_model=64", "model.n_head=4", "model.n_layer=1", "hardware.dtype=bf16"]
+MODEL = ["model=tiny", "model.d_model=256", "model.n_head=8", "model.n_layer=2", "hardware.dtype=auto"]
+MODEL_QUICK = ["model=tiny", "model.d_model=64", "model.n_head=4", "model.n_layer=1", "hardware.dtype=auto"]
 IMPLS = ("naive", "sdpa")
 
 
@@ -114,7 +114,7 @@ def _table(points: list[dict], key: str) -> list[str]:
 def markdown(res: dict) -> str:
     s = res["setup"]
     return "\n".join([
-        f"Model `{' '.join(s['model'])}`, bf16 autocast, fused AdamW; {s['steps']} timed steps after one warm-up, "
+        f"Model `{' '.join(s['model'])}`, the CPU's native dtype (hardware.dtype=auto: bf16 with AMX/AVX512-BF16, else fp32), fused AdamW; {s['steps']} timed steps after one warm-up, "
         "one process per point. Training memory = peak RSS during the steps − RSS before the first step.", "",
         f"By sequence length (batch {s['seq_batch']}):", "", *_table(res["by_seq"], "seq"), "",
         f"By batch size (T {s['batch_seq']}):", "", *_table(res["by_batch"], "batch")])

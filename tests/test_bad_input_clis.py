@@ -89,3 +89,25 @@ def test_bad_cli_input(row, tmp_path, capsys):
 def test_table_is_named_and_covers_both_commands():
     assert len({r.id for r in TABLE}) == len(TABLE)
     assert {r.cli for r in TABLE} == {"sample", "sweep"}
+
+
+def test_broken_sweep_yaml_and_non_numeric_summary_are_one_line_errors(tmp_path):
+    """A sweep file that is not YAML, and a summary whose val loss is text, end in one named line (exit 2)."""
+    import json as _json
+
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("arms: {a: [x=1]\nseeds: [0")
+    out = subprocess.run([sys.executable, "-m", "gptlab.cli.sweep", str(bad), "--dry-run"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(f"error: {bad}: not valid YAML (")
+    assert len(out.stderr.strip().splitlines()) == 1
+    run = tmp_path / "runs" / "r0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(_json.dumps({"final_val_loss": "abc", "status": "finished", "steps": 4}))
+    (run / "metrics.jsonl").write_text('{"step": 4, "val/loss": 2.5}\n')
+    out = subprocess.run([sys.executable, "-m", "gptlab.cli.compare", str(tmp_path / "runs"), "--out",
+                          str(tmp_path / "cmp")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"gptlab-compare: error: {run / 'summary.json'}: final_val_loss='abc' is not a number (a damaged or hand-edited file?)"]
+    assert not (tmp_path / "cmp").exists()

@@ -19,7 +19,7 @@ from benchmarks.report import TITLES
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bench(*args: str, timeout: int = 420) -> subprocess.CompletedProcess:
+def bench(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -28,7 +28,12 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
         raise ConfigError(f"sweep '{name}': no such sweep file; available: {known}")
-    spec = yaml.safe_load(path.read_text()) or {}
+    try:
+        spec = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())[:200]})") from None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: a sweep file is a mapping with 'arms' (and optional 'seeds', 'overrides')")
     if not isinstance(spec.get("arms"), dict) or not spec["arms"]:
         raise ConfigError(f"{path}: 'arms' must map arm names to lists of overrides")
     spec.setdefault("seeds", [0])

@@ -147,10 +147,27 @@ def _choices(path: Path, summary: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in choices.items() if not str(k).startswith("hydra/") and v is not None}
 
 
+# figures compare does arithmetic on: a non-number there is a damaged file, never a silently skipped value
+NUMERIC = ("final_val_loss", "best_val_loss", "steps", "tokens", "tokens_per_s_median", "step_ms_median", "mfu_median",
+           "peak_mem_bytes", "params", "flops_per_token", "wall_s", "outside_load", "val/loss", "train/loss",
+           "tokens_per_s", "step_ms", "mfu", "lr", "grad_norm", "val/acc")
+
+
+def _check_numbers(where: str, values: dict[str, Any]) -> None:
+    """Refuse a figure that is neither a number nor null, naming the file and key."""
+    for key in NUMERIC:
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{where}: {key}={value!r} is not a number (a damaged or hand-edited file?)")
+
+
 def load_run(path: Path) -> Run:
     """Read one run directory; missing optional files become empty values."""
     records = _read_jsonl(path / "metrics.jsonl")
     summary = _read_json(path / "summary.json")
+    _check_numbers(f"{path / 'summary.json'}", summary)
+    for rec in records:
+        _check_numbers(f"{path / 'metrics.jsonl'} step {rec.get('step')}", rec)
     config = _read_yaml(path / ".hydra" / "config.yaml", {})
     overrides = _read_yaml(path / ".hydra" / "overrides.yaml", [])
     if not isinstance(config, dict) or not isinstance(overrides, list):
