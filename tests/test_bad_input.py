@@ -23,6 +23,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from train_helpers import FAST, run_inprocess
 
 BASE = [*FAST, "train.max_steps=6", "train.eval_interval=3"]  # the config of the finished run {run}
@@ -387,6 +389,7 @@ def fill(text: str, values: dict) -> str:
     return text.format(**values) if "{" in text and "${" not in text else text
 
 
+@pytest.mark.slow
 def test_bad_input_table(tmp_path):
     assert len(TABLE) >= 40 and len({r.id for r in TABLE}) == len(TABLE)
     values = make_inputs(tmp_path)

@@ -34,6 +34,7 @@ def workers(parent: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_rank_stops_all_ranks_at_the_same_step(tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
@@ -55,6 +56,7 @@ def test_sigterm_to_one_rank_stops_all_ranks_at_the_same_step(tmp_path):
     assert checkpoint.load(found[0])["identity"]["world"] == 2
 
 
+@pytest.mark.slow
 def test_mfu_under_ddp_is_per_device(tmp_path):
     """Two ranks on a 1e12 FLOP/s profile: MFU = FLOPs/token x global tokens/s / 2 / peak, never x world."""
     run = tmp_path / "run"

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gptlab import checkpoint
 from gptlab.sinks.jsonl import read_rows
 from test_reliability import launch, wait_for_step
@@ -23,6 +25,7 @@ def last_line(path: str) -> str:
     return [line for line in Path(path).read_text().splitlines() if line.strip()][-1]
 
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_the_current_step_and_exits_130(tmp_path):
     assert launch(tmp_path / "straight", *ARGS).wait(timeout=300) == 0
     run = tmp_path / "run"

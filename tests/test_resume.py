@@ -153,6 +153,7 @@ def test_optimizer_set_param_groups_follow_load_state_dict():
     assert all(g["lr"] == 0.123 for member in opt.optimizers for g in member.param_groups)
 
 
+@pytest.mark.slow
 def test_peak_memory_is_each_runs_own(tmp_path):
     """A big then a tiny model in ONE process (Hydra multirun): each peak within 15 % of the same run alone
     (before: both reported the big run's ru_maxrss)."""
@@ -193,6 +194,7 @@ def test_stop_signals_checkpoint_then_hand_on(tmp_path):
         signal.signal(signal.SIGUSR2, previous)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM], ids=["SIGUSR2", "SIGTERM"])
 def test_signal_mid_run_checkpoints_the_current_step_and_resumes_exactly(tmp_path, sig):
     args = [*FAST, "train.max_steps=30", "train.eval_interval=10", "train.ckpt_interval=0", "hardware.threads=1"]
