@@ -161,7 +161,17 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
     ddp_model = model if ddp_model is None else ddp_model  # not `or`: a compiled module raises on bool()
     p = progress or Progress()
     scaler = scaler or torch.amp.GradScaler(device.split(":")[0], enabled=False)
-    stop = stop or StopFlag()
+    own_stop, stop = stop is None, stop or StopFlag()  # a flag made here is taken down here
+    try:
+        return _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler, stop)
+    finally:
+        if own_stop:
+            stop.restore()
+
+
+def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler, stop):
+    """The loop itself (see train)."""
+    device = hardware.device
     peak = PeakMemory(device)  # this run's own peak: nothing carried over from earlier runs in the process
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
