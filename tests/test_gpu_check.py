@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,10 @@ def test_gpu_check_without_cuda_says_so_in_one_line(tmp_path):
 
 
 def test_makefile_target_and_placeholder_page():
-    make = subprocess.run(["make", "-n", "gpu-check"], cwd=REPO, capture_output=True, text=True, timeout=30)
+    # the test may itself run under `make test ARGS=...`: keep the caller's make variables out
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}
+    make = subprocess.run(["make", "-s", "-n", "gpu-check", "ARGS="], cwd=REPO, capture_output=True, text=True,
+                          timeout=30, env=env)
     assert make.returncode == 0 and make.stdout.strip().endswith("-m benchmarks --gpu")
     page = (REPO / "docs" / "GPU.md").read_text()
     assert "Not yet measured on a GPU" in page or "Measured by" in page
