@@ -242,3 +242,22 @@ def test_cli_json_has_documented_keys_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no Hydra output dir, no logs
     bad = _flops_cli("mode=bogus", "hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "mode=bogus" in bad.stderr
+
+
+def test_a_peak_measured_under_outside_load_is_not_cached(tmp_path, monkeypatch):
+    """A peak taken while other processes used the cores would inflate every later run's MFU: use it once, never cache it."""
+    from gptlab.costs import peak
+
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return 1e11
+
+    monkeypatch.setattr(peak.LoadSampler, "mean", lambda self: 0.6)
+    assert peak._cached(tmp_path, "k", measure) == 1e11
+    assert peak._cached(tmp_path, "k", measure) == 1e11 and len(calls) == 2  # measured again: nothing cached
+    assert not (tmp_path / peak.CACHE_FILE).exists()
+    monkeypatch.setattr(peak.LoadSampler, "mean", lambda self: 0.05)
+    assert peak._cached(tmp_path, "k", measure) == 1e11
+    assert peak._cached(tmp_path, "k", measure) == 1e11 and len(calls) == 3  # quiet: cached after one measurement

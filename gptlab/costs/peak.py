@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import time
@@ -10,7 +11,13 @@ from pathlib import Path
 
 import torch
 
-CACHE_FILE = "hardware_peaks.json"
+from gptlab.load import LoadSampler
+
+log = logging.getLogger(__name__)
+# v2: values are cached only when measured on a quiet machine (v1 files could hold peaks taken under load,
+# which made MFU look up to ~2x too high without tripping the > 100 % check)
+CACHE_FILE = "hardware_peaks_v2.json"
+MAX_OUTSIDE_LOAD = 0.25  # share of all cores other processes may use while a peak is measured for the cache
 
 
 def _sync(device: str) -> None:
@@ -80,7 +87,14 @@ def _cached(cache_dir, key: str, measure) -> float:
         table = {}
     if key in table:
         return float(table[key])
+    load = LoadSampler()
+    load.start()
     value = float(measure())
+    busy = load.mean()
+    if busy is not None and busy > MAX_OUTSIDE_LOAD:
+        log.warning("%s measured while other processes used %.0f%% of the cores: used for this run only, not cached "
+                    "(MFU against it reads high)", key, 100 * busy)
+        return value
     table[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
