@@ -30,6 +30,8 @@ def _uid() -> str:
 
 if not OmegaConf.has_resolver("gptlab_uid"):
     OmegaConf.register_new_resolver("gptlab_uid", _uid, use_cache=True)
+if not OmegaConf.has_resolver("gptlab_or"):  # ${gptlab_or:${sweep},multirun}: oc.select keeps a null value as None
+    OmegaConf.register_new_resolver("gptlab_or", lambda value, default: default if value in (None, "") else value)
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "train") -> DictConfig:
@@ -45,7 +47,10 @@ def group_choices(cfg: DictConfig) -> dict[str, str]:
         from hydra.core.hydra_config import HydraConfig
 
         choices = HydraConfig.get().runtime.choices
-    return {k: str(v) for k, v in choices.items() if not k.startswith("hydra")}
+    out = {k: str(v) for k, v in choices.items() if not k.startswith("hydra")}
+    if "logger" in out or cfg.get("logger"):  # a list-valued group has no runtime choice: name what is selected
+        out["logger"] = "+".join(cfg.get("logger") or {}) or "none"
+    return out
 
 
 def _factory(cfg: DictConfig, group: str, drop: tuple[str, ...] = ()):
@@ -93,6 +98,16 @@ def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None) -> 
     with torch.device(device or "cpu"):
         return GPT(mcfg,
                    attention=attention, mlp=mlp, norm=norm_factory, position=position, norm_placement=placement)
+
+
+def logger_factories(cfg: DictConfig) -> list[tuple[str, functools.partial]]:
+    """(name, sink partial) for each selected logger, cfg.logger.<name>; run.py adds the run-time arguments."""
+    made = []
+    for name in cfg.get("logger") or {}:
+        factory = instantiate(OmegaConf.to_container(cfg.logger[name], resolve=True))
+        _check_keys(f"logger.{name}", factory)
+        made.append((str(name), factory))
+    return made
 
 
 def build_hardware(cfg: DictConfig) -> Hardware:

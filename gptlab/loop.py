@@ -190,7 +190,8 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
         if _eval_due(p.step, settings, start_step, resumed):
             ev = evaluate(model, val_set, micro_bs, hardware, device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
-            row = {"val/loss": ev["val/loss"], **({"val/acc": ev["val/acc"]} if data.reports_accuracy else {})}
+            row = {"val/loss": ev["val/loss"], **({"val/acc": ev["val/acc"]} if data.reports_accuracy else {}),
+                   "tokens": p.tokens, "wall_s": wall0 + time.perf_counter() - started}  # every row has all x-axes
             _emit(sinks, ctx, row, p.step)
         stopping = _agree(stop.signum is not None, ctx, device)
         if p.step != start_step:  # a resumed run that trains nothing keeps its figures as they were

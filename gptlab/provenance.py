@@ -23,6 +23,11 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def code_diff() -> str | None:
+    """`git diff HEAD` of the checkout the code runs from (tracked files), or None outside git or when clean."""
+    return _git("diff", "HEAD", "--no-color") or None
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as fh:

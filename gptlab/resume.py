@@ -24,7 +24,7 @@ from gptlab.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # Keys (a trailing "." = the whole subtree) that cannot change the loss curve, so a resume may change them.
-ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "profile", "train.resume", "train.init_from",
+ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "arm", "profile", "train.resume", "train.init_from",
            "train.log_interval", "train.ckpt_interval", "hardware.threads", "hardware.cpus_per_task")
 EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
 

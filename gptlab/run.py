@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab import build, distributed, provenance
+from gptlab import build, dashboard, distributed, provenance
 from gptlab.errors import ConfigError
 from gptlab.hardware import threads_for_job
 from gptlab import resume
@@ -28,14 +28,6 @@ from gptlab.validate import validate
 log = logging.getLogger(__name__)
 
 
-def run_name(cfg: DictConfig, overrides: list[str]) -> str:
-    """cfg.name, else the overrides that define the run (seed included), else "default"."""
-    if cfg.get("name"):
-        return str(cfg.name)
-    keep = [o for o in overrides if not o.split("=")[0].lstrip("+~").startswith(("hydra", "train.resume", "sweep"))]
-    return ",".join(keep) or "default"
-
-
 def _flops_per_token(model, seq_len: int) -> float:
     try:
         from gptlab.costs import train_flops_per_token
@@ -50,15 +42,27 @@ def plain_config(cfg: DictConfig) -> dict:
             for k, v in cfg.items() if k != "hydra"}
 
 
-def _sinks(cfg, run_dir, resumed, name, choices):
+def _sinks(cfg, run_dir: Path, resumed: bool, name: str, choices: dict, extras: dict) -> list:
+    """The run's sinks: metrics.jsonl, progress lines and each selected logger (one that fails to start is skipped)."""
     sinks = [JsonlSink(run_dir, resume=resumed), SafeSink(ProgressSink(cfg.train.max_steps), "progress")]
-    factory = build._factory(cfg, "logger")
-    if factory is not None:
-        tags = list(cfg.logger.get("tags") or []) + [f"{k}={v}" for k, v in sorted(choices.items())]
-        group = cfg.logger.get("group") or cfg.sweep or "default"
-        logger = factory(run_dir=run_dir, config=plain_config(cfg), name=name, group=group, tags=tags)
-        sinks.append(SafeSink(logger, "wandb"))
+    wandb_cfg = cfg.logger.get("wandb") or {}
+    runtime = dict(run_dir=run_dir, config=dashboard.flat_config(plain_config(cfg), choices, extras), name=name,
+                   group=dashboard.run_group(wandb_cfg.get("group"), cfg.sweep, dashboard.launch_info()),
+                   tags=dashboard.tags(wandb_cfg.get("tags"), choices), resumed=resumed)
+    for key, factory in build.logger_factories(cfg):
+        try:
+            sinks.append(SafeSink(factory(**runtime), key))
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 - training never stops for a logger
+            log.warning("logger %r disabled: it failed to start (%s); local metrics are still written", key,
+                        " ".join(str(err).split())[:300])
     return sinks
+
+
+def _wandb_info(sinks: list) -> dict | None:
+    """summary.json's record of the run's W&B run (id, project, entity, group, mode, offline folders), if any."""
+    return next((s.where() for s in sinks if isinstance(s, SafeSink) and s.name == "wandb"), None)
 
 
 def _check_batch(settings, world: int) -> None:
@@ -95,6 +99,9 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
     if start.kind == "init":
         record["init_from"] = _init_record(start)
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+    diff = provenance.code_diff() if record["git"]["dirty"] else None
+    if diff:  # the uncommitted changes the run's code had (saved with the run's W&B files too)
+        atomic_write_text(run_dir / "git.diff", diff + "\n")
 
 
 def _init_record(start: resume.Start) -> dict:
@@ -144,7 +151,8 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     # refuse a checkpoint of another run, and load it, before any run file is written
     start = resume.find(settings.resume, settings.init_from, run_dir, identity, lr_factors)
     progress = resume.restore(model, optimizer, scaler, start)
-    name = run_name(cfg, overrides)
+    name = dashboard.run_name(cfg.get("name"), cfg.get("arm"), settings.seed, overrides, dashboard.launch_info(),
+                              set(choices))
     summary = _finished_summary(run_dir, start, progress, settings)
     if summary is not None:
         log.info("%s: finished at step %d already; its summary is re-reported unchanged", run_dir, progress.step)
@@ -153,8 +161,12 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
         return summary | {"sample": _sample(model, data, settings, hardware), "wandb_sync": None}
     sinks = []
     if ctx.is_main:  # only rank 0 writes run files
-        _write_provenance(run_dir, provenance.collect(overrides, hardware), start, progress)
-        sinks = _sinks(cfg, run_dir, start.kind == "resume", name, choices)
+        record = provenance.collect(overrides, hardware)
+        _write_provenance(run_dir, record, start, progress)
+        extras = {"params": model.num_params(), "params_non_embedding": model.num_params(non_embedding=True),
+                  "flops_per_token": ctx.flops_per_token, "git_commit": record["git"]["commit"],
+                  "git_dirty": record["git"]["dirty"], "world_size": world, "dtype": hardware.dtype}
+        sinks = _sinks(cfg, run_dir, start.kind == "resume", name, choices, extras)
     if settings.profile:
         _profile(model, optimizer, data, settings, hardware, ctx)
     status = "failed"
@@ -166,6 +178,7 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
                     "name": name, "seq_len": data.seq_len, "batch_size": settings.batch_size,
                     "model_fingerprint": identity["model"], "data_fingerprint": data.fingerprint,
                     "init_from": _init_record(start) if start.kind == "init" else None}
+        summary["wandb"] = _wandb_info(sinks)
         status = summary["status"]
         _check_peak(summary, hardware)
         for sink in sinks:

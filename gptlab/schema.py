@@ -187,6 +187,7 @@ DECAY = Number(">= 0")
 SCHEMA = {
     # run level (conf/train.yaml)
     "seed": SEED, "data_seed": SEED, "sweep": Text(null=True, numbers=True), "name": Text(null=True, numbers=True),
+    "arm": Text(null=True, numbers=True),
     "profile": Bool(),
     "train.max_steps": Number(">= 1", int), "train.batch_size": Number(">= 1", int),
     "train.grad_accum": Number(">= 1", int), "train.grad_clip": Number(">= 0", note="0 = no clipping"),
@@ -227,9 +228,12 @@ SCHEMA = {
     "hardware.threads": Number(">= 1", int, null=True), "hardware.distributed": Bool(),
     "hardware.cpus_per_task": Number(">= 1", int, null=True), "hardware.tasks_per_node": Number(">= 1", int),
     "hardware.gpus_per_node": Number(">= 0", int, null=True),
-    # logger (logger.mode: gptlab.sinks.wandb.resolve_mode)
-    "logger.project": Text(), "logger.entity": Text(null=True), "logger.group": Text(null=True, numbers=True),
-    "logger.tags": Text(many=True), "logger.job_type": Text(),
+    # loggers, one key each (logger.wandb.mode: gptlab.sinks.wandb.resolve_mode)
+    "logger.wandb.project": Text(), "logger.wandb.entity": Text(null=True),
+    "logger.wandb.group": Text(null=True, numbers=True), "logger.wandb.tags": Text(many=True),
+    "logger.wandb.job_type": Text(), "logger.wandb.log_checkpoints": Bool(),
+    "logger.tensorboard.log_dir": Text(), "logger.tensorboard.flush_secs": Number("> 0"),
+    "logger.csv.filename": Text(),
 }
 
 # keys every run needs; the others are checked where the chosen option has them

@@ -73,7 +73,7 @@ def validate(cfg: DictConfig) -> None:
     check_schema(cfg)
     for rule in CROSS_RULES:
         rule(cfg)
-    mode = OmegaConf.select(cfg, "logger.mode")
+    mode = OmegaConf.select(cfg, "logger.wandb.mode")
     if mode is not None:  # W&B: a missing API key must fail now, not after the run dir is written
         from gptlab.sinks.wandb import resolve_mode
 

@@ -80,7 +80,7 @@ TABLE = [
     Row("norm-placement", ["norm.placement=middle"], 2, "norm.placement: 'middle' is not allowed; allowed: pre, post"),
     Row("unknown-dtype", ["hardware.dtype=fp8"], 2, "hardware.dtype: unknown dtype 'fp8'; allowed: auto, fp32, bf16, fp16"),
     Row("cuda-without-gpu", ["hardware=cuda"], 2, "hardware.device=cuda: no CUDA device is available here"),
-    Row("logger-mode", ["logger=wandb", "logger.mode=cloud"], 2, "logger.mode='cloud' is not valid; allowed: auto, online"),
+    Row("logger-mode", ["logger=wandb", "logger.wandb.mode=cloud"], 2, "logger.wandb.mode='cloud' is not valid; allowed: auto, online"),
     # data
     Row("missing-file", ["data=text", "data.paths=[{d}/missing.txt]"], 2, "data.paths: no file matches", process=True),
     Row("no-files", ["data=text", "data.paths=[]"], 2, "data.paths: no files given"),
@@ -232,8 +232,8 @@ TABLE = [
         run_dir="{d}/plain.pt", keep="{d}"),
     Row("run-dir-under-a-file", [], 1, "Not a directory; hydra.run.dir must not be under a file", run_dir="{d}/plain.pt/run", keep="{d}"),
     Row("run-dir-in-use", [], 2, "busy' is in use by another running gptlab-train; give this run its own dir", run_dir="{busy}", keep="{busy}"),
-    Row("wandb-online-without-key", ["logger=wandb", "logger.mode=online"], 2,
-        "logger.mode=online but no W&B API key is configured", env=NO_WANDB_KEY),
+    Row("wandb-online-without-key", ["logger=wandb", "logger.wandb.mode=online"], 2,
+        "logger.wandb.mode=online but no W&B API key is configured", env=NO_WANDB_KEY),
     # resumes {grow} (schedule=constant, so 6 -> 10 steps is allowed) at step 6, then the step-8 checkpoint outgrows a 256 KiB file size limit (EFBIG, like ENOSPC;
     # tests run as root, which ignores read-only permissions): step 6 must stay intact, no temp file left
     Row("disk-full-while-checkpointing", ["schedule=constant", "train.max_steps=10", "train.ckpt_interval=2"], 1,

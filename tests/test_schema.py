@@ -17,15 +17,18 @@ from gptlab.schema import REQUIRED, SCHEMA, SEED, Auto, Bool, Number, OneOf, Seq
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GLOBAL_PACKAGES = {"launcher", "tune"}  # `# @package _global_`: Hydra/launcher settings, no run keys
-CHECKED_ELSEWHERE = {"logger.mode": "gptlab.sinks.wandb.resolve_mode"}
+CHECKED_ELSEWHERE = {"logger.wandb.mode": "gptlab.sinks.wandb.resolve_mode"}
 
 
 def shipped_keys() -> set[str]:
     """Every dotted key the shipped YAML files define (group files and the run-level keys of train.yaml)."""
     keys = set()
     for path in CONF.glob("*/*.yaml"):
-        if path.parent.name not in GLOBAL_PACKAGES:
-            keys |= {f"{path.parent.name}.{k}" for k in yaml.safe_load(path.read_text()) or {} if not k.startswith("_")}
+        text = path.read_text()
+        package = text.split("\n", 1)[0].removeprefix("# @package ").strip() if text.startswith("# @package") else None
+        if path.parent.name not in GLOBAL_PACKAGES and package != "_global_":
+            prefix = package or path.parent.name  # logger options: `# @package logger.<name>`
+            keys |= {f"{prefix}.{k}" for k in yaml.safe_load(text) or {} if not k.startswith("_")}
     root = yaml.safe_load((CONF / "train.yaml").read_text())
     for key, value in root.items():
         if key in ("defaults", "hydra"):

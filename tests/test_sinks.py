@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from gptlab.errors import ConfigError
 from gptlab.sinks import JsonlSink, NullSink, ProgressSink, SafeSink, Sink
 from gptlab.sinks.progress import format_duration
 from gptlab.sinks.wandb import RUN_ID_FILE, WandbSink, api_key_configured, resolve_mode
+from tests.wandb_read import inspect_records, of_type
 
 CONF_LOGGER = Path(__file__).resolve().parents[1] / "conf" / "logger"
 
@@ -79,21 +78,6 @@ def test_jsonl_fresh_start_drops_stale_files(tmp_path):
 
 
 # ---------------------------------------------------------------- WandbSink (offline, read back)
-def inspect_records(wandb_run_folder: Path) -> list[dict]:
-    """All records of an offline W&B run, via the CLI the platform documents for reading runs back."""
-    wandb_cli = Path(sys.executable).with_name("wandb")  # the CLI installed next to this interpreter
-    out = subprocess.run(
-        [str(wandb_cli), "leet", "inspect", "--json", str(wandb_run_folder)],
-        check=True, capture_output=True, text=True, timeout=60,
-    ).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-def of_type(records: list[dict], kind: str) -> list[dict]:
-    """The payloads of the records of one type, in log order."""
-    return [r[kind] for r in records if r.get("type") == kind]
-
-
 def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     config = {"seed": 3, "model": {"n_layer": 2, "d_model": 64}, "train": {"max_steps": 30}}
     sink = WandbSink(tmp_path, config=config, project="gptlab-test", group="sweep-a", name="gqa-s3",
@@ -187,8 +171,8 @@ def test_mode_resolution_rules(tmp_path):
     assert resolve_mode("offline", {**empty, "WANDB_API_KEY": "x" * 40}) == "offline"
     with pytest.raises(ConfigError) as err:
         resolve_mode("online", empty)
-    assert "logger.mode=online" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match=r"logger.mode='cloud' is not valid; allowed: auto, online, offline, disabled"):
+    assert "logger.wandb.mode=online" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"logger.wandb.mode=.cloud. is not valid; allowed: auto, online, offline, disabled"):
         resolve_mode("cloud", empty)
 
 
@@ -284,10 +268,10 @@ def test_logger_configs_build_sinks(tmp_path):
     from hydra.utils import instantiate
 
     choices = sorted(p.stem for p in CONF_LOGGER.glob("*.yaml"))
-    assert choices == ["none", "wandb"]
-    runtime = dict(config={"seed": 1}, name="run", group="default", tags=["norm=rmsnorm"])
-    none = instantiate(yaml.safe_load((CONF_LOGGER / "none.yaml").read_text()))(run_dir=tmp_path / "a", **runtime)
-    assert isinstance(none, NullSink) and isinstance(none, Sink)
+    assert {"none", "wandb"} <= set(choices)
+    runtime = dict(config={"seed": 1}, name="run", group="default", tags=["norm=rmsnorm"], resumed=False)
+    assert (CONF_LOGGER / "none.yaml").read_text().startswith("# @package _global_")  # selects no logger at all
+    assert (CONF_LOGGER / "wandb.yaml").read_text().startswith("# @package logger.wandb")  # one key per logger
     cfg = yaml.safe_load((CONF_LOGGER / "wandb.yaml").read_text())
     assert cfg["mode"] == "auto" and cfg["project"] == "gptlab" and cfg["group"] is None and cfg["tags"] == []
     sink = instantiate(cfg)(run_dir=tmp_path / "b", **runtime)

@@ -150,7 +150,7 @@ def _submit_long_run(tmp: Path) -> subprocess.Popen:
     """Start `gptlab-train -m launcher=slurm` for one W&B-offline run long enough to be requeued mid-way."""
     args = [*FAST, f"train.max_steps={RESUME_STEPS}", f"train.eval_interval={RESUME_EVAL}",
             f"train.ckpt_interval={RESUME_CKPT}", f"train.log_interval={RESUME_LOG}", "logger=wandb",
-            "logger.mode=offline", JOB_MINUTES, f"hydra.sweep.dir={tmp / 'sweep'}"]
+            "logger.wandb.mode=offline", JOB_MINUTES, f"hydra.sweep.dir={tmp / 'sweep'}"]
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
     return subprocess.Popen([sys.executable, "-m", "gptlab.cli.train", "-m", "launcher=slurm", *args], cwd=tmp,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

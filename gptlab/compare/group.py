@@ -14,7 +14,7 @@ from gptlab.errors import ConfigError
 SEED_KEYS = frozenset({"seed", "data_seed"})
 # Run bookkeeping: where/how a run was stored, resumed or logged says nothing about the model or data.
 # `sweep` names the sweep; `sample`/`profile` only act after or beside training.
-IGNORED_TOP = frozenset({"paths", "logger", "hydra", "wandb", "name", "run_name", "tags", "notes", "sweep",
+IGNORED_TOP = frozenset({"paths", "logger", "hydra", "wandb", "name", "run_name", "tags", "notes", "sweep", "arm",
                          "sample", "profile"})
 IGNORED_KEYS = frozenset({"train.resume", "train.log_interval", "train.ckpt_interval"})
 IGNORED_CHOICES = frozenset({"logger", "launcher"})

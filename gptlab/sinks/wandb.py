@@ -7,6 +7,8 @@ import netrc
 import os
 import re
 import secrets
+import shlex
+import shutil
 import string
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -22,6 +24,8 @@ RUN_ID_FILE = "wandb_run_id"
 _ID_CHARS = string.ascii_lowercase + string.digits
 _ID_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 _DEFAULT_BASE_URL = "https://api.wandb.ai"
+X_AXES = ("step", "tokens", "wall_s")
+RUN_FILES = ("provenance.json", ".hydra/*.yaml", "git.diff")
 
 
 def _netrc_paths(env: Mapping[str, str]) -> list[Path]:
@@ -54,7 +58,7 @@ def resolve_mode(mode: str, environ: Mapping[str, str] | None = None) -> str:
     """The W&B mode to use: auto -> online with a key, else offline; WANDB_MODE=offline|disabled beats auto."""
     env = os.environ if environ is None else environ
     if mode not in MODES:
-        raise ConfigError(f"logger.mode={mode!r} is not valid; allowed: {', '.join(MODES)}")
+        raise ConfigError(f"logger.wandb.mode={mode!r} is not valid; allowed: {', '.join(MODES)}")
     if mode == "auto":
         forced = (env.get("WANDB_MODE") or "").strip().lower()
         if forced in ("offline", "dryrun", "disabled"):
@@ -62,8 +66,8 @@ def resolve_mode(mode: str, environ: Mapping[str, str] | None = None) -> str:
         return "online" if api_key_configured(env) else "offline"
     if mode == "online" and not api_key_configured(env):
         raise ConfigError(
-            "logger.mode=online but no W&B API key is configured (set WANDB_API_KEY or run `wandb login`); "
-            "use logger.mode=auto or logger.mode=offline to log locally"
+            "logger.wandb.mode=online but no W&B API key is configured (set WANDB_API_KEY or run `wandb login`); "
+            "use logger.wandb.mode=auto or logger.wandb.mode=offline to log locally"
         )
     return mode
 
@@ -116,9 +120,13 @@ class WandbSink:
         mode: str = "auto",
         entity: str | None = None,
         job_type: str = "train",
+        log_checkpoints: bool = False,
+        resumed: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.mode = resolve_mode(mode)
+        self.project, self.entity, self.group = project, entity, group
+        self.log_checkpoints = bool(log_checkpoints)
         self.run: Any = None
         self.run_id: str | None = None
         self.run_dir_path: Path | None = None  # the local W&B run folder (what `wandb sync` takes)
@@ -133,6 +141,7 @@ class WandbSink:
         self.run = self._start(init_args)
         if self.run is not None:
             self.run_dir_path = Path(self.run.settings.sync_dir)
+            self._guarded(self._save_run_files)
 
     def _init(self, mode: str, init_args: dict) -> Any:
         """One wandb.init call in `mode`, quiet, with curves plotted against our optimizer step."""
@@ -142,9 +151,20 @@ class WandbSink:
             dir=str(self.run_dir), mode=mode, id=self.run_id, resume="allow", reinit="create_new",
             settings=wandb.Settings(silent=True), **init_args,
         )
-        run.define_metric("step")
+        for axis in X_AXES:  # every row carries all three, so any panel can switch its x-axis
+            run.define_metric(axis)
         run.define_metric("*", step_metric="step")
         return run
+
+    def _save_run_files(self) -> None:
+        """Attach what says how the run was made: provenance.json, the Hydra configs and the code diff."""
+        files = Path(self.run.dir)  # copied in (wandb.save of an outside file symlinks it and warns each time)
+        for pattern in RUN_FILES:
+            for path in sorted(self.run_dir.glob(pattern)):
+                copy = files / path.relative_to(self.run_dir)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, copy)
+                self.run.save(str(copy), base_path=str(files), policy="now")
 
     def _start(self, init_args: dict) -> Any:
         """Start the run; online failure -> offline, offline failure -> no W&B (one warning each)."""
@@ -162,12 +182,23 @@ class WandbSink:
         self.mode = "offline"
         return self._start(init_args)
 
+    def offline_folders(self) -> list[Path]:
+        """Every offline folder of this W&B run in start order (a resumed run writes one per start)."""
+        if self.run_id is None:
+            return []
+        return sorted((self.run_dir / "wandb").glob(f"offline-run-*-{self.run_id}"))
+
     @property
     def sync_command(self) -> str | None:
-        """`wandb sync <folder>` for an offline run, else None."""
+        """`wandb sync <folder>...` naming every offline folder of the run in order (wandb syncs them in turn)."""
         if self.mode != "offline" or self.run_dir_path is None:
             return None
-        return f"wandb sync {self.run_dir_path}"
+        return "wandb sync " + " ".join(shlex.quote(str(f)) for f in self.offline_folders() or [self.run_dir_path])
+
+    def where(self) -> dict:
+        """The W&B run's identity for summary.json: what gptlab-compare links to."""
+        return {"id": self.run_id, "project": self.project, "entity": self.entity, "group": self.group,
+                "mode": self.mode, "folders": [str(f) for f in self.offline_folders()] if self.mode == "offline" else []}
 
     def _guarded(self, call, *args) -> None:
         """Run a W&B call; if the W&B backend broke (its wandb-core process died, ...), let go of it and re-raise."""
@@ -195,6 +226,20 @@ class WandbSink:
         row["step"] = int(step)
         self._guarded(self.run.log, row)
 
+    def _log_checkpoint(self) -> None:
+        """Upload the final checkpoint as a model artifact (aliases latest and step<N>)."""
+        import wandb
+
+        from gptlab.checkpoint import latest_path
+
+        path = latest_path(self.run_dir)
+        if path is None:
+            return
+        step = int(path.stem.split("_")[-1]) if path.stem.split("_")[-1].isdigit() else None
+        artifact = wandb.Artifact(f"checkpoint-{self.run_id}", type="model", metadata={"step": step})
+        artifact.add_file(str(path))
+        self.run.log_artifact(artifact, aliases=["latest", *([f"step{step}"] if step is not None else [])])
+
     def summary(self, values: dict) -> None:
         """Merge end-of-run values into run.summary."""
         if self.run is None:
@@ -208,5 +253,7 @@ class WandbSink:
             return
         if status == "preempted":
             self._guarded(run.mark_preempting)
+        if self.log_checkpoints and status == "finished":
+            self._guarded(self._log_checkpoint)
         self._guarded(lambda: run.finish(exit_code=0 if status == "finished" else 1))
         self.run = None
