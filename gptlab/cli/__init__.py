@@ -5,11 +5,13 @@ from __future__ import annotations
 import sys
 
 from gptlab.errors import ConfigError
+from gptlab.sinks.progress import console_log
 
 
 def fail(err: Exception, code: int = 2) -> None:
-    """Print a user error as one line on stderr and exit non-zero (no traceback wall)."""
+    """Print a user error as one line on stderr (and in the run's train.log) and exit non-zero (no traceback)."""
     print(f"error: {err}", file=sys.stderr)
+    console_log.error("error: %s", err)
     sys.exit(code)
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from gptlab.compare import wandb_log
 from gptlab.compare.analysis import Comparison, compare, load_claims
 from gptlab.compare.report import strict_json
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
@@ -27,7 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default: <sweep dir>/comparison, else ./comparison)")
     p.add_argument("--claims", help="YAML: label or choice string -> {speedup: 1.25, delta_val_loss: -0.01}")
     p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
-                   help="log table and plots to W&B (default: on when WANDB_MODE is set and not 'disabled')")
+                   help="log table, native charts and PNGs to a W&B comparison run (default: on when WANDB_MODE is "
+                        "set and not 'disabled', or when --wandb-mode is given)")
+    p.add_argument("--wandb-mode", choices=wandb_log.MODES, default=None,
+                   help="auto (default): online with an API key, else offline (`wandb sync` later); "
+                        "online | offline | disabled force a mode, like training's logger.wandb.mode")
+    p.add_argument("--workspace", action="store_true",
+                   help="also write a W&B workspace view of the sweep (<out>/workspace.json); saved to W&B "
+                        "and its URL printed when online")
     return p
 
 
@@ -64,10 +72,44 @@ def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
     return images
 
 
+def check_mode(mode: str | None) -> None:
+    """Refuse --wandb-mode online without an API key before any work, as training refuses logger.wandb.mode."""
+    from gptlab.sinks.wandb import api_key_configured
+
+    if mode == "online" and not api_key_configured():
+        raise ConfigError("--wandb-mode online needs a W&B API key (set WANDB_API_KEY or run `wandb login`); "
+                          "allowed without one: auto, offline, disabled")
+
+
+def log_to_wandb(cmp: Comparison, images: dict[str, Path], runs: list, out: Path, mode: str | None) -> None:
+    """Log the comparison run and print where it went (and the `wandb sync` line when offline)."""
+    logged = wandb_log.log_comparison(cmp, images, runs, out, mode or "auto")
+    if logged is None:
+        return
+    if logged.folder is None:
+        print(f"W&B: {logged.mode} (nothing logged)")
+        return
+    print(f"W&B: logged comparison run to {logged.folder}")
+    if logged.sync_command:
+        print(f"W&B (offline): upload later with: {logged.sync_command}")
+
+
+def write_workspace(cmp: Comparison, runs: list, out: Path, mode: str | None) -> None:
+    """--workspace: the W&B view of the sweep; a failure here warns and never fails the comparison."""
+    try:
+        from gptlab.compare.workspace import publish
+
+        publish(cmp, runs, out, mode or "auto")
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"warning: W&B workspace not written ({first}); the local report is complete", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 on success, 2 (one-line message on stderr) on bad input."""
     args = build_parser().parse_args(argv)
     try:
+        check_mode(args.wandb_mode)
         run_dirs = discover(args.paths)
         runs = [load_run(p) for p in run_dirs]
         claims = load_claims(args.claims) if args.claims else None
@@ -82,12 +124,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print_table(cmp)
     images = write_reports(cmp, out)
-    from gptlab.compare import wandb_log
-
-    if wandb_log.wanted(args.wandb):
-        where = wandb_log.log_comparison(cmp, images, runs, out)
-        if where is not None:
-            print(f"W&B: logged comparison run to {where}")
+    if wandb_log.wanted(args.wandb, args.wandb_mode):
+        log_to_wandb(cmp, images, runs, out, args.wandb_mode)
+    if args.workspace:
+        write_workspace(cmp, runs, out, args.wandb_mode)
     print(f"wrote {out}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")
     return 0
 

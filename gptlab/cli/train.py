@@ -25,10 +25,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gptlab.build import group_choices
 from gptlab.cli import fail
+from gptlab.cli.help import help_topic, render
 from gptlab.errors import ConfigError
 from gptlab.loop import StopFlag, TrainingDiverged
 from gptlab.paths import CONF_DIR
 from gptlab.placement import place_local_job, remember_launch_gpus
+from gptlab.sinks.progress import console_log
 
 log = logging.getLogger("gptlab")
 remember_launch_gpus()
@@ -128,6 +130,7 @@ def _report(summary: dict, run_dir: Path) -> None:
     if summary.get("sample"):
         lines += ["", "sample from the final model:", "-" * 60, summary["sample"], "-" * 60]
     print("\n".join(lines), flush=True)
+    console_log.info("\n".join(lines).strip("\n"))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
@@ -153,8 +156,10 @@ def train_app(cfg: DictConfig) -> float | None:
         fail(one_line(err), exit_code(err))
     if summary["status"] == "interrupted":
         stop.restore()
-        print(f"interrupted (Ctrl-C) at step {summary['steps']}: checkpoint written; run the same command to resume "
-              f"({run_dir})", file=sys.stderr, flush=True)
+        message = (f"interrupted (Ctrl-C) at step {summary['steps']}: checkpoint written; run the same command "
+                   f"to resume ({run_dir})")
+        print(message, file=sys.stderr, flush=True)
+        console_log.warning(message)
         raise SystemExit(130)
     _report(summary, run_dir)
     if summary["status"] != "preempted":
@@ -197,8 +202,39 @@ def _put_back(saved: tuple[Path, dict[str, bytes]] | None) -> None:
         folder.rmdir()
 
 
+def _page(text: str) -> None:
+    """Print a help page; a reader that stops early (`| head`) is no error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+
+
+COMPLETION_FLAGS = ("--shell-completion", "-sc")
+SHELLS = ("bash", "zsh", "fish")
+
+
+def check_completion(args: list[str]) -> None:
+    """Refuse completion misuse in one line (Hydra raises a traceback): one of install|uninstall|query=SHELL."""
+    if not any(a in COMPLETION_FLAGS for a in args):
+        return
+    rest = [a for a in args if a not in COMPLETION_FLAGS]
+    command, _, shell = rest[0].partition("=") if len(rest) == 1 else ("", "", "")
+    if command not in ("install", "uninstall", "query") or shell not in SHELLS:
+        got = " ".join(rest) or "nothing"
+        raise ConfigError(f"--shell-completion: got {got}; allowed: exactly one of install=SHELL or uninstall=SHELL "
+                          f"(SHELL: {', '.join(SHELLS)}), e.g. eval \"$(gptlab-train --shell-completion install=bash)\"")
+
+
 def main() -> None:
     """The gptlab-train command: Hydra's own errors (unknown key or choice, bad override) are one line too."""
+    topic = help_topic(sys.argv[1:])
+    try:
+        if topic is not None:
+            return _page(render(topic))
+        check_completion(sys.argv[1:])
+    except ConfigError as err:
+        fail(one_line(err), 2)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return train_app()
     explicit = _explicit_run_dir(sys.argv[1:])

@@ -177,3 +177,34 @@ def load_run(path: Path) -> Run:
         # Train and eval records may share a step; merge them so wall_s/tokens sit next to val/loss.
         by_step.setdefault(int(rec["step"]), {}).update({k: v for k, v in rec.items() if v is not None})
     return Run(path, records, summary, config, [str(o) for o in overrides], _choices(path, summary), by_step)
+
+
+# The file gptlab.sinks.wandb keeps a run's W&B id in (compare imports nothing of training, so named here too).
+WANDB_ID_FILE = "wandb_run_id"
+_WANDB_ID = re.compile(r"^[a-z0-9_-]{1,64}$")
+
+
+def _setting(config: dict[str, Any], *dotted: str) -> str | None:
+    """The first of the dotted config keys that holds a resolved, non-empty value."""
+    for key in dotted:
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node not in (None, "") and not isinstance(node, (dict, list)) and "${" not in str(node):
+            return str(node)
+    return None
+
+
+def wandb_identity(run: Run) -> dict[str, Any]:
+    """The run's W&B {id, project, entity, group}: summary.json "wandb", else the id file and the logger config."""
+    recorded = run.summary.get("wandb") if isinstance(run.summary.get("wandb"), dict) else {}
+    id_file = run.path / WANDB_ID_FILE
+    stored = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else ""
+    cfg = run.config
+    found = {
+        "id": recorded.get("id") or (stored if _WANDB_ID.match(stored) else None),
+        "project": recorded.get("project") or _setting(cfg, "logger.wandb.project", "logger.project"),
+        "entity": recorded.get("entity") or _setting(cfg, "logger.wandb.entity", "logger.entity"),
+        "group": recorded.get("group") or _setting(cfg, "logger.wandb.group", "logger.group"),
+    }
+    return {k: (str(v) if v is not None else None) for k, v in found.items()}

@@ -1,28 +1,50 @@
-"""Optional W&B logging of a comparison (table + plots) as a job_type="comparison" run; never fatal."""
+"""The W&B side of a comparison: a job_type="comparison" run that links the compared runs' W&B ids and logs the
+table, native W&B charts and the PNGs. Same auto / online / offline / disabled fallback as training; never fatal."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from gptlab.compare import speed, stats
 from gptlab.compare.analysis import Comparison
 from gptlab.compare.group import flatten
-from gptlab.compare.runs import Run
+from gptlab.compare.runs import Run, wandb_identity
 
 TABLE_COLUMNS = ["label", "n_seeds", "val_loss_mean", "val_loss_std", "delta_val_loss", "significant", "p_value",
                  "tokens_per_s", "tokens_per_s_std", "step_ms", "step_ms_std", "mfu", "peak_mem_bytes", "speedup",
                  "speedup_p", "speed_verdict", "outside_load", "under_load", "model_fingerprint", "identical_to", "params",
                  "flops_per_token"]
+STAT_COLUMNS = ["label", "mean", "std", "min", "max", "n_seeds"]
+# Bar charts: metric -> (summary.json key, metrics.jsonl key, how one run's value is taken from its records).
+BAR_METRICS = {"tokens_per_s": ("tokens_per_s_median", "tokens_per_s", stats.median),
+               "mfu": ("mfu_median", "mfu", stats.median),
+               "peak_mem_bytes": ("peak_mem_bytes", "peak_mem_bytes", max)}
+MODES = ("auto", "online", "offline", "disabled")
 _SWEEP_CONTAINERS = {"sweeps", "multirun", "outputs", "runs"}
 
 
-def wanted(flag: bool | None) -> bool:
-    """--wandb/--no-wandb win; otherwise log when WANDB_MODE is set to anything but "disabled"."""
+def wanted(flag: bool | None, mode: str | None = None) -> bool:
+    """--wandb/--no-wandb win (--wandb-mode disabled beats both); an explicit mode or a WANDB_MODE other than
+    "disabled" turns logging on."""
+    if mode == "disabled":
+        return False
     if flag is not None:
         return flag
-    mode = os.environ.get("WANDB_MODE", "")
-    return bool(mode) and mode != "disabled"
+    if mode is not None:
+        return True
+    env = os.environ.get("WANDB_MODE", "")
+    return bool(env) and env != "disabled"
+
+
+def _shared(values: list[Any]) -> str | None:
+    """The one value every entry has (None when they differ or any is missing)."""
+    distinct = set(values)
+    return str(distinct.pop()) if len(distinct) == 1 and None not in distinct else None
 
 
 def _common(runs: list[Run], keys: tuple[str, ...]) -> str | None:
@@ -34,8 +56,9 @@ def _common(runs: list[Run], keys: tuple[str, ...]) -> str | None:
 
 
 def sweep_group(runs: list[Run]) -> str:
-    """The runs' shared `sweep` name or logger group, else the sweep dir's name (above the one with multirun.yaml)."""
-    group = _common(runs, ("sweep", "logger.group", "logger.wandb.group"))
+    """The runs' shared W&B group, `sweep` name or logger group, else the sweep dir's name."""
+    group = _shared([wandb_identity(r)["group"] for r in runs])
+    group = group or _common(runs, ("sweep", "logger.group", "logger.wandb.group"))
     if group and "${" not in group:
         return group
     for parent in runs[0].path.parents:
@@ -45,33 +68,153 @@ def sweep_group(runs: list[Run]) -> str:
     return common.name or "comparison"
 
 
-def _project(runs: list[Run]) -> str:
-    project = _common(runs, ("logger.project", "logger.wandb.project"))
-    return project if project and "${" not in project else "gptlab"
+def project_of(runs: list[Run]) -> str:
+    """The W&B project the compared runs logged to (the logger's default "gptlab" when unknown or mixed)."""
+    return _shared([wandb_identity(r)["project"] or "gptlab" for r in runs]) or "gptlab"
 
 
-def log_comparison(cmp: Comparison, images: dict[str, Path], runs: list[Run], out: Path) -> Path | None:
-    """Log the table and PNGs; returns the local W&B run dir, or None (with a warning) if logging failed."""
+def entity_of(runs: list[Run]) -> str | None:
+    """The W&B entity shared by the compared runs, or None (W&B's default entity)."""
+    return _shared([wandb_identity(r)["entity"] for r in runs])
+
+
+def linked_runs(cmp: Comparison) -> list[dict[str, Any]]:
+    """One entry per compared run: its dir, W&B id/project/entity/group and its group's label."""
+    out = []
+    for g in cmp.groups:
+        for run in g.runs:
+            ident = wandb_identity(run)
+            out.append({"path": str(run.path), "wandb_id": ident["id"], "project": ident["project"],
+                        "entity": ident["entity"], "group": ident["group"], "label": g.label})
+    return out
+
+
+def table_rows(cmp: Comparison) -> list[list[Any]]:
+    """The comparison table as W&B rows; a list cell (identical-model labels) becomes one string."""
+    return [["; ".join(v) if isinstance(v := getattr(r, c), list) else v for c in TABLE_COLUMNS] for r in cmp.rows]
+
+
+def curve_series(cmp: Comparison) -> tuple[list[list[int]], list[list[float]], list[str]]:
+    """val/loss vs step per group: a mean line, plus min and max lines (the seed band) when it has 2+ seeds."""
+    xs, ys, keys = [], [], []
+    for g in cmp.groups:
+        steps = sorted({s for r in g.runs for s in r.val_steps()})
+        per_step = [[float(r.by_step[s]["val/loss"]) for r in g.runs if s in r.val_steps()] for s in steps]
+        series = [("mean", stats.mean)] + ([("min", min), ("max", max)] if len(g.runs) > 1 else [])
+        for name, agg in series:
+            xs.append(steps)
+            ys.append([agg(v) for v in per_step])
+            keys.append(f"{g.label} {name}")
+    return xs, ys, keys
+
+
+def seed_stats(cmp: Comparison, metric: str) -> list[list[Any]]:
+    """STAT_COLUMNS rows of one speed/memory metric over each group's seeds (groups without it left out)."""
+    summary_key, record_key, agg = BAR_METRICS[metric]
+    rows = []
+    for g in cmp.groups:
+        values = [v for r in g.runs if (v := speed.run_speed(r, summary_key, record_key, agg)) is not None]
+        if values:
+            rows.append([g.label, stats.mean(values), stats.std(values), min(values), max(values), len(values)])
+    return rows
+
+
+def error_bars(rows: list[list[Any]]) -> tuple[list[list[int]], list[list[float]], list[str]]:
+    """Error bars as line segments: group i is a vertical segment at x=i from mean - std to mean + std."""
+    xs, ys, keys = [], [], []
+    for i, (label, mean, std, *_rest) in enumerate(rows, 1):
+        half = std or 0.0  # one seed: no spread to show, a zero-length bar
+        xs.append([i, i])
+        ys.append([mean - half, mean + half])
+        keys.append(f"{i}: {label}")
+    return xs, ys, keys
+
+
+def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
+    """Everything the comparison run logs: the table, native charts and the PNGs."""
+    import wandb
+
+    data: dict[str, Any] = {"comparison": wandb.Table(columns=TABLE_COLUMNS, data=table_rows(cmp))}
+    xs, ys, keys = curve_series(cmp)
+    data["charts/val_loss_vs_step"] = wandb.plot.line_series(
+        xs, ys, keys, title="val/loss vs step: mean over seeds, min and max lines = seed band", xname="step")
+    for metric in BAR_METRICS:
+        rows = seed_stats(cmp, metric)
+        if not rows:
+            continue
+        table = wandb.Table(columns=STAT_COLUMNS, data=rows)
+        data[f"charts/{metric}"] = wandb.plot.bar(table, "label", "mean", title=f"{metric}: mean over seeds")
+        exs, eys, ekeys = error_bars(rows)
+        data[f"charts/{metric}_error_bars"] = wandb.plot.line_series(
+            exs, eys, ekeys, title=f"{metric}: mean ± std over seeds (one bar per group)", xname="group")
+    data.update({f"plots/{name}": wandb.Image(str(p)) for name, p in images.items()})
+    return data
+
+
+@dataclass
+class Logged:
+    """Where the comparison run went: its mode, local W&B folder, id and (offline) `wandb sync` command."""
+
+    mode: str
+    folder: Path | None
+    run_id: str | None
+    sync_command: str | None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _start(out: Path, mode: str, **init: Any):
+    """A WandbSink in out/; its fallback warnings are printed here, one line each, instead of logged."""
+    from gptlab.sinks.wandb import WandbSink
+
+    failures: list[BaseException] = []
+
+    class Recording(WandbSink):
+        """WandbSink that remembers why a start failed."""
+
+        def _init(self, m: str, init_args: dict) -> Any:
+            try:
+                return super()._init(m, init_args)
+            except Exception as exc:
+                failures.append(exc)
+                raise
+
+    sink_log = logging.getLogger("gptlab.sinks")
+    was = sink_log.disabled
+    sink_log.disabled = True
     try:
-        import wandb
+        sink = Recording(out, mode=mode, job_type="comparison", **init)
+    finally:
+        sink_log.disabled = was
+    if sink.run is None and failures:
+        raise RuntimeError(_first_line(failures[-1]))
+    if failures:
+        print(f"warning: W&B online start failed ({_first_line(failures[0])}); logging offline instead",
+              file=sys.stderr)
+    return sink
 
+
+def log_comparison(cmp: Comparison, images: dict[str, Path], runs: list[Run], out: Path,
+                   mode: str = "auto") -> Logged | None:
+    """Log the comparison to W&B; None (with one warning) when it could not be logged."""
+    try:
         group = sweep_group(runs)
-        run = wandb.init(project=_project(runs), group=group, job_type="comparison", name=f"compare-{group}",
-                         dir=os.environ.get("WANDB_DIR") or str(out),
-                         config={"step": cmp.step, "baseline": cmp.baseline, "runs": [str(r.path) for r in runs]})
+        config = {"step": cmp.step, "baseline": cmp.baseline, "sweep": group, "labels": [r.label for r in cmp.rows],
+                  "runs": linked_runs(cmp)}
+        sink = _start(out, mode, config=config, project=project_of(runs), entity=entity_of(runs), group=group,
+                      name=f"compare-{group}", tags=["comparison"])
+        if sink.run is None:
+            return Logged(sink.mode, None, None, None)
         try:
-            local_dir = Path(run.dir).parent
-            # A W&B table cell holds a scalar: the identical-model labels become one string.
-            rows = [["; ".join(v) if isinstance(v := getattr(r, c), list) else v for c in TABLE_COLUMNS]
-                    for r in cmp.rows]
-            payload = {"comparison": wandb.Table(columns=TABLE_COLUMNS, data=rows)}
-            payload.update({f"plots/{name}": wandb.Image(str(p)) for name, p in images.items()})
-            run.log(payload)
-            run.summary.update({"step": cmp.step, "baseline": cmp.baseline, "warnings": len(cmp.warnings)})
+            sink.log(payload(cmp, images), cmp.step)
+            sink.summary({"step": cmp.step, "baseline": cmp.baseline, "warnings": len(cmp.warnings),
+                          "n_runs": len(runs), "n_groups": len(cmp.rows)})
         finally:
-            run.finish()
-        return local_dir
+            sink.close("finished")
+        return Logged(sink.mode, sink.run_dir_path, sink.run_id, sink.sync_command)
     except Exception as exc:  # logging must never fail the comparison itself
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"warning: W&B logging failed ({first}); the local report is complete", file=sys.stderr)
+        print(f"warning: W&B logging failed ({_first_line(exc)}); the local report is complete", file=sys.stderr)
         return None

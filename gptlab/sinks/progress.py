@@ -1,10 +1,20 @@
-"""Human progress: a rich progress bar on a terminal, plain periodic lines elsewhere (SLURM logs)."""
+"""Human progress: a rich progress bar on a terminal, plain periodic lines elsewhere (SLURM logs).
+
+The plain lines also go to the `gptlab.console` logger, which Hydra's job logging (conf/hydra/job_logging/
+gptlab.yaml) writes to the run's train.log only: the console already shows them.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Callable, TextIO
+
+CONSOLE_LOG = "gptlab.console"  # lines shown on the console, copied to train.log (never to the console again)
+console_log = logging.getLogger(CONSOLE_LOG)
+console_log.addHandler(logging.NullHandler())  # silent where no job logging routes it to a file
+console_log.propagate = False
 
 
 def format_duration(seconds: float) -> str:
@@ -29,7 +39,9 @@ class ProgressSink:
     """Shows step, loss, val loss, tokens/s and ETA; never writes files.
 
     Plain mode prints a line on the first row, on every eval row (one with `val/loss`), at the last
-    step and otherwise at most once every `interval_s` seconds. `tty=None` detects the terminal.
+    step and otherwise at most once every `interval_s` seconds; a train row at a step that is evaluated
+    next (the last step, or a multiple of `eval_interval`) waits for that eval row, so each eval step is one
+    line. `tty=None` detects the terminal.
     """
 
     def __init__(
@@ -39,8 +51,10 @@ class ProgressSink:
         interval_s: float = 10.0,
         tty: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        eval_interval: int | None = None,
     ) -> None:
         self.total_steps = int(total_steps)
+        self.eval_interval = eval_interval
         self.stream = stream if stream is not None else sys.stderr
         self.interval_s = float(interval_s)
         self.tty = _is_tty(self.stream) if tty is None else bool(tty)
@@ -90,16 +104,23 @@ class ProgressSink:
             except (TypeError, ValueError):
                 continue  # non-numeric extras are not shown
         is_eval = "val/loss" in metrics
+        due = self._last_print is None or now - self._last_print >= self.interval_s
         if self.tty:
             self._update_bar(is_eval)
-            return
-        due = self._last_print is None or now - self._last_print >= self.interval_s
-        if due or is_eval or self._step >= self.total_steps:
+        if is_eval or (due and not self._eval_follows()):
             self._print(now)
 
+    def _eval_follows(self) -> bool:
+        """True when an eval row at this step comes next (the loop evaluates after the train row)."""
+        every = self.eval_interval
+        return self._step >= self.total_steps or bool(every and every > 0 and self._step % every == 0)
+
     def _print(self, now: float) -> None:
-        """Write the status line in plain mode."""
-        print(self.line(), file=self.stream, flush=True)
+        """Write the status line (plain mode; the bar shows it in tty mode) and copy it to the run's log."""
+        line = self.line()
+        if not self.tty:
+            print(line, file=self.stream, flush=True)
+        console_log.info(line)
         self._last_print, self._printed_step = now, self._step
 
     def _update_bar(self, is_eval: bool) -> None:
@@ -109,7 +130,7 @@ class ProgressSink:
         fields = {"loss": self._fmt("train/loss"), "val": self._fmt("val/loss"), "tps": self._fmt_tps()}
         self._bar.update(self._task, completed=self._step, **fields)
         if is_eval:
-            self._bar.console.print(self.line(), highlight=False)
+            self._bar.console.print(self.line(), highlight=False)  # stays above the bar
 
     def _start_bar(self) -> None:
         """Create and start the rich progress bar (imported here: plain mode never needs rich)."""
@@ -151,7 +172,8 @@ class ProgressSink:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        elif not self.tty and self._first is not None and self._printed_step != self._step:
+        if self._first is not None and self._printed_step != self._step:
             self._print(self._clock())
         if status != "finished" and self._first is not None:
             print(f"stopped at step {self._step}/{self.total_steps}: {status}", file=self.stream, flush=True)
+            console_log.info("stopped at step %d/%d: %s", self._step, self.total_steps, status)
