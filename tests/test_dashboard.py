@@ -29,7 +29,9 @@ OFFLINE = dict(os.environ, WANDB_MODE="offline", OMP_NUM_THREADS="1", HYDRA_FULL
 
 def train(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """gptlab-train as a user runs it, W&B offline (no key), in cwd."""
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *TINY, *args], cwd=cwd, env=OFFLINE,
+    flags = [a for a in args if a.startswith("-")]  # Hydra's flags go before the overrides
+    overrides = [a for a in args if not a.startswith("-")]
+    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *flags, *TINY, *overrides], cwd=cwd, env=OFFLINE,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
