@@ -47,7 +47,7 @@ def group_choices(cfg: DictConfig) -> dict[str, str]:
         from hydra.core.hydra_config import HydraConfig
 
         choices = HydraConfig.get().runtime.choices
-    out = {k: str(v) for k, v in choices.items() if not k.startswith("hydra")}
+    out = {k: str(v) for k, v in choices.items() if not k.startswith("hydra") and v is not None}  # unset: no choice
     if "logger" in out or cfg.get("logger"):  # a list-valued group has no runtime choice: name what is selected
         out["logger"] = "+".join(cfg.get("logger") or {}) or "none"
     return out
