@@ -11,6 +11,21 @@ from typing import Any
 from gptlab.compare.analysis import ALPHA, Comparison, Row
 from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT
 
+BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)
+BARS = "bar = mean ± std over seeds, dots = each run"
+# The honest-report flags: key -> (text in the table's "flags" column, what it means; legend and notes).
+FLAGS = {
+    "identical": ("identical model", "builds the same model as another arm (equal fingerprint): every "
+                  "difference between them is noise"),
+    "noise": ("speed within noise", f"no speed difference beyond seed noise (Welch p ≥ {ALPHA} on log tokens/s, "
+              "or an identical model)"),
+    "load": ("under load", f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores while "
+             "it trained: its speed figures are not to be trusted"),
+}
+# Columns a flag highlights in the HTML table (besides the flags column itself).
+FLAG_COLUMNS = {"identical": ("Δ val loss vs baseline", "identical model"), "noise": ("speed-up (95% CI)",),
+                "load": ("tokens/s", "step ms")}
+
 
 def strict_json(obj: Any) -> Any:
     """JSON-safe copy: NaN/inf (a diverged run, a missing figure) become null so the file stays strict JSON."""
@@ -23,7 +38,7 @@ def strict_json(obj: Any) -> Any:
     return obj
 
 HEADERS = ["label", "seeds", "params", "FLOPs/token", "val loss @ {step}", "Δ val loss vs baseline",
-           "tokens/s", "step ms", "MFU", "peak mem", "speed-up (95% CI)"]
+           "tokens/s", "step ms", "MFU", "peak mem", "speed-up (95% CI)", "flags"]
 
 
 def _si(x: float | None) -> str:
@@ -73,6 +88,13 @@ def speed_cell(row: Row) -> str:
     return f"{row.speedup:.2f}×{ci} {row.speed_verdict}"
 
 
+def row_flags(row: Row) -> list[str]:
+    """Keys of FLAGS that apply to this row, in FLAGS order."""
+    found = {"identical": bool(row.identical_to), "noise": row.speed_verdict.startswith("within noise"),
+             "load": row.under_load}
+    return [k for k in FLAGS if found[k]]
+
+
 def _claim(row: Row) -> str:
     if not row.claimed:
         return ""
@@ -99,7 +121,8 @@ def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
                 _spread(r.val_loss_mean, r.val_loss_std, ".4f"), verdict(r, cmp.rows[0].label if i else None),
                 _spread(r.tokens_per_s, r.tokens_per_s_std, ",.0f") + loaded,
                 _spread(r.step_ms, r.step_ms_std, ".1f") + loaded,
-                f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–", _mem(r.peak_mem_bytes), speed_cell(r)]
+                f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–", _mem(r.peak_mem_bytes), speed_cell(r),
+                "; ".join(FLAGS[k][0] for k in row_flags(r)) or "–"]
         if extra_twin:
             line.append("; ".join(f"= {t}" for t in r.identical_to))
         if extra_acc:
@@ -119,6 +142,10 @@ def notes(cmp: Comparison) -> list[str]:
             "tokens/s and step ms are mean ± std over seeds of each run's median; speed-up = ratio of the geometric "
             f"mean tokens/s with a 95% CI and a verdict (faster / slower / within noise) from Welch's t-test on "
             f"log tokens/s, p < {ALPHA}; n/a with 1 seed.",
+            f"Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "
+            f"{BAND}; on the wall-time plot each point sits at the seeds' mean wall time at that step. "
+            f"Speed and memory bars: {BARS} (the table's peak mem is each group's max).",
+            *[f"'speed within noise': {FLAGS['noise'][1]}."] * any("noise" in row_flags(r) for r in cmp.rows),
             *["'identical model': the arms build the same model (equal model fingerprint) and differ only in model "
               "config, so they are one experiment run twice and every difference between them is noise."]
             * any(r.identical_to for r in cmp.rows),
@@ -138,7 +165,8 @@ def print_table(cmp: Comparison, console=None) -> None:
     headers, body = cells(cmp)
     table = Table(title=f"gptlab-compare: val loss @ step {cmp.step} vs baseline '{cmp.baseline}'")
     for h in headers:
-        table.add_column(h, justify="left" if h in ("label", "identical model", "claimed vs measured") else "right")
+        left = h in ("label", "flags", "identical model", "claimed vs measured")
+        table.add_column(h, justify="left" if left else "right")
     for line in body:
         table.add_row(*line)
     console.print(table)
@@ -161,25 +189,60 @@ def markdown(cmp: Comparison, images: dict[str, Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_FLAG_COLORS = {"identical": "#dbe8ff", "noise": "#fff1c2", "load": "#ffd6d6"}
 _CSS = ("body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}"
         "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
-        "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;margin:1em 0;display:block}"
-        ".warn{color:#a40}")
+        "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;display:block}"
+        ".warn{color:#a40}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:1em}"
+        "figure{margin:0}figcaption{font-weight:bold;margin:.5em 0}"
+        ".flag{padding:1px 6px;border-radius:3px;white-space:nowrap;display:inline-block;margin:1px}"
+        + "".join(f"table tr td.flag-{k},.flag-{k}{{background:{c}}}" for k, c in _FLAG_COLORS.items()))
+
+
+def _td(header: str, text: str, flags: list[str]) -> str:
+    """One table cell: the flags column as labelled badges, flagged columns with their flag classes."""
+    esc = html.escape
+    if header == "flags":
+        inner = " ".join(f'<span class="flag flag-{k}">{esc(FLAGS[k][0])}</span>' for k in flags) or esc(text)
+        return f"<td>{inner}</td>"
+    classes = " ".join(f"flag-{k}" for k in flags if header in FLAG_COLUMNS[k])
+    return f'<td class="{classes}">{esc(text)}</td>' if classes else f"<td>{esc(text)}</td>"
+
+
+def _html_rows(cmp: Comparison, headers: list[str], body: list[list[str]]) -> str:
+    """The table body; a row carries data-flags and its flagged cells carry flag-<key> classes."""
+    out = []
+    for row, line in zip(cmp.rows, body):
+        flags = row_flags(row)
+        tds = "".join(_td(h, c, flags) for h, c in zip(headers, line))
+        out.append(f'<tr data-flags="{" ".join(flags)}">{tds}</tr>\n')
+    return "".join(out)
+
+
+def _legend() -> str:
+    """What each flag colour means."""
+    items = "".join(f'<li><span class="flag flag-{k}">{html.escape(text)}</span> {html.escape(meaning)}</li>'
+                    for k, (text, meaning) in FLAGS.items())
+    return f'<p>Flags, highlighted in the table:</p><ul class="legend">{items}</ul>\n'
+
+
+def _figures(images: dict[str, Path]) -> str:
+    """Every PNG embedded as a base64 data URI, two columns on a wide page."""
+    figs = "".join(
+        f"<figure><figcaption>{html.escape(name.replace('_', ' '))}</figcaption><img alt=\"{html.escape(name)}\" "
+        f"src=\"data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}\"></figure>\n"
+        for name, p in images.items())
+    return f'<div class="figs">\n{figs}</div>\n'
 
 
 def html_report(cmp: Comparison, images: dict[str, Path]) -> str:
     """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs."""
     headers, body = cells(cmp)
     esc = html.escape
-    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in body)
     note_items = "".join(f"<li class=\"{'warn' if n.startswith('warning') else ''}\">{esc(n)}</li>"
                          for n in notes(cmp))
-    figs = "".join(
-        f"<h2>{esc(name.replace('_', ' '))}</h2><img alt=\"{esc(name)}\" "
-        f"src=\"data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}\">\n"
-        for name, p in images.items())
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>gptlab comparison at step {cmp.step}</title><style>{_CSS}</style></head><body>\n"
             f"<h1>Comparison at step {cmp.step} (baseline: {esc(cmp.baseline)})</h1>\n<table>\n<tr>"
-            + "".join(f"<th>{esc(h)}</th>" for h in headers) + f"</tr>\n{rows}</table>\n<ul>{note_items}</ul>\n"
-            f"{figs}</body></html>\n")
+            + "".join(f"<th>{esc(h)}</th>" for h in headers) + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
+            f"{_legend()}<ul>{note_items}</ul>\n{_figures(images)}</body></html>\n")
