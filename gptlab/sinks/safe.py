@@ -49,6 +49,11 @@ class SafeSink:
         """Forward end-of-run values."""
         self._call("summary", values)
 
+    def truncate_after(self, step: int) -> None:
+        """Forward a resume's truncation (to sinks that keep rows); a failure here disables the sink like any other."""
+        if hasattr(self.inner, "truncate_after"):
+            self._call("truncate_after", step)
+
     def close(self, status: str = "finished") -> None:
         """Forward the close."""
         self._call("close", status)
