@@ -40,6 +40,22 @@ def _checkpoints(cfg: DictConfig) -> None:
         raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file (or null)")
 
 
+RUN_FILES = ("metrics.jsonl", "summary.json", "provenance.json", "wandb_run_id", "git.diff", "train.log")
+
+
+def _logger_paths(cfg: DictConfig) -> None:
+    """A logger writes inside the run dir, under its own name: never over the run's own files or elsewhere."""
+    for key in ("logger.csv.filename", "logger.tensorboard.log_dir"):
+        value = OmegaConf.select(cfg, key)
+        if value is None:
+            continue
+        path = Path(str(value))
+        if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] in (*RUN_FILES, ".hydra",
+                                                                                           "checkpoints", "wandb"):
+            raise ConfigError(f"{key}='{value}': must be a new name inside the run dir; not absolute, no '..', "
+                              f"not one of the run's own files ({', '.join(RUN_FILES)}, .hydra, checkpoints, wandb)")
+
+
 def _global_layers(cfg: DictConfig) -> None:
     """Every listed global layer must exist: a layer index past n_layer silently changes nothing."""
     layers = OmegaConf.select(cfg, "attention.global_layers")
@@ -65,7 +81,7 @@ def _decay_factor(cfg: DictConfig) -> None:
                               f"weights by 1 - lr*weight_decay = {1 - lr * decay:.3g}; allowed: < {1 / lr:.4g}")
 
 
-CROSS_RULES = (_train_keys, _batch, _checkpoints, _global_layers, _nesterov, _decay_factor)
+CROSS_RULES = (_train_keys, _batch, _checkpoints, _logger_paths, _global_layers, _nesterov, _decay_factor)
 
 
 def validate(cfg: DictConfig) -> None:

@@ -81,6 +81,10 @@ TABLE = [
     Row("unknown-dtype", ["hardware.dtype=fp8"], 2, "hardware.dtype: unknown dtype 'fp8'; allowed: auto, fp32, bf16, fp16"),
     Row("cuda-without-gpu", ["hardware=cuda"], 2, "hardware.device=cuda: no CUDA device is available here"),
     Row("logger-mode", ["logger=wandb", "logger.wandb.mode=cloud"], 2, "logger.wandb.mode='cloud' is not valid; allowed: auto, online"),
+    Row("csv-over-metrics", ["logger=csv", "logger.csv.filename=metrics.jsonl"], 2,
+        "logger.csv.filename='metrics.jsonl': must be a new name inside the run dir"),
+    Row("tensorboard-outside", ["logger=tensorboard", "logger.tensorboard.log_dir=../tb"], 2,
+        "logger.tensorboard.log_dir='../tb': must be a new name inside the run dir"),
     # data
     Row("missing-file", ["data=text", "data.paths=[{d}/missing.txt]"], 2, "data.paths: no file matches", process=True),
     Row("no-files", ["data=text", "data.paths=[]"], 2, "data.paths: no files given"),
