@@ -130,12 +130,8 @@ def defaults(root: Path) -> dict[str, tuple[list[str], bool]]:
 
 
 def _row(left: str, right: str, width: int = 34) -> str:
-    """`  left   right`, the right column aligned (a long left side pushes it to the next line)."""
-    if not right:
-        return f"  {left}"
-    if len(left) > width:
-        return f"  {left}\n  {'':{width}}  {right}"
-    return f"  {left:{width}}  {right}"
+    """`  left   right`, the right column aligned where the left side fits in `width`."""
+    return f"  {left:{width}}  {right}".rstrip() if right else f"  {left}"
 
 
 def _group_line(name: str, options: list[str], chosen: dict[str, tuple[list[str], bool]]) -> str:
@@ -170,7 +166,7 @@ def overview(conf_dir: Path = CONF_DIR) -> str:
         "",
         "run keys (conf/train.yaml; KEY=VALUE):",
         *(_row(f"{e.key}={e.value}", e.comment) for e in doc.entries
-          if e.value and e.key.split(".")[0] not in ("hydra", "logger")),
+          if e.value and e.key.split(".")[0] != "hydra"),
         "",
         "overrides and sweeps:",
         _row("attention=gqa attention.n_kv_head=2", "pick an option, then change one of its keys"),

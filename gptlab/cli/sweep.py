@@ -3,14 +3,17 @@
 A sweep file lists `arms` (name -> overrides), `seeds`, and shared `overrides`. Every run lands in
 <out>/<arm>/seed<k>/ with `sweep=<name>` (the W&B group), the same data_seed and eval steps. Re-running
 the same command skips runs that finished with the same overrides and resumes unfinished ones
-(train.resume=auto in the same run dir). Each arm is one `gptlab-train -m` call, printed before it runs,
-so any launcher works: `gptlab-sweep attention launcher=slurm`.
+(train.resume=auto in the same run dir). Each arm is one `gptlab-train -m` call, printed (shell-quoted, ready
+to paste) before it runs, so any launcher works: `gptlab-sweep attention launcher=slurm`. A `hydra.sweep.dir=DIR`
+override is the same as `--out DIR`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +46,7 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
 
 def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list[str]:
     """The overrides shared by every seed of one arm (seed and Hydra dirs are added per call)."""
-    return [*spec["overrides"], *spec["arms"][arm], *extra, f"sweep={name}"]
+    return [*spec["overrides"], *spec["arms"][arm], *extra, f"sweep={name}", f"arm={arm}"]
 
 
 def finished(run_dir: Path, overrides: list[str], seed: int) -> bool:
@@ -80,6 +83,7 @@ def arm_identity(overrides: list[str], seed: int) -> tuple[str, dict, list[str]]
 
 def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tuple[list[str], list[str]]:
     """(warnings, errors): no-op choices per arm, one line per pair of arms that build the identical model."""
+    from gptlab.compare.group import is_bookkeeping
     from gptlab.compare.identical import model_only
 
     warnings, errors, seen = [], [], {}
@@ -91,7 +95,8 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
             continue
         warnings += [f"[{name}] warning: arm '{arm}': {line}" for line in noops]
         for other, (their_print, their_flat) in seen.items():
-            differs = [k for k in set(flat) | set(their_flat) if flat.get(k, None) != their_flat.get(k, None)]
+            differs = [k for k in set(flat) | set(their_flat)
+                       if flat.get(k, None) != their_flat.get(k, None) and not is_bookkeeping(k)]  # e.g. arm
             if fingerprint == their_print and model_only(differs):
                 warnings.append(f"[{name}] warning: arms '{other}' and '{arm}' build the identical model "
                                 f"(fingerprint {fingerprint}): the same experiment twice, every difference is noise")
@@ -100,9 +105,32 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
 
 
 def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str) -> list[str]:
-    """One Hydra multirun over this arm's seeds, each into <sweep_dir>/<arm>/seed<k>."""
-    return [sys.executable, "-m", "gptlab.cli.train", "-m", *overrides, f"seed={','.join(map(str, seeds))}",
+    """One `gptlab-train -m` over this arm's seeds, each into <sweep_dir>/<arm>/seed<k> (Hydra fills ${seed})."""
+    return ["gptlab-train", "-m", *overrides, f"seed={','.join(map(str, seeds))}",
             f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={arm}/seed${{seed}}"]
+
+
+HYDRA_DIR = re.compile(r"^\+{0,2}hydra\.sweep\.(dir|subdir)=(.*)$")
+
+
+def take_sweep_dir(out: Path | None, extra: list[str]) -> tuple[Path | None, list[str]]:
+    """(sweep dir, the other overrides): a user's hydra.sweep.dir=DIR means --out DIR; subdir is gptlab-sweep's."""
+    given, rest = [], []
+    for override in extra:
+        match = HYDRA_DIR.match(override)
+        if match and match.group(1) == "subdir":
+            raise ConfigError(f"{override}: gptlab-sweep puts each run in <sweep dir>/<arm>/seed<k> (re-runs and "
+                              f"gptlab-compare rely on it); drop it, and choose the sweep dir with --out DIR")
+        (given if match else rest).append(match.group(2) if match else override)
+    if not given:
+        return out, rest
+    if "${" in given[-1]:
+        raise ConfigError(f"hydra.sweep.dir={given[-1]}: gptlab-sweep needs the sweep dir before Hydra runs, so "
+                          f"no interpolation; give a plain path (hydra.sweep.dir=DIR or --out DIR)")
+    if out is not None and out.resolve() != Path(given[-1]).resolve():
+        raise ConfigError(f"hydra.sweep.dir={given[-1]} and --out {out} name two different sweep dirs; "
+                          f"give one of them (they mean the same)")
+    return Path(given[-1]), rest
 
 
 def record_definition(sweep_dir: Path, spec: dict, extra: list[str]) -> None:
@@ -133,12 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="a name in sweeps/ (e.g. attention) or a path to a sweep YAML")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run (e.g. train.max_steps=50 launcher=slurm)")
-    parser.add_argument("--out", type=Path, help="sweep dir (default: outputs/sweeps/<name>)")
+    parser.add_argument("--out", type=Path, help="sweep dir (default: outputs/sweeps/<name>; hydra.sweep.dir=DIR is the same)")
     parser.add_argument("--seeds", help="comma-separated seeds instead of the file's")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed arm")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_intermixed_args(argv)
     try:
+        args.out, args.overrides = take_sweep_dir(args.out, args.overrides)
         name, spec, _ = load_sweep(args.sweep)
         seeds = parse_seeds(args.seeds) if args.seeds else list(spec["seeds"])
         sweep_dir = (args.out or Path("outputs/sweeps") / name).resolve()
@@ -162,10 +191,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{name}] {arm}: all {len(seeds)} runs finished, skipping", flush=True)
             continue
         cmd = arm_command(overrides, todo, sweep_dir, arm)
-        print(f"[{name}] {arm}: {' '.join(cmd[2:])}", flush=True)
+        print(f"[{name}] {arm}: {shlex.join(cmd)}", flush=True)
         if args.dry_run:
             continue
-        if subprocess.run(cmd).returncode != 0:
+        # the same command through this Python: works without the venv's bin/ on PATH
+        if subprocess.run([sys.executable, "-m", "gptlab.cli.train", *cmd[1:]]).returncode != 0:
             failures.append(arm)
             if args.fail_fast:
                 break

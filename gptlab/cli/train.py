@@ -23,11 +23,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gptlab.build import group_choices
 from gptlab.cli import fail
 from gptlab.cli.help import help_topic, render
 from gptlab.errors import ConfigError
-from gptlab.loop import StopFlag, TrainingDiverged
 from gptlab.paths import CONF_DIR
 from gptlab.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
@@ -35,7 +33,6 @@ from gptlab.sinks.progress import console_log
 log = logging.getLogger("gptlab")
 remember_launch_gpus()
 LOCK_FILE = ".gptlab.lock"
-RUN_ERRORS = (ConfigError, TrainingDiverged, OSError, OmegaConfBaseException)  # raised inside a run
 OS_HINTS = {errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk quota",
             errno.EFBIG: "the file size limit (ulimit -f) is too small", errno.EROFS: "choose a writable hydra.run.dir",
             errno.EACCES: "choose a writable hydra.run.dir", errno.EPERM: "choose a writable hydra.run.dir",
@@ -63,8 +60,17 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())[:500]
 
 
+def run_errors() -> tuple[type[BaseException], ...]:
+    """What a run raises for bad input or a failed run (imported late: --help and completion skip torch)."""
+    from gptlab.loop import TrainingDiverged
+
+    return ConfigError, TrainingDiverged, OSError, OmegaConfBaseException
+
+
 def exit_code(err: BaseException) -> int:
     """1 when the run failed (diverged, I/O), 2 for bad input."""
+    from gptlab.loop import TrainingDiverged
+
     return 1 if isinstance(err, (TrainingDiverged, OSError)) and not isinstance(err, HydraException) else 2
 
 
@@ -136,6 +142,8 @@ def _report(summary: dict, run_dir: Path) -> None:
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
 def train_app(cfg: DictConfig) -> float | None:
     """Train one configuration; returns the final val loss (the objective for Hydra sweepers)."""
+    from gptlab.build import group_choices
+    from gptlab.loop import StopFlag
     from gptlab.run import execute
 
     hc = HydraConfig.get()
@@ -149,7 +157,7 @@ def train_app(cfg: DictConfig) -> float | None:
             check_run_dir(run_dir, ignore=HYDRA_WRITES)
         with run_dir_lock(run_dir) if _writes_run_files(cfg) else contextlib.nullcontext():
             summary = execute(cfg, run_dir, group_choices(cfg), list(hc.overrides.task), stop=stop)
-    except RUN_ERRORS as err:
+    except run_errors() as err:
         stop.restore()
         if multirun:
             raise  # the launcher reports it with the job's log and goes on with the other runs
@@ -253,7 +261,7 @@ def main() -> None:
         if stop.code == 2:
             _put_back(saved)
         raise
-    except (HydraException, *RUN_ERRORS) as err:
+    except (HydraException, *run_errors()) as err:
         if exit_code(err) == 2:
             _put_back(saved)
         fail(one_line(err), exit_code(err))

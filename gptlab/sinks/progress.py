@@ -15,6 +15,7 @@ CONSOLE_LOG = "gptlab.console"  # lines shown on the console, copied to train.lo
 console_log = logging.getLogger(CONSOLE_LOG)
 console_log.addHandler(logging.NullHandler())  # silent where no job logging routes it to a file
 console_log.propagate = False
+console_log.setLevel(logging.INFO)  # Hydra's job logging sets the same; the level of a bare test process is WARNING
 
 
 def format_duration(seconds: float) -> str:
