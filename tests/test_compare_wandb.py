@@ -191,7 +191,7 @@ def _spec_panels(spec: dict) -> dict[str, list[tuple]]:
     """section name -> [(title, x-axis, metrics, groupBy, groupArea)] from the stored view."""
     sections = spec["spec"]["section"]["panelBankConfig"]["sections"]
     return {s["name"]: [(p["config"]["chartTitle"], p["config"]["xAxis"], p["config"]["metrics"],
-                         p["config"]["groupBy"], p["config"]["groupArea"]) for p in s["panels"]] for s in sections}
+                         p["config"].get("groupBy"), p["config"]["groupArea"]) for p in s["panels"]] for s in sections}
 
 
 def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys, no_key):
@@ -200,7 +200,7 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
                        leaves={"logger.wandb.project": "abl", "logger.wandb.group": "attn"})
     (swiglu / "wandb_run_id").write_text("idf6\n")
     rc, out, err = _run([sweep, "--out", tmp_path / "out", "--workspace"], capsys)
-    assert rc == 0, err
+    assert rc == 0 and "warning: W&B" not in err, err
     path = tmp_path / "out" / "workspace.json"
     assert f"-m gptlab.compare.workspace push {path}" in out
     spec = json.loads(path.read_text())
@@ -212,9 +212,9 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
         assert panels[f"val/loss by choice/{choice}"] == [
             (f"val/loss vs {t} by choice/{choice}", x, ["val/loss"], f"choice/{choice}.value", "minmax")
             for x, t in (("step", "step"), ("tokens", "tokens"), ("wall_s", "wall time (s)"))]
-    # two choices vary, so speed is grouped by the arm (one line per attention x mlp combination)
-    assert [(p[1], p[2], p[3]) for p in panels["speed and memory"]] == [
-        ("step", [m], "arm.value") for m in ("tokens_per_s", "mfu", "peak_mem_bytes")]
+    # two choices vary: speed follows the run set's nested grouping (one line per attention x mlp combination)
+    assert [(p[1], p[2], p[3], p[4]) for p in panels["speed and memory"]] == [
+        ("step", [m], None, "stddev") for m in ("tokens_per_s", "mfu", "peak_mem_bytes")]
     runset = spec["spec"]["section"]["runSets"][0]
     assert [(f["key"]["name"], f["op"], f["value"]) for f in runset["filters"]["filters"]] == [
         ("group", "=", "attn"), ("jobType", "!=", "comparison")]
@@ -227,19 +227,23 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
     assert back.runset_settings.filters == "Metric(\"Group\") == 'attn' and Metric(\"JobType\") != 'comparison'"
 
 
-def test_workspace_groups_by_arm_when_only_a_leaf_varies(tmp_path):
-    runs = [load_run(write_run(tmp_path / f"r{i}", seed=i % 2, leaves={"mlp.ratio": 2 + i // 2})) for i in range(4)]
-    assert workspace.varying_choices(runs) == [] and workspace.group_keys(runs) == ["arm"]
-    spec = workspace.to_spec(workspace.build_workspace(runs, "lr", "gptlab", "team"))
-    assert list(_spec_panels(spec)) == ["val/loss by arm", "speed and memory"]
+def test_workspace_groups_by_the_varying_config_value_when_no_choice_varies(tmp_path):
+    runs = [load_run(write_run(tmp_path / f"r{i}", seed=i % 2, leaves={"optimizer.lr": 10.0 ** -(2 + i // 2)}))
+            for i in range(4)]
+    assert workspace.varying_choices(runs) == [] and workspace.group_keys(runs) == ["optimizer.lr"]
+    panels = _spec_panels(workspace.to_spec(workspace.build_workspace(runs, "lr", "gptlab", "team")))
+    assert list(panels) == ["val/loss by optimizer.lr", "speed and memory"]
+    assert {p[3] for ps in panels.values() for p in ps} == {"optimizer.lr.value"}  # W&B's path of a flat dotted key
+    same = [load_run(write_run(tmp_path / f"s{i}", seed=i)) for i in range(2)]  # seeds only: group by the arm
+    assert workspace.group_keys(same) == ["arm"]
 
 
 def test_workspace_online_is_saved_and_push_needs_a_key(tmp_path, capsys, monkeypatch, no_key):
     import wandb_workspaces.workspaces as ws
 
     sweep = _sweep(tmp_path)
-    rc, _, _ = _run([sweep, "--out", tmp_path / "off", "--workspace"], capsys)
-    assert rc == 0
+    (tmp_path / "off").mkdir()
+    workspace.publish([load_run(sweep / str(j)) for j in range(6)], tmp_path / "off", "auto")
     assert workspace.main(["push", str(tmp_path / "off" / "workspace.json")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: pushing a workspace needs a W&B API key (set WANDB_API_KEY or run `wandb login`)"]

@@ -94,12 +94,12 @@ def log_to_wandb(cmp: Comparison, images: dict[str, Path], runs: list, out: Path
         print(f"W&B (offline): upload later with: {logged.sync_command}")
 
 
-def write_workspace(cmp: Comparison, runs: list, out: Path, mode: str | None) -> None:
+def write_workspace(runs: list, out: Path, mode: str | None) -> None:
     """--workspace: the W&B view of the sweep; a failure here warns and never fails the comparison."""
     try:
         from gptlab.compare.workspace import publish
 
-        publish(cmp, runs, out, mode or "auto")
+        publish(runs, out, mode or "auto")
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"warning: W&B workspace not written ({first}); the local report is complete", file=sys.stderr)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if wandb_log.wanted(args.wandb, args.wandb_mode):
         log_to_wandb(cmp, images, runs, out, args.wandb_mode)
     if args.workspace:
-        write_workspace(cmp, runs, out, args.wandb_mode)
+        write_workspace(runs, out, args.wandb_mode)
     print(f"wrote {out}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")
     return 0
 

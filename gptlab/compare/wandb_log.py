@@ -17,8 +17,8 @@ from gptlab.compare.runs import Run, wandb_identity
 
 TABLE_COLUMNS = ["label", "n_seeds", "val_loss_mean", "val_loss_std", "delta_val_loss", "significant", "p_value",
                  "tokens_per_s", "tokens_per_s_std", "step_ms", "step_ms_std", "mfu", "peak_mem_bytes", "speedup",
-                 "speedup_p", "speed_verdict", "outside_load", "under_load", "model_fingerprint", "identical_to", "params",
-                 "flops_per_token"]
+                 "speedup_p", "speed_verdict", "outside_load", "under_load", "model_fingerprint", "identical_to",
+                 "params", "flops_per_token"]
 STAT_COLUMNS = ["label", "mean", "std", "min", "max", "n_seeds"]
 # Bar charts: metric -> (summary.json key, metrics.jsonl key, how one run's value is taken from its records).
 BAR_METRICS = {"tokens_per_s": ("tokens_per_s_median", "tokens_per_s", stats.median),

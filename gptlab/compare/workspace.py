@@ -1,5 +1,6 @@
-"""A saved W&B workspace view of a sweep (wandb_workspaces): val/loss grouped by each varying choice, speed and
-memory panels, runs filtered to the sweep's W&B group. Offline it is written as JSON and pushed later:
+"""A saved W&B workspace view of a sweep (wandb_workspaces): val/loss vs step, tokens and wall time grouped by each
+varying choice, speed and memory panels, runs filtered to the sweep's W&B group. Offline it is written as JSON
+and pushed later:
 
     python -m gptlab.compare.workspace push <out>/workspace.json [--entity ENTITY]
 """
@@ -12,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gptlab.compare.analysis import Comparison
-from gptlab.compare.group import IGNORED_CHOICES
+from gptlab.compare.group import IGNORED_CHOICES, SEED_KEYS, flatten, is_bookkeeping
 from gptlab.compare.runs import Run
 from gptlab.compare.wandb_log import entity_of, project_of, sweep_group
 from gptlab.errors import ConfigError
@@ -21,7 +21,7 @@ from gptlab.errors import ConfigError
 SPEC_FILE = "workspace.json"
 LOSS_AXES = {"step": "step", "tokens": "tokens", "wall_s": "wall time (s)"}  # x-axis key -> its title
 SPEED_METRICS = {"tokens_per_s": "tokens/s", "mfu": "MFU", "peak_mem_bytes": "peak memory (bytes)"}
-ARM_KEY = "arm"  # the sweep arm: the grouping when no choice differs, and for speed when several do
+ARM_KEY = "arm"  # the sweep arm: the grouping when neither a choice nor a config value differs
 
 
 def varying_choices(runs: list[Run]) -> list[str]:
@@ -34,9 +34,27 @@ def varying_choices(runs: list[Run]) -> list[str]:
     return [g for g, values in seen.items() if len(values) > 1 or any(g not in r.choices for r in runs)]
 
 
+def varying_leaves(runs: list[Run]) -> list[str]:
+    """Dotted config keys whose value differs among the runs (seeds, bookkeeping and _target_ left out)."""
+    flats = [flatten(r.config) for r in runs]
+    keys = sorted(set().union(*flats))
+    def differs(key: str) -> bool:
+        return len({json.dumps(f.get(key), sort_keys=True, default=str) for f in flats}) > 1
+
+    return [k for k in keys if k not in SEED_KEYS and not is_bookkeeping(k)
+            and not k.endswith(("_target_", "_partial_")) and differs(k)]
+
+
 def group_keys(runs: list[Run]) -> list[str]:
-    """W&B config keys the view groups by: `choice/<group>` per varying choice, else `arm`."""
-    return [f"choice/{g}" for g in varying_choices(runs)] or [ARM_KEY]
+    """W&B config keys the view groups by: `choice/<group>` per varying choice, else each varying config value
+    (e.g. `optimizer.lr`), else `arm`."""
+    return [f"choice/{g}" for g in varying_choices(runs)] or varying_leaves(runs) or [ARM_KEY]
+
+
+def config_path(key: str) -> str:
+    """Path of one of our flat W&B config keys: a dotted one (`optimizer.lr`) is stored as
+    {"optimizer.lr": {"value": ...}}, so `.value` goes at the end (wandb_workspaces assumes nested dicts)."""
+    return f"{key}.value" if "." in key else key
 
 
 def _loss_section(key: str, max_runs: int):
@@ -44,40 +62,45 @@ def _loss_section(key: str, max_runs: int):
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
-    panels = [wr.LinePlot(title=f"val/loss vs {title} by {key}", x=x, y=["val/loss"], groupby=wr.Config(key),
+    by = f"config.{config_path(key)}"
+    panels = [wr.LinePlot(title=f"val/loss vs {title} by {key}", x=x, y=["val/loss"], groupby=by,
                           groupby_aggfunc="mean", groupby_rangefunc="minmax", max_runs_to_show=max_runs,
                           title_x=title, title_y="val/loss") for x, title in LOSS_AXES.items()]
     return ws.Section(name=f"val/loss by {key}", panels=panels, is_open=True,
                       panel_settings=ws.SectionPanelSettings(x_axis="step"))
 
 
-def _speed_section(key: str, max_runs: int):
-    """tokens/s, MFU and peak memory against step, grouped by key: mean line, ± std band."""
+def _speed_section(key: str | None, max_runs: int):
+    """tokens/s, MFU and peak memory against step, grouped by key (None: the runs table's nested grouping by
+    every varying key): mean line, ± std band."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
-    panels = [wr.LinePlot(title=f"{title} by {key}", x="step", y=[metric], groupby=wr.Config(key),
-                          groupby_aggfunc="mean", groupby_rangefunc="stddev", max_runs_to_show=max_runs,
-                          title_x="step", title_y=title) for metric, title in SPEED_METRICS.items()]
+    by = f"config.{config_path(key)}" if key else None
+    panels = [wr.LinePlot(title=f"{title} by {key or 'run set grouping'}", x="step", y=[metric], groupby=by,
+                          groupby_aggfunc="mean", groupby_rangefunc="stddev", aggregate=True,
+                          max_runs_to_show=max_runs, title_x="step", title_y=title)
+              for metric, title in SPEED_METRICS.items()]
     return ws.Section(name="speed and memory", panels=panels, is_open=True,
                       panel_settings=ws.SectionPanelSettings(x_axis="step"))
 
 
 def build_workspace(runs: list[Run], group: str, project: str, entity: str | None):
-    """The Workspace model: one val/loss section per varying choice, one speed section (by that choice, or by arm
-    when several vary), the sweep's training runs only, grouped by every varying choice."""
+    """The Workspace model: one val/loss section per varying key, one speed section (by that key, or by the
+    run set's nested grouping when several vary), the sweep's training runs only, grouped by every varying key."""
     import wandb_workspaces.workspaces as ws
     from wandb_workspaces import expr
 
     keys = group_keys(runs)
     max_runs = max(10, len(runs))
+    speed = _speed_section(keys[0] if len(keys) == 1 else None, max_runs)
     return ws.Workspace(
         entity=entity or "", project=project, name=f"gptlab sweep {group}",
-        sections=[_loss_section(k, max_runs) for k in keys] + [_speed_section(keys[0] if len(keys) == 1 else ARM_KEY, max_runs)],
+        sections=[_loss_section(k, max_runs) for k in keys] + [speed],
         settings=ws.WorkspaceSettings(x_axis="step", max_runs=max_runs),
         runset_settings=ws.RunsetSettings(
             filters=expr.And(expr.Metric("Group") == group, expr.Metric("JobType") != "comparison"),
-            groupby=[expr.Config(k) for k in keys],
+            groupby=[expr.Config(config_path(k)) for k in keys],
             pinned_columns=[f"config:{k}" for k in keys] + ["summary:final_val_loss"]))
 
 
@@ -114,7 +137,7 @@ def push(path: Path, entity: str | None = None) -> str:
     return workspace.save().url
 
 
-def publish(cmp: Comparison, runs: list[Run], out: Path, mode: str) -> Path:
+def publish(runs: list[Run], out: Path, mode: str) -> Path:
     """Write out/workspace.json; online also save the view and print its URL, else print how to push it."""
     from gptlab.sinks.wandb import resolve_mode
 
