@@ -45,7 +45,7 @@ def _sweep(tmp_path: Path, second_choice: dict | None = None) -> Path:
         if job % 2 == 0:
             summary = json.loads((run / "summary.json").read_text())
             summary["wandb"] = {"id": f"sum{job}", "project": "abl", "entity": None, "group": "attn",
-                                "mode": "offline", "folders": []}
+                                "mode": "offline", "folders": [f"{run}/wandb/offline-run-1-sum{job}"]}
             (run / "summary.json").write_text(json.dumps(summary))
         else:
             (run / "wandb_run_id").write_text(f"idf{job}\n")
@@ -88,6 +88,8 @@ def test_wandb_without_key_logs_offline_links_runs_and_native_charts(tmp_path, c
     assert rc == 0, err
     assert "warning" not in err
     folder = Path(re.search(r"upload later with: wandb sync (\S+)", out).group(1))
+    folders = " ".join(f"{sweep}/{j}/wandb/offline-run-1-sum{j}" for j in (0, 2, 4))  # as summary.json lists them
+    assert f"W&B: 3 offline folders of the compared runs; upload them with: wandb sync {folders}\n" in out
     assert folder.parent == tmp_path / "out" / "wandb" and folder.name.startswith("offline-run-")
     records = inspect_records(folder)
     run = of_type(records, "run")[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -92,6 +93,10 @@ def log_to_wandb(cmp: Comparison, images: dict[str, Path], runs: list, out: Path
     print(f"W&B: logged comparison run to {logged.folder}")
     if logged.sync_command:
         print(f"W&B (offline): upload later with: {logged.sync_command}")
+    folders = wandb_log.offline_folders(runs)
+    if folders:
+        print(f"W&B: {len(folders)} offline folders of the compared runs; upload them with: "
+              f"wandb sync {' '.join(shlex.quote(f) for f in folders)}")
 
 
 def write_workspace(runs: list, out: Path, mode: str | None) -> None:

@@ -89,6 +89,16 @@ def linked_runs(cmp: Comparison) -> list[dict[str, Any]]:
     return out
 
 
+def offline_folders(runs: list[Run]) -> list[str]:
+    """Offline W&B folders of the compared runs (summary.json "wandb"): to sync before the links resolve online."""
+    out = []
+    for run in runs:
+        recorded = run.summary.get("wandb")
+        if isinstance(recorded, dict) and recorded.get("mode") == "offline":
+            out.extend(str(f) for f in recorded.get("folders") or [])
+    return out
+
+
 def table_rows(cmp: Comparison) -> list[list[Any]]:
     """The comparison table as W&B rows; a list cell (identical-model labels) becomes one string."""
     return [["; ".join(v) if isinstance(v := getattr(r, c), list) else v for c in TABLE_COLUMNS] for r in cmp.rows]
