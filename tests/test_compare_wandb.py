@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from compare_fixtures import default_loss, write_run, write_sweep
-from test_sinks import inspect_records, of_type
+from wandb_read import inspect_records, of_type
 
 from gptlab.cli.compare import main
 from gptlab.compare import wandb_log, workspace
