@@ -1,25 +1,29 @@
 """gptlab-flops: params, FLOPs, bytes, intensity, KV cache, memory and roofline for any training config.
 
 Takes the same overrides as gptlab-train plus `mode=train|prefill|decode batch_size=B seq_len=N
-format=table|json`. Touches no data and writes no files: the model is built on the meta device, one block
-per distinct layer kind, and vocab_size comes from model.vocab_size, or 50257 (the GPT-2 tokenizer) when null.
+format=table|json dtype=fp32|bf16|fp16|fp8` and the accounting switches `mask_pass elementwise blocks_only`
+(conf/flops.yaml, docs/COSTS.md). Touches no data and writes no files: the model is built on the meta device,
+one block per distinct layer kind, and vocab_size comes from model.vocab_size, or 50257 (GPT-2's) when null.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
+import textwrap
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli import fail
+from gptlab.cli.flops_table import render_table
+from gptlab.cli.help import group_page, help_topic, read_yaml_doc
 from gptlab.errors import ConfigError
 from gptlab.paths import CONF_DIR
 
 DEFAULT_VOCAB = 50257  # GPT-2 BPE, the tokenizer default when model.vocab_size is null
 FORMATS = ("table", "json")
+DTYPES = ("fp32", "bf16", "fp16", "fp8")  # the dtype= shorthand (null or auto: hardware.dtype)
 
 
 def _int_key(cfg: DictConfig, key: str, fallback_key: str) -> int:
@@ -54,7 +58,28 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
         from gptlab.costs.peak import cached_bandwidth
 
         bw = cached_bandwidth(device, cache_dir())
-    return float(peak), float(bw), _dtype(str(hw.get("dtype", "bf16")), device)
+    return float(peak), float(bw), _dtype(_dtype_key(cfg, str(hw.get("dtype", "bf16"))), device)
+
+
+def _dtype_key(cfg: DictConfig, hardware_dtype: str) -> str:
+    """The dtype= shorthand if given, else hardware.dtype."""
+    value = OmegaConf.select(cfg, "dtype")
+    if value is None or value == "auto":
+        return hardware_dtype
+    if value not in DTYPES:
+        raise ConfigError(f"dtype={value}: not allowed; allowed: {', '.join(DTYPES)} (null = hardware.dtype)")
+    return value
+
+
+def _accounting(cfg: DictConfig):
+    """The Accounting of the mask_pass / elementwise / blocks_only keys."""
+    from gptlab.costs.accounting import DEFAULT_UNFUSED, from_options
+
+    elementwise = OmegaConf.select(cfg, "elementwise", default=list(DEFAULT_UNFUSED))
+    if OmegaConf.is_config(elementwise):
+        elementwise = OmegaConf.to_container(elementwise)
+    return from_options(mask_pass=OmegaConf.select(cfg, "mask_pass", default=False), elementwise=elementwise,
+                        blocks_only=OmegaConf.select(cfg, "blocks_only", default=False))
 
 
 def _dtype(dtype: str, device: str) -> str:
@@ -72,8 +97,9 @@ def _dtype(dtype: str, device: str) -> str:
 
 def run(cfg: DictConfig):
     """The CostReport the composed flops config asks for (raises ConfigError on bad input)."""
-    from gptlab.build import cost_report
-    from gptlab.costs import MODES
+    from gptlab.build import build_cost_model, build_optimizer
+    from gptlab.costs import MODES, analyze
+    from gptlab.costs.memory import optimizer_state_bytes_per_param
 
     mode, fmt = str(cfg.mode), str(cfg.format)
     if mode not in MODES:
@@ -84,81 +110,19 @@ def run(cfg: DictConfig):
     seq = _int_key(cfg, "seq_len", "model.block_size")
     if seq > cfg.model.block_size:
         raise ConfigError(f"seq_len={seq}: exceeds model.block_size={cfg.model.block_size}; use seq_len <= block_size")
+    accounting = _accounting(cfg)
     peak, bw, dtype = _roofs(cfg)
-    # one block per distinct layer kind, times its layers: model.n_layer=100000 costs seconds, not a build of each
-    return cost_report(cfg, batch, seq, vocab_size=DEFAULT_VOCAB, mode=mode, dtype=dtype, peak_flops=peak,
-                       mem_bandwidth=bw)
-
-
-def _si(x: float | None, unit: str = "") -> str:
-    """1.23G-style number (binary prefixes for bytes)."""
-    if x is None:
-        return "-"
-    base, prefixes = (1024.0, ["", "Ki", "Mi", "Gi", "Ti", "Pi"]) if unit == "B" else (1000.0, ["", "k", "M", "G", "T", "P"])
-    i = 0
-    while abs(x) >= base and i < len(prefixes) - 1:
-        x, i = x / base, i + 1
-    return f"{x:.3g}{prefixes[i]}{unit}"
-
-
-def _secs(x: float) -> str:
-    """Seconds as µs/ms/s with 3 significant digits."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if x >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x / 1e-9:.3g}ns"
-
-
-def _summary_lines(d: dict) -> list[str]:
-    p, f, b, kv, mem, hw, t = (d[k] for k in ("params", "flops", "bytes", "kv_cache", "memory", "hardware", "time"))
-    comps = ", ".join(f"{k} {_si(v)}" for k, v in p["per_component"].items() if v)
-    return [
-        f"[bold]{d['mode']}[/]: batch {d['batch_size']} x seq_len {d['seq_len']} = {d['tokens']:,} tokens "
-        f"({d['dtype_bytes']} bytes/element, attention {d['attention_path']})",
-        f"params        total {p['total']:,}   non-embedding {p['non_embedding']:,}   ({comps})",
-        f"FLOPs/token   forward {_si(f['forward_per_token'])}   train {_si(f['train_per_token'])}   "
-        f"(useful; step total incl. backward/kernels {_si(f['step_total_kernel'])})",
-        f"attention     kernel {_si(f['attention_kernel'])}   useful {_si(f['attention_useful'])} FLOPs (forward)",
-        f"bytes (fwd)   naive {_si(b['naive_total'], 'B')}   fused {_si(b['fused_total'], 'B')}   "
-        f"score-matrix traffic {_si(b['score_matrix_traffic'], 'B')}",
-        f"KV cache      {_si(kv['bytes_per_token'], 'B')}/token   {_si(kv['total_bytes'], 'B')} total   "
-        f"weights {_si(d['weights']['bytes'], 'B')}",
-        f"inference mem {_si(mem['inference_estimate_bytes'], 'B')} = weights + KV cache"
-        if d["mode"] != "train" else
-        f"train memory  {_si(mem['train_estimate_bytes'], 'B')} = weights {_si(mem['weights_bytes'], 'B')} + grads "
-        f"{_si(mem['grads_bytes'], 'B')} + optimizer {_si(mem['optimizer_bytes'], 'B')} + activations "
-        f"{_si(mem['activations_bytes'], 'B')} (naive {_si(mem['activations_naive_bytes'], 'B')}, fused "
-        f"{_si(mem['activations_fused_bytes'], 'B')}, checkpointed {_si(mem['activations_checkpointed_bytes'], 'B')})",
-        f"roofline      peak {_si(hw['peak_flops'], 'FLOP/s')}   bandwidth {_si(hw['mem_bandwidth'], 'B')}/s   "
-        f"ridge {hw['ridge_point']:.0f} FLOP/byte",
-        f"verdict       [bold]{d['bound']}-bound[/]: step >= {_secs(t['lower_bound_s'])} "
-        f"(compute {_secs(t['compute_s'])}, memory {_secs(t['memory_s'])})",
-    ]
-
-
-def render_table(d: dict) -> None:
-    """Print the report as a summary plus one row per op (rich)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(120, shutil.get_terminal_size((120, 40)).columns))
-    for line in _summary_lines(d):
-        console.print(line, highlight=False)
-    table = Table(title="ops (forward FLOPs/bytes; time bound is per step of the mode)")
-    for col in ("op", "layers", "FLOPs", "useful", "bytes naive", "bytes fused", "FLOP/byte", "time >=", "share", "bound"):
-        table.add_column(col, justify="left" if col == "op" else "right")
-    total = d["time"]["lower_bound_s"] or 1.0
-    for op in d["ops"]:
-        intensity = "-" if op["intensity"] is None else f"{op['intensity']:.3g}"
-        table.add_row(op["name"], str(op["layers"]), _si(op["flops"]), _si(op["flops_useful"]),
-                      _si(op["bytes_naive"], "B"), _si(op["bytes_fused"], "B"), intensity,
-                      _secs(op["time_lower_bound_s"]), f"{100 * op['time_lower_bound_s'] / total:.1f}%",
-                      op["bound"])
-    console.print(table)
+    # build.cost_report with the accounting switches: one block per distinct layer kind, times its layers
+    # (model.n_layer=100000 costs seconds, not a build of each)
+    model = build_cost_model(cfg, DEFAULT_VOCAB)
+    state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
+    return analyze(model, batch, seq, mode=mode, dtype_bytes=dtype, peak_flops=peak, mem_bandwidth=bw,
+                   optimizer_state_bytes_per_param=state, accounting=accounting,
+                   activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="flops", version_base=None)
-def main(cfg: DictConfig) -> None:
+def flops_app(cfg: DictConfig) -> None:
     """Print the cost report for the composed config (table or one JSON object)."""
     try:
         report = run(cfg)
@@ -170,6 +134,33 @@ def main(cfg: DictConfig) -> None:
         else:
             render_table(report.to_dict())
     except BrokenPipeError:  # e.g. piped into `head`
+        sys.stderr.close()
+
+
+def help_page() -> str:
+    """`gptlab-flops --help`: usage and every key of conf/flops.yaml with its comment."""
+    rows = [f"  {e.key}={e.value}\n" + textwrap.fill(e.comment, 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+            for e in read_yaml_doc(CONF_DIR / "flops.yaml").entries
+            if e.value and not e.key.startswith("hydra")]
+    return "\n".join([
+        "gptlab-flops: params, FLOPs, bytes, arithmetic intensity, KV cache, memory and roofline of a config.",
+        "", "usage:", "  gptlab-flops [gptlab-train overrides] [KEY=VALUE ...]",
+        "  gptlab-flops --help GROUP        a config group's options (as gptlab-train --help GROUP)", "",
+        "keys (conf/flops.yaml; formulas in docs/COSTS.md):", *rows, "",
+        "textbook accounting (materialised scores, mask pass, unfused element-wise, blocks only):",
+        "  gptlab-flops model=gpt2-xl attention.impl=naive mask_pass=true elementwise=unfused blocks_only=true"])
+
+
+def main():
+    """The gptlab-flops command: --help [GROUP] is ours, the rest is Hydra's."""
+    topic = help_topic(sys.argv[1:])
+    if topic is None:
+        return flops_app()
+    try:
+        print(group_page(topic) if topic else help_page(), flush=True)
+    except ConfigError as err:
+        fail(err)
+    except BrokenPipeError:
         sys.stderr.close()
 
 

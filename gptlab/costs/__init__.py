@@ -3,9 +3,12 @@
 Pure torch + Python (no Hydra, no W&B): `analyze(model, batch_size, seq_len, mode=...)` reads the
 model's module tree, so any attention/MLP/norm/position variant is costed without new code here.
 `train_flops_per_token` is the MFU numerator the training loop uses, so the two never disagree.
+`Accounting` picks the counting conventions (mask pass, element-wise fusion, blocks only; docs/COSTS.md).
 """
+
+from gptlab.costs.accounting import Accounting
 
 from gptlab.costs.report import MODES, CostReport, analyze, element_bytes, train_flops_per_token
 from gptlab.costs.structure import ModelShape, describe
 
-__all__ = ["MODES", "CostReport", "ModelShape", "analyze", "describe", "element_bytes", "train_flops_per_token"]
+__all__ = ["MODES", "Accounting", "CostReport", "ModelShape", "analyze", "describe", "element_bytes", "train_flops_per_token"]

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gptlab.costs.accounting import Accounting
 from gptlab.costs.scores import score_pairs
 from gptlab.costs.structure import AttnShape, LinearShape, MLPShape, ModelShape, NormShape
 
 SOFTMAX_FLOPS = 5      # per score: mask, max, subtract, exp, sum, divide (~5 once amortised)
+MASK_FLOPS = 1         # per score, moved out of SOFTMAX_FLOPS when the mask is its own pass (mask_pass)
+MASK_BYTES = 1         # per (query, key) pair: the boolean (Tq, Tk) mask, shared by the batch and the heads
+RESIDUAL_FLOPS = 1     # per element of a residual add x + f(x)
 ACT_FLOPS = 4          # per activation input element (GELU-tanh ~8, SiLU·up ~5, ReLU² 2): an average
 ROTARY_FLOPS = 3       # per rotated element: x1·cos - x2·sin (2 mul + 1 add per output)
 LOSS_FLOPS = 4         # per logit: max, exp, sum, log-softmax gather
@@ -40,6 +44,7 @@ class Op:
     in_backward: bool = True      # has a backward pass (moving ~2x its forward bytes); the optimizer has none
     in_block: bool = False        # inside a transformer block (recomputed under activation checkpointing)
     group: str = "other"          # module kind for time breakdowns (see GROUPS)
+    elementwise_class: str | None = None  # fusable element-wise class (accounting.ELEMENTWISE), else None
 
     def merge(self, other: "Op") -> None:
         """Add another layer's instance of the same op."""
@@ -58,8 +63,8 @@ class Op:
 AMOUNTS = ("flops", "flops_dense", "flops_useful", "bytes_naive", "bytes_fused")  # what adds up over layers
 
 
-def _same(name, kind, flops, nbytes, backward=2.0) -> Op:
-    return Op(name, kind, flops, flops, flops, nbytes, nbytes, backward)
+def _same(name, kind, flops, nbytes, backward=2.0, cls=None) -> Op:
+    return Op(name, kind, flops, flops, flops, nbytes, nbytes, backward, elementwise_class=cls)
 
 
 def linear_op(lin: LinearShape, tokens: int, s: int) -> Op:
@@ -72,7 +77,8 @@ def linear_op(lin: LinearShape, tokens: int, s: int) -> Op:
 def norm_op(name: str, norm: NormShape, rows: int, s: int) -> Op:
     """Elementwise over rows × dim: read and write every element once."""
     elems = rows * norm.dim
-    return _same(name, "elementwise", elems * norm.flops_per_element, s * (2 * elems + norm.n_affine * norm.dim))
+    return _same(name, "elementwise", elems * norm.flops_per_element, s * (2 * elems + norm.n_affine * norm.dim),
+                 cls="norm")
 
 
 @dataclass
@@ -89,8 +95,8 @@ class Shape:
         return self.batch * self.tq
 
 
-def attention_ops(a: AttnShape, x: Shape, rotates: bool) -> list[Op]:
-    """Projections, optional QK-norm/rotary, scores, softmax (+bias), A·V; GQA reads fewer K/V bytes."""
+def attention_ops(a: AttnShape, x: Shape, rotates: bool, mask_pass: bool = False) -> list[Op]:
+    """Projections, optional QK-norm/rotary, scores, (mask,) softmax (+bias), A·V; GQA reads fewer K/V bytes."""
     B, s, n = x.batch, x.s, x.tokens
     hd, H, K = a.head_dim, a.n_head, a.n_kv_head
     pairs = score_pairs(x.tq, x.tk, a.window, a.traits)
@@ -102,7 +108,7 @@ def attention_ops(a: AttnShape, x: Shape, rotates: bool) -> list[Op]:
         ops.append(norm_op("attn.qk_norm", a.qk_norm, n * (H + K), s))
     if rotates:
         elems = n * (H + K) * hd
-        ops.append(_same("attn.rotary", "elementwise", ROTARY_FLOPS * elems, 2 * s * elems))
+        ops.append(_same("attn.rotary", "elementwise", ROTARY_FLOPS * elems, 2 * s * elems, cls="rotary"))
 
     def per_pair(name, kind, per, naive, fused, backward=2.0) -> Op:
         f = B * H * per
@@ -113,7 +119,12 @@ def attention_ops(a: AttnShape, x: Shape, rotates: bool) -> list[Op]:
     if a.uses_score_bias:
         bias_bytes = s * H * pairs.dense  # the (H, Tq, Tk) bias, shared by the batch
         ops.append(per_pair("attn.score_bias", "elementwise", 1, bias_bytes + 2 * tt_bytes, bias_bytes))
-    ops.append(per_pair("attn.softmax", "elementwise", SOFTMAX_FLOPS, 2 * tt_bytes, 0.0))
+    softmax_flops = SOFTMAX_FLOPS
+    if mask_pass and pairs.useful < pairs.dense:  # a mask that hides nothing is never applied
+        # read scores + the (Tq, Tk) mask, write scores; a fused kernel masks in registers (no bytes)
+        ops.append(per_pair("attn.mask", "elementwise", MASK_FLOPS, 2 * tt_bytes + MASK_BYTES * x.tq * x.tk, 0.0))
+        softmax_flops -= MASK_FLOPS
+    ops.append(per_pair("attn.softmax", "elementwise", softmax_flops, 2 * tt_bytes, 0.0))
     ops.append(per_pair("attn.av", "matmul", 2 * hd, tt_bytes + kv_bytes + q_bytes, kv_bytes + q_bytes))
     _grouped(ops[kernel_start:], "attention kernel")
     return ops
@@ -123,7 +134,8 @@ def mlp_ops(m: MLPShape, x: Shape) -> list[Op]:
     """Every linear of the MLP (found generically) plus the activation on its hidden width."""
     n, s = x.tokens, x.s
     ops = [linear_op(lin, n, x.s) for lin in m.linears]
-    ops.append(_same("mlp.act", "elementwise", ACT_FLOPS * n * m.act_inputs, s * n * (m.act_inputs + m.hidden)))
+    ops.append(_same("mlp.act", "elementwise", ACT_FLOPS * n * m.act_inputs, s * n * (m.act_inputs + m.hidden),
+                     cls="act"))
     return _grouped(ops, "mlp")
 
 
@@ -144,23 +156,47 @@ class OpList:
             self.add(op)
 
 
-def forward_ops(m: ModelShape, x: Shape) -> list[Op]:
-    """All ops of one forward pass over x (embedding to LM head), merged across layers."""
+def residual_ops(d_model: int, tokens: int, s: int) -> list[Op]:
+    """The block's two residual adds x + f(x): read both, write the sum (listed only when not fused)."""
+    elems = tokens * d_model
+    return [_same("residual", "elementwise", 2 * RESIDUAL_FLOPS * elems, 2 * 3 * s * elems, cls="residual")]
+
+
+def _outside_in(m: ModelShape, x: Shape) -> list[Op]:
+    """Token embedding gather and the learned position add, before the first block."""
     n, s, d = x.tokens, x.s, m.d_model
-    out = OpList()
     embed = [_same("embedding", "memory", 0.0, 2 * s * n * d, backward=0.0)]  # gather rows, write (B, T, d)
     if m.position_adds:
-        embed.append(_same("position", "elementwise", n * d, s * (2 * n * d + x.tq * d)))
-    out.extend(_grouped(embed, "embedding"))
+        embed.append(_same("position", "elementwise", n * d, s * (2 * n * d + x.tq * d), cls="position"))
+    return _grouped(embed, "embedding")
+
+
+def _fuse(ops: list[Op], acc: Accounting) -> list[Op]:
+    """Element-wise ops of a class fused into a neighbouring kernel keep their FLOPs and move no bytes."""
+    for op in ops:
+        if not acc.own_pass(op.elementwise_class):
+            op.bytes_naive = op.bytes_fused = 0.0
+    return ops
+
+
+def forward_ops(m: ModelShape, x: Shape, acc: Accounting = Accounting()) -> list[Op]:
+    """All ops of one forward pass over x (embedding to LM head, or the blocks only), merged across layers."""
+    n, s = x.tokens, x.s
+    out = OpList()
+    if not acc.blocks_only:
+        out.extend(_outside_in(m, x))
     for block, count in m.layers():  # each distinct block shape once, times its layers
         ops = _grouped([norm_op("norm", norm, n, s) for norm in block.norms], "norms")
-        ops += attention_ops(block.attn, x, m.position_rotates) + mlp_ops(block.mlp, x)
+        ops += attention_ops(block.attn, x, m.position_rotates, acc.mask_pass) + mlp_ops(block.mlp, x)
+        if acc.own_pass("residual"):
+            ops += residual_ops(m.d_model, n, s)
         for op in ops:
             op.in_block = True
         out.extend(op.repeat(count) for op in ops)
-    out.extend(_grouped([norm_op("norm_f", m.norm_f, n, s)], "norms"))
-    out.extend(_grouped([linear_op(m.lm_head, n, s)], "lm_head"))
-    return list(out.ops.values())
+    if not acc.blocks_only:
+        out.extend(_grouped([norm_op("norm_f", m.norm_f, n, s)], "norms"))
+        out.extend(_grouped([linear_op(m.lm_head, n, s)], "lm_head"))
+    return _fuse(list(out.ops.values()), acc)
 
 
 def loss_op(m: ModelShape, tokens: int, s: int) -> Op:

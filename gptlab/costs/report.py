@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch.nn as nn
 
 from gptlab.errors import ConfigError
+from gptlab.costs.accounting import Accounting, intensity
 from gptlab.costs.memory import activation_bytes, kv_cache
 from gptlab.costs.ops import Op, Shape, forward_ops, loss_op, optimizer_op
 from gptlab.costs.structure import ModelShape, describe, non_embedding_params
@@ -39,7 +40,7 @@ def _matmul(ops: list[Op], key: str) -> float:
     return sum(getattr(op, key) for op in ops if op.kind == "matmul")
 
 
-def train_flops_per_token(model: nn.Module | ModelShape, seq_len: int) -> float:
+def train_flops_per_token(model: nn.Module | ModelShape, seq_len: int, accounting: Accounting = Accounting()) -> float:
     """Useful training FLOPs per token, the MFU numerator: 3 × forward matmul FLOPs (backward = 2× forward).
 
     Forward matmul FLOPs per token = 2·Σ(d_in·d_out) over every nn.Linear applied per token (attention
@@ -47,8 +48,9 @@ def train_flops_per_token(model: nn.Module | ModelShape, seq_len: int) -> float:
     c̄ = (1/T)·Σ_{t=1..T} min(t, window): the mean number of keys a query really sees (causal- and
     window-aware; GQA shrinks only the K/V projection). Norms, softmax, activations and the optimizer
     are excluded, and so are masked scores a kernel computes anyway and fused-kernel recomputation.
+    `accounting.blocks_only` drops the LM head; the other switches move bytes only.
     """
-    ops = forward_ops(_shape(model), Shape(batch=1, tq=seq_len, tk=seq_len, s=2))
+    ops = forward_ops(_shape(model), Shape(batch=1, tq=seq_len, tk=seq_len, s=2), accounting)
     return 3.0 * _matmul(ops, "flops_useful") / seq_len
 
 
@@ -82,6 +84,8 @@ class CostReport:
     time: dict
     bound: str
     ops: list[dict] = field(default_factory=list)
+    intensity: dict = field(default_factory=dict)   # forward FLOP/byte, whole and per op class (accounting.intensity)
+    accounting: dict = field(default_factory=dict)  # the conventions counted with (accounting.Accounting)
 
     def to_dict(self) -> dict:
         """The JSON contract (issue 6): nested dicts plus the per-op list."""
@@ -131,26 +135,28 @@ def _memory(m: ModelShape, batch: int, seq: int, s: int, materialized: bool, che
 def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: str = "train",
             dtype_bytes: int | str = 2, peak_flops: float | None = None, mem_bandwidth: float | None = None,
             optimizer_state_bytes_per_param: float = 8, activation_checkpointing: bool = False,
-            param_bytes: int = 4) -> CostReport:
+            param_bytes: int = 4, accounting: Accounting | None = None) -> CostReport:
     """Cost of one step of `mode` on batch_size sequences of seq_len tokens (decode: 1 new token each).
 
     Activations and the KV cache are in `dtype_bytes` per element; training keeps `param_bytes` weights
     and grads plus `optimizer_state_bytes_per_param`. Backward is modelled as 2× forward bytes.
+    `accounting` picks the conventions (mask pass, element-wise fusion, blocks only); None = the default.
     """
     _check(mode, batch_size, seq_len)
+    acc = accounting or Accounting()
     s = element_bytes(dtype_bytes)
     m = _shape(model)
     peak = float(peak_flops or DEFAULT_PEAK_FLOPS)
     bw = float(mem_bandwidth or DEFAULT_MEM_BANDWIDTH)
     x = Shape(batch=batch_size, tq=1 if mode == "decode" else seq_len, tk=seq_len, s=s)
-    ops = forward_ops(m, x)
-    if mode == "train":
+    ops = forward_ops(m, x, acc)
+    if mode == "train" and not acc.blocks_only:
         ops += [loss_op(m, x.tokens, s), optimizer_op(m.n_params, param_bytes, optimizer_state_bytes_per_param)]
     materialized = any(b.attn.traits.materializes_scores for b in m.blocks)
     rows = _op_rows(ops, mode, not materialized, activation_checkpointing, peak, bw, x.tokens)
     compute_s = sum(r["flops_step"] for r in rows) / peak
     memory_s = sum(r["bytes_step"] for r in rows) / bw
-    fwd_useful, per_token_train = _matmul(ops, "flops_useful"), train_flops_per_token(m, seq_len)
+    fwd_useful, per_token_train = _matmul(ops, "flops_useful"), train_flops_per_token(m, seq_len, acc)
     attn = [op for op in ops if op.name in ("attn.scores", "attn.av")]
     flops = {
         "forward_per_token": fwd_useful / x.tokens, "forward_total": fwd_useful,
@@ -179,4 +185,4 @@ def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: 
         time={"lower_bound_s": sum(r["time_lower_bound_s"] for r in rows), "compute_s": compute_s,
               "memory_s": memory_s},
         bound="compute" if compute_s >= memory_s else "memory",
-        ops=rows)
+        ops=rows, intensity=intensity(ops, not materialized, peak / bw), accounting=asdict(acc))

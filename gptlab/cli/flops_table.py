@@ -1,0 +1,99 @@
+"""gptlab-flops' table: a summary (accounting, intensity per op class, verdicts) and one row per op."""
+
+from __future__ import annotations
+
+import shutil
+
+
+def _si(x: float | None, unit: str = "") -> str:
+    """1.23G-style number (binary prefixes for bytes)."""
+    if x is None:
+        return "-"
+    base, prefixes = (1024.0, ["", "Ki", "Mi", "Gi", "Ti", "Pi"]) if unit == "B" else (1000.0, ["", "k", "M", "G", "T", "P"])
+    i = 0
+    while abs(x) >= base and i < len(prefixes) - 1:
+        x, i = x / base, i + 1
+    return f"{x:.3g}{prefixes[i]}{unit}"
+
+
+def _secs(x: float) -> str:
+    """Seconds as µs/ms/s with 3 significant digits."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if x >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x / 1e-9:.3g}ns"
+
+
+def _summary_lines(d: dict) -> list[str]:
+    p, f, b, kv, mem, hw, t = (d[k] for k in ("params", "flops", "bytes", "kv_cache", "memory", "hardware", "time"))
+    comps = ", ".join(f"{k} {_si(v)}" for k, v in p["per_component"].items() if v)
+    return [
+        f"[bold]{d['mode']}[/]: batch {d['batch_size']} x seq_len {d['seq_len']} = {d['tokens']:,} tokens "
+        f"({d['dtype_bytes']} bytes/element, attention {d['attention_path']})",
+        f"params        total {p['total']:,}   non-embedding {p['non_embedding']:,}   ({comps})",
+        f"FLOPs/token   forward {_si(f['forward_per_token'])}   train {_si(f['train_per_token'])}   "
+        f"(useful; step total incl. backward/kernels {_si(f['step_total_kernel'])})",
+        f"attention     kernel {_si(f['attention_kernel'])}   useful {_si(f['attention_useful'])} FLOPs (forward)",
+        f"bytes (fwd)   naive {_si(b['naive_total'], 'B')}   fused {_si(b['fused_total'], 'B')}   "
+        f"score-matrix traffic {_si(b['score_matrix_traffic'], 'B')}",
+        f"KV cache      {_si(kv['bytes_per_token'], 'B')}/token   {_si(kv['total_bytes'], 'B')} total   "
+        f"weights {_si(d['weights']['bytes'], 'B')}",
+        f"inference mem {_si(mem['inference_estimate_bytes'], 'B')} = weights + KV cache"
+        if d["mode"] != "train" else
+        f"train memory  {_si(mem['train_estimate_bytes'], 'B')} = weights {_si(mem['weights_bytes'], 'B')} + grads "
+        f"{_si(mem['grads_bytes'], 'B')} + optimizer {_si(mem['optimizer_bytes'], 'B')} + activations "
+        f"{_si(mem['activations_bytes'], 'B')} (naive {_si(mem['activations_naive_bytes'], 'B')}, fused "
+        f"{_si(mem['activations_fused_bytes'], 'B')}, checkpointed {_si(mem['activations_checkpointed_bytes'], 'B')})",
+        f"roofline      peak {_si(hw['peak_flops'], 'FLOP/s')}   bandwidth {_si(hw['mem_bandwidth'], 'B')}/s   "
+        f"ridge {hw['ridge_point']:.0f} FLOP/byte",
+        f"verdict       [bold]{d['bound']}-bound[/]: step >= {_secs(t['lower_bound_s'])} "
+        f"(compute {_secs(t['compute_s'])}, memory {_secs(t['memory_s'])})",
+        _accounting_line(d["accounting"]),
+    ]
+
+
+def _accounting_line(acc: dict) -> str:
+    """The conventions the figures were counted with (conf/flops.yaml: mask_pass, elementwise, blocks_only)."""
+    own = ", ".join(acc["unfused"]) or "none"
+    return (f"accounting    mask {'its own pass' if acc['mask_pass'] else 'folded into scores'}; "
+            f"element-wise own passes: {own}; "
+            f"{'transformer blocks only' if acc['blocks_only'] else 'embeddings and LM head counted'}")
+
+
+def _intensity_table(d: dict):
+    """Forward arithmetic intensity per op class and of the whole forward, with a verdict against the ridge."""
+    from rich.table import Table
+
+    ridge, it = d["hardware"]["ridge_point"], d["intensity"]
+    table = Table(title=f"forward intensity ({d['attention_path']}; ridge {ridge:.0f})")
+    for col in ("op class", "FLOPs", "bytes", "FLOP/byte", "bound"):
+        table.add_column(col, justify="left" if col == "op class" else "right")
+    rows = [(name, c) for name, c in it["classes"].items()]
+    rows.append(("forward (all)", {"flops": it["forward_flops"], "bytes": it["forward_bytes"],
+                                   "intensity": it["forward"], "bound": it["forward_bound"]}))
+    for name, c in rows:
+        value = "-" if c["intensity"] is None else f"{c['intensity']:.3g}"
+        table.add_row(name, _si(c["flops"]), _si(c["bytes"], "B"), value, c["bound"])
+    return table
+
+
+def render_table(d: dict) -> None:
+    """Print the report as a summary plus one row per op (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, shutil.get_terminal_size((120, 40)).columns))
+    for line in _summary_lines(d):
+        console.print(line, highlight=False)
+    console.print(_intensity_table(d))
+    table = Table(title="ops (forward FLOPs/bytes; time bound is per step of the mode)")
+    for col in ("op", "layers", "FLOPs", "useful", "bytes naive", "bytes fused", "FLOP/byte", "time >=", "share", "bound"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    total = d["time"]["lower_bound_s"] or 1.0
+    for op in d["ops"]:
+        intensity = "-" if op["intensity"] is None else f"{op['intensity']:.3g}"
+        table.add_row(op["name"], str(op["layers"]), _si(op["flops"]), _si(op["flops_useful"]),
+                      _si(op["bytes_naive"], "B"), _si(op["bytes_fused"], "B"), intensity,
+                      _secs(op["time_lower_bound_s"]), f"{100 * op['time_lower_bound_s'] / total:.1f}%",
+                      op["bound"])
+    console.print(table)
