@@ -55,49 +55,56 @@ def split_comment(text: str) -> tuple[str, str]:
     return text.strip(), ""
 
 
+class _Reader:
+    """Line-by-line state of read_yaml_doc: open mappings, comments waiting for their key, the last key."""
+
+    def __init__(self) -> None:
+        self.doc = YamlDoc(None, [], [])
+        self.stack: list[tuple[int, str]] = []  # (indent, key) of the open mappings
+        self.pending: list[str] = []  # comment lines waiting for the key below them
+        self.last: tuple[int, Entry] | None = None  # (indent, entry) of the last key line, for continued comments
+        self.seen_key = False
+
+    def comment(self, indent: int, body: str) -> None:
+        """A comment-only line: package, header, the continuation of a key's comment, or one for the next key."""
+        if body.startswith("@package"):
+            self.doc.package = body.split(None, 1)[1] if " " in body else None
+        elif not self.seen_key:
+            self.doc.header.append(body)
+        elif self.last and self.last[1].comment and indent > self.last[0]:
+            self.last[1].comment += " " + body
+        else:
+            self.pending.append(body)
+
+    def key(self, indent: int, name: str, rest: str) -> None:
+        """A `name: value  # comment` line (an empty value opens a mapping)."""
+        self.seen_key = True
+        while self.stack and self.stack[-1][0] >= indent:
+            self.stack.pop()
+        value, comment = split_comment(rest)
+        dotted = ".".join([*(k for _, k in self.stack), name])
+        comment, self.pending, self.last = " ".join([*self.pending, comment]).strip(), [], None
+        if not value:
+            self.stack.append((indent, name))
+        if dotted.split(".")[0] == "defaults" or name in INTERNAL or not (value or comment):
+            return
+        self.doc.entries.append(Entry(dotted, value, comment))
+        self.last = (indent, self.doc.entries[-1]) if value else None
+
+
 def read_yaml_doc(path: Path) -> YamlDoc:
     """Read one config file's keys with their comments (list items and `defaults` are skipped)."""
-    package, header, entries = None, [], []
-    stack: list[tuple[int, str]] = []  # (indent, key) of the open mappings
-    pending: list[str] = []  # comment lines waiting for the key below them
-    last: tuple[int, Entry] | None = None  # (indent, entry) of the last key line, for continued comments
-    seen_key = False
+    reader = _Reader()
     for raw in path.read_text().splitlines():
         indent, text = len(raw) - len(raw.lstrip()), raw.strip()
-        if not text:
-            pending = [] if seen_key else pending
-            continue
-        if text.startswith("#"):
-            body = text[1:].strip()
-            if body.startswith("@package"):
-                package = body.split(None, 1)[1] if " " in body else None
-            elif not seen_key:
-                header.append(body)
-            elif last and last[1].comment and indent > last[0]:
-                last[1].comment += " " + body
-            else:
-                pending.append(body)
-            continue
         match = KEY.match(raw)
-        if not match or text.startswith("-"):
-            continue  # a list item or a continued value
-        seen_key = True
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        name, (value, comment) = match.group(2), split_comment(match.group(3) or "")
-        dotted = ".".join([*(k for _, k in stack), name])
-        comment = " ".join([*pending, comment]).strip()
-        pending, last = [], None
-        if not value:
-            stack.append((indent, name))
-            if comment and not dotted.startswith("defaults"):
-                entries.append(Entry(dotted, "", comment))
-            continue
-        if dotted.split(".")[-1] in INTERNAL or dotted == "defaults":
-            continue
-        entries.append(Entry(dotted, value, comment))
-        last = (indent, entries[-1])
-    return YamlDoc(package, header, entries)
+        if not text:
+            reader.pending = [] if reader.seen_key else reader.pending
+        elif text.startswith("#"):
+            reader.comment(indent, text[1:].strip())
+        elif match and not text.startswith("-"):  # list items and continued values are skipped
+            reader.key(indent, match.group(2), match.group(3) or "")
+    return reader.doc
 
 
 def prefix(group: str, package: str | None) -> str:
