@@ -2,8 +2,9 @@
 
 `profile_steps` runs a few full steps (forward, backward, optimizer) of a GPT honouring the
 gptlab.model contract, times each module kind with forward/backward hooks (exclusive of nested
-hooked modules, so nothing is counted twice), labels the same regions with record_function in a
-Chrome trace, and restores the model, optimizer and RNG afterwards so a run's curve is unchanged.
+hooked modules, so nothing is counted twice), per layer (block index) as well, labels the same
+regions with record_function in a Chrome trace, and restores the model, optimizer and RNG afterwards
+so a run's curve is unchanged. Tables: gptlab.profile_table.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ import torch
 import torch.nn as nn
 
 from gptlab.costs.ops import GROUPS
+from gptlab.profile_table import format_breakdown, format_layers
+
+__all__ = ["ProfileResult", "format_breakdown", "format_layers", "predicted_layer_shares", "predicted_shares",
+           "profile_steps", "restore_state", "snapshot_state"]
 
 
 def module_kinds(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
@@ -37,24 +42,33 @@ def module_kinds(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
     return out + [("norm_f", model.norm_f, "norms"), ("lm_head", model.lm_head, "lm_head")]
 
 
+def layer_of(name: str) -> int | None:
+    """The block index of a hooked module's name ('blocks.3.attn' -> 3), None outside the blocks."""
+    parts = name.split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[0] == "blocks" else None
+
+
 class _Timer:
-    """A stack of open module frames; on close, the frame's time minus its children's goes to its kind."""
+    """A stack of open module frames; on close, the frame's time minus its children's goes to its kind (and layer)."""
 
-    def __init__(self, sync: Callable[[], None]):
+    def __init__(self, sync: Callable[[], None], n_layer: int = 0):
         self.sync, self.stack, self.seconds = sync, [], dict.fromkeys(GROUPS, 0.0)
+        self.layers = [dict.fromkeys(GROUPS, 0.0) for _ in range(n_layer)]
 
-    def open(self, kind: str, label: str) -> None:
+    def open(self, kind: str, label: str, layer: int | None = None) -> None:
         self.sync()
         region = torch.profiler.record_function(label)
         region.__enter__()
-        self.stack.append([kind, time.perf_counter(), 0.0, region])
+        self.stack.append([kind, time.perf_counter(), 0.0, region, layer])
 
     def close(self) -> None:
         self.sync()
         now = time.perf_counter()
-        kind, start, children, region = self.stack.pop()
+        kind, start, children, region, layer = self.stack.pop()
         region.__exit__(None, None, None)
         self.seconds[kind] += (now - start) - children
+        if layer is not None:
+            self.layers[layer][kind] += (now - start) - children
         if self.stack:
             self.stack[-1][2] += now - start
 
@@ -67,33 +81,52 @@ def _hook(model: nn.Module, timer: _Timer) -> list:
     """Forward and backward hooks on every module of module_kinds (the root only forward: it returns a tuple)."""
     handles = []
     for name, module, kind in module_kinds(model):
-        handles.append(module.register_forward_pre_hook(lambda m, a, k=kind, n=name: timer.open(k, f"{k}:{n}")))
+        layer = layer_of(name)
+        handles.append(module.register_forward_pre_hook(
+            lambda m, a, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}", i)))
         handles.append(module.register_forward_hook(lambda m, a, o: timer.close()))
         if module is model:
             continue
         handles.append(module.register_full_backward_pre_hook(
-            lambda m, g, k=kind, n=name: timer.open(k, f"{k}:{n}.backward")))
+            lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)))
         handles.append(module.register_full_backward_hook(lambda m, gi, go: timer.close()))
     return handles
 
 
 @dataclass
 class ProfileResult:
-    """Mean seconds per step by module kind, the measured step time, and the cost model's predicted shares."""
+    """Mean seconds per step by module kind and by layer, the measured step time, and the cost model's shares."""
 
     step_s: float
     seconds: dict
     predicted_share: dict = field(default_factory=dict)
     trace_path: str | None = None
+    layers: list = field(default_factory=list)           # per block index: {kind: seconds per step}
+    predicted_layers: list | None = None                 # per block index: predicted share of the step
 
     @property
     def attributed_s(self) -> float:
         return sum(self.seconds.values())
 
+    def outside_layers(self) -> dict:
+        """Seconds per kind spent outside every block (embedding, final norm, head, loss, backward glue, optimizer)."""
+        return {k: v - sum(layer[k] for layer in self.layers) for k, v in self.seconds.items()}
+
+    def layer_rows(self) -> list[dict]:
+        """One row per layer: seconds per kind, total, measured share of the step, predicted share (or None)."""
+        rows = []
+        for i, kinds in enumerate(self.layers):
+            total = sum(kinds.values())
+            pred = self.predicted_layers[i] if self.predicted_layers else None
+            rows.append({"layer": i, "seconds": dict(kinds), "total_s": total, "measured_share": total / self.step_s,
+                         "predicted_share": pred})
+        return rows
+
     def to_dict(self) -> dict:
         share = {k: v / self.step_s for k, v in self.seconds.items()}
         return {"step_s": self.step_s, "attributed_s": self.attributed_s, "seconds": self.seconds,
-                "measured_share": share, "predicted_share": self.predicted_share, "trace_path": self.trace_path}
+                "measured_share": share, "predicted_share": self.predicted_share, "trace_path": self.trace_path,
+                "layers": self.layer_rows(), "outside_layers_s": self.outside_layers()}
 
 
 def predicted_shares(report) -> dict:
@@ -106,16 +139,13 @@ def predicted_shares(report) -> dict:
     return share
 
 
-def format_breakdown(result: ProfileResult) -> str:
-    """Plain-text table: kind, measured ms/step, measured share, predicted share."""
-    lines = [f"{'module kind':<24}{'ms/step':>10}{'measured':>10}{'predicted':>11}"]
-    for kind in GROUPS:
-        pred = result.predicted_share.get(kind)
-        lines.append(f"{kind:<24}{1e3 * result.seconds[kind]:>10.2f}{100 * result.seconds[kind] / result.step_s:>9.1f}%"
-                     + (f"{100 * pred:>10.1f}%" if pred is not None else f"{'-':>11}"))
-    lines.append(f"{'step (measured)':<24}{1e3 * result.step_s:>10.2f}{100 * result.attributed_s / result.step_s:>9.1f}%"
-                 "  attributed")
-    return "\n".join(lines)
+def predicted_layer_shares(report, model: nn.Module) -> list[float]:
+    """Share of the cost model's step time lower bound per layer (block index), same report as predicted_shares."""
+    from gptlab.costs.report import layer_times
+
+    d = report if isinstance(report, dict) else report.to_dict()
+    total = sum(r["time_lower_bound_s"] for r in d["ops"]) or 1.0
+    return [t / total for t in layer_times(model, d)]
 
 
 def _plain_step(model, optimizer, x, y, autocast) -> None:
@@ -183,8 +213,10 @@ def restore_state(model: nn.Module, optimizer, saved: dict) -> None:
 def profile_steps(model: nn.Module, optimizer, batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], *,
                   steps: int = 3, warmup: int = 1, autocast: Callable = contextlib.nullcontext,
                   device: str = "cpu", run_dir: str | Path | None = None, predicted: dict | None = None,
-                  restore: bool = True) -> ProfileResult:
+                  restore: bool = True, predicted_layers: list[float] | None = None) -> ProfileResult:
     """Profile `steps` training steps (after `warmup` unprofiled ones); batch(i) -> (x, y) already on `device`.
+
+    `predicted` (per kind) and `predicted_layers` (per block index) are the cost model's shares to print alongside.
 
     Writes `profile_trace.json` (Chrome trace) and `profile.json` into run_dir when given.
     """
@@ -192,7 +224,7 @@ def profile_steps(model: nn.Module, optimizer, batch: Callable[[int], tuple[torc
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     was_training = model.training
     model.train()
-    timer, step_times, handles = _Timer(sync), [], []
+    timer, step_times, handles = _Timer(sync, len(model.blocks)), [], []
     activities = [torch.profiler.ProfilerActivity.CPU]
     if str(device).startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -219,7 +251,9 @@ def profile_steps(model: nn.Module, optimizer, batch: Callable[[int], tuple[torc
                 torch.cuda.empty_cache()  # the profiled steps' activations and gradients, back to the driver
     result = ProfileResult(step_s=statistics.fmean(step_times),
                            seconds={k: v / steps for k, v in timer.seconds.items()},
-                           predicted_share=dict(predicted or {}))
+                           predicted_share=dict(predicted or {}),
+                           layers=[{k: v / steps for k, v in layer.items()} for layer in timer.layers],
+                           predicted_layers=None if predicted_layers is None else list(predicted_layers))
     if run_dir is not None:
         run_dir = Path(run_dir)
         prof.export_chrome_trace(str(run_dir / "profile_trace.json"))

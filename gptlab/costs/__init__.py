@@ -7,7 +7,6 @@ model's module tree, so any attention/MLP/norm/position variant is costed withou
 """
 
 from gptlab.costs.accounting import Accounting
-
 from gptlab.costs.report import MODES, CostReport, analyze, element_bytes, train_flops_per_token
 from gptlab.costs.structure import ModelShape, describe
 

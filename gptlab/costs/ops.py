@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from gptlab.costs.accounting import Accounting
 from gptlab.costs.scores import score_pairs
-from gptlab.costs.structure import AttnShape, LinearShape, MLPShape, ModelShape, NormShape
+from gptlab.costs.structure import AttnShape, BlockShape, LinearShape, MLPShape, ModelShape, NormShape
 
 SOFTMAX_FLOPS = 5      # per score: mask, max, subtract, exp, sum, divide (~5 once amortised)
 MASK_FLOPS = 1         # per score, moved out of SOFTMAX_FLOPS when the mask is its own pass (mask_pass)
@@ -179,6 +179,17 @@ def _fuse(ops: list[Op], acc: Accounting) -> list[Op]:
     return ops
 
 
+def block_ops(block: BlockShape, m: ModelShape, x: Shape, acc: Accounting = Accounting()) -> list[Op]:
+    """The ops of one transformer block (norms, attention, MLP, residual adds when unfused), fusion applied."""
+    ops = _grouped([norm_op("norm", norm, x.tokens, x.s) for norm in block.norms], "norms")
+    ops += attention_ops(block.attn, x, m.position_rotates, acc.mask_pass) + mlp_ops(block.mlp, x)
+    if acc.own_pass("residual"):
+        ops += residual_ops(m.d_model, x.tokens, x.s)
+    for op in ops:
+        op.in_block = True
+    return _fuse(ops, acc)
+
+
 def forward_ops(m: ModelShape, x: Shape, acc: Accounting = Accounting()) -> list[Op]:
     """All ops of one forward pass over x (embedding to LM head, or the blocks only), merged across layers."""
     n, s = x.tokens, x.s
@@ -186,13 +197,7 @@ def forward_ops(m: ModelShape, x: Shape, acc: Accounting = Accounting()) -> list
     if not acc.blocks_only:
         out.extend(_outside_in(m, x))
     for block, count in m.layers():  # each distinct block shape once, times its layers
-        ops = _grouped([norm_op("norm", norm, n, s) for norm in block.norms], "norms")
-        ops += attention_ops(block.attn, x, m.position_rotates, acc.mask_pass) + mlp_ops(block.mlp, x)
-        if acc.own_pass("residual"):
-            ops += residual_ops(m.d_model, n, s)
-        for op in ops:
-            op.in_block = True
-        out.extend(op.repeat(count) for op in ops)
+        out.extend(op.repeat(count) for op in block_ops(block, m, x, acc))
     if not acc.blocks_only:
         out.extend(_grouped([norm_op("norm_f", m.norm_f, n, s)], "norms"))
         out.extend(_grouped([linear_op(m.lm_head, n, s)], "lm_head"))

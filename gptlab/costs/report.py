@@ -9,8 +9,8 @@ import torch.nn as nn
 from gptlab.errors import ConfigError
 from gptlab.costs.accounting import Accounting, intensity
 from gptlab.costs.memory import activation_bytes, kv_cache
-from gptlab.costs.ops import Op, Shape, forward_ops, loss_op, optimizer_op
-from gptlab.costs.structure import ModelShape, describe, non_embedding_params
+from gptlab.costs.ops import Op, Shape, block_ops, forward_ops, loss_op, optimizer_op
+from gptlab.costs.structure import ModelShape, block_shape, describe, non_embedding_params
 
 MODES = ("train", "prefill", "decode")
 # Placeholder roofline when no hardware profile is given (about this project's 2-core AMX CPU in bf16).
@@ -186,3 +186,18 @@ def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: 
               "memory_s": memory_s},
         bound="compute" if compute_s >= memory_s else "memory",
         ops=rows, intensity=intensity(ops, not materialized, peak / bw), accounting=asdict(acc))
+
+
+def layer_times(model: nn.Module, report: CostReport | dict, checkpointing: bool = False) -> list[float]:
+    """Step time lower bound of each block (by index) under the report's shape, mode, roofs, dtype and accounting."""
+    d = report if isinstance(report, dict) else report.to_dict()
+    given = d.get("accounting") or {}
+    acc = Accounting(**{**given, "unfused": tuple(given.get("unfused", Accounting().unfused))})
+    m, mode = describe(model), d["mode"]
+    x = Shape(batch=d["batch_size"], tq=1 if mode == "decode" else d["seq_len"], tk=d["seq_len"], s=d["dtype_bytes"])
+    peak, bw, fused = d["hardware"]["peak_flops"], d["hardware"]["mem_bandwidth"], d["attention_path"] == "fused"
+    out = []
+    for block in model.blocks:
+        costs = [_step_cost(op, mode, fused, checkpointing) for op in block_ops(block_shape(block, m.d_model), m, x, acc)]
+        out.append(sum(max(f / peak, b / bw) for f, b in costs))
+    return out

@@ -127,6 +127,11 @@ def _block_norms(block: nn.Module) -> tuple[NormShape, ...]:
     return tuple(_norm(getattr(block, n)) for n in ("norm1", "norm2") if getattr(block, n, None) is not None)
 
 
+def block_shape(block: nn.Module, d_model: int) -> BlockShape:
+    """The BlockShape of one built transformer block."""
+    return BlockShape(_attn(block.attn), _mlp(block.mlp, d_model), _block_norms(block))
+
+
 def layer_counts(model: nn.Module) -> tuple[int, ...]:
     """How many layers each built block stands for: all 1, or a cost-model skeleton's `layer_counts`."""
     return tuple(getattr(model, "layer_counts", None) or (1,) * len(model.blocks))
@@ -172,8 +177,7 @@ def describe(model: nn.Module) -> ModelShape:
     d = cfg.d_model
     params = count_params(model)
     head = model.lm_head
-    kinds = _grouped([BlockShape(_attn(b.attn), _mlp(b.mlp, d), _block_norms(b)) for b in model.blocks],
-                     layer_counts(model))
+    kinds = _grouped([block_shape(b, d) for b in model.blocks], layer_counts(model))
     return ModelShape(
         d_model=d, vocab_size=head.out_features, block_size=cfg.block_size,
         blocks=tuple(kinds), counts=tuple(kinds.values()),
