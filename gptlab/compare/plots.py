@@ -47,8 +47,9 @@ def x_at_evals(run: Run, key: str) -> dict[int, float]:
     known = {s: float(r[key]) for s, r in run.by_step.items() if r.get(key) is not None}
     if not known:
         return {}
-    # Tokens seen and the run's clock are both 0 at step 0 (older runs' step-0 eval row carries neither).
-    known.setdefault(0, 0.0)
+    # The step-0 loss is the initial model's: 0 tokens seen, at 0 s on the run's clock. Older runs' step-0 row
+    # carries neither; newer ones stamp it with the time the eval itself took, which is not training time.
+    known[0] = 0.0
     xs, ys = zip(*sorted(known.items()))
     return {s: float(np.interp(s, xs, ys)) for s in steps if xs[0] <= s <= xs[-1]}  # never extrapolated
 
