@@ -19,7 +19,7 @@ from PIL import Image
 from rich.console import Console
 
 from gptlab.compare.analysis import compare
-from gptlab.compare.plots import make_plots
+from gptlab.compare.plots import make_plots, x_at_evals
 from gptlab.compare.report import cells, html_report, markdown, print_table
 from gptlab.compare.runs import discover, load_run
 
@@ -231,3 +231,15 @@ def test_screenshot_cli_bad_input_is_one_line(tmp_path):
                           text=True, timeout=60, env={**env, "GPTLAB_CHROMIUM": str(tmp_path / "no-chromium")})
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "no Chromium found (GPTLAB_CHROMIUM=" in proc.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_eval_x_values_start_at_zero_and_interpolate_between_logged_steps(tmp_path):
+    run = write_sweep(tmp_path, [dict(seed=0, step_ms=100.0)]) / "0"
+    metrics = run / "metrics.jsonl"  # a newer run: its step-0 eval row carries the eval's own 2 s and 0 tokens
+    rows = [{"step": 0, "val/loss": 4.0, "tokens": 0, "wall_s": 2.0}, {"step": 12, "val/loss": 3.0}]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows) + metrics.read_text())
+    loaded = load_run(run)
+    wall, tokens = x_at_evals(loaded, "wall_s"), x_at_evals(loaded, "tokens")
+    assert wall[0] == 0.0 and tokens[0] == 0.0
+    assert wall[12] == pytest.approx(1.2) and tokens[12] == pytest.approx(12 * 128)  # between the rows at 10 and 15
+    assert wall[100] == pytest.approx(10.0) and sorted(wall) == [0, 12, 25, 50, 75, 100]
