@@ -211,14 +211,15 @@ def _profile(model, optimizer, data, settings, hardware, ctx) -> None:
     """profile=true: a few profiled steps (weights restored after), time per module kind vs the cost model."""
     from gptlab.costs import analyze
     from gptlab.costs.peak import cached_bandwidth
-    from gptlab.profile import format_breakdown, predicted_shares, profile_steps
+    from gptlab.profile import format_breakdown, predicted_layer_shares, predicted_shares, profile_steps
 
     micro = settings.batch_size // settings.grad_accum
     report = analyze(model, micro, data.seq_len, dtype_bytes=hardware.dtype, peak_flops=ctx.peak_flops,
                      mem_bandwidth=cached_bandwidth(hardware.device, build.cache_dir()))
     result = profile_steps(model, optimizer, lambda i: tuple(t.to(hardware.device) for t in data.train_samples(i * settings.batch_size, micro)),
                            autocast=hardware.autocast, device=hardware.device,
-                           run_dir=ctx.run_dir if ctx.is_main else None, predicted=predicted_shares(report))
+                           run_dir=ctx.run_dir if ctx.is_main else None, predicted=predicted_shares(report),
+                           predicted_layers=predicted_layer_shares(report, model))
     if ctx.is_main:
         print(format_breakdown(result), flush=True)
 
