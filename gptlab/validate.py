@@ -40,6 +40,22 @@ def _checkpoints(cfg: DictConfig) -> None:
         raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file (or null)")
 
 
+def _attention_name(cfg: DictConfig) -> None:
+    """attention=mha / mqa must be what they say: a dashboard grouped by choice/attention would mix in GQA."""
+    from gptlab.build import group_choices
+
+    try:
+        choice = group_choices(cfg).get("attention")
+    except ValueError:  # composed without Hydra's runtime config (a hand-made cfg): nothing to compare
+        return
+    n_kv, n_head = OmegaConf.select(cfg, "attention.n_kv_head"), cfg.model.n_head
+    meant = {"mha": (None, n_head), "mqa": (1,)}.get(str(choice))
+    if meant is not None and n_kv not in meant:
+        raise ConfigError(f"attention.n_kv_head={n_kv} contradicts attention={choice} (allowed: "
+                          f"{' or '.join('null' if m is None else str(m) for m in meant)}); for {n_kv} KV heads use attention=gqa "
+                          f"attention.n_kv_head={n_kv}")
+
+
 RUN_FILES = ("metrics.jsonl", "summary.json", "provenance.json", "wandb_run_id", "git.diff", "train.log")
 
 
@@ -81,7 +97,7 @@ def _decay_factor(cfg: DictConfig) -> None:
                               f"weights by 1 - lr*weight_decay = {1 - lr * decay:.3g}; allowed: < {1 / lr:.4g}")
 
 
-CROSS_RULES = (_train_keys, _batch, _checkpoints, _logger_paths, _global_layers, _nesterov, _decay_factor)
+CROSS_RULES = (_train_keys, _batch, _checkpoints, _attention_name, _logger_paths, _global_layers, _nesterov, _decay_factor)
 
 
 def validate(cfg: DictConfig) -> None:

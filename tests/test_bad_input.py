@@ -81,6 +81,8 @@ TABLE = [
     Row("unknown-dtype", ["hardware.dtype=fp8"], 2, "hardware.dtype: unknown dtype 'fp8'; allowed: auto, fp32, bf16, fp16"),
     Row("cuda-without-gpu", ["hardware=cuda"], 2, "hardware.device=cuda: no CUDA device is available here"),
     Row("logger-mode", ["logger=wandb", "logger.wandb.mode=cloud"], 2, "logger.wandb.mode='cloud' is not valid; allowed: auto, online"),
+    Row("mha-with-kv-heads", ["attention=mha", "attention.n_kv_head=1"], 2,
+        "attention.n_kv_head=1 contradicts attention=mha (allowed: null or 4); for 1 KV heads use attention=gqa"),
     Row("csv-over-metrics", ["logger=csv", "logger.csv.filename=metrics.jsonl"], 2,
         "logger.csv.filename='metrics.jsonl': must be a new name inside the run dir"),
     Row("tensorboard-outside", ["logger=tensorboard", "logger.tensorboard.log_dir=../tb"], 2,

@@ -72,7 +72,7 @@ def test_sweep_keys_come_from_multirun_yaml(tmp_path):
 @pytest.mark.slow
 def test_multirun_groups_by_choice_and_plots_against_step_tokens_and_wall_time(tmp_path):
     """The issue's check: mha / gqa / mqa x 3 seeds, read back from the offline W&B files."""
-    out = train(tmp_path, "-m", "attention=mha,gqa,mqa", "attention.n_kv_head=1", "seed=0,1,2",
+    out = train(tmp_path, "-m", "attention=mha,gqa,mqa", "model.n_head=8", "seed=0,1,2",  # gqa: 4 KV heads of 8
                 "train.max_steps=4", "train.eval_interval=2")
     runs = sorted((tmp_path / "outputs" / "sweeps" / "multirun").glob("*/*/wandb/offline-run-*"))
     assert len(runs) == 9, out.stdout[-2000:]
