@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="a name in sweeps/ (e.g. attention) or a path to a sweep YAML")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run (e.g. train.max_steps=50 launcher=slurm)")
-    parser.add_argument("--out", type=Path, help="sweep dir (default: outputs/sweeps/<name>; hydra.sweep.dir=DIR is the same)")
+    parser.add_argument("--out", type=Path,
+                        help="sweep dir (default: outputs/sweeps/<name>; hydra.sweep.dir=DIR is the same)")
     parser.add_argument("--seeds", help="comma-separated seeds instead of the file's")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed arm")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")

@@ -231,7 +231,8 @@ def check_completion(args: list[str]) -> None:
     if command not in ("install", "uninstall", "query") or shell not in SHELLS:
         got = " ".join(rest) or "nothing"
         raise ConfigError(f"--shell-completion: got {got}; allowed: exactly one of install=SHELL or uninstall=SHELL "
-                          f"(SHELL: {', '.join(SHELLS)}), e.g. eval \"$(gptlab-train --shell-completion install=bash)\"")
+                          f"(SHELL: {', '.join(SHELLS)}), "
+                          f"e.g. eval \"$(gptlab-train --shell-completion install=bash)\"")
 
 
 def main() -> None:
