@@ -44,7 +44,8 @@ def plain_config(cfg: DictConfig) -> dict:
 
 def _sinks(cfg, run_dir: Path, resumed: bool, name: str, choices: dict, extras: dict) -> list:
     """The run's sinks: metrics.jsonl, progress lines and each selected logger (one that fails to start is skipped)."""
-    sinks = [JsonlSink(run_dir, resume=resumed), SafeSink(ProgressSink(cfg.train.max_steps), "progress")]
+    sinks = [JsonlSink(run_dir, resume=resumed),
+             SafeSink(ProgressSink(cfg.train.max_steps, eval_interval=cfg.train.eval_interval), "progress")]
     wandb_cfg = cfg.logger.get("wandb") or {}
     runtime = dict(run_dir=run_dir, config=dashboard.flat_config(plain_config(cfg), choices, extras), name=name,
                    group=dashboard.run_group(wandb_cfg.get("group"), cfg.sweep, dashboard.launch_info()),
