@@ -156,7 +156,8 @@ def count_params(model: nn.Module) -> dict:
         "position": take([model.position]),
         "attention": sum(take([b.attn], c) for b, c in layers),
         "mlp": sum(take([b.mlp], c) for b, c in layers),
-        "norm": sum(take([b.norm1, b.norm2], c) for b, c in layers) + take([model.norm_f]),
+        "norm": sum(take([n for n in (b.norm1, b.norm2) if n is not None], c) for b, c in layers)
+        + take([model.norm_f]),  # an attention-only block (mlp=none) has no norm2
         "lm_head": take([model.lm_head]),  # 0 when tied to the token embedding
     }
     out["other"] = sum(take([b], c) for b, c in layers) + take([model])

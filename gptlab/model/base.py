@@ -95,9 +95,9 @@ class Attention(nn.Module, abc.ABC):
         return self.kernel(q, k, v, window=self.window, q_offset=offset, bias=bias, dropout_p=dropout_p)
 
 
-def check_mlp(hidden: int, dropout: float) -> None:
-    """One-line ConfigErrors for an empty hidden layer or an impossible dropout."""
-    if hidden < 1:
+def check_mlp(hidden: int, dropout: float, empty: bool = False) -> None:
+    """One-line ConfigErrors for an empty hidden layer (unless the MLP is `empty`) or an impossible dropout."""
+    if hidden < (0 if empty else 1):
         raise ConfigError(f"mlp: hidden width {hidden} must be >= 1; raise mlp.ratio")
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"mlp.dropout={dropout} must be in [0, 1)")
@@ -106,9 +106,11 @@ def check_mlp(hidden: int, dropout: float) -> None:
 class MLP(nn.Module, abc.ABC):
     """Position-wise feed-forward: (B, T, d_model) -> (B, T, d_model), token by token."""
 
+    empty = False  # True: adds nothing (mlp=none); the block then builds no second norm and skips the MLP
+
     def __init__(self, d_model: int, hidden: int, dropout: float = 0.0):
         super().__init__()
-        check_mlp(hidden, dropout)
+        check_mlp(hidden, dropout, type(self).empty)
         self.d_model = d_model
         self.hidden = hidden  # width the activation runs on
         self.dropout = dropout

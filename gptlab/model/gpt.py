@@ -15,23 +15,27 @@ from gptlab.model.config import GPTConfig
 
 
 class Block(nn.Module):
-    """One transformer block; pre-norm: x + attn(norm(x)), then x + mlp(norm(x)). Post-norm: norm(x + f(x))."""
+    """One transformer block; pre-norm: x + attn(norm(x)), then x + mlp(norm(x)). Post-norm: norm(x + f(x)).
+
+    An empty MLP (mlp=none) makes it attention-only: no second norm (None), no second residual add.
+    """
 
     def __init__(self, cfg: GPTConfig, layer_idx: int, attention, mlp, norm, placement: str):
         super().__init__()
         self.placement = placement
         self.norm1 = norm(cfg.d_model)
         self.attn = attention(cfg.d_model, cfg.n_head, cfg.block_size, layer_idx, norm, bias=cfg.bias)
-        self.norm2 = norm(cfg.d_model)
-        self.mlp = mlp(cfg.d_model, bias=cfg.bias)
+        ffn = mlp(cfg.d_model, bias=cfg.bias)
+        self.norm2 = None if ffn.empty else norm(cfg.d_model)  # an unused norm would only add parameters
+        self.mlp = ffn
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, position, cache: KVCache | None = None):
         if self.placement == "pre":
             x = x + self.drop(self.attn(self.norm1(x), position, cache))
-            return x + self.drop(self.mlp(self.norm2(x)))
+            return x if self.norm2 is None else x + self.drop(self.mlp(self.norm2(x)))
         x = self.norm1(x + self.drop(self.attn(x, position, cache)))
-        return self.norm2(x + self.drop(self.mlp(x)))
+        return x if self.norm2 is None else self.norm2(x + self.drop(self.mlp(x)))
 
 
 def check_components(model: "GPT") -> None:
@@ -42,7 +46,8 @@ def check_components(model: "GPT") -> None:
         check_contract("attention", block.attn)
         check_contract("mlp", block.mlp)
         check_contract("norm", block.norm1)
-        check_contract("norm", block.norm2)
+        if block.norm2 is not None:
+            check_contract("norm", block.norm2)
 
 
 class GPT(nn.Module):
