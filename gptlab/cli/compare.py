@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from gptlab.compare import wandb_log
-from gptlab.compare.analysis import Comparison, compare, load_claims
+from gptlab.compare.analysis import Comparison, add_targets, compare, load_claims
 from gptlab.compare.report import strict_json
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
+from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
 
 
@@ -28,6 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, help="compare at this step (every run must have val/loss there)")
     p.add_argument("--out", help="output directory (default: <sweep dir>/comparison, else ./comparison)")
     p.add_argument("--claims", help="YAML: label or choice string -> {speedup: 1.25, delta_val_loss: -0.01}")
+    p.add_argument("--target", action="append", default=[], metavar="METRIC=X",
+                   help="steps, tokens and wall time to first reach X per arm, mean ± std over seeds (repeatable); "
+                        "METRIC=X means <= X for a *loss* metric and >= X for an *acc* one, or write "
+                        "METRIC<=X / METRIC>=X for any logged metric")
+    p.add_argument("--threshold", action="append", default=[], metavar="METRIC=X",
+                   help="the smallest value of the key that varies between the arms that reaches the target in "
+                        "every seed (e.g. the fewest layers reaching val/acc>=0.9); repeatable")
+    p.add_argument("--threshold-key", metavar="KEY",
+                   help="the config key or group --threshold minimises when the arms differ in several keys "
+                        "(e.g. model.n_layer); each arm must have its own value")
     p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
                    help="log table, native charts and PNGs to a W&B comparison run (default: on when WANDB_MODE is "
                         "set and not 'disabled', or when --wandb-mode is given)")
@@ -115,10 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_mode(args.wandb_mode)
+        targets = [parse_target(s, "--target") for s in args.target]
+        thresholds = [parse_target(s, "--threshold") for s in args.threshold]
+        if args.threshold_key and not thresholds:
+            raise ConfigError("--threshold-key needs --threshold METRIC=X (the target the key's arms must reach)")
         run_dirs = discover(args.paths)
         runs = [load_run(p) for p in run_dirs]
         claims = load_claims(args.claims) if args.claims else None
         cmp = compare(runs, baseline=args.baseline, step=args.step, claims=claims)
+        add_targets(cmp, runs, targets, thresholds, args.threshold_key)
         out = out_dir(args.out, args.paths[0], run_dirs)
     except ConfigError as exc:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)

@@ -66,11 +66,16 @@ class Comparison:
     rows: list[Row]
     groups: list[Group]
     warnings: list[str]
+    targets: list[Any] = field(default_factory=list)  # target.TargetResult per --target / --threshold
+    thresholds: list[Any] = field(default_factory=list)  # target.Threshold per --threshold
 
     def to_json(self) -> dict[str, Any]:
-        """The comparison.json document."""
-        return {"step": self.step, "baseline": self.baseline, "alpha": ALPHA,
-                "rows": [asdict(r) for r in self.rows], "warnings": self.warnings}
+        """The comparison.json document (`targets`/`thresholds` only when asked for)."""
+        doc = {"step": self.step, "baseline": self.baseline, "alpha": ALPHA,
+               "rows": [asdict(r) for r in self.rows], "warnings": self.warnings}
+        doc.update({k: [x.to_json() for x in v] for k, v in (("targets", self.targets),
+                                                              ("thresholds", self.thresholds)) if v})
+        return doc
 
 
 def common_step(runs: list[Run], step: int | None) -> int:
@@ -235,3 +240,17 @@ def attach_claims(rows: list[Row], groups: list[Group], claims: dict[str, dict[s
             labels = "; ".join(r.label for r in rows)
             raise ConfigError(f"--claims: '{key}' matches {len(hits)} groups (need exactly 1); labels: {labels}")
         hits[0].claimed = claim
+
+
+def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: list, key: str | None) -> None:
+    """Steps-to-target rows for each --target and --threshold target (once each), then each threshold's answer."""
+    from gptlab.compare.target import check_metric, steps_to_target, threshold
+
+    for flag, wanted in (("--target", targets), ("--threshold", thresholds)):
+        for t in wanted:
+            check_metric(t, runs, flag)
+    results = {}
+    for t in [*targets, *thresholds]:
+        results.setdefault(t, steps_to_target(cmp.groups, t))
+    cmp.targets = list(results.values())
+    cmp.thresholds = [threshold(cmp.groups, results[t], key) for t in thresholds]

@@ -10,6 +10,7 @@ from typing import Any
 
 from gptlab.compare.analysis import ALPHA, Comparison, Row
 from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT
+from gptlab.compare.target_report import html_targets, markdown_targets, print_targets, target_notes
 
 BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)
 BARS = "bar = mean ± std over seeds, dots = each run"
@@ -151,7 +152,7 @@ def notes(cmp: Comparison) -> list[str]:
             * any(r.identical_to for r in cmp.rows),
             *[f"'under load': other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the machine's "
               "cores while a run trained, so its speed figures are not to be trusted."] * any(r.under_load for r in cmp.rows),
-            *cmp.warnings]
+            *target_notes(cmp), *cmp.warnings]
 
 
 def print_table(cmp: Comparison, console=None) -> None:
@@ -172,6 +173,7 @@ def print_table(cmp: Comparison, console=None) -> None:
     console.print(table)
     for n in notes(cmp)[:3]:
         console.print(n, highlight=False, markup=False)
+    print_targets(cmp, console)
 
 
 def _md_escape(text: str) -> str:
@@ -184,6 +186,7 @@ def markdown(cmp: Comparison, images: dict[str, Path]) -> str:
     lines = [f"# Comparison at step {cmp.step}", "",
              "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in body]
+    lines += markdown_targets(cmp)
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
     lines += [f"![{name}]({p.name})" for name, p in images.items()]
     return "\n".join(lines) + "\n"
@@ -245,4 +248,4 @@ def html_report(cmp: Comparison, images: dict[str, Path]) -> str:
             f"<title>gptlab comparison at step {cmp.step}</title><style>{_CSS}</style></head><body>\n"
             f"<h1>Comparison at step {cmp.step} (baseline: {esc(cmp.baseline)})</h1>\n<table>\n<tr>"
             + "".join(f"<th>{esc(h)}</th>" for h in headers) + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
-            f"{_legend()}<ul>{note_items}</ul>\n{_figures(images)}</body></html>\n")
+            f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{_figures(images)}</body></html>\n")

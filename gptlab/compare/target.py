@@ -1,0 +1,288 @@
+"""Steps to target (--target) and the smallest arm value that reaches it in every seed (--threshold)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gptlab.compare import stats
+from gptlab.compare.group import Group, diff_items
+from gptlab.compare.runs import Run
+from gptlab.errors import ConfigError
+
+_SPEC = re.compile(r"^\s*([^<>=\s]+)\s*(<=|>=|=)\s*(\S+)\s*$")
+ALLOWED = "METRIC=X (lower is better for *loss*, higher for *acc*), METRIC<=X or METRIC>=X"
+NOT_METRICS = frozenset({"step"})
+
+
+@dataclass(frozen=True)
+class Target:
+    """A metric and the side of a value it must reach: `val/loss <= 3.2` or `val/acc >= 0.9`."""
+
+    metric: str
+    op: str
+    value: float
+
+    @property
+    def text(self) -> str:
+        """Human form, e.g. `val/loss <= 3.2`."""
+        return f"{self.metric} {self.op} {self.value:g}"
+
+    def reached(self, x: float) -> bool:
+        """True when x is at or past the target (a NaN, a diverged run, never is)."""
+        return x <= self.value if self.op == "<=" else x >= self.value
+
+
+def direction(metric: str) -> str | None:
+    """`<=` for a loss-like metric, `>=` for an accuracy-like one, None when the name does not say."""
+    name = metric.rsplit("/", 1)[-1].lower()
+    if "loss" in name or name in ("ppl", "perplexity") or "err" in name:
+        return "<="
+    if "acc" in name:
+        return ">="
+    return None
+
+
+def parse_target(spec: str, flag: str = "--target") -> Target:
+    """Parse `METRIC=X`, `METRIC<=X` or `METRIC>=X`; anything else is a one-line ConfigError naming the flag."""
+    m = _SPEC.match(spec)
+    if not m:
+        raise ConfigError(f"{flag} '{spec}': expected {ALLOWED}")
+    metric, op, raw = m.groups()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(f"{flag} '{spec}': '{raw}' is not a finite number; expected {ALLOWED}")
+    if op == "=":
+        op = direction(metric) or ""
+        if not op:
+            raise ConfigError(f"{flag} '{spec}': cannot tell whether lower or higher {metric} is better; "
+                              f"write {metric}<={raw} or {metric}>={raw}")
+    return Target(metric, op, value)
+
+
+def logged_metrics(runs: list[Run]) -> list[str]:
+    """Numeric keys any run recorded in metrics.jsonl, in first-seen order."""
+    seen: dict[str, None] = {}
+    for run in runs:
+        for rec in run.records:
+            for key, v in rec.items():
+                if key not in NOT_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    seen.setdefault(key, None)
+    return list(seen)
+
+
+def check_metric(target: Target, runs: list[Run], flag: str = "--target") -> None:
+    """Refuse a metric that some run never logged, naming the metrics the runs did log."""
+    for run in runs:
+        if not any(r.get(target.metric) is not None for r in run.by_step.values()):
+            have = logged_metrics(runs)
+            where = "no run logged it" if target.metric not in have else f"run {run.path} never logged it"
+            raise ConfigError(f"{flag} {target.text}: unknown metric '{target.metric}' ({where}); "
+                              f"metrics logged: {', '.join(have) or 'none'}")
+
+
+def x_at(run: Run, step: int, key: str) -> float | None:
+    """`tokens`/`wall_s` at step: as recorded, else interpolated between neighbouring rows (0 at step 0), never extrapolated."""
+    if step == 0:
+        return 0.0  # the initial model: no token seen, the run's clock not started (an eval row's own time is not training)
+    known = {s: float(r[key]) for s, r in run.by_step.items() if r.get(key) is not None}
+    if step in known:
+        return known[step]
+    known[0] = 0.0
+    below = max((s for s in known if s < step), default=None)
+    above = min((s for s in known if s > step), default=None)
+    if below is None or above is None:
+        return None
+    frac = (step - below) / (above - below)
+    return known[below] + frac * (known[above] - known[below])
+
+
+@dataclass
+class SeedHit:
+    """One run's first step at or past the target (None: not reached by last_step) and tokens/wall there."""
+
+    seed: Any
+    run: str
+    reached: bool
+    step: int | None
+    tokens: float | None
+    wall_s: float | None
+    value: float | None
+    last_step: int
+
+
+def first_hit(run: Run, target: Target) -> SeedHit:
+    """Scan the steps where the run recorded the metric, in order, for the first one at or past the target."""
+    steps = sorted(s for s, r in run.by_step.items() if r.get(target.metric) is not None)
+    seed = run.config.get("seed")
+    for s in steps:
+        value = float(run.by_step[s][target.metric])
+        if target.reached(value):
+            return SeedHit(seed, str(run.path), True, s, x_at(run, s, "tokens"), x_at(run, s, "wall_s"), value,
+                           steps[-1])
+    return SeedHit(seed, str(run.path), False, None, None, None, None, steps[-1] if steps else 0)
+
+
+def _spread(xs: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean and std of the values, or (None, None) when any is unknown or there are none."""
+    if not xs or any(x is None for x in xs):
+        return None, None
+    return stats.mean(xs), stats.std(xs)
+
+
+@dataclass
+class TargetRow:
+    """One arm's steps/tokens/wall to the target: mean ± std over the seeds that reached it, and how many did."""
+
+    label: str
+    n_seeds: int
+    n_reached: int
+    steps_mean: float | None
+    steps_std: float | None
+    tokens_mean: float | None
+    tokens_std: float | None
+    wall_s_mean: float | None
+    wall_s_std: float | None
+    not_reached_by: list[int]
+    speedup_steps: float | None = None
+    speedup_wall: float | None = None
+    seeds: list[SeedHit] = field(default_factory=list)
+
+    @property
+    def all_reached(self) -> bool:
+        """Every seed reached the target."""
+        return self.n_reached == self.n_seeds
+
+
+def target_row(g: Group, target: Target) -> TargetRow:
+    """Per-seed hits of one group summarised; the unreached seeds are counted, never averaged away."""
+    hits = [first_hit(r, target) for r in g.runs]
+    ok = [h for h in hits if h.reached]
+    steps = _spread([float(h.step) for h in ok])
+    tokens, wall = _spread([h.tokens for h in ok]), _spread([h.wall_s for h in ok])
+    return TargetRow(g.label, len(hits), len(ok), *steps, *tokens, *wall,
+                     [h.last_step for h in hits if not h.reached], seeds=hits)
+
+
+def resolution(runs: list[Run], metric: str) -> list[int]:
+    """The usual gap between consecutive steps that recorded the metric, per run (e.g. train.eval_interval)."""
+    gaps = set()
+    for run in runs:
+        steps = sorted(s for s, r in run.by_step.items() if r.get(metric) is not None)
+        diffs = Counter(b - a for a, b in zip(steps, steps[1:]))
+        if diffs:
+            gaps.add(diffs.most_common(1)[0][0])
+    return sorted(gaps)
+
+
+@dataclass
+class TargetResult:
+    """The target, its step resolution and one row per group (baseline first)."""
+
+    target: Target
+    resolution: list[int]
+    rows: list[TargetRow]
+
+    def to_json(self) -> dict[str, Any]:
+        """The comparison.json `targets` entry."""
+        return {"metric": self.target.metric, "op": self.target.op, "value": self.target.value,
+                "text": self.target.text, "resolution_steps": self.resolution,
+                "rows": [{**asdict(r), "all_reached": r.all_reached} for r in self.rows]}
+
+
+def steps_to_target(groups: list[Group], target: Target) -> TargetResult:
+    """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed."""
+    rows = [target_row(g, target) for g in groups]
+    base = rows[0]
+    for row in rows:
+        if row.all_reached and base.all_reached and row.steps_mean:
+            row.speedup_steps = base.steps_mean / row.steps_mean
+            if row.wall_s_mean and base.wall_s_mean is not None:
+                row.speedup_wall = base.wall_s_mean / row.wall_s_mean
+    return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows)
+
+
+def varying_keys(groups: list[Group]) -> list[str]:
+    """Config keys (choices first, then leaves) on which some pair of groups differs."""
+    keys: dict[str, None] = {}
+    for i, g in enumerate(groups):
+        for h in groups[i + 1:]:
+            for key, _ in diff_items(g, h) + diff_items(h, g):
+                keys.setdefault(key, None)
+    return list(keys)
+
+
+def pick_key(groups: list[Group], key: str | None) -> str:
+    """--threshold-key, checked; else the one key that varies between the groups."""
+    varying = varying_keys(groups)
+    if len(groups) < 2:
+        raise ConfigError("--threshold needs arms that differ in one config key; all runs share one configuration")
+    if key is None:
+        if len(varying) != 1:
+            raise ConfigError(f"--threshold: the arms differ in {len(varying)} keys ({', '.join(varying)}); "
+                              "name the one to minimise with --threshold-key KEY")
+        return varying[0]
+    values = [g.value(key) for g in groups]
+    if all(v is None for v in values):
+        raise ConfigError(f"--threshold-key '{key}': no arm has that key; keys that vary: {', '.join(varying)}")
+    seen: dict[str | None, Group] = {}
+    for g, v in zip(groups, values):
+        if v in seen:
+            raise ConfigError(f"--threshold-key {key}: arms '{seen[v].label}' and '{g.label}' both have {key}={v}; "
+                              f"compare them separately (keys that vary: {', '.join(varying)})")
+        seen[v] = g
+    return key
+
+
+def _numeric(values: list[str]) -> list[float] | None:
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Threshold:
+    """The answer to "smallest value of key reaching target in every seed" and every arm's count."""
+
+    target: Target
+    key: str
+    answer: str | None
+    numeric: bool
+    arms: list[dict[str, Any]]
+    sentence: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The comparison.json `thresholds` entry."""
+        return {"target": self.target.text, "key": self.key, "answer": self.answer, "numeric": self.numeric,
+                "arms": self.arms, "sentence": self.sentence}
+
+
+def threshold(groups: list[Group], result: TargetResult, key: str | None) -> Threshold:
+    """Order the arms by the varying key (numerically when every value is a number) and find the first full hit."""
+    key = pick_key(groups, key)
+    values = [g.value(key) or "unset" for g in groups]
+    nums = _numeric(values)
+    order = sorted(range(len(groups)), key=lambda i: nums[i]) if nums else list(range(len(groups)))
+    arms = [{"value": values[i], "label": groups[i].label, "n_reached": result.rows[i].n_reached,
+             "n_seeds": result.rows[i].n_seeds} for i in order]
+    full = [a for a in arms if a["n_reached"] == a["n_seeds"]]
+    counts = ", ".join(f"{key}={a['value']}: {a['n_reached']}/{a['n_seeds']}" for a in arms)
+    what = f"smallest {key}" if nums else f"first {key} in the order given ({', '.join(a['value'] for a in arms)})"
+    text = result.target.text
+    if not full:
+        sentence = f"none of the arms reaches {text} in every seed (seeds that reached it: {counts})"
+        return Threshold(result.target, key, None, nums is not None, arms, sentence)
+    win = full[0]
+    above = [a for a in arms[arms.index(win) + 1:] if a["n_reached"] < a["n_seeds"]]
+    caveat = "; larger but not in every seed: " + ", ".join(
+        f"{key}={a['value']} ({a['n_reached']}/{a['n_seeds']})" for a in above) if above else ""
+    sentence = (f"{what} reaching {text} in every seed ({win['n_reached']}/{win['n_seeds']}): {win['value']} "
+                f"(seeds that reached it: {counts}{caveat})")
+    return Threshold(result.target, key, win["value"], nums is not None, arms, sentence)

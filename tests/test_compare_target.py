@@ -1,0 +1,269 @@
+"""gptlab-compare --target / --threshold: steps, tokens and wall time to a target, and the smallest arm reaching it."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compare_fixtures import write_sweep
+from gptlab.cli.compare import main
+from gptlab.compare.target import parse_target
+from gptlab.errors import ConfigError
+from train_helpers import FAST
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def curve(path: Path, val: dict[int, float], *, last: int = 100, log: int = 10, tok: int = 128, wall: float = 0.05,
+          acc: dict[int, float] | None = None, eval_x: bool = False) -> None:
+    """Rewrite a run's metrics.jsonl: train rows every `log` steps (tokens = tok·step, wall = wall·step) and eval
+    rows at the keys of `val` — without tokens/wall_s like older runs, or with them when eval_x."""
+    rows = []
+    for s in range(max(last, *val) + 1):
+        if s and s % log == 0:
+            rows.append({"step": s, "train/loss": 9.0, "tokens": tok * s, "wall_s": wall * s})
+        if s in val:
+            ev = {"step": s, "val/loss": val[s], **({"val/acc": acc[s]} if acc else {})}
+            rows.append({**ev, "tokens": tok * s, "wall_s": wall * s + 0.5} if eval_x else ev)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def sweep(tmp: Path, arms: list[dict], seeds: int = 3, acc: bool = False) -> Path:
+    """A multirun of len(arms) x seeds synthetic runs; job k = arm k // seeds, seed k % seeds."""
+    specs = [{"seed": s, "leaves": arm, "acc": acc} for arm in arms for s in range(seeds)]
+    return write_sweep(tmp, specs)
+
+
+def run_compare(tmp: Path, capsys, *args: str) -> dict:
+    """main() into tmp/out; returns comparison.json (stdout kept in capsys for the caller)."""
+    assert main([*args, "--out", str(tmp / "out"), "--no-wandb"]) == 0
+    return json.loads((tmp / "out" / "comparison.json").read_text())
+
+
+def falls(cross: int, last: int = 100, every: int = 25) -> dict[int, float]:
+    """Val loss 4.0 before step `cross`, 1.5 from it on (eval every `every` steps from 0)."""
+    return {s: (1.5 if s >= cross else 4.0) for s in range(0, last + 1, every)}
+
+
+def test_crossing_steps_tokens_wall_and_not_reached(tmp_path, capsys):
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
+    curve(root / "0", {0: 4.0, 25: 3.0, 50: 2.0, 75: 1.9, 100: 1.8})   # at 50 exactly: a logged train step
+    curve(root / "1", {0: 4.0, 25: 1.95, 50: 1.9, 75: 1.8, 100: 1.7})  # at 25: interpolated between 20 and 30
+    curve(root / "2", {0: 4.0, 25: 3.0, 50: 2.5, 75: 2.2, 100: 2.01})  # never
+    for job in (3, 4, 5):
+        curve(root / str(job), falls(25))
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2.0")
+    (block,) = doc["targets"]
+    assert (block["metric"], block["op"], block["value"], block["resolution_steps"]) == ("val/loss", "<=", 2.0, [25])
+    base, arm = block["rows"]
+    hits = [(h["step"], h["tokens"], h["wall_s"], h["reached"]) for h in base["seeds"]]
+    assert hits[0] == (50, 6400.0, pytest.approx(2.5), True)
+    assert hits[1] == (25, 3200.0, pytest.approx(1.25), True)
+    assert hits[2] == (None, None, None, False) and base["not_reached_by"] == [100]
+    assert (base["n_reached"], base["n_seeds"], base["steps_mean"]) == (2, 3, 37.5)
+    assert base["steps_std"] == pytest.approx(statistics.stdev([50, 25]))
+    assert base["tokens_mean"] == 4800.0 and base["wall_s_mean"] == pytest.approx(1.875)
+    assert base["speedup_steps"] is None and arm["speedup_steps"] is None  # the baseline missed it in one seed
+    assert (arm["n_reached"], arm["steps_mean"], arm["steps_std"]) == (3, 25.0, 0.0)
+    out = capsys.readouterr().out
+    assert "2/3 reached: 37.5 ± 17.7 steps; 1 not reached by step 100" in out
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert "## Steps to val/loss <= 2" in md
+    assert "| mlp.ratio=3 | 3/3 | 25 ± 0 steps | 3.2k ± 0 | 1.2 ± 0.0 s | – | – |" in md
+    assert "4.8k ± 2.26k (2/3 reached)" in md
+    assert "recorded every 25 steps" in md and "never averaged away" in md
+    page = (tmp_path / "out" / "comparison.html").read_text()
+    assert "<h2>Steps to val/loss &lt;= 2</h2>" in page and "<td>2/3 reached: 37.5 ± 17.7 steps; 1 not" in page
+
+
+def test_speedup_eval_row_figures_and_no_extrapolation(tmp_path, capsys):
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}, {"mlp.ratio": 2}], seeds=2)
+    for job in (0, 1):
+        curve(root / str(job), falls(50), eval_x=True)  # newer runs: eval rows carry tokens and wall_s
+    for job in (2, 3):
+        curve(root / str(job), falls(25), eval_x=True)
+    curve(root / "4", {**falls(200, last=100), 105: 1.0}, last=100)   # crosses at 105, after the last train row
+    curve(root / "5", {**falls(200, last=100), 105: 1.0}, last=100)
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss<=2", "--step", "100")
+    base, fast, late = doc["targets"][0]["rows"]
+    assert [h["wall_s"] for h in base["seeds"]] == [3.0, 3.0]  # the eval row's own wall_s (2.5 + 0.5)
+    assert base["speedup_steps"] == 1.0 and fast["speedup_steps"] == 2.0
+    assert fast["speedup_wall"] == pytest.approx(3.0 / 1.75)
+    assert [h["step"] for h in late["seeds"]] == [105, 105] and late["tokens_mean"] is None
+    assert late["seeds"][0]["tokens"] is None and late["seeds"][0]["wall_s"] is None  # never extrapolated
+    out = capsys.readouterr().out
+    assert "1.00× (baseline)" in out and "2.00×" in out and "1.71×" in out
+
+
+def test_step_zero_is_zero_tokens_and_seconds(tmp_path, capsys):
+    root = sweep(tmp_path, [{}], seeds=1)
+    curve(root / "0", {0: 1.0, 50: 1.0}, eval_x=True)
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
+    (hit,) = doc["targets"][0]["rows"][0]["seeds"]
+    assert (hit["step"], hit["tokens"], hit["wall_s"]) == (0, 0.0, 0.0)
+    assert doc["targets"][0]["rows"][0]["steps_std"] is None
+
+
+def test_mixed_directions_two_targets(tmp_path, capsys):
+    root = sweep(tmp_path, [{}], seeds=2, acc=True)
+    for job in (0, 1):
+        curve(root / str(job), {0: 4.0, 25: 2.5, 50: 1.5, 75: 1.2, 100: 1.0},
+              acc={0: 0.0, 25: 0.95 if job else 0.5, 50: 0.85, 75: 0.92, 100: 0.99})
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2", "--target", "val/acc=0.9")
+    loss, acc = doc["targets"]
+    assert (loss["op"], acc["op"]) == ("<=", ">=")
+    assert [h["step"] for h in loss["rows"][0]["seeds"]] == [50, 50]
+    assert [h["step"] for h in acc["rows"][0]["seeds"]] == [75, 25]  # accuracy: at or above, first time only
+    assert [h["value"] for h in acc["rows"][0]["seeds"]] == [0.92, 0.95]
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/acc<=0.5")  # explicit operator wins
+    assert [h["step"] for h in doc["targets"][0]["rows"][0]["seeds"]] == [0, 0]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("val/loss", "--target 'val/loss': expected METRIC=X (lower is better for *loss*, higher for *acc*), "
+                 "METRIC<=X or METRIC>=X"),
+    ("val/loss<3", "--target 'val/loss<3': expected METRIC=X"),
+    ("val/loss=abc", "--target 'val/loss=abc': 'abc' is not a finite number"),
+    ("val/loss=nan", "--target 'val/loss=nan': 'nan' is not a finite number"),
+    ("grad_norm=1", "--target 'grad_norm=1': cannot tell whether lower or higher grad_norm is better; "
+                    "write grad_norm<=1 or grad_norm>=1"),
+])
+def test_bad_target_specs(spec, message, tmp_path, capsys):
+    root = sweep(tmp_path, [{}], seeds=1)
+    assert main([str(root), "--target", spec, "--out", str(tmp_path / "out"), "--no-wandb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gptlab-compare: error: {message}") and err.count("\n") == 1
+    with pytest.raises(ConfigError):
+        parse_target(spec)
+
+
+def test_direction_from_name():
+    assert parse_target("val/loss=3.2").text == "val/loss <= 3.2"
+    assert parse_target("val/acc=0.9").text == "val/acc >= 0.9"
+    assert parse_target("train/loss >= 5").op == ">="
+    assert parse_target("val/ppl=30", "--threshold").op == "<="
+
+
+def test_unknown_metric_names_logged_ones(tmp_path, capsys):
+    root = sweep(tmp_path, [{}], seeds=1)
+    assert main([str(root), "--target", "val/acc=0.9", "--out", str(tmp_path / "out"), "--no-wandb"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("gptlab-compare: error: --target val/acc >= 0.9: unknown metric 'val/acc' (no run logged it); "
+                   "metrics logged: train/loss, lr, grad_norm, tokens, tokens_per_s, step_ms, mfu, peak_mem_bytes, "
+                   "wall_s, val/loss\n")
+    assert not (tmp_path / "out").exists()
+
+
+def layers_sweep(tmp: Path, reached: dict[int, list[bool]], extra: dict | None = None) -> Path:
+    """Arms model.n_layer=L (in the dict's order), one run per listed seed; True = reaches val/acc 0.95 at step 50."""
+    specs = [{"seed": s, "leaves": {"model.n_layer": L, **(extra or {}).get(L, {})}, "acc": True}
+             for L, seeds in reached.items() for s in range(len(seeds))]
+    root = write_sweep(tmp, specs)
+    flags = [ok for seeds in reached.values() for ok in seeds]
+    for job, ok in enumerate(flags):
+        curve(root / str(job), falls(50), acc={s: (0.95 if ok and s >= 50 else 0.3) for s in range(0, 101, 25)})
+    return root
+
+
+def test_threshold_smallest_value_numeric_order(tmp_path, capsys):
+    root = layers_sweep(tmp_path, {10: [True] * 3, 2: [False] * 3, 3: [True] * 3, 4: [True, False, True]})
+    doc = run_compare(tmp_path, capsys, str(root), "--threshold", "val/acc=0.9", "--baseline", "model.n_layer=2")
+    (th,) = doc["thresholds"]
+    sentence = ("smallest model.n_layer reaching val/acc >= 0.9 in every seed (3/3): 3 (seeds that reached it: "
+                "model.n_layer=2: 0/3, model.n_layer=3: 3/3, model.n_layer=4: 2/3, model.n_layer=10: 3/3; "
+                "larger but not in every seed: model.n_layer=4 (2/3))")
+    assert th["answer"] == "3" and th["key"] == "model.n_layer" and th["sentence"] == sentence
+    assert [a["value"] for a in th["arms"]] == ["2", "3", "4", "10"]  # numeric, not text, order
+    assert doc["targets"][0]["text"] == "val/acc >= 0.9"
+    assert f"\n{sentence}\n" in capsys.readouterr().out
+    assert f"- {sentence}" in (tmp_path / "out" / "comparison.md").read_text()
+
+
+def test_threshold_none_reaches(tmp_path, capsys):
+    root = layers_sweep(tmp_path, {1: [False, False], 2: [True, False]})
+    doc = run_compare(tmp_path, capsys, str(root), "--threshold", "val/acc>=0.9")
+    assert doc["thresholds"][0]["answer"] is None
+    assert doc["thresholds"][0]["sentence"] == ("none of the arms reaches val/acc >= 0.9 in every seed (seeds that "
+                                                "reached it: model.n_layer=1: 0/2, model.n_layer=2: 1/2)")
+
+
+def test_threshold_key_choice_and_refusals(tmp_path, capsys):
+    root = layers_sweep(tmp_path, {1: [False], 2: [True], 3: [True]},
+                        extra={2: {"optimizer.lr": 0.01}, 3: {"optimizer.lr": 0.01}})
+    args = [str(root), "--out", str(tmp_path / "out"), "--no-wandb", "--threshold", "val/acc=0.9"]
+    assert main(args) == 2
+    assert capsys.readouterr().err == ("gptlab-compare: error: --threshold: the arms differ in 2 keys (model.n_layer, "
+                                       "optimizer.lr); name the one to minimise with --threshold-key KEY\n")
+    assert main([*args, "--threshold-key", "optimizer.lr"]) == 2
+    assert "--threshold-key optimizer.lr: arms " in capsys.readouterr().err
+    assert main([*args, "--threshold-key", "model.nope"]) == 2
+    assert "--threshold-key 'model.nope': no arm has that key; keys that vary: model.n_layer, optimizer.lr" \
+        in capsys.readouterr().err
+    assert main([*args, "--threshold-key", "model.n_layer"]) == 0
+    assert "smallest model.n_layer reaching val/acc >= 0.9 in every seed (1/1): 2" in capsys.readouterr().out
+    assert main([str(root), "--threshold-key", "model.n_layer", "--no-wandb"]) == 2
+    assert capsys.readouterr().err == ("gptlab-compare: error: --threshold-key needs --threshold METRIC=X "
+                                       "(the target the key's arms must reach)\n")
+
+
+def test_threshold_needs_arms(tmp_path, capsys):
+    root = sweep(tmp_path, [{}], seeds=2)
+    assert main([str(root), "--threshold", "val/loss=2", "--out", str(tmp_path / "out"), "--no-wandb"]) == 2
+    assert "--threshold needs arms that differ in one config key" in capsys.readouterr().err
+
+
+def test_no_target_keeps_json_as_before(tmp_path, capsys):
+    root = sweep(tmp_path, [{}], seeds=1)
+    doc = run_compare(tmp_path, capsys, str(root))
+    assert "targets" not in doc and "thresholds" not in doc
+    assert "Steps to target" not in (tmp_path / "out" / "comparison.md").read_text()
+
+
+@pytest.mark.slow
+def test_real_multirun_steps_to_target_and_threshold(tmp_path, capsys):
+    """Train n_layer=1,2 x seed=0,1 for 12 steps; the reported steps are each run's first eval at/below the target."""
+    fast = [o for o in FAST if not o.startswith(("model.n_layer", "train.", "model.block_size"))]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "-m", *fast, "model.n_layer=1,2", "seed=0,1",
+                           "model.block_size=32", "train.batch_size=4", "train.eval_sequences=8",
+                           "train.max_steps=12", "train.eval_interval=3", "train.log_interval=2",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = sorted((tmp_path / "sweep").glob("[0-9]"))
+    records = {r: [json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()] for r in runs}
+    evals = {r: [(x["step"], x["val/loss"]) for x in recs if "val/loss" in x] for r, recs in records.items()}
+    first = statistics.mean(v[0][1] for v in evals.values())
+    last = statistics.mean(v[-1][1] for v in evals.values())
+    target = round(first - 0.7 * (first - last), 3)  # between the start and end losses
+    doc = run_compare(tmp_path, capsys, str(tmp_path / "sweep"), "--target", f"val/loss={target}",
+                      "--threshold", f"val/loss={target}")
+    (block,) = doc["targets"]  # the threshold's target is the same one: one table
+    assert block["resolution_steps"] == [3] and sum(r["n_seeds"] for r in block["rows"]) == 4
+    for row in block["rows"]:
+        for hit in row["seeds"]:
+            path = Path(hit["run"])
+            want = next((s for s, v in evals[path] if v <= target), None)
+            assert hit["step"] == want and hit["reached"] == (want is not None)
+            if want is not None:
+                eval_row = next(x for x in records[path] if x["step"] == want and "val/loss" in x)
+                assert hit["tokens"] == eval_row["tokens"] == want * 4 * 32  # batch 4 x block 32 per step
+                assert hit["wall_s"] == (0.0 if want == 0 else eval_row["wall_s"])
+            else:
+                assert hit["last_step"] == 12 and 12 in row["not_reached_by"]
+        ok = [h["step"] for h in row["seeds"] if h["reached"]]
+        assert row["n_reached"] == len(ok) and row["steps_mean"] == (statistics.mean(ok) if ok else None)
+    assert any(r["n_reached"] for r in block["rows"]) and first - last > 0.3
+    (th,) = doc["thresholds"]
+    reached = {r["label"]: (r["n_reached"], r["n_seeds"]) for r in block["rows"]}
+    assert th["key"] == "model.n_layer" and [a["value"] for a in th["arms"]] == ["1", "2"]
+    assert [(a["n_reached"], a["n_seeds"]) for a in th["arms"]] == [reached[a["label"]] for a in th["arms"]]
+    smallest = next((a["value"] for a in th["arms"] if a["n_reached"] == a["n_seeds"]), None)
+    assert th["answer"] == smallest
+    assert th["sentence"] in capsys.readouterr().out
