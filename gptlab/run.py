@@ -162,7 +162,7 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
         return summary | {"sample": _sample(model, data, settings, hardware), "wandb_sync": None}
     sinks = []
     if ctx.is_main:  # only rank 0 writes run files
-        record = provenance.collect(overrides, hardware)
+        record = provenance.collect(overrides, hardware) | {"config": identity["config"]}  # the run's own config
         _write_provenance(run_dir, record, start, progress)
         extras = {"params": model.num_params(), "params_non_embedding": model.num_params(non_embedding=True),
                   "flops_per_token": ctx.flops_per_token, "git_commit": record["git"]["commit"],

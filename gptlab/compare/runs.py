@@ -168,8 +168,12 @@ def load_run(path: Path) -> Run:
     _check_numbers(f"{path / 'summary.json'}", summary)
     for rec in records:
         _check_numbers(f"{path / 'metrics.jsonl'} step {rec.get('step')}", rec)
-    config = _read_yaml(path / ".hydra" / "config.yaml", {})
-    overrides = _read_yaml(path / ".hydra" / "overrides.yaml", [])
+    # provenance.json's copy is written by the run itself; .hydra/ is rewritten by any later launch into the dir,
+    # even one that is then refused (a multirun job pointed at an old run): it may describe another config
+    own = _read_json(path / "provenance.json")
+    config = own["config"] if isinstance(own.get("config"), dict) else _read_yaml(path / ".hydra" / "config.yaml", {})
+    overrides = own["overrides"] if isinstance(own.get("config"), dict) and isinstance(own.get("overrides"), list) \
+        else _read_yaml(path / ".hydra" / "overrides.yaml", [])
     if not isinstance(config, dict) or not isinstance(overrides, list):
         raise ConfigError(f"{path}/.hydra: config.yaml must be a mapping and overrides.yaml a list")
     by_step: dict[int, dict[str, Any]] = {}
