@@ -267,3 +267,15 @@ def test_real_multirun_steps_to_target_and_threshold(tmp_path, capsys):
     smallest = next((a["value"] for a in th["arms"] if a["n_reached"] == a["n_seeds"]), None)
     assert th["answer"] == smallest
     assert th["sentence"] in capsys.readouterr().out
+
+
+def test_threshold_over_a_group_choice_keeps_table_order(tmp_path, capsys):
+    specs = [{"seed": s, "choices": {"attention": att}} for att in ("mqa", "mha", "gqa") for s in range(2)]
+    root = write_sweep(tmp_path, specs)
+    for job in range(6):
+        curve(root / str(job), falls(25) if job >= 2 else falls(200))  # mqa never gets there
+    doc = run_compare(tmp_path, capsys, str(root), "--threshold", "val/loss=2", "--baseline", "attention=mqa")
+    assert doc["thresholds"][0]["sentence"] == (
+        "first attention in the table's order (mqa, mha, gqa) reaching val/loss <= 2 in every seed (2/2): mha "
+        "(seeds that reached it: attention=mqa: 0/2, attention=mha: 2/2, attention=gqa: 2/2)")
+    assert doc["thresholds"][0]["numeric"] is False

@@ -88,9 +88,9 @@ def check_metric(target: Target, runs: list[Run], flag: str = "--target") -> Non
 
 
 def x_at(run: Run, step: int, key: str) -> float | None:
-    """`tokens`/`wall_s` at step: as recorded, else interpolated between neighbouring rows (0 at step 0), never extrapolated."""
+    """`tokens`/`wall_s` at step: as recorded, else interpolated from neighbouring rows; never extrapolated."""
     if step == 0:
-        return 0.0  # the initial model: no token seen, the run's clock not started (an eval row's own time is not training)
+        return 0.0  # the initial model: no token seen, no training time (an eval row's own duration is not training)
     known = {s: float(r[key]) for s, r in run.by_step.items() if r.get(key) is not None}
     if step in known:
         return known[step]
@@ -274,7 +274,7 @@ def threshold(groups: list[Group], result: TargetResult, key: str | None) -> Thr
              "n_seeds": result.rows[i].n_seeds} for i in order]
     full = [a for a in arms if a["n_reached"] == a["n_seeds"]]
     counts = ", ".join(f"{key}={a['value']}: {a['n_reached']}/{a['n_seeds']}" for a in arms)
-    what = f"smallest {key}" if nums else f"first {key} in the order given ({', '.join(a['value'] for a in arms)})"
+    what = f"smallest {key}" if nums else f"first {key} in the table's order ({', '.join(a['value'] for a in arms)})"
     text = result.target.text
     if not full:
         sentence = f"none of the arms reaches {text} in every seed (seeds that reached it: {counts})"
