@@ -18,8 +18,8 @@ BARS = "bar = mean ± std over seeds, dots = each run"
 FLAGS = {
     "identical": ("identical model", "builds the same model as another arm (equal fingerprint): every "
                   "difference between them is noise"),
-    "noise": ("speed within noise", f"no speed difference beyond seed noise (Welch p ≥ {ALPHA} on log tokens/s, "
-              "or an identical model)"),
+    "noise": ("speed within noise", f"no speed difference beyond seed noise (Welch p ≥ {ALPHA} on log tokens/s; "
+              "always so for two arms that build one model)"),
     "load": ("under load", f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores while "
              "it trained: its speed figures are not to be trusted"),
 }
