@@ -16,7 +16,7 @@ from gptlab.compare.identical import identical_groups, mixed_fingerprints, share
 from gptlab.compare.runs import Run
 from gptlab.errors import ConfigError
 
-ALPHA = 0.05  # significance level of the Welch test
+from gptlab.compare.stats import ALPHA  # noqa: E402  (the significance level, re-exported)
 
 
 @dataclass

@@ -8,6 +8,9 @@ from statistics import NormalDist
 from typing import Sequence
 
 
+ALPHA = 0.05  # significance level of every Welch test in gptlab-compare
+
+
 def mean(xs: Sequence[float]) -> float:
     """Arithmetic mean of a non-empty sequence."""
     return math.fsum(xs) / len(xs)

@@ -9,8 +9,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gptlab.compare import stats
+from gptlab.compare.stats import ALPHA
 from gptlab.compare.group import Group, diff_items
 from gptlab.compare.runs import Run
+from gptlab.compare.speed import OUTSIDE_LOAD_LIMIT, outside_load, speedup
 from gptlab.errors import ConfigError
 
 _SPEC = re.compile(r"^\s*([^<>=\s]+)\s*(<=|>=|=)\s*(\S+)\s*$")
@@ -152,6 +154,11 @@ class TargetRow:
     not_reached_by: list[int]
     speedup_steps: float | None = None
     speedup_wall: float | None = None
+    speedup_steps_ci: tuple[float, float] | None = None  # 95% CI, Welch on log steps (as speed.speedup)
+    speedup_wall_ci: tuple[float, float] | None = None
+    verdict_steps: str = "–"  # faster / slower / within noise / n/a: 1 seed
+    verdict_wall: str = "–"
+    under_load: bool = False  # wall times taken while other processes held the cores (not worth trusting)
     seeds: list[SeedHit] = field(default_factory=list)
 
     @property
@@ -168,6 +175,22 @@ def target_row(g: Group, target: Target) -> TargetRow:
     tokens, wall = _spread([h.tokens for h in ok]), _spread([h.wall_s for h in ok])
     return TargetRow(g.label, len(hits), len(ok), *steps, *tokens, *wall,
                      [h.last_step for h in hits if not h.reached], seeds=hits)
+
+
+def _rates(hits: list[SeedHit], key: str) -> list[float]:
+    """1 / (steps or wall time) to target per seed: a rate, so speed.speedup's higher-is-faster test applies."""
+    values = [getattr(h, key) for h in hits]
+    return [1.0 / v for v in values if v]
+
+
+def _versus(row: TargetRow, base: TargetRow) -> None:
+    """Speed-ups to target with their noise: ratio of geometric means, 95% CI and Welch verdict (never bare)."""
+    steps = speedup(_rates(row.seeds, "step"), _rates(base.seeds, "step"), ALPHA)
+    row.speedup_steps, row.speedup_steps_ci, row.verdict_steps = steps.ratio, steps.ci, steps.verdict
+    arm_wall, base_wall = _rates(row.seeds, "wall_s"), _rates(base.seeds, "wall_s")
+    if len(arm_wall) == row.n_seeds and len(base_wall) == base.n_seeds:  # every seed's wall time known
+        wall = speedup(arm_wall, base_wall, ALPHA)
+        row.speedup_wall, row.speedup_wall_ci, row.verdict_wall = wall.ratio, wall.ci, wall.verdict
 
 
 def resolution(runs: list[Run], metric: str) -> list[int]:
@@ -200,11 +223,11 @@ def steps_to_target(groups: list[Group], target: Target) -> TargetResult:
     """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed."""
     rows = [target_row(g, target) for g in groups]
     base = rows[0]
-    for row in rows:
+    for row, g in zip(rows, groups):
+        load = outside_load(g.runs)
+        row.under_load = load is not None and load > OUTSIDE_LOAD_LIMIT
         if row.all_reached and base.all_reached and row.steps_mean:
-            row.speedup_steps = base.steps_mean / row.steps_mean
-            if row.wall_s_mean and base.wall_s_mean is not None:
-                row.speedup_wall = base.wall_s_mean / row.wall_s_mean
+            _versus(row, base)
     return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows)
 
 

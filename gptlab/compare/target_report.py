@@ -64,10 +64,14 @@ def _partial(row: TargetRow, text: str) -> str:
     return text if row.all_reached or text == "–" else f"{text} ({row.n_reached}/{row.n_seeds} reached)"
 
 
-def _ratio(x: float | None, is_base: bool) -> str:
+def _ratio(x: float | None, ci: tuple[float, float] | None, verdict: str, is_base: bool, loaded: bool = False) -> str:
+    """A speed-up to target with its noise: `1.86× [0.4, 8.1] within noise`, never a bare ratio."""
     if x is None:
         return "–"
-    return f"{x:.2f}× (baseline)" if is_base else f"{x:.2f}×"
+    if is_base:
+        return f"{x:.2f}× (baseline)"
+    bounds = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    return f"{x:.2f}×{bounds} {verdict}" + (" (under load)" if loaded else "")
 
 
 def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]:
@@ -77,7 +81,9 @@ def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]
         body.append([row.label, f"{row.n_reached}/{row.n_seeds}", steps_cell(row),
                      _partial(row, _pm(row.tokens_mean, row.tokens_std, _si)),
                      _partial(row, _wall(row.wall_s_mean, row.wall_s_std)),
-                     _ratio(row.speedup_steps, i == 0), _ratio(row.speedup_wall, i == 0)])
+                     _ratio(row.speedup_steps, row.speedup_steps_ci, row.verdict_steps, i == 0),
+                     _ratio(row.speedup_wall, row.speedup_wall_ci, row.verdict_wall, i == 0,
+                            row.under_load or result.rows[0].under_load)])
     return f"Steps to {result.target.text}", list(HEADERS), body
 
 
@@ -95,8 +101,10 @@ def target_notes(cmp: Any) -> list[str]:
            "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
            "— an unreached seed is never averaged away. Tokens and wall time are those of that step (interpolated "
            "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
-           "extrapolated). Speed-up = the baseline's mean steps (or wall time) to target ÷ the arm's, shown only "
-           "when both reached it in every seed."]
+           "extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or wall time) to "
+           "target and the arm's, with a 95% CI and a verdict (faster / slower / within noise: Welch's t-test on the "
+           "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed; wall-time speed-ups of "
+           "runs measured under outside load are marked so."]
     out += [f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
             "a step count is exact only to that interval: the target was crossed after the previous record, at "
             "or before the reported step." for r in cmp.targets]
