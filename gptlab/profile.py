@@ -34,11 +34,11 @@ def module_kinds(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
     out += [(f"position.{n}", m, "embedding") for n, m in model.position.named_modules() if isinstance(m, nn.Embedding)]
     for i, b in enumerate(model.blocks):
         out.append((f"blocks.{i}", b, "other"))  # residual adds and dropout
-        out += [(f"blocks.{i}.{n}", getattr(b, n), "norms") for n in ("norm1", "norm2")]
+        out += [(f"blocks.{i}.{n}", getattr(b, n), "norms") for n in ("norm1", "norm2") if getattr(b, n) is not None]
         out.append((f"blocks.{i}.attn", b.attn, "attention kernel"))  # minus its projections below
         out += [(f"blocks.{i}.attn.{n}", m, "attention projections")
                 for n, m in b.attn.named_modules() if isinstance(m, nn.Linear)]
-        out.append((f"blocks.{i}.mlp", b.mlp, "mlp"))
+        out.append((f"blocks.{i}.mlp", b.mlp, "mlp"))  # mlp=none: hooked, measures ~0
     return out + [("norm_f", model.norm_f, "norms"), ("lm_head", model.lm_head, "lm_head")]
 
 

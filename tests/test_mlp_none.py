@@ -97,6 +97,21 @@ def test_cost_model_mlp_none_equals_gelu_minus_its_mlp():
     assert fwd("gelu") - fwd("none") == pytest.approx(L * 2 * 8 * d * d, rel=1e-12)
 
 
+def test_unfused_residual_is_one_add_per_attention_only_block():
+    """elementwise=unfused: gelu blocks pay two residual adds (x + attn, x + mlp), attention-only blocks one."""
+    from gptlab.costs.accounting import ELEMENTWISE, Accounting
+
+    def residual(choice):
+        model = build_model(compose([*TINY, f"mlp={choice}"]), vocab_size=VOCAB, device="meta")
+        ops = analyze(model, 4, T, accounting=Accounting(unfused=tuple(ELEMENTWISE))).ops
+        return next(op for op in ops if op["name"] == "residual")
+    n = 4 * T  # tokens
+    for choice, adds in (("gelu", 2), ("none", 1)):
+        op = residual(choice)
+        assert op["layers"] == L and op["flops"] == L * adds * n * d  # one FLOP per element, every layer
+        assert op["bytes_naive"] == L * adds * 3 * 2 * n * d  # read x and f(x), write the sum; 2-byte elements
+
+
 def test_training_with_mlp_none_lowers_the_recall_loss(tmp_path):
     """60 fp32 steps of gptlab-train mlp=none on a small recall task lower the fixed validation loss."""
     env = {"OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}

@@ -156,10 +156,10 @@ class OpList:
             self.add(op)
 
 
-def residual_ops(d_model: int, tokens: int, s: int) -> list[Op]:
-    """The block's two residual adds x + f(x): read both, write the sum (listed only when not fused)."""
+def residual_ops(d_model: int, tokens: int, s: int, adds: int = 2) -> list[Op]:
+    """The block's residual adds x + f(x) (two; one in an attention-only block): read both, write the sum."""
     elems = tokens * d_model
-    return [_same("residual", "elementwise", 2 * RESIDUAL_FLOPS * elems, 2 * 3 * s * elems, cls="residual")]
+    return [_same("residual", "elementwise", adds * RESIDUAL_FLOPS * elems, adds * 3 * s * elems, cls="residual")]
 
 
 def _outside_in(m: ModelShape, x: Shape) -> list[Op]:
@@ -182,9 +182,10 @@ def _fuse(ops: list[Op], acc: Accounting) -> list[Op]:
 def block_ops(block: BlockShape, m: ModelShape, x: Shape, acc: Accounting = Accounting()) -> list[Op]:
     """The ops of one transformer block (norms, attention, MLP, residual adds when unfused), fusion applied."""
     ops = _grouped([norm_op("norm", norm, x.tokens, x.s) for norm in block.norms], "norms")
-    ops += attention_ops(block.attn, x, m.position_rotates, acc.mask_pass) + mlp_ops(block.mlp, x)
+    has_mlp = bool(block.mlp.linears)  # mlp=none: an attention-only block, no MLP ops and one residual add
+    ops += attention_ops(block.attn, x, m.position_rotates, acc.mask_pass) + (mlp_ops(block.mlp, x) if has_mlp else [])
     if acc.own_pass("residual"):
-        ops += residual_ops(m.d_model, x.tokens, x.s)
+        ops += residual_ops(m.d_model, x.tokens, x.s, adds=2 if has_mlp else 1)
     for op in ops:
         op.in_block = True
     return _fuse(ops, acc)
