@@ -278,3 +278,15 @@ def test_logger_configs_build_sinks(tmp_path):
     assert isinstance(sink, WandbSink) and sink.mode == "offline"  # the test env has WANDB_MODE=offline, no key
     sink.close()
     assert (tmp_path / "b" / RUN_ID_FILE).read_text().strip() == sink.run_id
+
+
+def test_an_empty_wandb_mode_variable_counts_as_unset(tmp_path, monkeypatch):
+    """WANDB_MODE= (set but empty, e.g. by a job script) is no mode: auto resolves and the run starts offline."""
+    monkeypatch.setenv("WANDB_MODE", "")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    sink = WandbSink(tmp_path / "run", config={"seed": 1}, mode="auto")
+    assert sink.mode == "offline" and sink.run is not None  # wandb's own Settings refuse an empty mode
+    sink.log({"train/loss": 1.5}, 1)
+    sink.close()
+    assert [h["item"]["train/loss"] for h in of_type(inspect_records(sink.run_dir_path), "history")] == [1.5]

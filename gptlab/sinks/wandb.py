@@ -147,6 +147,8 @@ class WandbSink:
         """One wandb.init call in `mode`, quiet, with curves plotted against our optimizer step."""
         import wandb  # heavy import, only when W&B logging is configured
 
+        if "WANDB_MODE" in os.environ and not os.environ["WANDB_MODE"].strip():
+            del os.environ["WANDB_MODE"]  # set but empty = unset (resolve_mode read it so); wandb's Settings refuse ""
         run = wandb.init(
             dir=str(self.run_dir), mode=mode, id=self.run_id, resume="allow", reinit="create_new",
             settings=wandb.Settings(silent=True), **init_args,
