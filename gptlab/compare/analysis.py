@@ -67,7 +67,7 @@ class Comparison:
     groups: list[Group]
     warnings: list[str]
     targets: list[Any] = field(default_factory=list)  # target.TargetResult per --target / --threshold
-    thresholds: list[Any] = field(default_factory=list)  # target.Threshold per --threshold
+    thresholds: list[Any] = field(default_factory=list)  # threshold.Threshold per --threshold
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json document (`targets`/`thresholds` only when asked for)."""
@@ -244,7 +244,8 @@ def attach_claims(rows: list[Row], groups: list[Group], claims: dict[str, dict[s
 
 def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: list, key: str | None) -> None:
     """Steps-to-target rows for each --target and --threshold target (once each), then each threshold's answer."""
-    from gptlab.compare.target import check_metric, steps_to_target, threshold
+    from gptlab.compare.target import check_metric, steps_to_target
+    from gptlab.compare.threshold import threshold
 
     for flag, wanted in (("--target", targets), ("--threshold", thresholds)):
         for t in wanted:
