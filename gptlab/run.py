@@ -101,8 +101,9 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
         record["init_from"] = _init_record(start)
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     diff = provenance.code_diff() if record["git"]["dirty"] else None
-    if diff:  # the uncommitted changes the run's code had (saved with the run's W&B files too)
-        atomic_write_text(run_dir / "git.diff", diff + "\n")
+    if diff:  # the uncommitted changes the code had (also saved to W&B); a resume keeps the start's diff beside its own
+        name = f"git.resume{progress.step}.diff" if start.kind == "resume" else "git.diff"
+        atomic_write_text(run_dir / name, diff + "\n")
 
 
 def _init_record(start: resume.Start) -> dict:

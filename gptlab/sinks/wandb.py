@@ -25,7 +25,7 @@ _ID_CHARS = string.ascii_lowercase + string.digits
 _ID_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 _DEFAULT_BASE_URL = "https://api.wandb.ai"
 X_AXES = ("step", "tokens", "wall_s")
-RUN_FILES = ("provenance.json", ".hydra/*.yaml", "git.diff")
+RUN_FILES = ("provenance.json", ".hydra/*.yaml", "git*.diff")
 
 
 def _netrc_paths(env: Mapping[str, str]) -> list[Path]:
