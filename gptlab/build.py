@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,24 +13,11 @@ from hydra import initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab import resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
 from gptlab.errors import ConfigError
 from gptlab.hardware import Hardware
 from gptlab.model import GPT, GPTConfig
 from gptlab.paths import CONF_DIR
-
-
-def _uid() -> str:
-    """Suffix that keeps run dirs of runs started in the same second apart; shared by a job's ranks."""
-    for var in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
-        if os.environ.get(var) and os.environ.get(var) != "none":
-            return os.environ[var][-8:]
-    return uuid.uuid4().hex[:6]
-
-
-if not OmegaConf.has_resolver("gptlab_uid"):
-    OmegaConf.register_new_resolver("gptlab_uid", _uid, use_cache=True)
-if not OmegaConf.has_resolver("gptlab_or"):  # ${gptlab_or:${sweep},multirun}: oc.select keeps a null value as None
-    OmegaConf.register_new_resolver("gptlab_or", lambda value, default: default if value in (None, "") else value)
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "train") -> DictConfig:

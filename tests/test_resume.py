@@ -128,7 +128,10 @@ def test_init_from_starts_a_new_run_with_the_configs_hyper_parameters(tmp_path):
     ckpt = checkpoint.latest_path(tmp_path / "old")
     summary = run_inprocess(tmp_path / "new", f"train.init_from={ckpt}", "optimizer.lr=0.03", steps=9, eval_interval=3)
     new_rows = rows(tmp_path / "new")
-    assert new_rows[0] == {"step": 6, "val/loss": pytest.approx(rows(tmp_path / "old")[-1]["val/loss"], rel=1e-6)}
+    old_eval = rows(tmp_path / "old")[-1]
+    assert {k: new_rows[0][k] for k in ("step", "val/loss", "tokens")} == \
+        {"step": 6, "val/loss": pytest.approx(old_eval["val/loss"], rel=1e-6), "tokens": old_eval["tokens"]}
+    assert set(new_rows[0]) == {"step", "val/loss", "tokens", "wall_s"}  # an eval row: x-axes and the loss only
     lr_rows = [r for r in new_rows if "lr" in r]
     assert [r["step"] for r in lr_rows] == [7, 8, 9]
     base_lr = lr_rows[0]["lr"] / 0.03  # the schedule factor at step 6 of 9, times the CONFIG's lr (not the file's)
