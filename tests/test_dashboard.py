@@ -100,6 +100,7 @@ def test_multirun_groups_by_choice_and_plots_against_step_tokens_and_wall_time(t
     assert groups == {sweep_dir.name}  # one multirun, one group: its own id
 
 
+@pytest.mark.slow
 def test_offline_resume_lists_every_folder_and_both_halves_read_back(tmp_path):
     run = tmp_path / "run"
     base = ["schedule=constant", "train.eval_interval=2", "train.ckpt_interval=2", "logger=wandb",
