@@ -46,3 +46,14 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra)
     return env
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (profiler timings stay comparable), the caller's count restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -16,12 +16,7 @@ TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_si
 B, T = 4, 64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _setup(overrides):

@@ -18,12 +18,7 @@ B, T = 4, 64
 OUTSIDE_OPS = {"embedding", "position", "norm_f", "lm_head", "loss", "optimizer"}  # cost-model ops not in a block
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
