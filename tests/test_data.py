@@ -60,9 +60,8 @@ def test_bundled_corpus_and_split(cache):
     train, val = d.train_tokens, d.val_tokens
     assert isinstance(d, Data) and d.reports_accuracy is False
     assert (d.vocab_size, d.seq_len, train.dtype) == (len(set(text)) + 1, 32, np.uint16)  # + U+FFFD
-    # char tokens == characters: the split is the last 10% of characters, cut at a line start
-    assert len(train) + len(val) == len(text)
-    assert len(train) >= 0.9 * len(text) and text[len(train) - 1] == "\n"
+    # char tokens == characters: val is the last 10% of the token stream (no end-of-text token for char)
+    assert len(train) + len(val) == len(text) and len(val) == int(0.1 * len(text))
     assert d.tokenizer.decode(val[:40].tolist()) == text[len(train):len(train) + 40]
     assert d.sample_prompt() == text[len(train):].splitlines()[0]
 
@@ -153,13 +152,13 @@ def test_token_cache_is_reused(tmp_path, monkeypatch):
     first = TextData(**kw)
     assert not first.from_cache
     assert first.cache_path.parent == tmp_path / "cache" / "tokens"
-    meta = json.loads((first.cache_path / "meta.json").read_text())
-    assert meta["tokens"] == {"train": len(first.train_tokens), "val": len(first.val_tokens)}
+    index = json.loads((first.cache_path / "index.json").read_text())
+    assert index["tokens"] == len(first.train_tokens) + len(first.val_tokens) == sum(index["lengths"])
 
     def no_tokenizing(*args, **kwargs):
         raise AssertionError("tokenized again")
 
-    monkeypatch.setattr(corpus, "_tokenize_split", no_tokenizing)
+    monkeypatch.setattr(corpus, "_tokenize", no_tokenizing)
     second = TextData(**kw)
     assert second.from_cache and second.cache_path == first.cache_path
     assert np.array_equal(second.train_tokens, first.train_tokens)
@@ -177,7 +176,11 @@ def test_mixed_file_types_and_char_tokenizer(tmp_path):
     d = TextData(seed=0, block_size=16, cache_dir=tmp_path / "c", paths=[str(tmp_path / "doc0.txt"),
                  str(tmp_path / "docs.parquet")], column="body", tokenizer="char")
     ids = np.concatenate([d.train_tokens, d.val_tokens]).tolist()
-    assert d.tokenizer.decode(ids) == PLAY + "".join(docs)  # .txt first, then parquet rows; char has no end token
+    text = PLAY + "".join(docs)  # .txt first, then parquet rows; char has no end token
+    # char is fitted on whole segments inside the first 90 %: "w" (only in the last document, "answer") is unseen
+    fitted = set(d.tokenizer.chars) - {"\ufffd"}
+    assert fitted <= set(text[:len(d.train_tokens)]) and "w" not in fitted
+    assert d.tokenizer.decode(ids) == "".join(c if c in fitted else "\ufffd" for c in text)
 
 
 def test_assoc_recall_targets():

@@ -1,44 +1,57 @@
-"""Documents -> train/val split -> tokenizer -> token arrays cached as .npy under cache_dir/tokens/<key>/."""
+"""A document source -> a fitted tokenizer -> token shards cached under cache_dir/tokens/<key>/ -> train/val views.
+
+Streaming end to end: segments are grouped into chunks of ~CHUNK_CHARS characters, tokenized by `num_proc`
+threads (tiktoken and HF tokenizers run outside the GIL) with a bounded number of chunks in flight, and written
+into shards (shards.py). Peak memory is set by the chunk size and the fit sample, not by the corpus. A killed
+build resumes from its last complete shard; concurrent runs of a sweep wait on one lock and share the entry.
+
+The split: the token stream's last `val_fraction` of tokens is val, the rest train (so changing val_fraction never
+re-tokenizes). char/bpe tokenizers are fitted on whole segments from the start of the stream, at most
+`bpe_sample_bytes` and never more than the first (1 - val_fraction) of the input's bytes; should the val tail
+still reach into the fitted text, train is extended to cover it and a warning says so: the tokenizer never sees
+validation text.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import itertools
 import json
+import logging
 import os
 import shutil
-import uuid
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gptlab.data.tokenizers import make_tokenizer
+from gptlab.data.progress import DataProgress
+from gptlab.data.shards import ShardWriter, TokenStream, check_ids, open_shards
+from gptlab.data.sources import SEGMENT_CHARS
+from gptlab.data.tokenizers import BPETokenizer, CharTokenizer, make_tokenizer
 from gptlab.errors import ConfigError
 
-CACHE_FORMAT = 1  # bump when the on-disk layout or the split rule changes
+log = logging.getLogger(__name__)
+CACHE_FORMAT = 2  # bump when the on-disk layout, the segment rule or the split rule changes
+CHUNK_CHARS = 1 << 22  # characters per tokenization task (~4 MB of text)
+SHARD_TOKENS = 1 << 27  # ids per shard (256 MiB as uint16)
+FITTED = ("char", "bpe")  # tokenizers fitted on the corpus (on the fit sample)
 
 
 @dataclass
 class TokenSplits:
-    """A fitted tokenizer and the train/val token arrays (read-only memmaps)."""
+    """A fitted tokenizer and the train/val token views."""
 
     tokenizer: object
-    train: np.ndarray
-    val: np.ndarray
+    train: TokenStream
+    val: TokenStream
     cache_path: Path
     from_cache: bool
-
-
-class TextColumn:
-    """Re-iterable view of a Dataset's "text" column (None rows read as "")."""
-
-    def __init__(self, ds, batch_size: int = 1000):
-        self.ds, self.batch_size = ds, batch_size
-
-    def __iter__(self):
-        for batch in self.ds.iter(batch_size=self.batch_size):
-            for text in batch["text"]:
-                yield text or ""
+    fingerprint: str  # the entry's key plus the split point: changes whenever any sample could change
 
 
 def check_val_fraction(val_fraction) -> float:
@@ -48,146 +61,213 @@ def check_val_fraction(val_fraction) -> float:
     return float(val_fraction)
 
 
-def _one_row(text: str, features):
-    from datasets import Dataset
-    from datasets.utils.logging import disable_progress_bar
-    disable_progress_bar()  # gptlab prints its own progress
+class FitSample:
+    """The text a char/bpe tokenizer is fitted on: whole segments from the start, up to `limit` UTF-8 bytes.
 
-    return Dataset.from_dict({"text": [text]}, features=features)
-
-
-def split_documents(ds, val_fraction: float):
-    """(train_ds, val_ds, train_ends_mid_document): the last `val_fraction` of characters is val.
-
-    The cut falls at the first line start at or after the character offset, inside whichever document
-    holds that offset; the documents before go to train and those after to val, in their order.
+    Lazy and re-iterable (BPE hashes it, then trains on it); `segments` is how many segments it holds.
     """
-    from datasets import concatenate_datasets
-    from datasets.utils.logging import disable_progress_bar
-    disable_progress_bar()  # gptlab prints its own progress
 
-    lengths = ds.map(lambda texts: {"n": [len(t or "") for t in texts]}, batched=True, input_columns="text",
-                     remove_columns=ds.column_names, desc="measuring documents")["n"]
-    cum = np.cumsum(np.asarray(lengths, dtype=np.int64))  # (n_docs,) characters up to each doc's end
-    total = int(cum[-1]) if len(cum) else 0
-    if total == 0:
-        raise ConfigError("data: the corpus contains no text (every document is empty)")
-    target = int(total * (1.0 - val_fraction))
-    i = min(int(np.searchsorted(cum, target, side="right")), len(cum) - 1)  # doc holding the offset
-    doc = ds[i]["text"] or ""
-    local = target - (int(cum[i]) - len(doc))
-    nl = doc.find("\n", local - 1) if local > 0 else -1
-    cut = 0 if local == 0 else (nl + 1 if nl >= 0 else local)
-    before = [ds.select(range(i))] if i > 0 else []
-    after = [ds.select(range(i + 1, len(ds)))] if i + 1 < len(ds) else []
-    train_parts = before + ([_one_row(doc[:cut], ds.features)] if cut > 0 else [])
-    val_parts = ([_one_row(doc[cut:], ds.features)] if cut < len(doc) else []) + after
-    train_parts = train_parts or [_one_row("", ds.features)]
-    val_parts = val_parts or [_one_row("", ds.features)]
-    return concatenate_datasets(train_parts), concatenate_datasets(val_parts), 0 < cut < len(doc)
+    def __init__(self, source, limit: int):
+        self.source, self.limit, self.segments = source, limit, 0
+
+    def __iter__(self):
+        used, n = 0, 0
+        for text, _ in self.source.segments():
+            size = len(text.encode("utf-8"))
+            if used + size > self.limit:
+                break
+            used, n = used + size, n + 1
+            yield text
+        self.segments = n
 
 
-def _tokenize_split(ds, tokenizer, ends_mid_document: bool, num_proc: int | None, fingerprint: str):
-    """Dataset of rows {"ids", "n"}: each document's ids, followed by the end-of-text id when it ends there."""
-    eot, last = tokenizer.eot_id, len(ds) - 1
-
-    def encode(texts, indices):
-        ids = tokenizer.encode_batch([t or "" for t in texts])
-        if eot is not None:
-            for row, index in zip(ids, indices):
-                if not (ends_mid_document and index == last):  # a cut document does not end here
-                    row.append(eot)
-        return {"ids": ids, "n": [len(row) for row in ids]}
-
-    return ds.map(encode, batched=True, with_indices=True, input_columns="text", remove_columns=ds.column_names,
-                  num_proc=num_proc, new_fingerprint=fingerprint, desc="tokenizing")
+def _fit_limit(source, bpe_sample_bytes: int, val_fraction: float) -> int:
+    total = source.total_bytes
+    return bpe_sample_bytes if total is None else min(bpe_sample_bytes, int(total * (1 - val_fraction)))
 
 
-def _write_tokens(ids_ds, path: Path, dtype) -> int:
-    """Concatenate the "ids" rows into a .npy file at `path`; returns the token count."""
-    total = int(sum(ids_ds["n"]))
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(total,))
-    pos = 0
-    for table in ids_ds.with_format("arrow").iter(batch_size=4096):
-        flat = table.column("ids").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        out[pos:pos + len(flat)] = flat
-        pos += len(flat)
-    out.flush()
-    del out
-    return total
+def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: int, max_tokens) -> str:
+    """sha256 over what determines the token stream: source content, tokenizer and its fit, segment rule, cap."""
+    from gptlab.data.tokenizers import ByteTokenizer, GPT2Tokenizer
 
-
-def cache_key(source_key: str, tokenizer_identity: str, val_fraction: float) -> str:
-    """sha256 over what determines the token arrays: source content, tokenizer identity and split rule."""
-    spec = {"format": CACHE_FORMAT, "source": source_key, "tokenizer": tokenizer_identity,
-            "val_fraction": val_fraction, "split": "char-offset-next-line"}
+    fixed = {"gpt2": GPT2Tokenizer, "byte": ByteTokenizer}
+    spec = {"format": CACHE_FORMAT, "source": source_key, "segment_chars": SEGMENT_CHARS, "chunk_chars": CHUNK_CHARS,
+            "tokenizer": fixed[tokenizer]().identity() if tokenizer in fixed else tokenizer,
+            "fit": {"limit": fit_limit, **({"vocab": bpe_vocab_size} if tokenizer == "bpe" else {})}
+            if tokenizer in FITTED else None, "max_tokens": max_tokens}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def _load_cached(folder: Path, vocab_size: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(train, val) memmaps when `folder` holds a complete cache entry, else None; a corrupt entry is refused.
+def _save_tokenizer(tok, folder: Path) -> dict:
+    if isinstance(tok, CharTokenizer):
+        return {"chars": tok.chars}
+    if isinstance(tok, BPETokenizer):
+        tok._tok.save(str(folder / "tokenizer.json"))
+        return {"train_sha256": tok.train_sha256}
+    return {}
 
-    meta.json is written last, so a folder without it is unfinished. With it, each array must have the
-    recorded length and dtype and hold only ids < vocab_size (one streaming max per array); anything else
-    (a truncated .npy, ids a tokenizer cannot decode) is refused in one line rather than rebuilt: runs of a
-    sweep share the entry, and replacing it under them would race with their reads and rebuilds.
-    """
-    if not (folder / "meta.json").is_file():
-        return None
 
-    def corrupt(why: str) -> ConfigError:
-        return ConfigError(f"data: the token cache '{folder}' is corrupt ({why}); delete that folder and run again "
-                           f"to rebuild it")
+def _load_tokenizer(name: str, folder: Path, state: dict, cache_dir: Path):
+    if name == "char":
+        return CharTokenizer(state["chars"])
+    if name == "bpe":
+        from tokenizers import Tokenizer
+        return BPETokenizer(Tokenizer.from_file(str(folder / "tokenizer.json")), state["train_sha256"])
+    return make_tokenizer(name, "", cache_dir)
 
-    arrays = []
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-        dtype = np.dtype(meta["dtype"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise corrupt(f"meta.json: {' '.join(str(err).split()) or type(err).__name__}") from None
-    for split in ("train", "val"):
+
+def _chunks(source, skip_chunks: int) -> Iterator[tuple[int, int, list[tuple[str, bool]]]]:
+    """(chunk index, index of its first segment, segments) from chunk `skip_chunks` on (earlier ones read, not kept)."""
+    chunk, size, index, first = [], 0, 0, 0
+    for seg_index, seg in enumerate(source.segments()):
+        if index >= skip_chunks:
+            chunk.append(seg)
+        size += len(seg[0])
+        if size >= CHUNK_CHARS:
+            if index >= skip_chunks:
+                yield index, first, chunk
+            chunk, size, index, first = [], 0, index + 1, seg_index + 1
+    if chunk:
+        yield index, first, chunk
+
+
+def _encode(tok, segments: list[tuple[str, bool]], dtype) -> tuple[np.ndarray, np.ndarray, int]:
+    """(ids, tokens per segment, UTF-8 bytes): each segment's ids, plus end-of-text after a document's last."""
+    rows = tok.encode_batch([text for text, _ in segments])
+    if tok.eot_id is not None:
+        for row, (_, ends) in zip(rows, segments):
+            if ends:
+                row.append(tok.eot_id)
+    counts = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype, count=int(counts.sum()))
+    return ids, counts, sum(len(text.encode("utf-8")) for text, _ in segments)
+
+
+class _Stream:
+    """Feeds tokenized chunks, in order, into a ShardWriter; resumes from the writer's marker."""
+
+    def __init__(self, writer: ShardWriter, fit_segments: int, max_tokens: int | None, bar: DataProgress):
+        marker = writer.state
+        self.writer, self.fit_segments, self.max_tokens, self.bar = writer, fit_segments, max_tokens, bar
+        self.resume_chunk = marker.get("chunk", 0)
+        self.resume_skip = marker.get("base_skip", 0) + marker.get("skip", 0)  # ids of that chunk already saved
+        self.fit_end = marker.get("fit_end") if fit_segments else 0  # None until the fit sample's end is seen
+
+    def full(self) -> bool:
+        return self.max_tokens is not None and self.writer.tokens >= self.max_tokens
+
+    def take(self, index: int, first: int, ids: np.ndarray, counts: np.ndarray, nbytes: int) -> None:
+        skip = self.resume_skip if index == self.resume_chunk else 0
+        start = self.writer.tokens - skip  # the stream offset of this chunk's first id
+        if self.fit_end is None and first + len(counts) >= self.fit_segments:
+            self.fit_end = start + int(counts[:self.fit_segments - first].sum())
+        out = ids[skip:]
+        if self.max_tokens is not None:
+            out = out[:max(0, self.max_tokens - self.writer.tokens)]
+        self.writer.append(out, {"chunk": index, "base_skip": skip, "fit_end": self.fit_end})
+        self.bar.update(nbytes, len(out))
+
+
+def _tokenize(source, tok, writer: ShardWriter, fit_segments: int, num_proc: int, max_tokens, what: str) -> int:
+    """Stream the source through `tok` into `writer`, `num_proc` chunks at a time; returns the fit sample's end."""
+    bar = DataProgress(what, source.total_bytes, done_tokens=writer.tokens)
+    stream = _Stream(writer, fit_segments, max_tokens, bar)
+    chunks = _chunks(source, stream.resume_chunk)
+    pending: deque = deque()  # (chunk index, first segment, future), oldest first; at most 2*num_proc
+    with ThreadPoolExecutor(max_workers=num_proc) as pool:
         try:
-            expected = (int(meta["tokens"][split]),), dtype
-            tokens = np.load(folder / f"{split}.npy", mmap_mode="r")
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise corrupt(f"{split}.npy: {' '.join(str(err).split()) or type(err).__name__}") from None
-        if (tokens.shape, tokens.dtype) != expected:
-            raise corrupt(f"{split}.npy holds {tokens.size} {tokens.dtype} ids, meta.json says {expected[0][0]} {dtype}")
-        high = max((int(tokens[i:i + (1 << 24)].max()) for i in range(0, len(tokens), 1 << 24)), default=-1)
-        if high >= vocab_size:
-            raise corrupt(f"{split}.npy holds token id {high}, the tokenizer has {vocab_size} ids")
-        arrays.append(tokens)
-    return arrays[0], arrays[1]
+            for index, first, segments in chunks:
+                pending.append((index, first, pool.submit(_encode, tok, segments, writer.dtype)))
+                while len(pending) > 2 * num_proc or (pending and pending[0][2].done()):
+                    index0, first0, fut = pending.popleft()
+                    stream.take(index0, first0, *fut.result())
+                if stream.full():
+                    break
+            while pending:
+                index0, first0, fut = pending.popleft()
+                stream.take(index0, first0, *fut.result())
+        finally:
+            chunks.close()
+            for *_, fut in pending:
+                fut.cancel()
+    bar.close()
+    return stream.fit_end or 0
 
 
-def build_token_splits(docs, *, source_key: str, tokenizer: str, bpe_vocab_size: int, val_fraction: float,
-                       cache_dir: Path, num_proc: int | None = None) -> TokenSplits:
-    """Split `docs` (Dataset with a "text" column), fit the tokenizer on train, tokenize both splits once."""
+def default_num_proc() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _build(source, folder: Path, partial: Path, *, tokenizer: str, fit: FitSample | None, bpe_vocab_size: int,
+           cache_dir: Path, num_proc: int, max_tokens) -> None:
+    """Fit the tokenizer, tokenize into `partial` (resuming what a killed build left), publish as `folder`."""
+    partial.mkdir(parents=True, exist_ok=True)
+    try:
+        tok = make_tokenizer(tokenizer, fit if fit is not None else "", cache_dir, bpe_vocab_size=bpe_vocab_size)
+        dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
+        writer = ShardWriter(partial, dtype, shard_tokens())
+        if writer.state.get("done"):  # killed after the last shard, before index.json
+            meta = writer.state["meta"]
+        else:
+            if writer.lengths:
+                log.info("resuming tokenization at %s tokens (%d complete shards in %s)", f"{writer.tokens:,}",
+                         len(writer.lengths), partial)
+            fit_end = _tokenize(source, tok, writer, fit.segments if fit is not None else 0, num_proc, max_tokens,
+                                f"tokenizing ({tokenizer})")
+            meta = {"format": CACHE_FORMAT, "source": source.key, "tokenizer": tokenizer, "identity": tok.identity(),
+                    "tokenizer_state": _save_tokenizer(tok, partial), "fit_end": fit_end,
+                    "vocab_size": tok.vocab_size}
+    except ConfigError:  # bad input: nothing worth resuming (a kill or Ctrl-C keeps the complete shards)
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    writer.finish(meta)
+    os.rename(partial, folder)  # atomic publish
+
+
+def shard_tokens() -> int:
+    """Ids per shard: SHARD_TOKENS, or $GPTLAB_SHARD_TOKENS (tests use small shards to cross boundaries)."""
+    return int(os.environ.get("GPTLAB_SHARD_TOKENS", SHARD_TOKENS))
+
+
+def build_token_splits(source, *, tokenizer: str, bpe_vocab_size: int, val_fraction: float, cache_dir: Path,
+                       num_proc: int | None = None, bpe_sample_bytes: int = 100_000_000, max_tokens: int | None = None,
+                       verify: bool = False) -> TokenSplits:
+    """Tokenize `source` once into cached shards (or open them) and split the stream into train and val."""
     val_fraction = check_val_fraction(val_fraction)
-    train_ds, val_ds, cut = split_documents(docs, val_fraction)
-    tok = make_tokenizer(tokenizer, TextColumn(train_ds), cache_dir, bpe_vocab_size=bpe_vocab_size)
-    key = cache_key(source_key, tok.identity(), val_fraction)
-    folder = Path(cache_dir) / "tokens" / key
-    cached = _load_cached(folder, tok.vocab_size)
-    if cached is not None:
-        return TokenSplits(tok, cached[0], cached[1], folder, True)
-    dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
-    tmp = folder.with_name(f"{key}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
-        counts = {}
-        for split, ds, ends_mid in (("train", train_ds, cut), ("val", val_ds, False)):
-            ids = _tokenize_split(ds, tok, ends_mid, num_proc if (num_proc or 1) > 1 else None, f"{key[:40]}{split}")
-            counts[split] = _write_tokens(ids, tmp / f"{split}.npy", dtype)
-        meta = {"source": source_key, "tokenizer": tok.identity(), "val_fraction": val_fraction,
-                "dtype": np.dtype(dtype).name, "tokens": counts, "format": CACHE_FORMAT}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        try:
-            os.rename(tmp, folder)  # atomic publish; fails if a concurrent run published first
-        except OSError:
-            if _load_cached(folder, tok.vocab_size) is None:
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    train, val = _load_cached(folder, tok.vocab_size)
-    return TokenSplits(tok, train, val, folder, False)
+    if tokenizer not in ("bpe", "byte", "char", "gpt2"):
+        make_tokenizer(tokenizer, "", cache_dir)  # the one-line unknown-tokenizer error
+    fit_limit = _fit_limit(source, bpe_sample_bytes, val_fraction)
+    key = cache_key(source.key, tokenizer, bpe_vocab_size, fit_limit, max_tokens)
+    tokens_dir = Path(cache_dir) / "tokens"
+    folder, partial = tokens_dir / key, tokens_dir / f"{key}.partial"
+    tokens_dir.mkdir(parents=True, exist_ok=True)
+    from_cache = (folder / "index.json").is_file()
+    if not from_cache:
+        with open(tokens_dir / f"{key}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("waiting for another run that is tokenizing the same corpus (%s)", partial)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (folder / "index.json").is_file():
+                fit = FitSample(source, fit_limit) if tokenizer in FITTED else None
+                _build(source, folder, partial, tokenizer=tokenizer, fit=fit, bpe_vocab_size=bpe_vocab_size,
+                       cache_dir=Path(cache_dir), num_proc=num_proc or default_num_proc(), max_tokens=max_tokens)
+                (tokens_dir / f"{key}.lock").unlink(missing_ok=True)  # waiters wake, find index.json
+    shards, index = open_shards(folder)
+    tok = _load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
+    if verify:
+        check_ids(folder, shards, tok.vocab_size)
+    elif index.get("max_id", -1) >= tok.vocab_size:
+        raise ConfigError(f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
+                          f"has {tok.vocab_size} ids); delete that folder and run again to rebuild it")
+    total = int(index["tokens"])
+    n_train = total - int(total * val_fraction)
+    if n_train < index.get("fit_end", 0):
+        log.warning("data: the validation tail would overlap the %s tokenizer's fitting text; train is extended to "
+                    "token %s, val keeps %s tokens (lower data.bpe_sample_bytes for a larger val split)", tokenizer,
+                    f"{index['fit_end']:,}", f"{total - index['fit_end']:,}")
+        n_train = int(index["fit_end"])
+    train, val = TokenStream(shards, 0, n_train), TokenStream(shards, n_train, total)
+    return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}")

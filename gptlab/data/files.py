@@ -1,4 +1,4 @@
-"""Local text files (.txt, .jsonl/.json, .parquet): resolve globs, validate, hash, load as one Dataset."""
+"""Local text files (.txt, .jsonl/.json, .parquet): resolve globs, validate, hash (once per file version)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import codecs
 import errno
 import glob
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
 
 from gptlab.errors import ConfigError
 
-# suffix -> HF datasets builder; each .txt file is one document, each json/parquet row is one document
-BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+# the file types gptlab reads (sources.py); each .txt file is one document, each json/parquet row is one document
+SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 TEXT_SUFFIXES = {".txt", ".jsonl", ".json"}  # files that must be UTF-8
 _CHUNK = 1 << 20
 # what a path that is not a regular file is (reading a FIFO blocks forever, /dev/zero never ends)
@@ -71,9 +72,9 @@ def resolve_paths(paths) -> list[Path]:
 def check_file(path: Path) -> str:
     """sha256 of the file's bytes, after checking its type, that it is not empty and (text types) valid UTF-8."""
     suffix = path.suffix.lower()
-    if suffix not in BUILDERS:
+    if suffix not in SUFFIXES:
         raise ConfigError(f"data.paths: unsupported file type {suffix or '(none)'!r} for '{path}'; "
-                          f"allowed: {', '.join(BUILDERS)}")
+                          f"allowed: {', '.join(SUFFIXES)}")
     decoder = codecs.getincrementaldecoder("utf-8")() if suffix in TEXT_SUFFIXES else None
     digest, offset, has_text, only_nul = hashlib.sha256(), 0, False, True
     with _open_regular(path) as f:
@@ -134,53 +135,44 @@ def _has_data(fd: int) -> bool:
     return True
 
 
-def _load_group(builder: str, files: list[Path], column: str, hf_cache_dir: Path):
-    """One builder's files as a Dataset with a single string column "text"."""
-    from datasets import Value, load_dataset
-    from datasets.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()  # gptlab prints its own progress
-
-    extra = {"sample_by": "document", "keep_linebreaks": True} if builder == "text" else {}
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity(hf_logging.CRITICAL)  # its own multi-line error log would precede ours
-    try:
-        ds = load_dataset(builder, data_files=[str(f) for f in files], split="train",
-                          cache_dir=str(hf_cache_dir), **extra)
-    except Exception as err:  # malformed json/parquet: report which files and why (the root cause), in one line
-        root = err
-        while root.__cause__ is not None:
-            root = root.__cause__
-        first = (str(root).strip().splitlines() or [type(root).__name__])[0]
-        raise ConfigError(f"data.paths: cannot read {builder} file(s) {', '.join(f.name for f in files)}: "
-                          f"{first}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    name = "text" if builder == "text" else column
-    if name not in ds.column_names:
-        raise ConfigError(f"data.column: column {name!r} not found in {', '.join(f.name for f in files)}; "
-                          f"columns: {', '.join(ds.column_names)}")
-    ds = ds.select_columns([name])
-    if ds.features[name] not in (Value("string"), Value("large_string")):
-        raise ConfigError(f"data.column: column {name!r} holds {ds.features[name]}, not text")
-    if name != "text":
-        ds = ds.rename_column(name, "text")
-    return ds.cast_column("text", Value("large_string"))
-
-
-def load_documents(files: list[Path], column: str, hf_cache_dir: Path):
-    """All files as one Dataset of documents ("text" column), grouped by file type in order of first appearance."""
-    from datasets import concatenate_datasets
-    from datasets.utils.logging import disable_progress_bar
-    disable_progress_bar()  # gptlab prints its own progress
-
-    groups: dict[str, list[Path]] = {}
-    for f in files:
-        groups.setdefault(BUILDERS[f.suffix.lower()], []).append(f)
-    parts = [_load_group(builder, group, column, hf_cache_dir) for builder, group in groups.items()]
-    return parts[0] if len(parts) == 1 else concatenate_datasets(parts)
-
-
 def source_key(files: list[Path], hashes: list[str], column: str) -> str:
     """Cache identity of a file set: content hashes and types in order (not paths, so moved files still hit)."""
     parts = [f"{f.suffix.lower()}:{h}" for f, h in zip(files, hashes)]
     return "files:v1:column=" + column + ":txt=document:" + ",".join(parts)
+
+
+def quick_identity(path: Path, blocks: int = 16, block: int = 1 << 16) -> str:
+    """A cheap stand-in for the content hash: path, size, mtime and `blocks` evenly spaced sampled blocks."""
+    info = os.stat(path)
+    digest = hashlib.sha256(f"{path}:{info.st_size}:{info.st_mtime_ns}".encode())
+    with open(path, "rb") as f:
+        for i in range(blocks):
+            f.seek(max(0, info.st_size - block) * i // max(1, blocks - 1))
+            digest.update(f.read(block))
+    return digest.hexdigest()
+
+
+def content_hashes(files: list[Path], cache_dir: Path, verify: bool = False) -> list[str]:
+    """Each file's full sha256 (check_file: validated), computed once and then found by its quick identity.
+
+    A file whose size, mtime and sampled blocks are unchanged is not read again; verify=True (data.verify)
+    re-reads and re-hashes every file and replaces a stale record.
+    """
+    from gptlab.data.shards import write_json_atomic
+
+    known = Path(cache_dir) / "sources"
+    known.mkdir(parents=True, exist_ok=True)
+    hashes = []
+    for f in files:
+        record = known / f"{quick_identity(f)[:40]}.json"
+        stored = None
+        if record.is_file() and not verify:
+            try:
+                stored = json.loads(record.read_text())["sha256"]
+            except (OSError, ValueError, KeyError, TypeError):
+                stored = None
+        if stored is None:
+            stored = check_file(f)
+            write_json_atomic(record, {"path": str(f), "sha256": stored})
+        hashes.append(stored)
+    return hashes

@@ -29,7 +29,7 @@ class LMData:
         self.vocab_size = int(tokenizer.vocab_size)
         self.seed = int(seed)
         self.seq_len = check_positive_int("model.block_size", block_size)
-        self.train_tokens = train  # (N_train,) uint16/uint32, usually a read-only memmap
+        self.train_tokens = train  # (N_train,) uint16/uint32: a TokenStream over memmapped shards, or an array
         self.val_tokens = val  # (N_val,)
         for split, tokens in (("train", train), ("val", val)):
             if len(tokens) < self.seq_len + 1:
@@ -44,8 +44,10 @@ class LMData:
         check_positive_int("sample count", count)
         T = self.seq_len
         starts = indexed_ints(self.seed, stream, np.arange(first, first + count), len(tokens) - T)  # (count,)
-        idx = starts[:, None] + np.arange(T + 1)  # (count, T+1)
-        window = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))  # (count, T+1)
+        if hasattr(tokens, "windows"):  # token shards (TokenStream): windows may cross a shard boundary
+            window = torch.from_numpy(tokens.windows(starts, T + 1).astype(np.int64))  # (count, T+1)
+        else:
+            window = torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(T + 1)], dtype=np.int64))
         return window[:, :-1].contiguous(), window[:, 1:].contiguous()
 
     def train_samples(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:

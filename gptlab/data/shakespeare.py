@@ -9,6 +9,7 @@ from pathlib import Path
 from gptlab.data import default_cache_dir
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.lm import LMData
+from gptlab.data.sources import TextSource
 from gptlab.paths import ASSETS_DIR
 
 ASSET = ASSETS_DIR / "shakespeare.txt.gz"
@@ -20,20 +21,18 @@ def load_shakespeare_text() -> str:
 
 
 class ShakespeareData(LMData):
-    """Bundled corpus as one document; val = last `val_fraction` of characters (cut at a line start)."""
+    """Bundled corpus as one document; val = the last `val_fraction` of its tokens."""
 
     def __init__(self, *, seed: int, block_size: int, cache_dir: Path | str | None = None, tokenizer: str = "char",
-                 bpe_vocab_size: int = 2048, val_fraction: float = 0.1, num_proc: int | None = None):
-        from datasets import Dataset
-
+                 bpe_vocab_size: int = 2048, val_fraction: float = 0.1, num_proc: int | None = None,
+                 verify: bool = False):
         raw = ASSET.read_bytes()
-        docs = Dataset.from_dict({"text": [gzip.decompress(raw).decode("utf-8")]})
+        source = TextSource(gzip.decompress(raw).decode("utf-8"), f"shakespeare:{hashlib.sha256(raw).hexdigest()}")
         splits = build_token_splits(
-            docs, source_key=f"shakespeare:{hashlib.sha256(raw).hexdigest()}", tokenizer=tokenizer,
-            bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
+            source, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
             cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(), num_proc=num_proc,
+            verify=verify,
         )
         self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
         super().__init__(name="shakespeare", tokenizer=splits.tokenizer, train=splits.train, val=splits.val,
-                         seed=seed, block_size=block_size,
-                         fingerprint=splits.cache_path.name)
+                         seed=seed, block_size=block_size, fingerprint=splits.fingerprint)

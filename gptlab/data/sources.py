@@ -1,0 +1,154 @@
+"""Where documents come from, read as a stream of bounded text segments: local files or a hub dataset.
+
+A segment is (text, ends_document). A .txt file is one document cut at line ends into segments of at most
+SEGMENT_CHARS characters (a longer line is cut where it is), so memory stays flat whatever the file size; each
+jsonl/json/parquet row is one document, cut the same way when it is long. Only a segment that ends a document
+is followed by the end-of-text token.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from gptlab.errors import ConfigError
+
+SEGMENT_CHARS = 1 << 14
+_READ = 1 << 20
+
+
+def cut_segments(text: str, ends_document: bool, limit: int = SEGMENT_CHARS) -> Iterator[tuple[str, bool]]:
+    """`text` as segments of <= limit characters, cut after a newline where one exists in the window."""
+    pos = 0
+    while len(text) - pos > limit:
+        nl = text.rfind("\n", pos, pos + limit)
+        cut = nl + 1 if nl >= pos else pos + limit
+        yield text[pos:cut], False
+        pos = cut
+    yield text[pos:], ends_document
+
+
+def _txt_segments(path: Path) -> Iterator[tuple[str, bool]]:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    pending = ""
+    with open(path, "rb") as f:
+        while block := f.read(_READ):
+            pending += decoder.decode(block)
+            if len(pending) > SEGMENT_CHARS:
+                *full, pending = cut_segments(pending, False)  # the tail may grow with the next block
+                yield from full
+                pending = pending[0]
+    yield from cut_segments(pending + decoder.decode(b"", final=True), True)
+
+
+def _row_text(row, column: str, path: Path, line: int):
+    if not isinstance(row, dict) or column not in row:
+        keys = ", ".join(row) if isinstance(row, dict) else type(row).__name__
+        raise ConfigError(f"data.column: column {column!r} not found in {path.name}; columns: {keys}")
+    text = row[column]
+    if text is not None and not isinstance(text, str):
+        raise ConfigError(f"data.column: column {column!r} holds {type(text).__name__} in {path.name} row {line}, "
+                          f"not text")
+    return text or ""
+
+
+def _json_segments(path: Path, column: str) -> Iterator[tuple[str, bool]]:
+    """JSON lines (one object per line); a .json file holding one array of objects is read whole."""
+    with open(path, encoding="utf-8") as f:
+        head = f.read(4096).lstrip()
+    if path.suffix.lower() == ".json" and head.startswith("["):
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise ConfigError(f"data.paths: cannot read json file(s) {path.name}: {err}") from None
+        for i, row in enumerate(rows, 1):
+            yield from cut_segments(_row_text(row, column, path, i), True)
+        return
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                raise ConfigError(f"data.paths: cannot read json file(s) {path.name}: line {i}: {err}") from None
+            yield from cut_segments(_row_text(row, column, path, i), True)
+
+
+def _parquet_segments(path: Path, column: str) -> Iterator[tuple[str, bool]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as err:
+        raise ConfigError(f"data.paths: cannot read parquet file(s) {path.name}: {str(err).splitlines()[0]}") from None
+    names = pf.schema_arrow.names
+    if column not in names:
+        raise ConfigError(f"data.column: column {column!r} not found in {path.name}; columns: {', '.join(names)}")
+    kind = pf.schema_arrow.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ConfigError(f"data.column: column {column!r} holds {kind}, not text")
+    for batch in pf.iter_batches(batch_size=1024, columns=[column]):
+        for text in batch.column(0).to_pylist():
+            yield from cut_segments(text or "", True)
+
+
+def file_segments(path: Path, column: str) -> Iterator[tuple[str, bool]]:
+    """The segments of one local file (.txt one document; .jsonl/.json/.parquet one per row)."""
+    suffix = path.suffix.lower()
+    if suffix == ".txt":
+        return _txt_segments(path)
+    if suffix == ".parquet":
+        return _parquet_segments(path, column)
+    return _json_segments(path, column)
+
+
+def text_bytes(path: Path) -> int:
+    """About how many bytes of text a file holds: its size, or a parquet file's uncompressed column data."""
+    if path.suffix.lower() != ".parquet":
+        return os.path.getsize(path)
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except Exception:  # unreadable: the reader names the file and the reason when it gets there
+        return os.path.getsize(path)
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
+class FileSource:
+    """Local files in order; `key` is their content identity (see files.content_key)."""
+
+    def __init__(self, files: list[Path], column: str, key: str):
+        self.files, self.column, self.key = files, column, key
+        self.total_bytes = sum(map(text_bytes, files))  # for progress and the fit sample's bound
+
+    def segments(self) -> Iterator[tuple[str, bool]]:
+        for f in self.files:
+            yield from file_segments(f, self.column)
+
+
+class HubSource:
+    """Rows of a datasets Dataset or IterableDataset (column "text"); total_bytes None when streaming."""
+
+    def __init__(self, ds, key: str, total_bytes: int | None):
+        self.ds, self.key, self.total_bytes = ds, key, total_bytes
+
+    def segments(self) -> Iterator[tuple[str, bool]]:
+        for batch in self.ds.iter(batch_size=256):
+            for text in batch["text"]:
+                yield from cut_segments(text or "", True)
+
+
+class TextSource:
+    """One in-memory document (the bundled corpus)."""
+
+    def __init__(self, text: str, key: str):
+        self.text, self.key, self.total_bytes = text, key, len(text.encode("utf-8"))
+
+    def segments(self) -> Iterator[tuple[str, bool]]:
+        return cut_segments(self.text, True)
