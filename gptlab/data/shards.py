@@ -1,8 +1,9 @@
-"""Token shards on disk: a writer that appends ids into fixed-size .npy shards (resumable after a kill), and a
+"""Token shards on disk: a writer that appends ids into fixed-size raw shards (resumable after a kill), and a
 read-only view that memory-maps them as one token stream and gathers windows across shard boundaries.
 
 Layout of a finished entry <cache>/tokens/<key>/:
-    shard_00000.npy ... shard_NNNNN.npy   uint16 (uint32 when the vocabulary needs it), shard_tokens each but the last
+    shard_00000.bin ... shard_NNNNN.bin   raw uint16 ids (uint32 when the vocabulary needs it), shard_tokens each but
+                                          the last; written as a stream, so RAM stays flat
     index.json                            written last: shard lengths, dtype, max id, what produced them
 An unfinished entry is <key>.partial/ with progress.json (rewritten after every complete shard): on a restart the
 writer keeps the complete shards and the producer skips the input it already covers.
@@ -30,7 +31,8 @@ def write_json_atomic(path: Path, obj) -> None:
 
 
 def shard_name(i: int) -> str:
-    return f"shard_{i:05d}.npy"
+    """Raw ids, native byte order; dtype and length are in index.json."""
+    return f"shard_{i:05d}.bin"
 
 
 class ShardWriter:
@@ -46,20 +48,19 @@ class ShardWriter:
         self.lengths: list[int] = []
         self.high = -1  # the largest id written
         self.state: dict = {}  # the marker of the last saved shard ({} = start from the beginning)
-        self._buf = np.empty(self.shard_tokens, dtype=self.dtype)
-        self._fill = 0
         progress = self.folder / "progress.json"
         if progress.is_file():
             saved = json.loads(progress.read_text())
             if saved.get("dtype") == self.dtype.name and saved.get("shard_tokens") == self.shard_tokens:
                 self.lengths, self.high, self.state = saved["lengths"], saved["high"], saved["state"]
-        for stale in self.folder.glob("shard_*.npy"):  # shards after the last recorded one are torn
-            if int(stale.stem.split("_")[1]) >= len(self.lengths):
+        for stale in self.folder.glob("*shard_*"):  # shards after the last recorded one are torn
+            if stale.name.startswith(".") or int(stale.name[6:11]) >= len(self.lengths):
                 stale.unlink()
+        self._file, self._fill = None, 0  # the shard being written (streamed to disk: RAM stays flat)
 
     @property
     def tokens(self) -> int:
-        """Ids accepted so far (written shards + the buffer)."""
+        """Ids accepted so far (saved shards + the shard being written)."""
         return sum(self.lengths) + self._fill
 
     def append(self, ids: np.ndarray, marker: dict) -> None:
@@ -68,32 +69,35 @@ class ShardWriter:
         A shard that fills inside `ids` is saved with {**marker, "skip": n}: a restart redoes that piece and
         drops its first n ids, which the saved shards already hold.
         """
-        ids = np.asarray(ids)
+        ids = np.asarray(ids, dtype=self.dtype)
         if ids.size:
             self.high = max(self.high, int(ids.max()))
         pos = 0
         while pos < ids.size:
+            if self._file is None:
+                self._file = open(self._tmp_path(), "wb")
             take = min(ids.size - pos, self.shard_tokens - self._fill)
-            self._buf[self._fill:self._fill + take] = ids[pos:pos + take]
+            self._file.write(ids[pos:pos + take].tobytes())
             self._fill, pos = self._fill + take, pos + take
             if self._fill == self.shard_tokens:
                 self._flush({**marker, "skip": pos})
 
+    def _tmp_path(self) -> Path:
+        return self.folder / f".{shard_name(len(self.lengths))}.tmp"
+
     def _flush(self, state: dict) -> None:
-        path = self.folder / shard_name(len(self.lengths))
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:  # a file object: np.save would append ".npy" to a name
-            np.save(f, self._buf[:self._fill])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp_path(), self.folder / shard_name(len(self.lengths)))
+        self._file = None
         self.lengths.append(self._fill)
         self._fill = 0
         write_json_atomic(self.folder / "progress.json", {"dtype": self.dtype.name, "shard_tokens": self.shard_tokens,
                                                           "lengths": self.lengths, "high": self.high, "state": state})
 
     def finish(self, meta: dict) -> dict:
-        """Write the last partial shard and index.json (last); returns the index."""
+        """Save the last partial shard, then index.json (last); returns the index."""
         if self._fill:  # a kill after this flush finds {"done"} and only writes index.json
             self._flush({"done": True, "meta": meta})
         index = {**meta, "dtype": self.dtype.name, "shard_tokens": self.shard_tokens, "lengths": self.lengths,
@@ -176,13 +180,12 @@ def open_shards(folder: Path) -> tuple[list[np.ndarray], dict]:
         raise corrupt(f"index.json: {' '.join(str(err).split()) or type(err).__name__}") from None
     shards = []
     for i, n in enumerate(lengths):
-        try:
-            arr = np.load(folder / shard_name(i), mmap_mode="r")
-        except (OSError, ValueError) as err:
-            raise corrupt(f"{shard_name(i)}: {' '.join(str(err).split()) or type(err).__name__}") from None
-        if arr.shape != (n,) or arr.dtype != dtype:
-            raise corrupt(f"{shard_name(i)} holds {arr.size} {arr.dtype} ids, index.json says {n} {dtype}")
-        shards.append(arr)
+        path = folder / shard_name(i)
+        size = path.stat().st_size if path.is_file() else -1
+        if size != n * dtype.itemsize:
+            raise corrupt(f"{shard_name(i)} " + ("is missing" if size < 0 else f"has {size} bytes, index.json says "
+                                                 f"{n} {dtype} ids"))
+        shards.append(np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.empty(0, dtype))
     return shards, index
 
 
