@@ -128,6 +128,7 @@ class TrainSettings:
     sample_temperature: float = 0.8
     sample_top_k: int | None = 40
     profile: bool = False
+    prefetch: int = 2  # steps whose batches a background thread draws ahead; 0 = in the training thread
 
 
 def train_settings(cfg: DictConfig) -> TrainSettings:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from gptlab import checkpoint, resume
+from gptlab import checkpoint, prefetch, resume
 from gptlab.load import job_sampler
 from gptlab.metrics import PeakMemory, median, mfu
 from gptlab.resume import Progress
@@ -113,23 +113,11 @@ def evaluate(model, val_set, micro_bs: int, hardware, device) -> dict[str, float
     return {"val/loss": loss_sum / max(1, counted), "val/acc": correct / max(1, counted)}
 
 
-def _micro_batches(data, step: int, settings, ctx: Context, device: str):
-    """This rank's share of each micro-batch: global samples [step·B, (step+1)·B), whatever grad_accum or world."""
-    micro_bs = settings.batch_size // settings.grad_accum
-    per_rank = micro_bs // ctx.world  # run.py refuses a batch_size not divisible by grad_accum × world
-    for micro in range(settings.grad_accum):
-        first = step * settings.batch_size + micro * micro_bs + ctx.rank * per_rank
-        x, y = data.train_samples(first, per_rank)  # (per_rank, T) each
-        if device.startswith("cuda"):
-            x, y = x.pin_memory(), y.pin_memory()
-        yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-
-
-def _train_step(model, ddp_model, optimizer, scaler, data, step, settings, hardware, ctx, device):
-    """Forward/backward over grad_accum micro-batches, unscale, clip; returns (loss, grad norm). No optimizer step."""
+def _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device):
+    """Forward/backward over this step's CPU micro-batches, unscale, clip; returns (loss, grad norm). No optimizer step."""
     total = 0.0
-    batches = list(_micro_batches(data, step, settings, ctx, device))
     for i, (x, y) in enumerate(batches):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)  # pinned on CUDA: an async copy
         sync = i == len(batches) - 1 or not hasattr(ddp_model, "no_sync")
         with ddp_model.no_sync() if not sync else contextlib.nullcontext():  # all-reduce on the last only
             with hardware.autocast():
@@ -162,14 +150,17 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
     p = progress or Progress()
     scaler = scaler or torch.amp.GradScaler(device.split(":")[0], enabled=False)
     own_stop, stop = stop is None, stop or StopFlag()  # a flag made here is taken down here
+    source = prefetch.batch_source(data, settings, ctx.rank, ctx.world, device, p.step)  # train.prefetch steps ahead
     try:
-        return _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler, stop)
+        return _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler,
+                      stop, source)
     finally:
+        source.close()  # whatever ended the loop: no batch thread outlives train()
         if own_stop:
             stop.restore()
 
 
-def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler, stop):
+def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler, stop, source):
     """The loop itself (see train)."""
     device = hardware.device
     peak = PeakMemory(device)  # this run's own peak: nothing carried over from earlier runs in the process
@@ -210,8 +201,12 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
         factor = schedule(p.step)
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
+        # step time: waiting for this step's batches (data_ms) + moving them + forward/backward + optimizer step
+        # (+ a CUDA sync); eval and checkpoints fall outside it
         t0 = time.perf_counter()
-        loss, grad_norm = _train_step(model, ddp_model, optimizer, scaler, data, p.step, settings, hardware, ctx, device)
+        batches = source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
+        data_s = time.perf_counter() - t0
+        loss, grad_norm = _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device)
         if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
             _skip_step(optimizer, scaler, loss, grad_norm, p, settings, ctx)
             continue
@@ -227,11 +222,12 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
         if p.step > settings.speed_warmup:
             p.tokens_per_s.append(tokens_per_step / step_s)
             p.step_ms.append(step_s * 1000)
+            p.data_ms.append(data_s * 1000)
             p.mfu.append(step_mfu or 0.0)
         if p.step % settings.log_interval == 0 or p.step == settings.max_steps:
             row = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
                    "tokens": p.tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
-                   "mfu": step_mfu, "peak_mem_bytes": max(p.peak_mem_bytes, peak.read()),
+                   "data_ms": data_s * 1000, "mfu": step_mfu, "peak_mem_bytes": max(p.peak_mem_bytes, peak.read()),
                    "wall_s": wall0 + time.perf_counter() - started}
             _emit(sinks, ctx, row, p.step)
             load.sample()
@@ -265,7 +261,8 @@ def summarise(p: Progress, status: str, ctx: Context) -> dict:
     return {"final_val_loss": p.last_val_loss,
             "best_val_loss": p.best_val_loss if math.isfinite(p.best_val_loss) else None,
             "steps": p.step, "tokens": p.tokens, "tokens_per_s_median": median(p.tokens_per_s),
-            "step_ms_median": median(p.step_ms), "mfu_median": median(p.mfu) if ctx.peak_flops else None,
+            "step_ms_median": median(p.step_ms), "data_ms_median": median(p.data_ms),
+            "mfu_median": median(p.mfu) if ctx.peak_flops else None,
             "peak_mem_bytes": p.peak_mem_bytes, "wall_s": p.wall_s, "status": status,
             "outside_load": p.outside_ticks / p.total_ticks if p.total_ticks else None}
 

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # Keys (a trailing "." = the whole subtree) that cannot change the loss curve, so a resume may change them.
 ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "arm", "profile", "train.resume", "train.init_from",
-           "train.log_interval", "train.ckpt_interval", "hardware.threads", "hardware.cpus_per_task")
+           "train.log_interval", "train.ckpt_interval", "train.prefetch", "hardware.threads", "hardware.cpus_per_task")
 EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
 
 
@@ -42,6 +42,7 @@ class Progress:
     peak_mem_bytes: int = 0
     tokens_per_s: list = field(default_factory=list)  # per timed step, after speed_warmup
     step_ms: list = field(default_factory=list)
+    data_ms: list = field(default_factory=list)  # of step_ms, the wait for the step's batches
     mfu: list = field(default_factory=list)
     outside_ticks: int = 0  # CPU ticks other processes used while this run trained (after speed_warmup)...
     total_ticks: int = 0  # ...out of all cores' ticks: outside_load = outside_ticks / total_ticks

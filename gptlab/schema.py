@@ -195,6 +195,7 @@ SCHEMA = {
     "train.log_interval": Number(">= 1", int), "train.ckpt_interval": Number(">= 0", int, note="0 = only at the end"),
     "train.resume": Text(numbers=True), "train.init_from": Text(null=True),
     "train.speed_warmup": Number(">= 0", int), "train.nan_skip": Number(">= 0", int),
+    "train.prefetch": Number(">= 0", int, note="0 = drawn in the training thread"),
     "sample.tokens": Number(">= 0", int), "sample.temperature": Number(">= 0", note="0 = greedy"),
     "sample.top_k": Number(">= 1", int, null=True),
     # model sizes
