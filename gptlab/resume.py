@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 # Keys (a trailing "." = the whole subtree) that cannot change the loss curve, so a resume may change them.
 ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "arm", "profile", "train.resume", "train.init_from",
-           "train.log_interval", "train.ckpt_interval", "train.prefetch", "hardware.threads", "hardware.cpus_per_task")
+           "train.log_interval", "train.ckpt_interval", "train.prefetch", "hardware.threads", "hardware.cpus_per_task",
+           "data.num_proc", "data.verify")  # tokenizer threads and the cache's full re-check: same tokens
 EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
 
 

@@ -214,6 +214,8 @@ SCHEMA = {
     "data.paths": Text(many=True), "data.column": Text(), "data.tokenizer": OneOf(tuple(tokenizer_names())),
     "data.bpe_vocab_size": Number(">= 257", int), "data.val_fraction": Number("(0, 1)"),
     "data.num_proc": Number(">= 1", int, null=True), "data.name": Text(null=True), "data.config_name": Text(null=True),
+    "data.bpe_sample_bytes": Number(">= 1000000", int), "data.max_tokens": Number(">= 1", int, null=True),
+    "data.verify": Bool(), "data.streaming": Bool(),
     "data.split": Text(), "data.num_keys": Number(">= 1", int), "data.num_values": Number(">= 1", int),
     "data.num_pairs": Number(">= 1", int), "data.num_queries": Number(">= 1", int), "data.seq_len": Number(">= 1", int),
     # optimizer (keys of the chosen optimizer only) and schedule

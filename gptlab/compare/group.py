@@ -19,7 +19,7 @@ IGNORED_TOP = frozenset({"paths", "logger", "hydra", "wandb", "name", "run_name"
 IGNORED_KEYS = frozenset({"train.resume", "train.log_interval", "train.ckpt_interval"})
 IGNORED_CHOICES = frozenset({"logger", "launcher"})
 # Data-loader knobs change speed, not the task.
-_LOADER_KEYS = frozenset({"num_workers", "num_proc", "pin_memory", "prefetch_factor", "persistent_workers"})
+_LOADER_KEYS = frozenset({"num_workers", "num_proc", "pin_memory", "prefetch_factor", "persistent_workers", "verify"})
 _MISSING = object()
 
 

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -204,7 +205,11 @@ def _build(source, folder: Path, partial: Path, *, tokenizer: str, fit: FitSampl
     """Fit the tokenizer, tokenize into `partial` (resuming what a killed build left), publish as `folder`."""
     partial.mkdir(parents=True, exist_ok=True)
     try:
+        started = time.monotonic()
         tok = make_tokenizer(tokenizer, fit if fit is not None else "", cache_dir, bpe_vocab_size=bpe_vocab_size)
+        if fit is not None:
+            log.info("fitted the %s tokenizer on %d segments (at most %s bytes, data.bpe_sample_bytes) in %.1f s",
+                     tokenizer, fit.segments, f"{fit.limit:,}", time.monotonic() - started)
         dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
         writer = ShardWriter(partial, dtype, shard_tokens())
         if writer.state.get("done"):  # killed after the last shard, before index.json

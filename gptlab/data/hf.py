@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 from gptlab.data import default_cache_dir
@@ -52,7 +53,8 @@ def load_hub_source(name: str, config_name: str | None, split: str, column: str,
     """The dataset's `column` as a HubSource; fails at once when offline and absent."""
     from datasets import load_dataset
     from datasets.utils.logging import disable_progress_bar
-    disable_progress_bar()  # gptlab prints its own progress
+    if not sys.stderr.isatty():
+        disable_progress_bar()  # datasets' download bars on a terminal only; gptlab logs tokenizing progress
 
     offline = _offline_var()
     unavailable = ConfigError(f"data.name: hub dataset {name!r} is not available offline ({offline}=1); "

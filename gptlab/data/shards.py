@@ -184,7 +184,7 @@ def open_shards(folder: Path) -> tuple[list[np.ndarray], dict]:
         size = path.stat().st_size if path.is_file() else -1
         if size != n * dtype.itemsize:
             raise corrupt(f"{shard_name(i)} " + ("is missing" if size < 0 else f"has {size} bytes, index.json says "
-                                                 f"{n} {dtype} ids"))
+                                                 f"{n} {dtype} ids = {n * dtype.itemsize} bytes"))
         shards.append(np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.empty(0, dtype))
     return shards, index
 

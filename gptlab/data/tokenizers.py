@@ -6,6 +6,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -221,7 +222,7 @@ def _train_bpe(text: Text, vocab_size: int):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=[END_OF_TEXT],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=sys.stderr.isatty(),
     )
     tok.train_from_iterator(_pieces(text), trainer=trainer)
     return tok
