@@ -99,7 +99,7 @@ TABLE = [
     Row("directory-as-file", ["data=text", "data.paths=[{d}]"], 2, "is a directory"),
     Row("unsupported-type", ["data=text", "data.paths=[{d}/data.csv]"], 2, "unsupported file type '.csv'"),
     Row("malformed-jsonl", ["data=text", "data.paths=[{d}/bad.jsonl]"], 2,
-        "data.paths: cannot read json file(s) bad.jsonl: JSON parse error: Invalid value. in row 1"),
+        "data.paths: cannot read json file(s) bad.jsonl: line 2: Expecting value"),
     Row("missing-column", ["data=text", "data.paths=[{d}/docs.jsonl]"], 2, "data.column: column 'text' not found in docs.jsonl; columns: body"),
     Row("unknown-tokenizer", ["data.tokenizer=klingon"], 2, "data.tokenizer"),
     Row("val-fraction", ["data.val_fraction=1.5"], 2, "data.val_fraction=1.5: must be in (0, 1)"),
@@ -184,10 +184,15 @@ TABLE = [
     Row("num-proc-zero", ["data.num_proc=0"], 2, "data.num_proc=0: must be >= 1 or null"),
     Row("bpe-vocab-too-small", ["data.bpe_vocab_size=100"], 2, "data.bpe_vocab_size=100: must be >= 257"),
     # a damaged token cache (copies of {run}'s entry under their own GPTLAB_CACHE) is refused, naming the folder to delete
-    Row("cache-truncated", [], 2, "is corrupt (train.npy: mmap length is greater than file size); delete that folder and "
-        "run again to rebuild it", env={"GPTLAB_CACHE": "{cache_truncated}"}),
-    Row("cache-ids-out-of-range", [], 2, "is corrupt (val.npy holds token id 60000, the tokenizer has",
+    Row("cache-truncated", [], 2, "is corrupt (shard_00000.bin has 1151360 bytes, index.json says 1151360 uint16 ids = 2302720 bytes); "
+        "delete that folder and run again to rebuild it", env={"GPTLAB_CACHE": "{cache_truncated}"}),
+    # ids are range-checked when written and by data.verify=true (a full scan of a 10 GB cache on every start would not
+    # be cheap; an out-of-range id fails the embedding lookup loudly anyway)
+    Row("cache-ids-out-of-range", ["data.verify=true"], 2, "is corrupt (shard_00000.bin holds token id 60000, the tokenizer has",
         env={"GPTLAB_CACHE": "{cache_ids}"}),
+    Row("bpe-sample-too-small", ["data=text", "data.paths=[{d}/docs.jsonl]", "data.bpe_sample_bytes=1000"], 2, "data.bpe_sample_bytes=1000: must be >= 1000000"),
+    Row("max-tokens-zero", ["data=hf", "data.name=x", "data.max_tokens=0"], 2, "data.max_tokens=0: must be >= 1 or null"),
+    Row("verify-not-bool", ["data.verify=maybe"], 2, "data.verify='maybe'"),
     # data files that are not regular text, refused at once ({s}: outside {d}, whose digest must never read them)
     Row("fifo", ["data=text", "data.paths=[{s}/fifo.txt]"], 2, "fifo.txt' is not a regular file (a FIFO, i.e. a named pipe)",
         process=True),
@@ -378,12 +383,12 @@ def damaged_caches(tmp: Path) -> dict[str, str]:
     copies = {name: tmp / name / "tokens" / entry.name for name in ("cache_truncated", "cache_ids")}
     for copy in copies.values():
         shutil.copytree(entry, copy)
-    train = copies["cache_truncated"] / "train.npy"
-    train.write_bytes(train.read_bytes()[: train.stat().st_size // 2])
-    val = np.load(copies["cache_ids"] / "val.npy", mmap_mode="r+")
-    val[0] = 60000  # the char vocabulary has < 100 ids
-    val.flush()
-    del val
+    shard = copies["cache_truncated"] / "shard_00000.bin"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    ids = np.memmap(copies["cache_ids"] / "shard_00000.bin", dtype=np.uint16, mode="r+")
+    ids[-1] = 60000  # the char vocabulary has < 100 ids
+    ids.flush()
+    del ids
     return {name: str(tmp / name) for name in copies}
 
 
