@@ -20,7 +20,9 @@ from gptlab.model.attention.kernels import KERNELS, check_impl_name, prepare_fle
 
 
 class KVCache:
-    """Per-layer key/value cache for generation: grows along T, (B, n_kv_head, T, head_dim)."""
+    """Per-layer key/value cache that grows along T by torch.cat, (B, n_kv_head, T, head_dim): the simplest
+    cache (every step copies it whole). gptlab.infer.cache has the preallocated, ring and int8 caches; all answer
+    `update(k, v) -> (keys, values, k_start)`, key j of the answer sitting at absolute position k_start + j."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
@@ -28,12 +30,13 @@ class KVCache:
 
     @property
     def length(self) -> int:
+        """Positions seen so far: the absolute position of the next token."""
         return 0 if self.k is None else self.k.size(2)
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
+        return self.k, self.v, 0
 
 
 def check_heads(d_model: int, n_head: int, n_kv_head: int | None, window: int | None, dropout: float) -> None:
@@ -88,11 +91,13 @@ class Attention(nn.Module, abc.ABC):
         offset = 0 if cache is None else cache.length
         pos = torch.arange(offset, offset + q.size(2), device=q.device)
         q, k = position.rotate(q, k, pos)
+        k_start = 0
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, Hkv, offset + T, hd)
-        bias = position.score_bias(pos, torch.arange(k.size(2), device=q.device))  # (H, T, Tk) or None
+            k, v, k_start = cache.update(k, v)  # (B, Hkv, Tk, hd), key j at position k_start + j
+        bias = position.score_bias(pos, torch.arange(k_start, k_start + k.size(2), device=q.device))  # (H, T, Tk)
         dropout_p = self.dropout if self.training else 0.0
-        return self.kernel(q, k, v, window=self.window, q_offset=offset, bias=bias, dropout_p=dropout_p)
+        # the kernels place key j at position j: shift the queries by k_start (masks and ALiBi use differences)
+        return self.kernel(q, k, v, window=self.window, q_offset=offset - k_start, bias=bias, dropout_p=dropout_p)
 
 
 def check_mlp(hidden: int, dropout: float, empty: bool = False) -> None:

@@ -134,16 +134,25 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, use_cache: bool = True, generator: torch.Generator | None = None):
-        """Append max_new_tokens sampled tokens to idx (B, T); temperature 0 = greedy."""
+                 top_k: int | None = None, use_cache: bool = True, generator: torch.Generator | None = None,
+                 kv_quant: str | None = None):
+        """Append max_new_tokens sampled tokens to idx (B, T); temperature 0 = greedy.
+
+        With use_cache, K/V live in preallocated caches (a ring of `window` positions on sliding-window layers;
+        int8 with kv_quant="int8"); past model.block_size a model without length extrapolation recomputes its last
+        block_size tokens each step instead.
+        """
+        from gptlab.infer.cache import make_caches
+
         caches = None
-        for _ in range(max_new_tokens):
+        for i in range(max_new_tokens):
             fits = idx.size(1) <= self.cfg.block_size
             if use_cache and fits and caches is not None:
                 logits, _ = self(idx[:, -1:], caches=caches)  # one new token against the cache
             else:
                 context = idx[:, -self.cfg.block_size:]
-                caches = [KVCache() for _ in self.blocks] if use_cache and fits else None
+                max_len = min(self.cfg.block_size, idx.size(1) + max_new_tokens - i)
+                caches = make_caches(self, idx.size(0), max_len, quant=kv_quant) if use_cache and fits else None
                 logits, _ = self(context, caches=caches)
             idx = torch.cat([idx, self._sample(logits[:, -1, :], temperature, top_k, generator)], dim=1)
         return idx
