@@ -1,9 +1,10 @@
 """gptlab-flops: params, FLOPs, bytes, intensity, KV cache, memory and roofline for any training config.
 
 Takes the same overrides as gptlab-train plus `mode=train|prefill|decode batch_size=B seq_len=N
-format=table|json dtype=fp32|bf16|fp16|fp8` and the accounting switches `mask_pass elementwise blocks_only`
-(conf/flops.yaml, docs/COSTS.md). Touches no data and writes no files: the model is built on the meta device,
-one block per distinct layer kind, and vocab_size comes from model.vocab_size, or 50257 (GPT-2's) when null.
+format=table|json dtype=fp32|bf16|fp16|fp8`, the accounting switches `mask_pass elementwise blocks_only` and
+per-rank memory over N ranks `strategy=ddp|fsdp world_size=N gpu=NAME` (conf/flops.yaml, docs/COSTS.md).
+Touches no data and writes no files: the model is built on the meta device, one block per distinct layer kind,
+and vocab_size comes from model.vocab_size, or 50257 (GPT-2's) when null.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli import fail
+from gptlab.cli.flops_sharding import datasheet_roofs, section, sharding_option
 from gptlab.cli.flops_table import render_table
 from gptlab.cli.help import group_page, help_topic, read_yaml_doc
 from gptlab.errors import ConfigError
@@ -42,13 +44,16 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
     from gptlab.build import build_hardware, cache_dir
 
     hw = cfg.hardware
-    device = str(hw.get("device", "cpu"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = _device(cfg)
+    # gpu=NAME costs that GPU: dtype auto resolves as on a GPU, its datasheet roofs stand in for 'auto'
+    dtype = _dtype(_dtype_key(cfg, str(hw.get("dtype", "bf16"))), "cuda" if OmegaConf.select(cfg, "gpu") else device)
     peak, bw = hw.get("peak_flops", "auto"), hw.get("mem_bandwidth", "auto")
+    sheet = datasheet_roofs(cfg, dtype) if "auto" in (peak, bw) else None
+    if sheet is not None:
+        peak, bw = sheet[0] if peak == "auto" else peak, sheet[1] if bw == "auto" else bw
     if "auto" in (peak, bw) and device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"hardware.device={device}: no such device here to measure 'auto' roofs; "
-                          "set hardware.peak_flops=<FLOP/s> and hardware.mem_bandwidth=<bytes/s>")
+        raise ConfigError(f"hardware.device={device}: no such device here to measure 'auto' roofs; set "
+                          "hardware.peak_flops=<FLOP/s> and hardware.mem_bandwidth=<bytes/s>, or gpu=<GPU name>")
     for key, value in (("peak_flops", peak), ("mem_bandwidth", bw)):
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             raise ConfigError(f"hardware.{key}={value!r}: expected a positive number or auto")
@@ -58,7 +63,17 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
         from gptlab.costs.peak import cached_bandwidth
 
         bw = cached_bandwidth(device, cache_dir())
-    return float(peak), float(bw), _dtype(_dtype_key(cfg, str(hw.get("dtype", "bf16"))), device)
+    return float(peak), float(bw), dtype
+
+
+def _device(cfg: DictConfig) -> str:
+    """hardware.device, with auto resolved as training resolves it here."""
+    import torch
+
+    device = str(cfg.hardware.get("device", "cpu"))
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
 
 
 def _dtype_key(cfg: DictConfig, hardware_dtype: str) -> str:
@@ -111,14 +126,18 @@ def run(cfg: DictConfig):
     if seq > cfg.model.block_size:
         raise ConfigError(f"seq_len={seq}: exceeds model.block_size={cfg.model.block_size}; use seq_len <= block_size")
     accounting = _accounting(cfg)
+    sharding = sharding_option(cfg, mode)
     peak, bw, dtype = _roofs(cfg)
     # build.cost_report with the accounting switches: one block per distinct layer kind, times its layers
     # (model.n_layer=100000 costs seconds, not a build of each)
     model = build_cost_model(cfg, DEFAULT_VOCAB)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
-    return analyze(model, batch, seq, mode=mode, dtype_bytes=dtype, peak_flops=peak, mem_bandwidth=bw,
-                   optimizer_state_bytes_per_param=state, accounting=accounting,
-                   activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))
+    report = analyze(model, batch, seq, mode=mode, dtype_bytes=dtype, peak_flops=peak, mem_bandwidth=bw,
+                     optimizer_state_bytes_per_param=state, accounting=accounting,
+                     activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))
+    if sharding is not None:
+        report.sharding = section(cfg, model, report, sharding, state, _device(cfg))
+    return report
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="flops", version_base=None)

@@ -77,6 +77,69 @@ def _intensity_table(d: dict):
     return table
 
 
+_MEMORY_ROWS = (("params_bytes", "parameters (fp32 master)"), ("grads_bytes", "gradients (fp32)"),
+                ("optimizer_bytes", "optimizer state"), ("autocast_copy_bytes", "autocast weight copies (ddp)"),
+                ("unsharded_bytes", "gathered params + unsharded grads (fsdp)"), ("activations_bytes", "activations"))
+
+
+def _memory_table(sh: dict):
+    """Per-rank memory, term by term (sharding.per_rank's dict); an fsdp rank on its own runs unwrapped, as ddp."""
+    from rich.table import Table
+
+    n, mem, p = sh["world_size"], sh["memory"], sh["params"]["total"]
+    whole = sh["strategy"] == "ddp" or n == 1
+    kept = ("replicated" if n > 1 else "whole (one process, not wrapped)") if whole else f"1/{n} (ceil of dim-0 rows)"
+    table = Table(title=f"per rank: {sh['strategy']} over N={n} ranks, micro-batch {sh['micro_batch']} x "
+                        f"{sh['seq_len']} (batch {sh['batch_size']} / grad_accum {sh['grad_accum']} / {n}); "
+                        f"weights, grads, state {kept}")
+    for col in ("term", "bytes/param", "per rank"):
+        table.add_column(col, justify="left" if col == "term" else "right")
+    skip = "unsharded_bytes" if whole else "autocast_copy_bytes"
+    for key, label in (row for row in _MEMORY_ROWS if row[0] != skip):
+        table.add_row(label, f"{mem[key] / p:.3g}", _si(mem[key], "B"))
+    table.add_row("[bold]total[/]", f"{mem['total_bytes'] / p:.3g}", f"[bold]{_si(mem['total_bytes'], 'B')}[/]")
+    if mem["host_bytes"]:
+        table.add_row("host: params, grads, state (cpu_offload)", f"{mem['host_bytes'] / p:.3g}",
+                      _si(mem["host_bytes"], "B"))
+    return table
+
+
+def _communication_table(sh: dict):
+    """Bytes each rank sends per optimizer step, per collective, with its formula and time at the link's bandwidth."""
+    from rich.table import Table
+
+    comm, params = sh["communication"], sh["params"]
+    link = comm["link_bandwidth"]
+    counts = f"P = {params['total']:,} params"
+    if sh["strategy"] == "fsdp":
+        counts += f", Ps = {params['sharded']:,} per rank, Ps_blocks = {params['sharded_blocks']:,} of them in blocks"
+    table = Table(title=f"communication per optimizer step: bytes each rank sends (ring; {counts})")
+    for col in ("collective", "formula", "calls", "bytes/step", f"time at {link / 1e9:.3g} GB/s" if link else "time"):
+        table.add_column(col, justify="left" if col in ("collective", "formula") else "right")
+    for c in comm["collectives"]:
+        table.add_row(c["name"], c["formula"], str(c["calls_per_step"]), _si(c["bytes_per_step"], "B"),
+                      _secs(c["bytes_per_step"] / link) if link and c["bytes_per_step"] else "-")
+    table.add_row("[bold]total[/]", "", "", _si(comm["bytes_per_step"], "B"),
+                  _secs(comm["time_s"]) if comm["time_s"] else "-")
+    return table
+
+
+def _verdict_line(sh: dict) -> str:
+    """Fits or not on the device, with the smallest world size that fits."""
+    dev = sh["device"]
+    if dev is None or dev.get("memory_bytes") is None:
+        return "verdict       no device memory known: give gpu=<GPU name> or gpu_memory=<bytes>"
+    shared = f" for {sh['world_size']} ranks" if dev["shared_by_ranks"] else " per rank"
+    word = "[bold]fits[/]" if dev["fits"] else "[bold]does not fit[/]"
+    smallest = dev["smallest_world_size"]
+    tried = " ".join(str(k) for k in dev["world_sizes_tried"])
+    best = (f"smallest N that fits: {smallest}" if smallest is not None
+            else "fits at no N; raise train.grad_accum, turn on hardware.activation_checkpointing, or pick a smaller "
+                 "model")
+    return (f"verdict       {word}: {_si(dev['need_bytes'], 'B')}{shared} vs {_si(dev['memory_bytes'], 'B')} on "
+            f"{dev['name']} ({dev['source']}); {best} (N tried: {tried})")
+
+
 def render_table(d: dict) -> None:
     """Print the report as a summary plus one row per op (rich)."""
     from rich.console import Console
@@ -97,3 +160,7 @@ def render_table(d: dict) -> None:
                       _secs(op["time_lower_bound_s"]), f"{100 * op['time_lower_bound_s'] / total:.1f}%",
                       op["bound"])
     console.print(table)
+    if d.get("sharding"):
+        console.print(_memory_table(d["sharding"]))
+        console.print(_communication_table(d["sharding"]))
+        console.print(_verdict_line(d["sharding"]), highlight=False)

@@ -65,3 +65,55 @@ def peak_for(peaks: GPUPeaks, dtype: str, tf32: bool) -> float | None:
     if dtype == "fp16":
         return peaks.fp16
     return peaks.tf32 if tf32 and peaks.tf32 is not None else peaks.fp32
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Datasheet memory and links of one GPU model (bytes, bytes/s); link_bandwidth None where no ring figure fits.
+
+    memory_bytes is the datasheet capacity in 10⁹ bytes, a little below what torch sees (an "80GB" H100 shows about
+    79 GiB = 85·10⁹ bytes), so a verdict from it errs towards "does not fit". link_bandwidth is per GPU and per
+    direction (a ring sends and receives at once): NVLink for SXM parts, the PCIe slot for PCIe cards.
+    """
+
+    memory_bytes: float
+    mem_bandwidth: float
+    link_bandwidth: float | None
+    link: str
+
+
+_NVLINK4 = (450e9, "NVLink 4 (900 GB/s both ways)")
+_NVLINK3 = (300e9, "NVLink 3 (600 GB/s both ways)")
+_NVLINK2 = (150e9, "NVLink 2 (300 GB/s both ways)")
+_PCIE5, _PCIE4, _PCIE3 = (64e9, "PCIe 5.0 x16"), (32e9, "PCIe 4.0 x16"), (16e9, "PCIe 3.0 x16")
+_BRIDGE = (None, "NVLink bridge (2-4 cards): give link_bandwidth")
+# Exact torch device names; GH200 (96 or 144 GB under one name) is left out: give gpu_memory.
+GPU_SPECS: dict[str, GPUSpec] = {
+    "NVIDIA B200": GPUSpec(180e9, 8.0e12, 900e9, "NVLink 5 (1.8 TB/s both ways)"),
+    "NVIDIA H200": GPUSpec(141e9, 4.8e12, *_NVLINK4),
+    "NVIDIA H200 NVL": GPUSpec(141e9, 4.8e12, *_BRIDGE),
+    "NVIDIA H100 80GB HBM3": GPUSpec(80e9, 3.35e12, *_NVLINK4),
+    "NVIDIA H100 NVL": GPUSpec(94e9, 3.9e12, *_BRIDGE),
+    "NVIDIA H100 PCIe": GPUSpec(80e9, 2.0e12, *_PCIE5),
+    "NVIDIA A100-SXM4-40GB": GPUSpec(40e9, 1.555e12, *_NVLINK3),
+    "NVIDIA A100-SXM4-80GB": GPUSpec(80e9, 2.039e12, *_NVLINK3),
+    "NVIDIA A100-PCIE-40GB": GPUSpec(40e9, 1.555e12, *_PCIE4),
+    "NVIDIA A100 80GB PCIe": GPUSpec(80e9, 1.935e12, *_PCIE4),
+    "NVIDIA L40S": GPUSpec(48e9, 864e9, *_PCIE4),
+    "NVIDIA L40": GPUSpec(48e9, 864e9, *_PCIE4),
+    "NVIDIA L4": GPUSpec(24e9, 300e9, *_PCIE4),
+    "NVIDIA A10": GPUSpec(24e9, 600e9, *_PCIE4),
+    "NVIDIA GeForce RTX 4090": GPUSpec(24e9, 1.008e12, *_PCIE4),
+    "NVIDIA GeForce RTX 3090": GPUSpec(24e9, 936e9, *_PCIE4),
+    "Tesla V100-SXM2-16GB": GPUSpec(16e9, 900e9, *_NVLINK2),
+    "Tesla V100-SXM2-32GB": GPUSpec(32e9, 900e9, *_NVLINK2),
+    "Tesla V100-PCIE-16GB": GPUSpec(16e9, 900e9, *_PCIE3),
+    "Tesla V100-PCIE-32GB": GPUSpec(32e9, 900e9, *_PCIE3),
+    "Tesla V100S-PCIE-32GB": GPUSpec(32e9, 1.134e12, *_PCIE3),
+    "Tesla T4": GPUSpec(16e9, 320e9, *_PCIE3),
+}
+
+
+def gpu_spec(name: str) -> GPUSpec | None:
+    """The datasheet memory and links of the GPU whose torch device name is exactly `name`, else None."""
+    return GPU_SPECS.get(" ".join(name.split()))

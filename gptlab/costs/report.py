@@ -86,6 +86,7 @@ class CostReport:
     ops: list[dict] = field(default_factory=list)
     intensity: dict = field(default_factory=dict)   # forward FLOP/byte, whole and per op class (accounting.intensity)
     accounting: dict = field(default_factory=dict)  # the conventions counted with (accounting.Accounting)
+    sharding: dict | None = None  # per-rank memory and communication over N ranks (sharding.per_rank), when asked
 
     def to_dict(self) -> dict:
         """The JSON contract (issue 6): nested dicts plus the per-op list."""
