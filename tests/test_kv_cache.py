@@ -99,3 +99,14 @@ def test_int8_cache_halves_bf16_bytes_and_stays_close():
     assert (approx - exact).abs().max() < 0.05 * exact.std()
     agree = (approx.argmax(-1) == exact.argmax(-1)).float().mean().item()
     assert agree > 0.9, agree
+
+
+@pytest.mark.parametrize("quant,dtype,s", [(None, torch.float32, 4), (None, torch.bfloat16, 2), ("int8", None, 4)])
+def test_cost_model_predicts_the_measured_cache_bytes(quant, dtype, s):
+    """gptlab-flops' KV-cache bytes (kv_quant=) equal the bytes the caches' tensors hold, for gqa too."""
+    from gptlab.costs.memory import kv_cache
+    from gptlab.costs.structure import describe
+
+    model = tiny_model("attention=gqa", "attention.n_kv_head=2")
+    caches = make_caches(model, batch=3, max_len=20, dtype=dtype, quant=quant)
+    assert cache_nbytes(caches) == kv_cache(describe(model), 3, 20, s, quant)["total_bytes"]

@@ -133,7 +133,7 @@ def run(cfg: DictConfig):
     model = build_cost_model(cfg, DEFAULT_VOCAB)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
     report = analyze(model, batch, seq, mode=mode, dtype_bytes=dtype, peak_flops=peak, mem_bandwidth=bw,
-                     optimizer_state_bytes_per_param=state, accounting=accounting,
+                     optimizer_state_bytes_per_param=state, accounting=accounting, kv_quant=cfg.get("kv_quant"),
                      activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))
     if sharding is not None:
         report.sharding = section(cfg, model, report, sharding, state, _device(cfg))

@@ -45,9 +45,16 @@ def activation_bytes(m: ModelShape, batch: int, seq: int, s: int, materialized: 
     return outside + sum(b * c for b, c in layers)
 
 
-def kv_cache(m: ModelShape, batch: int, seq: int, s: int) -> dict:
-    """KV-cache sizes: bytes per token (2·Σ n_kv_head·head_dim·s), for B×T, and with windowed layers capped."""
-    per_layer = [(2 * b.attn.n_kv_head * b.attn.head_dim * s, b, c) for b, c in m.layers()]
+def kv_cache(m: ModelShape, batch: int, seq: int, s: int, quant: str | None = None) -> dict:
+    """KV-cache sizes: bytes per token (2·Σ n_kv_head·head_dim·s), for B×T, and with windowed layers capped.
+
+    quant="int8" (gptlab.infer.cache): 1 byte per element plus a 2-byte fp16 scale per (token, head):
+    2·Σ n_kv_head·(head_dim + 2) bytes per token.
+    """
+    if quant not in (None, "int8"):
+        raise ConfigError(f"kv_quant={quant}: not allowed; allowed: int8 or null (the activation dtype)")
+    per_head = (lambda hd: hd * s) if quant is None else (lambda hd: hd + 2)
+    per_layer = [(2 * b.attn.n_kv_head * per_head(b.attn.head_dim), b, c) for b, c in m.layers()]
     per_token = sum(p * c for p, _, c in per_layer)
     windowed = sum(p * c * (seq if b.attn.window is None else min(seq, b.attn.window)) for p, b, c in per_layer)
     return {"bytes_per_token": per_token, "total_bytes": batch * seq * per_token,

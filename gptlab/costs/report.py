@@ -136,12 +136,13 @@ def _memory(m: ModelShape, batch: int, seq: int, s: int, materialized: bool, che
 def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: str = "train",
             dtype_bytes: int | str = 2, peak_flops: float | None = None, mem_bandwidth: float | None = None,
             optimizer_state_bytes_per_param: float = 8, activation_checkpointing: bool = False,
-            param_bytes: int = 4, accounting: Accounting | None = None) -> CostReport:
+            param_bytes: int = 4, accounting: Accounting | None = None, kv_quant: str | None = None) -> CostReport:
     """Cost of one step of `mode` on batch_size sequences of seq_len tokens (decode: 1 new token each).
 
     Activations and the KV cache are in `dtype_bytes` per element; training keeps `param_bytes` weights
     and grads plus `optimizer_state_bytes_per_param`. Backward is modelled as 2× forward bytes.
     `accounting` picks the conventions (mask pass, element-wise fusion, blocks only); None = the default.
+    `kv_quant` ("int8" or None) sizes the KV cache as gptlab.infer.cache stores it.
     """
     _check(mode, batch_size, seq_len)
     acc = accounting or Accounting()
@@ -170,7 +171,7 @@ def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: 
     naive, fused = sum(op.bytes_naive for op in ops), sum(op.bytes_fused for op in ops)
     memory = _memory(m, batch_size, seq_len, s, materialized, activation_checkpointing, param_bytes,
                      optimizer_state_bytes_per_param)
-    kv = kv_cache(m, batch_size, seq_len, s)
+    kv = {**kv_cache(m, batch_size, seq_len, s, kv_quant), "quant": kv_quant}
     return CostReport(
         mode=mode, batch_size=batch_size, seq_len=seq_len, tokens=x.tokens, dtype_bytes=s,
         attention_path="materialized" if materialized else "fused",
