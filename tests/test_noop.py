@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gptlab.build import compose
-from gptlab.cli.sweep import load_sweep, planned_overrides
+from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
 from gptlab.noop import noop_choices
 from gptlab.paths import SWEEPS_DIR
 
@@ -73,4 +73,4 @@ def test_plain_dicts_and_explicit_choices_work_without_hydra():
 def test_no_shipped_sweep_arm_is_a_no_op(name):
     _, spec, _ = load_sweep(name)
     for arm in spec["arms"]:
-        assert noop_choices(compose(planned_overrides(name, spec, arm, []))) == [], arm
+        assert noop_choices(compose(planned_overrides(name, spec, arm, []), config_name(spec))) == [], arm

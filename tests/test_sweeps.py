@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gptlab.build import compose
-from gptlab.cli.sweep import load_sweep, planned_overrides
+from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
 from gptlab.paths import SWEEPS_DIR
 from gptlab.placement import slice_for_job
 from train_helpers import FAST, rows, run_inprocess
@@ -32,7 +32,7 @@ def test_every_sweep_arm_composes(name):
     """Each arm of each shipped sweep is a valid run config with the shared seeds/steps/data."""
     _, spec, _ = load_sweep(name)
     assert len(spec["seeds"]) == 3
-    configs = [compose(planned_overrides(name, spec, arm, [])) for arm in spec["arms"]]
+    configs = [compose(planned_overrides(name, spec, arm, []), config_name(spec)) for arm in spec["arms"]]
     assert len({c.train.max_steps for c in configs}) == 1 and len({c.data_seed for c in configs}) == 1
     assert len({c.train.eval_interval for c in configs}) == 1
     assert all(c.sweep == name for c in configs)
@@ -44,6 +44,9 @@ SHORT = ["train.max_steps=2", "train.eval_interval=1", "train.eval_sequences=2",
          "train.log_interval=1", "sample.tokens=0", "logger=none", "hardware.peak_flops=1e12"]
 
 
+DECODE_SHORT = ["batch_sizes=1", "contexts=8", "new_tokens=2", "repeats=1", "warmup=0"]
+
+
 @pytest.mark.parametrize("name", SWEEPS)
 def test_every_sweep_runs_end_to_end(tmp_path, name):
     """Every arm of every shipped sweep trains (seed 0, 2 steps) with the sweep's own overrides."""
@@ -53,6 +56,13 @@ def test_every_sweep_runs_end_to_end(tmp_path, name):
     if needs and not torch_cuda():
         pytest.skip(f"sweep '{name}' is for a GPU machine ({', '.join(sorted(set(needs)))}); "
                     "its arms compose and build in test_every_sweep_arm_composes, its CPU twin trains in tests")
+    if config_name(spec) == "decode":  # gptlab-decode sweeps: each arm measures one tiny point
+        from gptlab.cli.decode import execute
+
+        for arm in spec["arms"]:
+            cfg = compose(planned_overrides(name, spec, arm, DECODE_SHORT), "decode")
+            assert [p["status"] for p in execute(cfg, {}, [])["points"]] == ["measured"] * len(cfg.cache), arm
+        return
     val_steps, summaries = set(), {}
     for arm in spec["arms"]:
         run = tmp_path / arm

@@ -8,8 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from gptlab.compare import wandb_log
-from gptlab.compare.analysis import Comparison, add_targets, compare, load_claims
+from gptlab.compare import decode, wandb_log
+from gptlab.compare.analysis import ALPHA, Comparison, add_targets, compare, load_claims
 from gptlab.compare.report import strict_json
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
 from gptlab.compare.target import parse_target
@@ -79,7 +79,8 @@ def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     images = make_plots(cmp, out)
     (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
-    (out / "comparison.md").write_text(markdown(cmp, images))
+    extra = "\n".join(decode.markdown(cmp.decode)) + "\n" if cmp.decode else ""
+    (out / "comparison.md").write_text(markdown(cmp, images) + extra)
     (out / "comparison.html").write_text(html_report(cmp, images))
     return images
 
@@ -121,6 +122,27 @@ def write_workspace(runs: list, out: Path, mode: str | None) -> None:
         print(f"warning: W&B workspace not written ({first}); the local report is complete", file=sys.stderr)
 
 
+def decode_main(runs: list, args: argparse.Namespace, run_dirs: list[Path]) -> int:
+    """gptlab-decode run dirs alone: the decode table, comparison.json (`decode`) and comparison.md; no W&B."""
+    given = [flag for flag, value in (("--step", args.step), ("--target", args.target), ("--threshold", args.threshold),
+                                      ("--claims", args.claims)) if value not in (None, [])]
+    if given:
+        raise ConfigError(f"{given[0]}: these are gptlab-decode run dirs (decode.json only), with no training curves "
+                          f"to line up; compare them without it")
+    baseline, rows = decode.compare_decode(runs, args.baseline)
+    out = out_dir(args.out, args.paths[0], run_dirs)
+    decode.print_decode(rows, baseline)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"baseline": baseline, "alpha": ALPHA, "decode": decode.to_json(rows)}
+    (out / "comparison.json").write_text(json.dumps(strict_json(doc), indent=2) + "\n")
+    (out / "comparison.md").write_text("\n".join([f"# Decode comparison (baseline: {baseline})",
+                                                  *decode.markdown(rows)[1:]]) + "\n")
+    if args.wandb or args.workspace:
+        print("note: W&B logging covers training comparisons; this decode-only one is in the local files")
+    print(f"wrote {out}/comparison.md and comparison.json")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 on success, 2 (one-line message on stderr) on bad input."""
     args = build_parser().parse_args(argv)
@@ -132,9 +154,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--threshold-key needs --threshold METRIC=X (the target the key's arms must reach)")
         run_dirs = discover(args.paths)
         runs = [load_run(p) for p in run_dirs]
+        if decode.decode_only(runs):
+            return decode_main(runs, args, run_dirs)
         claims = load_claims(args.claims) if args.claims else None
         cmp = compare(runs, baseline=args.baseline, step=args.step, claims=claims)
         add_targets(cmp, runs, targets, thresholds, args.threshold_key)
+        cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in runs) else []
         out = out_dir(args.out, args.paths[0], run_dirs)
     except ConfigError as exc:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)
@@ -144,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     from gptlab.compare.report import print_table
 
     print_table(cmp)
+    if cmp.decode:
+        decode.print_decode(cmp.decode, cmp.baseline)
     images = write_reports(cmp, out)
     if wandb_log.wanted(args.wandb, args.wandb_mode):
         log_to_wandb(cmp, images, runs, out, args.wandb_mode)

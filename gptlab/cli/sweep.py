@@ -5,7 +5,8 @@ A sweep file lists `arms` (name -> overrides), `seeds`, and shared `overrides`. 
 the same command skips runs that finished with the same overrides and resumes unfinished ones
 (train.resume=auto in the same run dir). Each arm is one `gptlab-train -m` call, printed (shell-quoted, ready
 to paste) before it runs, so any launcher works: `gptlab-sweep attention launcher=slurm`. A `hydra.sweep.dir=DIR`
-override is the same as `--out DIR`.
+override is the same as `--out DIR`. `command: decode` in the file runs `gptlab-decode -m` instead (a run is
+finished once it wrote decode.json).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from gptlab.cli import fail
 from gptlab.errors import ConfigError
 from gptlab.paths import SWEEPS_DIR
 
+# a sweep file's `command`: (console script, its module, its Hydra config, the file a finished run has written)
+COMMANDS = {"train": ("gptlab-train", "gptlab.cli.train", "train", "summary.json"),
+            "decode": ("gptlab-decode", "gptlab.cli.decode", "decode", "decode.json")}
+
 
 def load_sweep(name: str) -> tuple[str, dict, Path]:
     """(name, definition, file) for a sweep name in sweeps/ or a path to a sweep YAML."""
@@ -39,9 +44,16 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
         raise ConfigError(f"{path}: a sweep file is a mapping with 'arms' (and optional 'seeds', 'overrides')")
     if not isinstance(spec.get("arms"), dict) or not spec["arms"]:
         raise ConfigError(f"{path}: 'arms' must map arm names to lists of overrides")
+    if spec.get("command", "train") not in COMMANDS:
+        raise ConfigError(f"{path}: command: {spec['command']!r} is not allowed; allowed: {', '.join(COMMANDS)}")
     spec.setdefault("seeds", [0])
     spec.setdefault("overrides", [])
     return path.stem, spec, path
+
+
+def config_name(spec: dict) -> str:
+    """The Hydra config the sweep's command composes (train, or decode for `command: decode`)."""
+    return COMMANDS[spec.get("command", "train")][2]
 
 
 def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list[str]:
@@ -49,23 +61,24 @@ def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list
     return [*spec["overrides"], *spec["arms"][arm], *extra, f"sweep={name}", f"arm={arm}"]
 
 
-def finished(run_dir: Path, overrides: list[str], seed: int) -> bool:
+def finished(run_dir: Path, overrides: list[str], seed: int, command: str = "train") -> bool:
     """True when run_dir holds a finished run whose saved config equals the one these overrides compose."""
-    summary, saved = run_dir / "summary.json", run_dir / ".hydra" / "config.yaml"
+    _, _, config_name, result = COMMANDS[command]
+    summary, saved = run_dir / result, run_dir / ".hydra" / "config.yaml"
     if not (summary.is_file() and saved.is_file()):
         return False
-    if json.loads(summary.read_text()).get("status") != "finished":
+    if command == "train" and json.loads(summary.read_text()).get("status") != "finished":
         return False
     from omegaconf import OmegaConf
 
     from gptlab.build import compose
 
-    cfg = compose([*overrides, f"seed={seed}"])
+    cfg = compose([*overrides, f"seed={seed}"], config_name)
     wanted = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
     return yaml.safe_load(saved.read_text()) == wanted
 
 
-def arm_identity(overrides: list[str], seed: int) -> tuple[str, dict, list[str]]:
+def arm_identity(overrides: list[str], seed: int, command: str = "train") -> tuple[str, dict, list[str]]:
     """(model fingerprint, flat config without hydra, no-op warnings) of one arm, built on the meta device."""
     from omegaconf import OmegaConf
 
@@ -74,7 +87,7 @@ def arm_identity(overrides: list[str], seed: int) -> tuple[str, dict, list[str]]
     from gptlab.model.fingerprint import model_fingerprint
     from gptlab.noop import noop_choices
 
-    cfg = compose([*overrides, f"seed={seed}"])
+    cfg = compose([*overrides, f"seed={seed}"], COMMANDS[command][2])
     # The vocabulary comes from the tokenizer at run time; arms of one data setup share it, so any size compares.
     model = build_model(cfg, vocab_size=256, device="meta")
     plain = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
@@ -89,7 +102,8 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
     warnings, errors, seen = [], [], {}
     for arm in spec["arms"]:
         try:
-            fingerprint, flat, noops = arm_identity(planned_overrides(name, spec, arm, extra), seed)
+            fingerprint, flat, noops = arm_identity(planned_overrides(name, spec, arm, extra), seed,
+                                                    spec.get("command", "train"))
         except Exception as err:  # noqa: BLE001 - Hydra and build errors alike: name the arm, one line
             errors.append(f"[{name}] arm '{arm}' does not build: {str(err).strip().splitlines()[0]}")
             continue
@@ -104,9 +118,9 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
     return warnings, errors
 
 
-def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str) -> list[str]:
-    """One `gptlab-train -m` over this arm's seeds, each into <sweep_dir>/<arm>/seed<k> (Hydra fills ${seed})."""
-    return ["gptlab-train", "-m", *overrides, f"seed={','.join(map(str, seeds))}",
+def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str, command: str = "train") -> list[str]:
+    """One `gptlab-train -m` (or gptlab-decode) over the arm's seeds, each into <sweep_dir>/<arm>/seed<k>."""
+    return [COMMANDS[command][0], "-m", *overrides, f"seed={','.join(map(str, seeds))}",
             f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={arm}/seed${{seed}}"]
 
 
@@ -183,20 +197,20 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
     if errors and args.dry_run:
         return 2
-    failures, skipped = [], 0
+    failures, skipped, command = [], 0, spec.get("command", "train")
     for arm in spec["arms"]:
         overrides = planned_overrides(name, spec, arm, args.overrides)
-        todo = [s for s in seeds if not finished(sweep_dir / arm / f"seed{s}", overrides, s)]
+        todo = [s for s in seeds if not finished(sweep_dir / arm / f"seed{s}", overrides, s, command)]
         skipped += len(seeds) - len(todo)
         if not todo:
             print(f"[{name}] {arm}: all {len(seeds)} runs finished, skipping", flush=True)
             continue
-        cmd = arm_command(overrides, todo, sweep_dir, arm)
+        cmd = arm_command(overrides, todo, sweep_dir, arm, command)
         print(f"[{name}] {arm}: {shlex.join(cmd)}", flush=True)
         if args.dry_run:
             continue
         # the same command through this Python: works without the venv's bin/ on PATH
-        if subprocess.run([sys.executable, "-m", "gptlab.cli.train", *cmd[1:]]).returncode != 0:
+        if subprocess.run([sys.executable, "-m", COMMANDS[command][1], *cmd[1:]]).returncode != 0:
             failures.append(arm)
             if args.fail_fast:
                 break

@@ -68,6 +68,7 @@ class Comparison:
     warnings: list[str]
     targets: list[Any] = field(default_factory=list)  # target.TargetResult per --target / --threshold
     thresholds: list[Any] = field(default_factory=list)  # threshold.Threshold per --threshold
+    decode: list[Any] = field(default_factory=list)  # decode.DecodeRow per group and point, when runs have decode.json
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json document (`targets`/`thresholds` only when asked for)."""
@@ -75,6 +76,10 @@ class Comparison:
                "rows": [asdict(r) for r in self.rows], "warnings": self.warnings}
         doc.update({k: [x.to_json() for x in v] for k, v in (("targets", self.targets),
                                                               ("thresholds", self.thresholds)) if v})
+        if self.decode:
+            from gptlab.compare.decode import to_json
+
+            doc["decode"] = to_json(self.decode)
         return doc
 
 

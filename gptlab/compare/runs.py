@@ -1,4 +1,4 @@
-"""Find run directories and read what each one recorded (metrics.jsonl, summary.json, .hydra/*.yaml)."""
+"""Find run directories and read what each one recorded (metrics.jsonl, summary.json, decode.json, .hydra/*.yaml)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 from gptlab.errors import ConfigError
 
-RUN_MARKERS = ("summary.json", "metrics.jsonl")
+RUN_MARKERS = ("summary.json", "metrics.jsonl", "decode.json")  # decode.json: gptlab-decode's measurements
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -33,6 +33,7 @@ class Run:
     overrides: list[str]
     choices: dict[str, str]
     by_step: dict[int, dict[str, Any]] = field(default_factory=dict)
+    decode: dict[str, Any] = field(default_factory=dict)  # decode.json, when gptlab-decode measured this run
 
     @property
     def status(self) -> str:
@@ -90,7 +91,7 @@ def discover(paths: list[str]) -> list[Path]:
             raise ConfigError(f"'{p}' is an empty directory (expected a run or sweep directory)")
         runs = _search(p)
         if not runs:
-            raise ConfigError(f"'{p}' contains no run directories (none has summary.json or metrics.jsonl)")
+            raise ConfigError(f"'{p}' contains no run directories (none has {', '.join(RUN_MARKERS)})")
         for r in runs:
             seen.setdefault(r.resolve(), None)
     return list(seen)
@@ -170,7 +171,8 @@ def load_run(path: Path) -> Run:
         _check_numbers(f"{path / 'metrics.jsonl'} step {rec.get('step')}", rec)
     # provenance.json's copy is written by the run itself; .hydra/ is rewritten by any later launch into the dir,
     # even one that is then refused (a multirun job pointed at an old run): it may describe another config
-    own = _read_json(path / "provenance.json")
+    decode = _read_json(path / "decode.json")
+    own = _read_json(path / "provenance.json") or decode  # gptlab-decode keeps its own config in decode.json
     config = own["config"] if isinstance(own.get("config"), dict) else _read_yaml(path / ".hydra" / "config.yaml", {})
     overrides = own["overrides"] if isinstance(own.get("config"), dict) and isinstance(own.get("overrides"), list) \
         else _read_yaml(path / ".hydra" / "overrides.yaml", [])
@@ -180,7 +182,8 @@ def load_run(path: Path) -> Run:
     for rec in records:
         # Train and eval records may share a step; merge them so wall_s/tokens sit next to val/loss.
         by_step.setdefault(int(rec["step"]), {}).update({k: v for k, v in rec.items() if v is not None})
-    return Run(path, records, summary, config, [str(o) for o in overrides], _choices(path, summary), by_step)
+    return Run(path, records, summary, config, [str(o) for o in overrides], _choices(path, summary or decode), by_step,
+               decode)
 
 
 # The file gptlab.sinks.wandb keeps a run's W&B id in (compare imports nothing of training, so named here too).

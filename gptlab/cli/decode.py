@@ -1,0 +1,270 @@
+"""gptlab-decode: measured decode speed and KV-cache memory of a config (random init) or of a trained run.
+
+  gptlab-decode attention=gqa model.n_layer=4      a random-init model composed from gptlab-train's groups
+  gptlab-decode run=<run dir>                      that run's newest checkpoint, built from its own config
+  gptlab-decode -m attention=mha,gqa,mqa           one decode.json per choice; gptlab-compare shows them side by side
+
+Keys (conf/decode.yaml): batch_sizes contexts new_tokens cache kv_quant repeats warmup seed out run. Writes
+decode.json (strict JSON; the point keys are in gptlab/infer/decode.py) and prints a table. The model runs in
+hardware.dtype (weights cast, caches in the same dtype; no autocast). A sweep file with `command: decode` runs it
+through gptlab-sweep. A user mistake is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from gptlab import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
+from gptlab.cli import fail
+from gptlab.cli.train import one_line
+from gptlab.errors import ConfigError
+from gptlab.paths import CONF_DIR
+from gptlab.sinks.progress import console_log
+
+# Groups and keys that shape the model: with run=<dir> the run's own config decides them, so giving one is a mistake.
+MODEL_KEYS = ("model", "attention", "mlp", "norm", "position", "experiment", "scale")
+OUT_NAME = "decode.json"
+
+
+def show(value) -> str:
+    """A config value as an override spells it: [1, 8], null, 'static'."""
+    plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return json.dumps(plain).replace('"', "'")
+
+
+def _ints(cfg: DictConfig, key: str, low: int) -> tuple[int, ...]:
+    """A list of integers >= low (a single integer counts as a list of one)."""
+    value = cfg.get(key)
+    values = list(OmegaConf.to_container(value)) if OmegaConf.is_list(value) else [value]
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in values):
+        raise ConfigError(f"{key}={show(value)}: allowed: one or a list of integers >= {low}, e.g. {key}=[1,8]")
+    return tuple(values)
+
+
+def _int(cfg: DictConfig, key: str, low: int, high: int | None = None) -> int:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value >= high):
+        span = f"in [{low}, {high})" if high is not None else f">= {low}"
+        raise ConfigError(f"{key}={show(value)}: allowed: an integer {span}")
+    return value
+
+
+def grid_from(cfg: DictConfig):
+    """The decode keys as a Grid, each checked (one-line ConfigError naming the key and what is allowed)."""
+    from gptlab.infer.cache import QUANTS
+    from gptlab.infer.decode import CACHES, Grid
+
+    cache = cfg.get("cache")
+    caches = list(OmegaConf.to_container(cache)) if OmegaConf.is_list(cache) else [cache]
+    bad = [c for c in caches if c not in CACHES]
+    if bad or not caches or len(set(caches)) < len(caches):
+        what = f"'{bad[0]}' is not a cache kind" if bad else "give each kind once, at least one"
+        raise ConfigError(f"cache={show(cache)}: {what}; allowed: {', '.join(CACHES)} (e.g. cache=[static,none])")
+    quant = cfg.get("kv_quant")
+    if quant not in QUANTS:
+        raise ConfigError(f"kv_quant={show(quant)}: allowed: null, int8")
+    if quant is not None and "static" not in caches:
+        raise ConfigError(f"kv_quant={quant}: quantises the static cache; add static to cache (here {show(cache)})")
+    return Grid(batch_sizes=_ints(cfg, "batch_sizes", 1), contexts=_ints(cfg, "contexts", 1),
+                new_tokens=_int(cfg, "new_tokens", 2), caches=tuple(caches), kv_quant=quant,
+                repeats=_int(cfg, "repeats", 1), warmup=_int(cfg, "warmup", 0), seed=_int(cfg, "seed", 0, 2**63))
+
+
+def _check_run_overrides(run: str, overrides: list[str]) -> None:
+    """run=<dir> takes the model from the run: an override of a model group or key would be silently ignored."""
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if key.split(".", 1)[0].split("/", 1)[0] in MODEL_KEYS:
+            raise ConfigError(f"{override}: with run={run} the model comes from the run's own config; drop it, or "
+                              f"leave run unset to decode a random-init model composed from the groups")
+
+
+def load_model(cfg: DictConfig, overrides: list[str]):
+    """(model in eval mode, source record): the run's newest checkpoint, or a random init of the config's groups."""
+    import torch
+
+    run = cfg.get("run")
+    if run is None:
+        from gptlab.build import build_model
+        from gptlab.validate import validate
+
+        validate(cfg)
+        torch.manual_seed(int(cfg.seed))
+        # vocab: model.vocab_size; null = 50257 (GPT-2's BPE, as gptlab-flops costs it): no data is read
+        return build_model(cfg).eval(), {"kind": "config", "run": None, "step": None}
+    from gptlab.cli.sample import load_run
+
+    _check_run_overrides(str(run), overrides)
+    model, _, step = load_run(Path(str(run)))
+    return model.eval(), {"kind": "run", "run": str(Path(str(run)).resolve()), "step": step}
+
+
+def model_record(model) -> dict:
+    """The model's shape as built (per-layer K/V heads and windows: what the KV cache holds)."""
+    from gptlab.model.fingerprint import model_fingerprint
+
+    c = model.cfg
+    return {"params": model.num_params(), "n_layer": c.n_layer, "n_head": c.n_head, "d_model": c.d_model,
+            "block_size": c.block_size, "vocab_size": c.vocab_size, "dtype": str(next(model.parameters()).dtype),
+            "n_kv_head": [b.attn.n_kv_head for b in model.blocks], "window": [b.attn.window for b in model.blocks],
+            "fingerprint": model_fingerprint(model)}
+
+
+def finite(obj):
+    """A strict-JSON copy: NaN/inf become null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def execute(cfg: DictConfig, choices: dict, overrides: list[str]) -> dict:
+    """Measure the grid the config asks for; returns decode.json's document."""
+    from gptlab.build import build_hardware
+    from gptlab.hardware import threads_for_job
+    from gptlab.infer.decode import measure, peak_method
+    from gptlab.load import LoadSampler
+    from gptlab.provenance import collect
+    from gptlab.run import plain_config
+
+    grid = grid_from(cfg)
+    hardware = build_hardware(cfg)
+    hardware.threads = hardware.threads or threads_for_job()
+    hardware.apply()
+    model, source = load_model(cfg, overrides)
+    model = model.to(device=hardware.device, dtype=hardware.torch_dtype)
+    load, start = LoadSampler(), time.perf_counter()
+    load.start()
+    points = measure(model, grid, on_point=lambda p: say(progress(p)))
+    return finite({
+        "version": 1, "command": "gptlab-decode", "source": source, "model": model_record(model),
+        "choices": choices, "overrides": overrides, "config": plain_config(cfg), "settings": asdict(grid),
+        "hardware": {"device": hardware.device, "dtype": hardware.dtype, "threads": hardware.threads},
+        "peak_mem_method": peak_method(next(model.parameters()).device), "outside_load": load.mean(),
+        "wall_s": time.perf_counter() - start, "provenance": collect(overrides, hardware), "points": points})
+
+
+def say(text: str) -> None:
+    """Print a line for the user and copy it to the run's decode.log."""
+    print(text, flush=True)
+    console_log.info(text)
+
+
+def progress(p: dict) -> str:
+    head = f"[decode] batch {p['batch']} context {p['context']} cache={p['cache']}:"
+    if p["status"] != "measured":
+        return f"{head} skipped ({p['reason']})"
+    return f"{head} {p['decode_tokens_per_s']['mean']:,.0f} tokens/s, p50 {p['latency_ms_p50']['mean']:.2f} ms/token"
+
+
+def _pm(fig: dict | None, fmt: str) -> str:
+    if not fig:
+        return "–"
+    return format(fig["mean"], fmt) + ("" if fig["std"] is None else f" ± {format(fig['std'], fmt)}")
+
+
+def _mib(x) -> str:
+    return "–" if x is None else f"{x / 2**20:,.2f}"
+
+
+TABLE = ["batch", "context", "cache", "prefill ms", "decode tokens/s", "p50 ms", "p90 ms", "p99 ms",
+         "KV MiB measured", "KV MiB predicted", "ratio", "peak Δ MiB"]
+
+
+def table(doc: dict) -> str:
+    """The points as an aligned text table (mean ± std over repeats), skipped points with their reason."""
+    rows = [TABLE]
+    for p in doc["points"]:
+        head = [str(p["batch"]), str(p["context"]), p["cache"]]
+        if p["status"] != "measured":
+            rows.append(head + [f"skipped: {p['reason']}"])
+            continue
+        ratio = "–" if p["kv_bytes_ratio"] is None else f"{p['kv_bytes_ratio']:.4f}"
+        rows.append(head + [_pm(p["prefill_ms"], ".1f"), _pm(p["decode_tokens_per_s"], ",.0f")]
+                    + [_pm(p[f"latency_ms_p{q}"], ".2f") for q in (50, 90, 99)]
+                    + [_mib(p["kv_bytes_measured"]), _mib(p["kv_bytes_predicted"]), ratio,
+                       _mib(p["peak_mem_delta_bytes"]["mean"])])
+    widths = [max(len(r[i]) for r in rows if len(r) > i and len(r) == len(TABLE)) for i in range(len(TABLE))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) if len(r) == len(TABLE) else
+             "  ".join(c.rjust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+    load = doc.get("outside_load")
+    foot = [f"mean ± std over {doc['settings']['repeats']} repeats; {doc['hardware']['device']} "
+            f"{doc['hardware']['dtype']}, {doc['hardware']['threads']} threads; peak memory: {doc['peak_mem_method']}",
+            "outside load: " + ("n/a" if load is None else f"{100 * load:.0f}% of the cores used by other processes")]
+    return "\n".join(lines + foot)
+
+
+def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
+    """Where decode.json goes: out (a file, or a directory to hold decode.json), else the Hydra run dir."""
+    out = cfg.get("out")
+    if out is None:
+        return run_dir / OUT_NAME
+    raw = OmegaConf.to_container(cfg, resolve=False).get("out")
+    if multirun and "${" not in str(raw):
+        raise ConfigError(f"out={out}: under multirun every job would write this one file; leave out=null "
+                          f"(each job's own dir) or interpolate it, e.g. out=${{hydra:runtime.output_dir}}/decode.json")
+    path = Path(str(out))
+    return path / OUT_NAME if path.is_dir() else path
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="decode", version_base=None)
+def decode_app(cfg: DictConfig) -> None:
+    """Measure, write decode.json, print the table."""
+    from gptlab.build import group_choices
+    from gptlab.placement import place_local_job
+    from gptlab.sinks.jsonl import atomic_write_text
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    if multirun and os.environ.get("SUBMITIT_EXECUTOR") == "local":  # launcher=local: own cores and GPUs
+        place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
+    try:
+        path = _out_path(cfg, Path(hc.runtime.output_dir), multirun)
+        doc = execute(cfg, group_choices(cfg), list(hc.overrides.task))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    except (ConfigError, OSError, OmegaConfBaseException) as err:
+        if multirun:
+            raise  # the launcher reports it and goes on with the other jobs
+        fail(one_line(err), 1 if isinstance(err, OSError) else 2)
+    say(table(doc))
+    say(f"wrote {path}")
+
+
+def main() -> None:
+    """The gptlab-decode command: Hydra's own errors (unknown key or choice, bad override) are one line too."""
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    if previous == "1":
+        return decode_app()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a multi-line report
+    try:
+        return decode_app()
+    except KeyboardInterrupt:
+        fail("interrupted (Ctrl-C)", 130)
+    except (HydraException, ConfigError, OSError, OmegaConfBaseException) as err:
+        fail(one_line(err), 1 if isinstance(err, OSError) and not isinstance(err, HydraException) else 2)
+    finally:
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Decode columns: gptlab-decode's figures (decode.json) per group and (batch, context, cache) point.
+
+The training-speed rules: each figure is mean ± std, here over the timed repeats of every run of the group
+(seeds pooled); decode tokens/s and p50 per-token latency get a speed-up vs the baseline's same point, the ratio
+of geometric means with a 95% CI and a verdict from Welch's t-test on the logs (faster / slower / within noise;
+within noise by definition for two arms that build one model); taken under outside load, the verdict says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gptlab.compare import speed, stats
+from gptlab.compare.group import Group, assign_labels, diff_items, find_baseline, group_runs
+from gptlab.compare.identical import model_only
+from gptlab.compare.runs import Run
+
+HEADERS = ["label", "batch", "context", "cache", "decode tokens/s", "speed-up (95% CI)", "p50 ms/token",
+           "p50 latency speed-up (95% CI)", "p99 ms/token", "prefill ms", "KV measured", "KV predicted",
+           "measured/predicted", "peak Δ mem"]
+NOTE = ("decode: mean ± std over the timed repeats of each group's runs (gptlab-decode); speed-ups are vs the "
+        "baseline's same (batch, context, cache) point: ratio of geometric means with a 95% CI and a Welch verdict "
+        f"on the logs (p < {stats.ALPHA}); p50 latency speed-up = baseline latency / this latency; KV measured "
+        "from the cache tensors vs gptlab-flops' prediction.")
+
+
+@dataclass
+class DecodeRow:
+    """One group's figures at one point (comparison.json `decode`)."""
+
+    label: str
+    batch: int
+    context: int
+    cache: str
+    status: str
+    reason: str | None = None
+    n_runs: int = 0
+    tokens_per_s: list[float] = field(default_factory=list)
+    latency_p50_ms: list[float] = field(default_factory=list)
+    latency_p99_ms: list[float] = field(default_factory=list)
+    prefill_ms: list[float] = field(default_factory=list)
+    kv_bytes_measured: int | None = None
+    kv_bytes_predicted: int | None = None
+    kv_bytes_ratio: float | None = None
+    peak_mem_delta_bytes: float | None = None
+    speedup: dict | None = None  # {ratio, ci, p, verdict} of tokens/s vs the baseline
+    latency_speedup: dict | None = None  # the same for p50 latency (baseline / this)
+    outside_load: float | None = None
+
+
+def decode_only(runs: list[Run]) -> bool:
+    """True when every run is a gptlab-decode measurement without training records."""
+    return all(r.decode and not r.val_steps() for r in runs)
+
+
+def _key(p: dict) -> tuple[int, int, str]:
+    return int(p["batch"]), int(p["context"]), str(p["cache"])
+
+
+def _row(label: str, points: list[dict], loads: list[float]) -> DecodeRow:
+    """A group's row at one point from its runs' point dicts (values pooled over runs)."""
+    done = [p for p in points if p.get("status") == "measured"]
+    first = (done or points)[0]
+    row = DecodeRow(label, *_key(first), status="measured" if done else "skipped", reason=first.get("reason"),
+                    n_runs=len(done), outside_load=max(loads, default=None))
+    for p in done:
+        row.tokens_per_s += p["decode_tokens_per_s"]["values"]
+        row.latency_p50_ms += p["latency_ms_p50"]["values"]
+        row.latency_p99_ms += p["latency_ms_p99"]["values"]
+        row.prefill_ms += p["prefill_ms"]["values"]
+    if done:
+        row.kv_bytes_measured, row.kv_bytes_predicted = first["kv_bytes_measured"], first["kv_bytes_predicted"]
+        row.kv_bytes_ratio = first["kv_bytes_ratio"]
+        row.peak_mem_delta_bytes = max(p["peak_mem_delta_bytes"]["mean"] for p in done)
+    return row
+
+
+def _fingerprint(g: Group) -> str | None:
+    prints = {(r.decode.get("model") or {}).get("fingerprint") for r in g.runs}
+    return prints.pop() if len(prints) == 1 else None
+
+
+def _identical(g: Group, base: Group) -> bool:
+    fp = _fingerprint(g)
+    return g is not base and fp is not None and fp == _fingerprint(base) and model_only(
+        k for k, _ in diff_items(g, base, hide_implied=False))
+
+
+def _versus(arm: list[float], base: list[float], identical: bool, loaded: bool) -> dict:
+    up = speed.speedup(arm, base, stats.ALPHA)
+    verdict = speed.IDENTICAL if identical and up.ratio else up.verdict
+    if up.ratio is not None and loaded:
+        verdict += ", under outside load"
+    return {"ratio": up.ratio, "ci": list(up.ci) if up.ci else None, "p": up.p, "verdict": verdict}
+
+
+def _loaded(row: DecodeRow | None) -> bool:
+    return row is not None and row.outside_load is not None and row.outside_load > speed.OUTSIDE_LOAD_LIMIT
+
+
+def decode_rows(groups: list[Group]) -> list[DecodeRow]:
+    """Rows per group (the baseline, groups[0], first) and point, with speed-ups vs the baseline's same point."""
+    out, base_rows = [], {}
+    for g in groups:
+        by_point: dict[tuple, list[dict]] = {}
+        for run in g.runs:
+            for p in run.decode.get("points") or []:
+                by_point.setdefault(_key(p), []).append(p)
+        loads = [float(r.decode["outside_load"]) for r in g.runs if r.decode.get("outside_load") is not None]
+        same = _identical(g, groups[0])
+        for key, points in by_point.items():
+            row = _row(g.label, points, loads)
+            base = base_rows.setdefault(key, row) if g is groups[0] else base_rows.get(key)
+            if row.status == "measured" and base is not None and base.status == "measured":
+                loaded = _loaded(row) or _loaded(base)
+                row.speedup = _versus(row.tokens_per_s, base.tokens_per_s, same, loaded)
+                row.latency_speedup = _versus(base.latency_p50_ms, row.latency_p50_ms, same, loaded)
+                if g is groups[0]:
+                    row.speedup["verdict"] = row.latency_speedup["verdict"] = "baseline"
+            out.append(row)
+    return out
+
+
+def compare_decode(runs: list[Run], baseline: str | None) -> tuple[str, list[DecodeRow]]:
+    """(baseline label, rows) for gptlab-decode run dirs alone (no training records to line up)."""
+    groups = group_runs(runs)
+    base = find_baseline(groups, baseline)
+    assign_labels(groups, base)
+    return base.label, decode_rows([base] + [g for g in groups if g is not base])
+
+
+def to_json(rows: list[DecodeRow]) -> list[dict[str, Any]]:
+    """comparison.json's `decode` list: each row with its mean/std next to the pooled values."""
+    out = []
+    for r in rows:
+        d = asdict(r)
+        for key in ("tokens_per_s", "latency_p50_ms", "latency_p99_ms", "prefill_ms"):
+            values = d[key]
+            d[f"{key}_mean"] = stats.mean(values) if values else None
+            d[f"{key}_std"] = stats.std(values) if values else None
+        out.append(d)
+    return out
+
+
+def _pm(values: list[float], fmt: str) -> str:
+    if not values:
+        return "–"
+    std = stats.std(values)
+    return format(stats.mean(values), fmt) + ("" if std is None else f" ± {format(std, fmt)}")
+
+
+def _up(up: dict | None) -> str:
+    if up is None or up["ratio"] is None:
+        return "–"
+    if up["verdict"] == "baseline":
+        return "1.00× baseline"
+    show_ci = up["ci"] and not up["verdict"].startswith(speed.IDENTICAL)  # an identical model's gap is noise
+    ci = f" [{up['ci'][0]:.2f}, {up['ci'][1]:.2f}]" if show_ci else ""
+    return f"{up['ratio']:.2f}×{ci} {up['verdict']}"
+
+
+def _bytes(x: float | None) -> str:
+    if x is None:
+        return "–"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def cells(rows: list[DecodeRow]) -> list[list[str]]:
+    """Display strings per row, in HEADERS order (a skipped point names its reason)."""
+    body = []
+    for r in rows:
+        head = [r.label, str(r.batch), str(r.context), r.cache]
+        if r.status != "measured":
+            body.append(head + [f"skipped: {r.reason}"] + ["–"] * (len(HEADERS) - 5))
+            continue
+        ratio = "–" if r.kv_bytes_ratio is None else f"{r.kv_bytes_ratio:.4f}"
+        body.append(head + [_pm(r.tokens_per_s, ",.0f"), _up(r.speedup), _pm(r.latency_p50_ms, ".2f"),
+                            _up(r.latency_speedup), _pm(r.latency_p99_ms, ".2f"), _pm(r.prefill_ms, ".1f"),
+                            _bytes(r.kv_bytes_measured), _bytes(r.kv_bytes_predicted), ratio,
+                            _bytes(r.peak_mem_delta_bytes)])
+    return body
+
+
+def print_decode(rows: list[DecodeRow], baseline: str, console=None) -> None:
+    """The decode table with rich, then its note."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 260)
+    table = Table(title=f"gptlab-compare: decode vs baseline '{baseline}'")
+    for h in HEADERS:
+        table.add_column(h, justify="left" if h in ("label", "cache") else "right")
+    for line in cells(rows):
+        table.add_row(*line)
+    console.print(table)
+    console.print(NOTE, highlight=False, markup=False)
+
+
+def markdown(rows: list[DecodeRow]) -> list[str]:
+    """comparison.md's decode section."""
+    lines = ["", "## Decode", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in cells(rows)]
+    return lines + ["", f"- {NOTE}"]
