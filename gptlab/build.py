@@ -184,3 +184,17 @@ def cost_report(cfg: DictConfig, batch_size: int, seq_len: int, *, vocab_size: i
     return analyze(model, batch_size, seq_len, mode=mode, dtype_bytes=dtype, peak_flops=peak_flops,
                    mem_bandwidth=mem_bandwidth, optimizer_state_bytes_per_param=state,
                    activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))
+
+
+def rank_memory(cfg: DictConfig, sharding, *, batch_size: int, grad_accum: int, seq_len: int,
+                vocab_size: int | None = None, dtype: str = "bf16") -> dict:
+    """What one rank holds under `sharding` (a costs.sharding.Sharding): the memory gptlab-flops prints for it."""
+    from gptlab.costs.memory import optimizer_state_bytes_per_param
+    from gptlab.costs.report import element_bytes
+    from gptlab.costs.sharding import per_rank
+
+    model = build_cost_model(cfg, vocab_size)
+    state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
+    return per_rank(model, sharding, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len,
+                    compute_bytes=element_bytes(dtype), state_bytes_per_param=state,
+                    activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))["memory"]

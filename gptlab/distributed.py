@@ -1,4 +1,5 @@
-"""torch.distributed setup for `hardware.distributed=true`: torchrun env vars, or SLURM tasks via submitit."""
+"""torch.distributed for `hardware.distributed=true`: setup (torchrun env vars, or SLURM tasks via submitit), and
+the one place that wraps the model for its strategy: DDP, or FSDP2 (`fully_shard`)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,18 @@ def init_args(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
     return {"backend": "gloo", "timeout": timedelta(seconds=timeout_s)}
 
 
-def wrap(model, device: str, world: int):
+def wrap(model, hardware, world: int):
+    """The module training runs forward/backward through, per `hardware.strategy` (the one place that wraps).
+
+    ddp: `model` compiled (hardware.compile) under DistributedDataParallel when world > 1. fsdp: `model` itself,
+    sharded in place by shard(). Build the optimizer AFTER this: fully_shard replaces the parameters.
+    """
+    if hardware.strategy == "fsdp":
+        return shard(model, hardware, world)
+    return data_parallel(hardware.compiled(model), hardware.device, world)
+
+
+def data_parallel(model, device: str, world: int):
     """DistributedDataParallel around the model when world > 1 (gradients all-reduced in backward).
 
     broadcast_buffers=False: the model's buffers (RoPE tables, ALiBi slopes) are constants, identical on every
@@ -51,6 +63,42 @@ def wrap(model, device: str, world: int):
 
     ids = [torch.device(device).index] if device.startswith("cuda") else None
     return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False, gradient_as_bucket_view=True)
+
+
+def shard(model, hardware, world: int):
+    """FSDP2 in place: each transformer block, then the root (embeddings, final norm, LM head); returns `model`.
+
+    The order torch's FSDP2 docs and torchtitan use: activation checkpointing (the model's own flag, set before
+    this), then torch.compile of each block (in place, so parameter names and checkpoints are unchanged), then
+    fully_shard. Mixed precision: parameters all-gathered and computed in the resolved dtype, gradients
+    reduce-scattered in fp32. One process is not wrapped (nothing to shard; its curve is one process's), but
+    still writes sharded checkpoints, so it resumes on any number of ranks and back.
+    """
+    from gptlab.hardware import compile_mode
+
+    if world == 1:
+        return hardware.compiled(model)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    mode = compile_mode(hardware.compile)
+    mesh = init_device_mesh(hardware.device.split(":")[0], (world,))
+    param_dtype = None if hardware.dtype == "fp32" else hardware.torch_dtype  # None: gather the fp32 params as they are
+    options = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
+               "offload_policy": CPUOffloadPolicy() if hardware.cpu_offload else OffloadPolicy()}
+    for block in model.blocks:
+        if mode is not None:
+            block.compile(mode=mode)
+        fully_shard(block, reshard_after_forward=hardware.reshard_after_forward, **options)
+    fully_shard(model, **options)  # the root stays gathered from forward to backward (FSDP2's default for the root)
+    return model
+
+
+def clip_grad_norm(parameters, max_norm: float) -> float:
+    """clip_grad_norm_ over all ranks' shards: under FSDP2 the norm is a replicated DTensor (the global norm)."""
+    norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if full is not None else norm)
 
 
 def teardown() -> None:

@@ -13,6 +13,8 @@ from gptlab.errors import ConfigError
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # hardware.compile: false = eager; true = torch.compile's "default" mode; or a torch.compile mode by name
 COMPILE_MODES = (False, True, "default", "reduce-overhead", "max-autotune")
+# hardware.strategy: how gptlab.distributed.wrap spreads a distributed run over its ranks
+STRATEGIES = ("ddp", "fsdp")
 
 
 def compile_mode(value) -> str | None:
@@ -29,7 +31,8 @@ def compile_mode(value) -> str | None:
 
 @dataclass
 class Hardware:
-    """A resolved profile: device, autocast dtype, compile/checkpointing switches, peaks, threads."""
+    """A resolved profile: device, autocast dtype, compile/checkpointing switches, peaks, threads, and for
+    distributed runs the strategy (ddp | fsdp, see gptlab.distributed.wrap)."""
 
     device: str = "cpu"
     dtype: str = "bf16"
@@ -40,6 +43,9 @@ class Hardware:
     threads: int | None = None
     tf32: bool = True
     distributed: bool = False
+    strategy: str = "ddp"  # one of STRATEGIES: ddp replicates the model, fsdp shards it (FSDP2, DCP checkpoints)
+    cpu_offload: bool = False  # fsdp: sharded params, grads and optimizer state in CPU memory (CPUOffloadPolicy)
+    reshard_after_forward: bool = True  # fsdp: free each block's gathered params after forward, gather again in backward
     name: str = "cpu"
     # resources a launcher (launcher=local|slurm) requests per run
     cpus_per_task: int | None = None
@@ -53,11 +59,29 @@ class Hardware:
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device.startswith("cuda"):
-            self.device = cuda_device(self.device, self.distributed)
+            self.device = cuda_device(self.device, self.distributed, self.strategy)
         elif self.device not in ("cpu", "meta"):
             raise ConfigError(f"hardware.device: unknown device '{self.device}'; allowed: cpu, cuda, cuda:N, auto")
         if self.dtype == "auto":
             self.dtype = native_low_precision(self.device)
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        """The strategy keys against each other, the device and the resolved dtype (one-line ConfigError)."""
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"hardware.strategy: {self.strategy!r} is not allowed; allowed: {', '.join(STRATEGIES)}")
+        if self.strategy == "fsdp" and not self.distributed:
+            raise ConfigError("hardware.strategy=fsdp needs hardware.distributed=true; use hardware=fsdp (GPUs) or "
+                              "hardware=fsdp_cpu (gloo)")
+        if self.cpu_offload and self.strategy != "fsdp":
+            raise ConfigError(f"hardware.cpu_offload=true needs hardware.strategy=fsdp (here {self.strategy}); "
+                              "use hardware=fsdp")
+        if self.cpu_offload and not self.device.startswith("cuda"):
+            raise ConfigError(f"hardware.cpu_offload=true: device={self.device} already keeps everything in CPU "
+                              "memory; allowed: false, or true with a CUDA device (hardware=fsdp)")
+        if self.strategy == "fsdp" and self.dtype == "fp16":
+            raise ConfigError("hardware.dtype=fp16: not supported with hardware.strategy=fsdp (the fp16 GradScaler "
+                              "would see only this rank's shard of the gradients); allowed: bf16, fp32")
 
     def compiled(self, model):
         """`model` under torch.compile in this profile's mode, or `model` itself when compile is false."""
@@ -116,10 +140,10 @@ def native_low_precision(device: str) -> str:
     return "bf16" if device == "meta" or cpu_has_bf16() else "fp32"
 
 
-def cuda_device(device: str, distributed: bool) -> str:
+def cuda_device(device: str, distributed: bool, strategy: str = "ddp") -> str:
     """"cuda" or "cuda:N" as an explicit "cuda:N" that exists here: LOCAL_RANK's GPU under DDP, else the current one."""
     if not torch.cuda.is_available():
-        instead = "hardware=ddp_cpu" if distributed else "hardware=cpu"
+        instead = f"hardware={strategy}_cpu" if distributed and strategy in STRATEGIES else "hardware=cpu"
         raise ConfigError(f"hardware.device={device}: no CUDA device is available here; use {instead}")
     try:
         index = torch.device(device).index

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 
-from gptlab import checkpoint, prefetch, resume
+from gptlab import checkpoint, distributed, prefetch, resume, sharded
 from gptlab.load import job_sampler
 from gptlab.metrics import PeakMemory, median, mfu
 from gptlab.resume import Progress
@@ -28,7 +27,8 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class Context:
-    """Where and as whom the loop runs: run dir, DDP rank/world, MFU inputs, the run identity checkpoints carry."""
+    """Where and as whom the loop runs: run dir, rank/world, MFU inputs, the run identity checkpoints carry, and
+    whether checkpoints are sharded (DCP dirs every rank writes: hardware.strategy=fsdp) or one file rank 0 writes."""
 
     run_dir: Path
     flops_per_token: float
@@ -36,6 +36,7 @@ class Context:
     identity: dict = field(default_factory=dict)
     rank: int = 0
     world: int = 1
+    sharded: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -126,13 +127,13 @@ def _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware
         total += loss.detach().float() / len(batches)
     scaler.unscale_(optimizer)  # a no-op unless fp16: clipping sees the true gradients
     clip = settings.grad_clip if settings.grad_clip > 0 else float("inf")
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip)
+    grad_norm = distributed.clip_grad_norm(model.parameters(), clip)  # the global norm, also over FSDP2 shards
     loss_value = total.item()
     if ctx.world > 1:
         loss_t = torch.tensor([loss_value], device=device)
         torch.distributed.all_reduce(loss_t)
         loss_value = loss_t.item() / ctx.world
-    return loss_value, float(grad_norm)
+    return loss_value, grad_norm
 
 
 def _eval_due(step: int, settings, start_step: int, resumed: bool) -> bool:
@@ -282,7 +283,11 @@ def _emit(sinks, ctx, row, step):
 
 
 def _save(model, optimizer, scaler, p: Progress, ctx: Context) -> None:
-    """Rank 0 writes; other ranks wait so nobody races ahead of a checkpoint."""
+    """Sharded: every rank writes its shards (collective). Single file: rank 0 writes, the others wait for it."""
+    if ctx.sharded:
+        sharded.save(ctx.run_dir, p.step, model, optimizer, resume.state_dict(model, optimizer, scaler, p, ctx.identity),
+                     ctx.rank, ctx.world)
+        return
     if ctx.is_main:
         checkpoint.save(ctx.run_dir, p.step, resume.state_dict(model, optimizer, scaler, p, ctx.identity))
     if ctx.world > 1:

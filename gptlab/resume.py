@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 # Keys (a trailing "." = the whole subtree) that cannot change the loss curve, so a resume may change them.
 ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "arm", "profile", "train.resume", "train.init_from",
            "train.log_interval", "train.ckpt_interval", "train.prefetch", "hardware.threads", "hardware.cpus_per_task",
-           "data.num_proc", "data.verify")  # tokenizer threads and the cache's full re-check: same tokens
+           "data.num_proc", "data.verify",  # tokenizer threads and the cache's full re-check: same tokens
+           "hardware.reshard_after_forward")  # fsdp: when gathered blocks are freed, never what they hold
 EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
 
 
@@ -88,9 +89,16 @@ def differences(saved: dict, current: dict) -> list[str]:
     what = {"world": "world size", "dtype": "resolved hardware.dtype", "data": "data fingerprint (corpus content, "
             "tokenizer, split)", "model": "model fingerprint (module classes, hyper-parameters, shapes)"}
     for key in what:  # the fingerprints are the backstop for what no config key explains (an edited corpus file)
+        if key == "world" and _reshards(saved) and _reshards(current):
+            continue  # DCP checkpoints load into any world size (the curve then matches to float rounding)
         if saved.get(key) != current.get(key) and (key in ("world", "dtype") or not out):
             out.append(f"{what[key]}={saved.get(key)} there, {current.get(key)} here")
     return out
+
+
+def _reshards(identity: dict) -> bool:
+    """True for a run whose checkpoints are sharded (hardware.strategy=fsdp): they resume on any world size."""
+    return flat(identity.get("config")).get("hardware.strategy") == "fsdp"
 
 
 def _check_max_steps(saved_max: int, max_steps: int, done: int, lr_factors: Callable, source: str) -> None:
@@ -178,6 +186,20 @@ def state_dict(model, optimizer, scaler, progress: Progress, identity: dict) -> 
             "step": progress.step, "progress": asdict(progress), "rng": rng_state(), "identity": identity}
 
 
+def load_weights(model, optimizer, state: dict) -> None:
+    """Model (and optimizer, unless None) tensors from a DCP dir or a single file, into a plain or sharded model."""
+    from gptlab import sharded
+
+    if "dcp" in state:
+        sharded.load(state["dcp"], model, optimizer)
+    elif sharded.is_sharded(model):  # a single file's full tensors into this rank's FSDP2 shards
+        sharded.load_full(state, model, optimizer)
+    else:
+        model.load_state_dict(state["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])
+
+
 def restore(model, optimizer, scaler, start: Start) -> Progress:
     """Load `start` into model/optimizer/scaler/RNGs; returns the progress to continue (a fresh one for init)."""
     if start.kind == "fresh":
@@ -185,9 +207,7 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
     state = start.state
     hyper = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     try:
-        model.load_state_dict(state["model"])
-        if start.optimizer_state:
-            optimizer.load_state_dict(state["optimizer"])
+        load_weights(model, optimizer if start.optimizer_state else None, state)
         if state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
         if "rng" in state:

@@ -126,8 +126,16 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     data = build.build_data(cfg, int(cfg.model.block_size))
     # gptlab-flops' training-memory estimate, from the config on the meta device, before anything is allocated
     micro = settings.batch_size // (settings.grad_accum * world)
-    check_fits(build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype),
-               hardware.device, label=f"model={choices['model']}" if "model" in choices else "this run",
+    report = build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype).to_dict()
+    if hardware.strategy == "fsdp":  # one rank's share: sharded weights, grads and state, plus the gathered blocks
+        from gptlab.costs.sharding import Sharding
+
+        report = per_rank_report(report, build.rank_memory(
+            cfg, Sharding("fsdp", world, hardware.reshard_after_forward, cpu_offload=hardware.cpu_offload),
+            batch_size=settings.batch_size, grad_accum=settings.grad_accum, seq_len=data.seq_len,
+            vocab_size=data.vocab_size, dtype=hardware.dtype))
+    check_fits(report, hardware.device,
+               label=f"model={choices['model']}" if "model" in choices else "this run",
                processes=local_world if hardware.device == "cpu" else 1)
     torch.manual_seed(settings.seed)
     model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device)
@@ -138,13 +146,14 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     identity = {"config": plain_config(cfg), "choices": choices, "data": data.fingerprint,
                 "model": model_fingerprint(model), "world": world, "dtype": hardware.dtype}
     model.activation_checkpointing = hardware.activation_checkpointing
+    # DDP (compiled per hardware.compile) or FSDP2 in place; the optimizer after it: fully_shard swaps the parameters
+    forward_model = distributed.wrap(model, hardware, world)
     optimizer = build.build_optimizer(cfg, model)
     schedule = build.build_schedule(cfg, settings.max_steps)
     scaler = torch.amp.GradScaler(hardware.device.split(":")[0], enabled=hardware.dtype == "fp16")
-    forward_model = distributed.wrap(hardware.compiled(model), hardware.device, world)  # compile mode from hardware.compile
     ctx = Context(run_dir=run_dir, flops_per_token=_flops_per_token(model, data.seq_len),
                   peak_flops=hardware.resolved_peak_flops(build.cache_dir()), identity=identity,
-                  rank=rank, world=world)
+                  rank=rank, world=world, sharded=hardware.strategy == "fsdp")
 
     def lr_factors(max_steps: int, steps: int) -> list[float]:
         other = build.build_schedule(cfg, max_steps)
@@ -158,9 +167,10 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     summary = _finished_summary(run_dir, start, progress, settings)
     if summary is not None:
         log.info("%s: finished at step %d already; its summary is re-reported unchanged", run_dir, progress.step)
+        sample = _sample(model, data, settings, hardware)  # every rank: a sharded model gathers in each forward
         if world > 1:
             distributed.teardown()
-        return summary | {"sample": _sample(model, data, settings, hardware), "wandb_sync": None}
+        return summary | {"sample": sample, "wandb_sync": None}
     sinks = []
     if ctx.is_main:  # only rank 0 writes run files
         record = provenance.collect(overrides, hardware) | {"config": identity["config"]}  # the run's own config
@@ -185,6 +195,7 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
         _check_peak(summary, hardware)
         for sink in sinks:
             sink.summary(summary)
+        summary["sample"] = _sample(model, data, settings, hardware)  # before teardown: fsdp gathers in each forward
     except KeyboardInterrupt:  # a second Ctrl-C, mid-step: no checkpoint at this step
         status = "interrupted"
         raise
@@ -193,9 +204,17 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
             sink.close(status)
         if world > 1:
             distributed.teardown()
-    summary["sample"] = _sample(model, data, settings, hardware)
     summary["wandb_sync"] = next((getattr(s, "sync_command", None) for s in sinks if getattr(s, "sync_command", None)), None)
     return summary
+
+
+def per_rank_report(report: dict, memory: dict) -> dict:
+    """The memory check's report (CostReport.to_dict()) with one rank's figures from costs.sharding.per_rank."""
+    mem = report["memory"] | {"weights_bytes": memory["params_bytes"], "grads_bytes": memory["grads_bytes"],
+                              "optimizer_bytes": memory["optimizer_bytes"],
+                              "activations_bytes": memory["activations_bytes"],
+                              "train_estimate_bytes": memory["total_bytes"]}
+    return report | {"memory": mem}
 
 
 def _check_peak(summary: dict, hardware) -> None:

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from gptlab.data.tokenizers import tokenizer_names
 from gptlab.errors import ConfigError
-from gptlab.hardware import COMPILE_MODES
+from gptlab.hardware import COMPILE_MODES, STRATEGIES
 from gptlab.model.attention.kernels import IMPLS
 
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "0", "1"}
@@ -229,6 +229,7 @@ SCHEMA = {
     "hardware.compile": OneOf(COMPILE_MODES), "hardware.activation_checkpointing": Bool(),
     "hardware.peak_flops": Auto(Number("> 0")), "hardware.mem_bandwidth": Auto(Number("> 0")),
     "hardware.threads": Number(">= 1", int, null=True), "hardware.distributed": Bool(),
+    "hardware.strategy": OneOf(STRATEGIES), "hardware.cpu_offload": Bool(), "hardware.reshard_after_forward": Bool(),
     "hardware.cpus_per_task": Number(">= 1", int, null=True), "hardware.tasks_per_node": Number(">= 1", int),
     "hardware.gpus_per_node": Number(">= 0", int, null=True),
     # loggers, one key each (logger.wandb.mode: gptlab.sinks.wandb.resolve_mode)

@@ -31,13 +31,18 @@ def _batch(cfg: DictConfig) -> None:
         raise ConfigError(f"train.grad_accum={train.grad_accum} must divide train.batch_size={train.batch_size}")
 
 
+def _is_checkpoint(path: Path) -> bool:
+    """A single-file checkpoint, or a sharded (DCP) checkpoint dir."""
+    return path.is_file() or (path / ".metadata").is_file()
+
+
 def _checkpoints(cfg: DictConfig) -> None:
     resume = str(cfg.train.resume)
-    if resume not in ("auto", "never") and not Path(resume).is_file():
-        raise ConfigError(f"train.resume='{resume}': not auto, never, or an existing checkpoint file")
+    if resume not in ("auto", "never") and not _is_checkpoint(Path(resume)):
+        raise ConfigError(f"train.resume='{resume}': not auto, never, or an existing checkpoint file or .dcp dir")
     init_from = cfg.train.get("init_from")
-    if init_from is not None and not Path(str(init_from)).is_file():
-        raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file (or null)")
+    if init_from is not None and not _is_checkpoint(Path(str(init_from))):
+        raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file or .dcp dir (or null)")
 
 
 def _attention_name(cfg: DictConfig) -> None:

@@ -30,7 +30,7 @@ def main(out: Path) -> None:
     torch.set_num_threads(1)
     rank, world, device = distributed.setup("cpu")
     net = model()
-    ddp = distributed.wrap(net, device, world)
+    ddp = distributed.data_parallel(net, device, world)
     x, y = batch()
     _, loss = ddp(x[rank::world], y[rank::world])  # equal shards: the mean of rank means is the global mean
     loss.backward()

@@ -95,7 +95,7 @@ def _group_cases():
 @pytest.mark.parametrize("group,choice", _group_cases(), ids=lambda v: str(v))
 def test_every_run_choice_trains(tmp_path, group, choice):
     extra = []
-    if group == "hardware" and choice in ("cuda", "ddp") and not torch.cuda.is_available():
+    if group == "hardware" and compose([f"hardware={choice}"]).hardware.device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device on this machine (the profile is exercised where a GPU exists)")
     if group == "data" and choice == "hf":
         pytest.skip("a hub dataset needs the network; its offline error is tested in test_bad_input")

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from gptlab import build, checkpoint
+from gptlab import build, checkpoint, resume
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
 from gptlab.schema import SCHEMA
@@ -20,18 +20,28 @@ FLAGS = {"--tokens": "sample.tokens", "--temperature": "sample.temperature", "--
 
 
 def load_run(run_dir: Path):
-    """(model with the newest checkpoint's weights, data object) rebuilt from the run's saved config."""
-    saved = run_dir / ".hydra" / "config.yaml"
-    if not saved.is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no .hydra/config.yaml)")
-    cfg = OmegaConf.load(saved)
-    state = checkpoint.load_latest(run_dir)
+    """(model with the newest checkpoint's weights, data object, step) rebuilt from the run's saved config.
+
+    A sharded (hardware=fsdp) checkpoint is read into this one process (DCP gathers every rank's shards).
+    """
+    cfg, state = run_config(run_dir), checkpoint.load_latest(run_dir)
     if state is None:
         raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
     data = build.build_data(cfg, int(cfg.model.block_size))
     model = build.build_model(cfg, vocab_size=data.vocab_size)
-    model.load_state_dict(state["model"])
+    try:
+        resume.load_weights(model, None, state)
+    except (KeyError, RuntimeError) as err:
+        raise ConfigError(f"{run_dir}: its newest checkpoint does not fit the run's config ({err})") from None
     return model.eval(), data, int(state["step"])
+
+
+def run_config(run_dir: Path):
+    """The config a run was composed with (its .hydra/config.yaml)."""
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no .hydra/config.yaml)")
+    return OmegaConf.load(saved)
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -239,7 +239,7 @@ class WandbSink:
             return
         step = int(path.stem.split("_")[-1]) if path.stem.split("_")[-1].isdigit() else None
         artifact = wandb.Artifact(f"checkpoint-{self.run_id}", type="model", metadata={"step": step})
-        artifact.add_file(str(path))
+        (artifact.add_dir if path.is_dir() else artifact.add_file)(str(path))  # a DCP dir (fsdp) or one file
         self.run.log_artifact(artifact, aliases=["latest", *([f"step{step}"] if step is not None else [])])
 
     def summary(self, values: dict) -> None:

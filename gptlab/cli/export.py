@@ -1,0 +1,64 @@
+"""python -m gptlab.cli.export RUN_DIR [--out DIR] [--checkpoint PATH]: one run's checkpoint as a single file.
+
+For hardware=fsdp runs, whose checkpoints are sharded DCP dirs: the newest checkpoint (or PATH) is read into one
+process (DCP gathers every rank's shards, whatever the world size) and written as a single-file checkpoint,
+`DIR/checkpoints/step_N.pt` (model and optimizer tensors whole, the same step, progress, RNGs and identity), with
+the run's `.hydra/config.yaml` beside it. DIR (default RUN_DIR/export) is then a run dir that `gptlab-sample DIR`
+reads, and `train.init_from=DIR/checkpoints/step_N.pt` starts a single-device run from it. A single-file checkpoint
+is exported the same way (a copy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from gptlab import build, checkpoint, resume
+from gptlab.cli import fail
+from gptlab.cli.sample import run_config
+from gptlab.errors import ConfigError
+
+
+def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
+    """Write `source` (default: the run's newest readable checkpoint) as out/checkpoints/step_N.pt; returns it."""
+    if Path(out).resolve() == Path(run_dir).resolve():
+        raise ConfigError(f"--out={out}: must not be the run dir itself (its checkpoints/ holds the sharded ones)")
+    cfg = run_config(run_dir)
+    state = checkpoint.load(source) if source is not None else checkpoint.load_latest(run_dir)
+    if state is None:
+        raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
+    data = build.build_data(cfg, int(cfg.model.block_size))
+    model = build.build_model(cfg, vocab_size=data.vocab_size, device="cpu")
+    optimizer = build.build_optimizer(cfg, model)
+    try:
+        resume.load_weights(model, optimizer, state)
+    except (KeyError, RuntimeError, ValueError) as err:
+        raise ConfigError(f"{run_dir}: checkpoint does not fit the run's config ({err})") from None
+    whole = {k: v for k, v in state.items() if k != "dcp"} | {"model": model.state_dict(),
+                                                             "optimizer": optimizer.state_dict()}
+    (out / ".hydra").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(run_dir / ".hydra" / "config.yaml", out / ".hydra" / "config.yaml")
+    return checkpoint.save(out, int(state["step"]), whole)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gptlab.cli.export", description=__doc__.splitlines()[0])
+    parser.error = lambda message: fail(f"gptlab export: {message}")  # one line, exit 2, no usage block
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="output run dir (default: RUN_DIR/export)")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="a checkpoint of RUN_DIR (default: the newest)")
+    args = parser.parse_args(argv)
+    try:
+        path = export(args.run_dir, args.out or args.run_dir / "export", args.checkpoint)
+    except ConfigError as err:
+        fail(err)
+    except OSError as err:
+        fail(f"I/O error '{err.filename}': {err.strerror or err}", code=1)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
