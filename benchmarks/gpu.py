@@ -26,7 +26,7 @@ NO_CUDA = "gpu-check: no CUDA device here (torch {torch}); nothing measured, doc
 CHECKS = [("device", "gpu_kernels"), ("train_cli", "gpu_runs"), ("tf32_mfu", "gpu_runs"),
           ("attention_matrix", "gpu_kernels"), ("masked_gqa_kernels", "gpu_kernels"), ("flex_compile", "gpu_kernels"),
           ("attention_memory", "gpu_kernels"), ("fp16_vs_bf16", "gpu_runs"), ("ddp", "gpu_runs"),
-          ("profile_unchanged", "gpu_runs")]
+          ("fsdp", "gpu_fsdp"), ("profile_unchanged", "gpu_runs")]
 NOT_COVERED = ["kill and resume with dropout 0.1 (and a GPU checkpoint resumed on the CPU and back)",
                "SIGUSR2 then SIGTERM to one DDP rank", "the d12 expected-results sweep at a short budget"]
 
