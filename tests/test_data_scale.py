@@ -120,6 +120,18 @@ def test_progress_is_logged(tmp_path, caplog):
     assert tokens == len(np.asarray(d.train_tokens)) + len(np.asarray(d.val_tokens))
 
 
+def test_progress_of_a_jsonl_file_ends_at_100_percent_of_its_text(tmp_path, caplog):
+    """The file's size (its JSON included) is only the estimate; the last line gives the text bytes read."""
+    texts = [f"row {i} said \"hi\"\n" * 20 for i in range(300)]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n")
+    with caplog.at_level(logging.INFO, logger="gptlab.data.progress"):
+        TextData(seed=0, block_size=32, cache_dir=tmp_path / "c", paths=[str(tmp_path / "d.jsonl")], tokenizer="gpt2")
+    line = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenizing (gpt2)")][-1]
+    text = sum(len(t.encode("utf-8")) for t in texts)
+    assert text < (tmp_path / "d.jsonl").stat().st_size
+    assert f": {text / 1e3:.1f} KB of {text / 1e3:.1f} KB (100 %), " in line and "done in" in line
+
+
 def test_bad_row_mid_stream_is_one_line_and_leaves_nothing(tmp_path):
     rows = [json.dumps({"text": f"row {i} " * 50}) for i in range(400)] + ["{broken"]
     (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")

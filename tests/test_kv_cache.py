@@ -71,6 +71,21 @@ def test_ring_cache_memory_is_bounded_by_the_window():
     assert cache_nbytes(ring) * 32 == cache_nbytes(static) * 5 and ring[0].length == 32
 
 
+def test_a_full_ring_writes_only_the_new_positions_slots(monkeypatch):
+    """A decode step into a full ring writes one slot per K and V, not all `window` of them (the old cost)."""
+    from gptlab.infer import cache as cache_mod
+    ring = RingCache(1, 1, 4, 2)
+    ring.update(torch.randn(1, 1, 6, 2), torch.randn(1, 1, 6, 2))  # prefill past the window: the ring is full
+    writes = []
+    real_write = cache_mod._Store.write
+    monkeypatch.setattr(cache_mod._Store, "write", lambda self, start, x: writes.append(start) or real_write(self, start, x))
+    k, v = torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)
+    keys, values, k_start = ring.update(k, v)
+    assert writes == [6 % 4, 6 % 4] and k_start == 2  # position 6 goes to slot 2; keys are positions 2..6 (mask: 3..6)
+    torch.testing.assert_close(keys[:, :, -1:], k)
+    torch.testing.assert_close(ring._ordered(4)[0][:, :, -1:], k)  # the newest held position is the new key
+
+
 def test_cache_refuses_to_overflow():
     cache = StaticCache(1, 1, 4, 2)
     cache.update(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))

@@ -64,7 +64,10 @@ class DataProgress:
             log.info("%s", self.line())
 
     def close(self) -> None:
+        if self.total is not None:  # the total was an estimate (a .jsonl file's size counts its JSON too): now known
+            self.total = self.bytes
         if self._bar is not None:
+            self._bar.update(self._task, total=self.bytes, completed=self.bytes)
             self._bar.stop()
             self._bar = None
         log.info("%s (done in %.1f s)", self.line(), time.monotonic() - self.t0)

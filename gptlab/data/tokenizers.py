@@ -157,8 +157,9 @@ class GPT2Tokenizer(_Base):
         return self._enc.encode_ordinary(text)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Many texts -> ids, threaded inside tiktoken."""
-        return self._enc.encode_ordinary_batch(texts)
+        """Many texts -> ids, in this thread (tiktoken releases the GIL, so data.num_proc caller threads run in
+        parallel; encode_ordinary_batch would start 8 more threads per call, whatever data.num_proc says)."""
+        return [self._enc.encode_ordinary(text) for text in texts]
 
     def decode(self, ids: list[int]) -> str:
         """GPT-2 ids -> text."""
@@ -201,7 +202,8 @@ class BPETokenizer(_Base):
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Many texts -> ids (parallel inside HF tokenizers)."""
+        """Many texts -> ids, parallel inside HF tokenizers: its one global pool (one thread per core, or
+        RAYON_NUM_THREADS) is shared by all data.num_proc callers. A single encode() would hold the GIL."""
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int]) -> str:

@@ -96,7 +96,7 @@ class RingCache:
         keys, values = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)  # (B, H, kept + T, hd)
         k_start = self.length - kept
         self.length += k.size(2)
-        tail = min(self.window, keys.size(2))
+        tail = min(self.window, k.size(2))  # only the new positions need a slot; older ones already hold theirs
         for pos in range(self.length - tail, self.length):  # slot by slot: at most `window` (usually 1) writes
             j = pos - k_start
             self.k.write(pos % self.window, keys[:, :, j:j + 1])
