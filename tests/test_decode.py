@@ -60,8 +60,10 @@ def test_decode_json_keys_and_values(one_thread):
         assert p["forward_tokens"] == p["batch"] * (p["context"] + 7 if p["cache"] == "static" else
                                                     p["context"] + sum(p["context"] + i for i in range(1, 8)))
         if p["cache"] == "static":
-            # (layers, K+V, B, Hkv, context + new_tokens, head_dim, fp32)
-            assert p["kv_bytes_measured"] == 2 * 2 * p["batch"] * 4 * (p["context"] + 8) * 8 * 4
+            # (layers, K+V, B, Hkv, context + new_tokens, head_dim, element size: hardware.dtype=auto is bf16 on a
+            # CPU with native bf16, fp32 elsewhere)
+            size = {"fp32": 4, "bf16": 2}[doc["hardware"]["dtype"]]
+            assert p["kv_bytes_measured"] == 2 * 2 * p["batch"] * 4 * (p["context"] + 8) * 8 * size
             assert p["kv_bytes_ratio"] == 1.0 and p["same_tokens_as_none"] is True
         else:
             assert p["kv_bytes_measured"] is p["kv_bytes_predicted"] is p["kv_bytes_ratio"] is None
