@@ -17,9 +17,7 @@ DEFAULT_TIMEOUT_S = 30 * 60
 def setup(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int, str]:
     """Join the process group; returns (rank, world size, this rank's device). One process: (0, 1, device)."""
     if "RANK" not in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-        import submitit
-
-        submitit.helpers.TorchDistributedEnvironment().export()  # RANK, WORLD_SIZE, MASTER_ADDR/PORT from SLURM
+        export_slurm_env()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, device
@@ -30,6 +28,17 @@ def setup(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int, 
     if not dist.is_initialized():
         dist.init_process_group(**init_args(device, timeout_s))
     return rank, world, device
+
+
+def export_slurm_env() -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node) and MASTER_PORT (from the job id) for one
+    task of a SLURM job (`srun` / a submitit job with nodes x tasks_per_node tasks), as torchrun would set them.
+    CUDA_VISIBLE_DEVICES is left alone: every rank sees its node's GPUs and takes cuda:LOCAL_RANK, as under
+    torchrun (submitit's default narrows it to the one GPU, after which cuda:LOCAL_RANK would not exist)."""
+    import submitit
+
+    os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")  # set by submitit's sbatch script; not by a plain srun
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
 
 
 def init_args(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:

@@ -49,6 +49,7 @@ class Hardware:
     name: str = "cpu"
     # resources a launcher (launcher=local|slurm) requests per run
     cpus_per_task: int | None = None
+    nodes: int = 1  # SLURM nodes; torchrun takes its own --nnodes
     tasks_per_node: int = 1
     gpus_per_node: int | None = None
 
@@ -73,6 +74,9 @@ class Hardware:
         if self.strategy == "fsdp" and not self.distributed:
             raise ConfigError("hardware.strategy=fsdp needs hardware.distributed=true; use hardware=fsdp (GPUs) or "
                               "hardware=fsdp_cpu (gloo)")
+        if self.nodes != 1 and not self.distributed:
+            raise ConfigError(f"hardware.nodes={self.nodes} needs a distributed profile (hardware.distributed=true); "
+                              "use hardware=ddp, ddp_cpu, fsdp or fsdp_cpu")
         if self.cpu_offload and self.strategy != "fsdp":
             raise ConfigError(f"hardware.cpu_offload=true needs hardware.strategy=fsdp (here {self.strategy}); "
                               "use hardware=fsdp")

@@ -231,6 +231,7 @@ SCHEMA = {
     "hardware.threads": Number(">= 1", int, null=True), "hardware.distributed": Bool(),
     "hardware.strategy": OneOf(STRATEGIES), "hardware.cpu_offload": Bool(), "hardware.reshard_after_forward": Bool(),
     "hardware.cpus_per_task": Number(">= 1", int, null=True), "hardware.tasks_per_node": Number(">= 1", int),
+    "hardware.nodes": Number(">= 1", int),
     "hardware.gpus_per_node": Number(">= 0", int, null=True),
     # loggers, one key each (logger.wandb.mode: gptlab.sinks.wandb.resolve_mode)
     "logger.wandb.project": Text(), "logger.wandb.entity": Text(null=True),

@@ -126,6 +126,10 @@ TABLE = [
         "hardware.strategy=fsdp needs hardware.distributed=true; use hardware=fsdp (GPUs) or hardware=fsdp_cpu (gloo)"),
     Row("fsdp-fp16", ["hardware=fsdp_cpu", "hardware.dtype=fp16"], 2,
         "hardware.dtype=fp16: not supported with hardware.strategy=fsdp"),
+    Row("nodes-without-distributed", ["+hardware.nodes=2"], 2,
+        "hardware.nodes=2 needs a distributed profile (hardware.distributed=true); use hardware=ddp, ddp_cpu, fsdp or "
+        "fsdp_cpu"),
+    Row("nodes-zero", ["hardware=ddp_cpu", "hardware.nodes=0"], 2, "hardware.nodes=0: must be >= 1"),
     Row("cpu-offload-on-cpu", ["hardware=fsdp_cpu", "hardware.cpu_offload=true"], 2,
         "hardware.cpu_offload=true: device=cpu already keeps everything in CPU memory; allowed: false, or true with a "
         "CUDA device (hardware=fsdp)"),
