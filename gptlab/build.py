@@ -129,6 +129,11 @@ class TrainSettings:
     sample_top_k: int | None = 40
     profile: bool = False
     prefetch: int = 2  # steps whose batches a background thread draws ahead; 0 = in the training thread
+    diagnostics: bool = False  # per-layer norms, update ratios, activations, attention stats (gptlab.diagnostics)
+    spike_factor: float | None = None  # loss > factor x running median = a spike event; None = off
+    spike_window: int = 50
+    spike_dump: bool = False
+    detect_anomaly: bool = False  # replay a non-finite step to name its first op (gptlab.anomaly)
 
 
 def train_settings(cfg: DictConfig) -> TrainSettings:

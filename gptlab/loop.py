@@ -6,17 +6,17 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from gptlab import checkpoint, distributed, prefetch, resume, sharded
+from gptlab import checkpoint, diagnostics, distributed, prefetch, resume, sharded
 from gptlab.load import job_sampler
 from gptlab.metrics import PeakMemory, median, mfu
 from gptlab.resume import Progress
+from gptlab.signals import StopFlag  # noqa: F401  (imported from here by the CLI and tests)
 
 log = logging.getLogger(__name__)
 
@@ -41,46 +41,6 @@ class Context:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-
-class StopFlag:
-    """Set by SIGTERM, SIGUSR1 or SIGUSR2 (what SLURM and submitit send before a time limit or pre-emption), or Ctrl-C.
-
-    The loop finishes its step, checkpoints and stops; `forward()` then hands the signal to the handler
-    installed before (submitit's requeue on SIGUSR2), so nothing is lost mid-step. A second Ctrl-C stops at once.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
-
-    def __init__(self):
-        self.signum, self.previous = None, {}
-        for sig in self.SIGNALS:
-            try:
-                self.previous[sig] = signal.signal(sig, self._set)
-            except ValueError:  # not the main thread (e.g. some launchers)
-                pass
-
-    def _set(self, signum, frame):
-        if signum == signal.SIGINT and self.signum == signal.SIGINT:
-            raise KeyboardInterrupt  # impatient: the second Ctrl-C does not wait for the step
-        self.signum = signum
-
-    @property
-    def status(self) -> str:
-        """The run status a stop by this signal leaves: "interrupted" for Ctrl-C, else "preempted"."""
-        return "interrupted" if self.signum == signal.SIGINT else "preempted"
-
-    def restore(self) -> None:
-        """Put the earlier handlers back (the loop is over)."""
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-    def forward(self) -> None:
-        """restore(), then call the earlier handler of the signal received, if it was a Python function."""
-        self.restore()
-        handler = self.previous.get(self.signum)
-        if callable(handler):
-            handler(self.signum, None)
 
 
 def _agree(flag: bool, ctx: Context, device: str) -> bool:
@@ -114,7 +74,7 @@ def evaluate(model, val_set, micro_bs: int, hardware, device) -> dict[str, float
     return {"val/loss": loss_sum / max(1, counted), "val/acc": correct / max(1, counted)}
 
 
-def _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device):
+def _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device, monitor=None):
     """Forward/backward over this step's CPU micro-batches, unscale, clip; returns (loss, grad norm). No optimizer step."""
     total = 0.0
     for i, (x, y) in enumerate(batches):
@@ -126,6 +86,8 @@ def _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware
             scaler.scale(loss / len(batches)).backward()
         total += loss.detach().float() / len(batches)
     scaler.unscale_(optimizer)  # a no-op unless fp16: clipping sees the true gradients
+    if monitor is not None:
+        monitor.grads_ready()  # per-group norms before clipping (train.diagnostics / spike_factor)
     clip = settings.grad_clip if settings.grad_clip > 0 else float("inf")
     grad_norm = distributed.clip_grad_norm(model.parameters(), clip)  # the global norm, also over FSDP2 shards
     loss_value = total.item()
@@ -175,6 +137,7 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
     tokens_per_step = settings.batch_size * data.seq_len
     status, wall0, started = "finished", p.wall_s, time.perf_counter()
     load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # how busy the machine is besides this run
+    monitor = diagnostics.Monitor(model, data, hardware, settings, ctx)
     model.train()
     while True:
         if p.step == max(start_step, settings.speed_warmup):
@@ -207,16 +170,21 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
         t0 = time.perf_counter()
         batches = source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
         data_s = time.perf_counter() - t0
-        loss, grad_norm = _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device)
+        monitor.start(p.step)
+        loss, grad_norm = _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device,
+                                      monitor)
         if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
+            monitor.nonfinite(batches, p.step)
             _skip_step(optimizer, scaler, loss, grad_norm, p, settings, ctx)
             continue
+        monitor.before_update()
         scaler.step(optimizer)  # fp16: skipped when the scaled gradients overflowed (the scale then shrinks)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        step_s = time.perf_counter() - t0
+        extra = monitor.after_update(p.step, loss, batches)
+        step_s = time.perf_counter() - t0 - monitor.take_spent()  # diagnostics' own time is not the step's
         p.step += 1
         p.tokens += tokens_per_step
         step_mfu = mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops, ctx.world)
@@ -229,9 +197,11 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
             row = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
                    "tokens": p.tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
                    "data_ms": data_s * 1000, "mfu": step_mfu, "peak_mem_bytes": max(p.peak_mem_bytes, peak.read()),
-                   "wall_s": wall0 + time.perf_counter() - started}
+                   "wall_s": wall0 + time.perf_counter() - started, **extra}
             _emit(sinks, ctx, row, p.step)
             load.sample()
+        elif extra:  # a spike between log steps: its own row
+            _emit(sinks, ctx, {**extra, "tokens": p.tokens, "wall_s": wall0 + time.perf_counter() - started}, p.step)
     _bank_load(load, p)
     return summarise(p, status, ctx)
 

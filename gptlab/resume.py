@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "arm", "profile", "train.resume", "train.init_from",
            "train.log_interval", "train.ckpt_interval", "train.prefetch", "hardware.threads", "hardware.cpus_per_task",
            "data.num_proc", "data.verify",  # tokenizer threads and the cache's full re-check: same tokens
+           "train.diagnostics", "train.spike_factor", "train.spike_window", "train.spike_dump",  # they only observe
+           "train.detect_anomaly",
            "hardware.reshard_after_forward",  # fsdp: when gathered blocks are freed, never what they hold
            # resources asked of the launcher; the world size they make is checked on its own ("world" below)
            "hardware.nodes", "hardware.tasks_per_node", "hardware.gpus_per_node")

@@ -196,6 +196,8 @@ SCHEMA = {
     "train.resume": Text(numbers=True), "train.init_from": Text(null=True),
     "train.speed_warmup": Number(">= 0", int), "train.nan_skip": Number(">= 0", int),
     "train.prefetch": Number(">= 0", int, note="0 = drawn in the training thread"),
+    "train.diagnostics": Bool(), "train.spike_factor": Number("> 1", null=True, note="null = off"),
+    "train.spike_window": Number(">= 2", int), "train.spike_dump": Bool(), "train.detect_anomaly": Bool(),
     "sample.tokens": Number(">= 0", int), "sample.temperature": Number(">= 0", note="0 = greedy"),
     "sample.top_k": Number(">= 1", int, null=True),
     # model sizes

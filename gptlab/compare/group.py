@@ -16,7 +16,9 @@ SEED_KEYS = frozenset({"seed", "data_seed"})
 # `sweep` names the sweep; `sample`/`profile` only act after or beside training.
 IGNORED_TOP = frozenset({"paths", "logger", "hydra", "wandb", "name", "run_name", "tags", "notes", "sweep", "arm",
                          "sample", "profile"})
-IGNORED_KEYS = frozenset({"train.resume", "train.log_interval", "train.ckpt_interval"})
+IGNORED_KEYS = frozenset({"train.resume", "train.log_interval", "train.ckpt_interval",  # diagnostics only observe:
+                          "train.diagnostics", "train.spike_factor", "train.spike_window", "train.spike_dump",
+                          "train.detect_anomaly"})
 IGNORED_CHOICES = frozenset({"logger", "launcher"})
 # Data-loader knobs change speed, not the task.
 _LOADER_KEYS = frozenset({"num_workers", "num_proc", "pin_memory", "prefetch_factor", "persistent_workers", "verify"})

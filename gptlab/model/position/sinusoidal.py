@@ -1,0 +1,30 @@
+"""Fixed sinusoidal position encodings added to the token embeddings (the original Transformer): no parameters."""
+
+import math
+
+import torch
+
+from gptlab.errors import ConfigError
+from gptlab.model.position import Position
+
+
+class SinusoidalPosition(Position):
+    """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)), added to the input; nothing learned."""
+
+    def __init__(self, d_model: int, n_head: int, head_dim: int, block_size: int, base: float = 10000.0):
+        super().__init__(d_model, n_head, head_dim, block_size)
+        if d_model % 2:
+            raise ConfigError(f"position=sinusoidal needs an even model.d_model (sin/cos pairs); got {d_model}")
+        if base <= 1:
+            raise ConfigError(f"position.base={base} must be > 1")
+        self.base = float(base)
+
+    def table(self, pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """(T,) positions -> (T, d_model) encodings, computed in fp32 then cast."""
+        half = torch.arange(0, self.d_model, 2, device=pos.device, dtype=torch.float32)  # 2i
+        inv_freq = torch.exp(-math.log(self.base) * half / self.d_model)  # base^(-2i/d), (d/2,)
+        angles = pos.float()[:, None] * inv_freq[None, :]  # (T, d/2)
+        return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1).to(dtype)  # (T, d): sin, cos interleaved
+
+    def embed(self, x, pos):
+        return x + self.table(pos, x.dtype)  # (B, T, d) + (T, d)
