@@ -165,3 +165,24 @@ def test_sinusoidal_position_is_the_fixed_formula_with_no_parameters():
     assert torch.equal(pos.embed(x, torch.arange(16)), table.expand(3, 16, 8))
     with pytest.raises(ConfigError, match="position=sinusoidal needs an even model.d_model"):
         SinusoidalPosition(d_model=7, n_head=1, head_dim=7, block_size=16)
+
+
+def test_compare_shows_the_max_logit_with_and_without_qk_norm(tmp_path, capsys):
+    """Two real short runs, QK-norm off and on, with diagnostics: the report draws each arm's per-layer curves side by
+    side and its note gives each arm's largest max logit, the very values metrics.jsonl holds."""
+    from gptlab.cli.compare import main
+
+    sweep = tmp_path / "sweeps" / "qk"
+    for arm, qk in (("plain", "false"), ("qk", "true")):
+        run_inprocess(sweep / arm / "seed0", "train.diagnostics=true", f"attention.qk_norm={qk}", "optimizer.lr=0.01",
+                      steps=8, eval_interval=8)
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-wandb"]) == 0
+    capsys.readouterr()
+    html = (tmp_path / "out" / "comparison.html").read_text()
+    assert "layers attn max logit" in html and (tmp_path / "out" / "layers_attn_max_logit.png").is_file()
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    note = next(line for line in md.splitlines() if line.startswith("- max attention logit"))
+    for arm in ("plain", "qk"):
+        last = train_rows(sweep / arm / "seed0")[-1]
+        top = max((last[f"diag/layer{i:02d}/attn/max_logit"], f"layer{i:02d}") for i in range(2))
+        assert f"{top[0]:.3g} ({top[1]})" in note, (arm, note)

@@ -16,6 +16,7 @@ from matplotlib.ticker import EngFormatter, FuncFormatter  # noqa: E402
 from gptlab.compare import speed, stats  # noqa: E402
 from gptlab.compare.analysis import Comparison  # noqa: E402
 from gptlab.compare.group import Group  # noqa: E402
+from gptlab.compare.layers import layer_figures  # noqa: E402
 from gptlab.compare.report import BAND, BARS  # noqa: E402
 from gptlab.compare.runs import Run  # noqa: E402
 
@@ -169,6 +170,7 @@ def make_plots(cmp: Comparison, out: Path, figures: dict | None = None) -> dict[
     made = {name: _loss_figure(cmp, key) for key, (_, name) in CURVES.items()}
     made["tokens_per_s"] = _speed_figure(cmp)
     made["peak_memory"] = _memory_figure(cmp)
+    made |= layer_figures(cmp.groups, [r.label for r in cmp.rows])  # runs with train.diagnostics=true
     paths = {}
     for name, fig in made.items():
         if fig is None:

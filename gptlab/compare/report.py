@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gptlab.compare.analysis import ALPHA, Comparison, Row
+from gptlab.compare.layers import layer_notes
 from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT
 from gptlab.compare.target_report import html_targets, markdown_targets, print_targets, target_notes
 
@@ -152,7 +153,7 @@ def notes(cmp: Comparison) -> list[str]:
             * any(r.identical_to for r in cmp.rows),
             *[f"'under load': other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the machine's "
               "cores while a run trained, so its speed figures are not to be trusted."] * any(r.under_load for r in cmp.rows),
-            *target_notes(cmp), *cmp.warnings]
+            *layer_notes(cmp.groups, [r.label for r in cmp.rows], cmp.step), *target_notes(cmp), *cmp.warnings]
 
 
 def print_table(cmp: Comparison, console=None) -> None:
