@@ -184,7 +184,8 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         extra = monitor.after_update(p.step, loss, batches)
-        step_s = time.perf_counter() - t0 - monitor.take_spent()  # diagnostics' own time is not the step's
+        diag_s = monitor.take_spent()  # the diagnostics' own time: not the step's, reported as diag_ms
+        step_s = time.perf_counter() - t0 - diag_s
         p.step += 1
         p.tokens += tokens_per_step
         step_mfu = mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops, ctx.world)
@@ -197,7 +198,8 @@ def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sink
             row = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
                    "tokens": p.tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
                    "data_ms": data_s * 1000, "mfu": step_mfu, "peak_mem_bytes": max(p.peak_mem_bytes, peak.read()),
-                   "wall_s": wall0 + time.perf_counter() - started, **extra}
+                   "wall_s": wall0 + time.perf_counter() - started, **extra,
+                   **({"diag_ms": diag_s * 1000} if monitor.diag is not None else {})}
             _emit(sinks, ctx, row, p.step)
             load.sample()
         elif extra:  # a spike between log steps: its own row
