@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO, Bench, BenchError, hermetic_env
-from gptlab.compare.report import strict_json
+from gptlab.io import strict_json
 
 SECTIONS = ("overhead", "throughput", "ablation", "quality", "startup", "scaling")
 

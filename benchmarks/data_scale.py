@@ -32,7 +32,7 @@ import numpy as np
 from benchmarks.common import (REPO, Bench, BenchError, CpuMeter, hermetic_env, machine, median, read_json,
                                read_rows, wait_quiet)
 from benchmarks.startup import first_step
-from gptlab.compare.report import strict_json
+from gptlab.io import strict_json
 
 WORDS = ("the of and to a in is it you that he was for on are with as I his they be at one have this from or had by "
          "not word but what some we can out other were all there when up use your how said an each she which do their "

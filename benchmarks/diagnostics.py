@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import Bench, CpuMeter, gptlab, hermetic_env, machine, median, read_json, read_rows, run
-from gptlab.compare.report import strict_json
+from gptlab.io import strict_json
 
 ARMS = {"off": [], "every 10 steps": ["train.diagnostics=true", "train.log_interval=10"],
         "every step": ["train.diagnostics=true", "train.log_interval=1"]}

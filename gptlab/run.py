@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from gptlab import resume
 from gptlab.loop import Context, StopFlag, train
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.noop import noop_choices
-from gptlab.sinks.jsonl import atomic_write_text
+from gptlab.io import atomic_write_text
 from gptlab.costs.memory import check_fits
 from gptlab.model.checks import check_model
 from gptlab.sinks import JsonlSink, SafeSink

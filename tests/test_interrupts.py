@@ -51,6 +51,11 @@ def test_disk_full_while_logging_names_the_file_and_keeps_whole_rows(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (8 * 1024, 8 * 1024))
 
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    # First fill the caches (the corpus' token shards, measured peaks) without the limit, so that the limited run's
+    # first file to outgrow 8 KiB is metrics.jsonl whatever ran before this test.
+    warm = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *ARGS, "train.max_steps=1", "logger=none",
+                           f"hydra.run.dir={tmp_path / 'warm'}"], env=env, capture_output=True, text=True, timeout=300)
+    assert warm.returncode == 0, warm.stderr[-2000:]
     proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *ARGS, "train.max_steps=60", "logger=none",
                            f"hydra.run.dir={run}"], env=env, capture_output=True, text=True, timeout=300, preexec_fn=limit)
     assert proc.returncode == 1, proc.stderr[-2000:]

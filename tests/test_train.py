@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from gptlab.build import build_data, compose
 from gptlab.optim.schedule import WSD, Constant, Cosine, Linear

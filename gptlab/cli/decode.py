@@ -228,7 +228,7 @@ def decode_app(cfg: DictConfig) -> None:
     """Measure, write decode.json, print the table."""
     from gptlab.build import group_choices
     from gptlab.placement import place_local_job
-    from gptlab.sinks.jsonl import atomic_write_text
+    from gptlab.io import atomic_write_text
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from pathlib import Path
-from typing import Any
 
 from gptlab.compare.analysis import ALPHA, Comparison, Row
 from gptlab.compare.layers import layer_notes
@@ -27,18 +25,6 @@ FLAGS = {
 # Columns a flag highlights in the HTML table (besides the flags column itself).
 FLAG_COLUMNS = {"identical": ("Δ val loss vs baseline", "identical model"), "noise": ("speed-up (95% CI)",),
                 "load": ("tokens/s", "step ms")}
-
-
-def strict_json(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf (a diverged run, a missing figure) become null so the file stays strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: strict_json(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [strict_json(v) for v in obj]
-    return obj
-
 HEADERS = ["label", "seeds", "params", "FLOPs/token", "val loss @ {step}", "Δ val loss vs baseline",
            "tokens/s", "step ms", "MFU", "peak mem", "speed-up (95% CI)", "flags"]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import time
 from pathlib import Path
 
 import torch
 
+from gptlab.io import write_json_atomic
 from gptlab.load import LoadSampler
 
 log = logging.getLogger(__name__)
@@ -97,9 +97,7 @@ def _cached(cache_dir, key: str, measure) -> float:
         return value
     table[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_json_atomic(path, table, sort_keys=True)
     return value
 
 
@@ -120,9 +118,7 @@ def forget_peak(device: str, dtype: torch.dtype, cache_dir) -> bool:
         return False
     if table.pop(key, None) is None:
         return False
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_json_atomic(path, table, sort_keys=True)
     return True
 
 

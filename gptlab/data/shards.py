@@ -18,16 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from gptlab.errors import ConfigError
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    """Write `obj` as JSON to a temp file beside `path`, fsync, rename: readers see the old or the new file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(obj, indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from gptlab.io import write_json_atomic
 
 
 def shard_name(i: int) -> str:

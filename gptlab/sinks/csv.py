@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, IO
 
-from gptlab.sinks.jsonl import atomic_write_text
+from gptlab.io import atomic_write_text
 
 
 def cell(value: Any) -> str:

@@ -4,42 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from pathlib import Path
-from typing import Any, IO
+from typing import IO
+
+from gptlab.io import atomic_write_text, strict_json  # noqa: F401  (atomic_write_text: re-exported)
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
-
-
-def plain(value: Any) -> Any:
-    """A JSON-safe copy of `value`: tensors/numpy scalars become Python numbers, NaN/inf become None."""
-    if hasattr(value, "item") and callable(value.item):
-        value = value.item()  # 0-d torch tensor or numpy scalar
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # strict JSON has no NaN/inf; null in a present key means "measured, not finite"
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so readers see the old or the new file, never a half-written one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # disk full: leave the old file, not a half-written temp next to it
-        raise
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -108,7 +80,7 @@ class JsonlSink:
         """Append one line and flush it, so a killed run keeps every row logged before the kill."""
         if self._file is None:
             raise RuntimeError(f"JsonlSink for {self.run_dir} is closed")
-        row = {"step": int(step), **{k: plain(v) for k, v in metrics.items() if k != "step"}}
+        row = {"step": int(step), **{k: strict_json(v) for k, v in metrics.items() if k != "step"}}
         end = self._file.tell()
         try:
             self._file.write(json.dumps(row) + "\n")
@@ -123,7 +95,7 @@ class JsonlSink:
 
     def summary(self, values: dict) -> None:
         """Merge `values` into summary.json and rewrite it atomically."""
-        self._summary.update(plain(dict(values)))
+        self._summary.update(strict_json(dict(values)))
         atomic_write_text(self.summary_path, json.dumps(self._summary, indent=2, sort_keys=True) + "\n")
 
     def close(self, status: str = "finished") -> None:

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
 
 from gptlab.errors import ConfigError
-from gptlab.sinks.jsonl import atomic_write_text
+from gptlab.io import atomic_write_text
 
 log = logging.getLogger("gptlab.sinks")
 

@@ -1,0 +1,48 @@
+"""Files every part of gptlab writes the same way: strict JSON values and atomic replacement."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+def strict_json(value: Any) -> Any:
+    """A JSON-safe copy: tensors and numpy scalars become Python numbers, NaN/inf become None (strict JSON has no
+    NaN: null in a present key means "measured, not finite"), tuples become lists, paths strings, keys strings."""
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()  # 0-d torch tensor or numpy scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` so readers see the old or the new file, never a half-written one (temp file beside it,
+    fsync, rename). On an OSError (disk full) the temp file is removed and the old file stays."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from None  # name the file the user knows, not the temp
+
+
+def write_json_atomic(path: Path, obj: Any, indent: int = 1, sort_keys: bool = False) -> None:
+    """`obj` as strict JSON, written atomically (see atomic_write_text)."""
+    atomic_write_text(path, json.dumps(strict_json(obj), indent=indent, sort_keys=sort_keys) + "\n")
