@@ -32,13 +32,16 @@ def setup(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int, 
 
 def export_slurm_env() -> None:
     """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node) and MASTER_PORT (from the job id) for one
-    task of a SLURM job (`srun` / a submitit job with nodes x tasks_per_node tasks), as torchrun would set them.
+    task of a SLURM job (`srun` / a submitit job with nodes x tasks_per_node tasks), as torchrun would set them;
+    a MASTER_ADDR / MASTER_PORT the job script exported is kept (e.g. a node's address on a fast network).
     CUDA_VISIBLE_DEVICES is left alone: every rank sees its node's GPUs and takes cuda:LOCAL_RANK, as under
     torchrun (submitit's default narrows it to the one GPU, after which cuda:LOCAL_RANK would not exist)."""
     import submitit
 
     os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")  # set by submitit's sbatch script; not by a plain srun
-    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    kept = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if k in os.environ}  # the job script's own
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    os.environ.update(kept)
 
 
 def init_args(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:

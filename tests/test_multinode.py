@@ -79,6 +79,16 @@ def test_every_task_of_a_two_node_job_gets_torchruns_env(tmp_path, submitit_job)
     assert all(s["CUDA_VISIBLE_DEVICES"] == "0,1" for s in seen)
 
 
+def test_a_master_address_the_job_script_exported_is_kept():
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(CONF.parent), "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2",
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NODEID": "1", "SLURM_PROCID": "1",
+           "SLURM_LOCALID": "0", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29555"}
+    out = subprocess.run([sys.executable, "-c", SLURM_TASK], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout)
+    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == ("10.0.0.7", "29555", "1", "2")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
