@@ -203,6 +203,8 @@ def test_multirun_writes_one_decode_json_per_choice_and_compare_shows_them(tmp_p
     assert mqa_static["speedup"]["verdict"].split(",")[0] in ("faster", "slower", "within noise")
     assert len(mqa_static["tokens_per_s"]) == 2 and mqa_static["tokens_per_s_std"] is not None
     assert "## Decode" in (sweep / "comparison" / "comparison.md").read_text()
+    page = (sweep / "comparison" / "comparison.html").read_text()  # the same table in the HTML report
+    assert "<h2>Decode</h2>" in page and page.count("<td>attention=mqa</td>") == 4 and "<th>decode tokens/s</th>" in page
 
 
 def test_sweep_file_with_command_decode_runs_gptlab_decode_and_skips_finished(tmp_path):

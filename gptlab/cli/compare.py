@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import shlex
 import sys
@@ -81,7 +82,7 @@ def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
     (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
     extra = "\n".join(decode.markdown(cmp.decode)) + "\n" if cmp.decode else ""
     (out / "comparison.md").write_text(markdown(cmp, images) + extra)
-    (out / "comparison.html").write_text(html_report(cmp, images))
+    (out / "comparison.html").write_text(html_report(cmp, images, decode.html(cmp.decode) if cmp.decode else ""))
     return images
 
 
@@ -137,6 +138,9 @@ def decode_main(runs: list, args: argparse.Namespace, run_dirs: list[Path]) -> i
     (out / "comparison.json").write_text(json.dumps(strict_json(doc), indent=2) + "\n")
     (out / "comparison.md").write_text("\n".join([f"# Decode comparison (baseline: {baseline})",
                                                   *decode.markdown(rows)[1:]]) + "\n")
+    title = html.escape(f"Decode comparison (baseline: {baseline})")
+    (out / "comparison.html").write_text(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}"
+                                         f"</title></head><body>\n<h1>{title}</h1>\n{decode.html(rows)}</body></html>\n")
     if args.wandb or args.workspace:
         print("note: W&B logging covers training comparisons; this decode-only one is in the local files")
     print(f"wrote {out}/comparison.md and comparison.json")

@@ -207,3 +207,12 @@ def markdown(rows: list[DecodeRow]) -> list[str]:
     lines = ["", "## Decode", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in cells(rows)]
     return lines + ["", f"- {NOTE}"]
+
+
+def html(rows: list[DecodeRow]) -> str:
+    """comparison.html's decode section: the same cells as the table and comparison.md."""
+    from html import escape
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in line) + "</tr>\n" for line in cells(rows))
+    return f"<h2>Decode</h2>\n<table>\n<tr>{head}</tr>\n{body}</table>\n<p>{escape(NOTE)}</p>\n"

@@ -225,8 +225,9 @@ def _figures(images: dict[str, Path]) -> str:
     return f'<div class="figs">\n{figs}</div>\n'
 
 
-def html_report(cmp: Comparison, images: dict[str, Path]) -> str:
-    """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs."""
+def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "") -> str:
+    """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs; `extra` is
+    more HTML placed before the figures (the decode table)."""
     headers, body = cells(cmp)
     esc = html.escape
     note_items = "".join(f"<li class=\"{'warn' if n.startswith('warning') else ''}\">{esc(n)}</li>"
@@ -235,4 +236,4 @@ def html_report(cmp: Comparison, images: dict[str, Path]) -> str:
             f"<title>gptlab comparison at step {cmp.step}</title><style>{_CSS}</style></head><body>\n"
             f"<h1>Comparison at step {cmp.step} (baseline: {esc(cmp.baseline)})</h1>\n<table>\n<tr>"
             + "".join(f"<th>{esc(h)}</th>" for h in headers) + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
-            f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{_figures(images)}</body></html>\n")
+            f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n")
