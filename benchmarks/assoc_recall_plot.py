@@ -40,7 +40,7 @@ def _arm_order(arm: str) -> tuple:
 
 def table(curves: dict, target: float) -> str:
     """Markdown: per arm, final val/acc per seed, mean ± std, first step reaching the target per seed."""
-    lines = ["| arm | final val/acc per seed | mean ± std | first step >= {:.0%} per seed |".format(target),
+    lines = [f"| arm | final val/acc per seed | mean ± std | first step >= {target:.0%} per seed |",
              "|---|---|---|---|"]
     for arm in sorted(curves, key=_arm_order):
         seeds = curves[arm]

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+# isort: off
 from benchmarks.common import (REPO, Bench, BenchError, CpuMeter, hermetic_env, machine, median, read_json,
                                read_rows, wait_quiet)
+# isort: on
 from benchmarks.startup import first_step
 from gptlab.io import strict_json
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import time
 
+# isort: off
 from benchmarks.common import (Bench, CpuMeter, bare_step, build_platform, gptlab, median, quiet, ratio, read_rows,
                                run, wait_quiet)
+# isort: on
 
 
 def sizes(bench: Bench) -> dict:

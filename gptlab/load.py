@@ -7,8 +7,8 @@ busy it was, so gptlab-compare can flag speed figures taken under load. Pure std
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 PROC = Path("/proc")
 # An interval shorter than this many jiffies per core is too coarse (1 jiffy = 10 ms): keep accumulating.

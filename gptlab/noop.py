@@ -7,7 +7,9 @@ variant names, so a new variant that takes these keys is covered without a new r
 from __future__ import annotations
 
 import importlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
+
 
 def _get(cfg: Mapping, dotted: str, default: Any = None) -> Any:
     """cfg["a"]["b"] for "a.b" on a dict or DictConfig; default when any part is missing."""

@@ -10,16 +10,15 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab import build, dashboard, distributed, provenance
+from gptlab import build, dashboard, distributed, provenance, resume
+from gptlab.costs.memory import check_fits
 from gptlab.errors import ConfigError
 from gptlab.hardware import threads_for_job
-from gptlab import resume
+from gptlab.io import atomic_write_text
 from gptlab.loop import Context, StopFlag, train
+from gptlab.model.checks import check_model
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.noop import noop_choices
-from gptlab.io import atomic_write_text
-from gptlab.costs.memory import check_fits
-from gptlab.model.checks import check_model
 from gptlab.sinks import JsonlSink, SafeSink
 from gptlab.sinks.progress import ProgressSink
 from gptlab.validate import validate

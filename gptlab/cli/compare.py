@@ -11,10 +11,10 @@ from pathlib import Path
 
 from gptlab.compare import decode, wandb_log
 from gptlab.compare.analysis import ALPHA, Comparison, add_targets, compare, load_claims
-from gptlab.io import strict_json
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
+from gptlab.io import strict_json
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -227,8 +227,8 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
 def decode_app(cfg: DictConfig) -> None:
     """Measure, write decode.json, print the table."""
     from gptlab.build import group_choices
-    from gptlab.placement import place_local_job
     from gptlab.io import atomic_write_text
+    from gptlab.placement import place_local_job
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN

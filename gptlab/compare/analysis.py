@@ -10,13 +10,11 @@ from typing import Any
 import yaml
 
 from gptlab.compare import speed, stats
-from gptlab.compare.group import (Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs,
-                                  matches)
+from gptlab.compare.group import Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs, matches
 from gptlab.compare.identical import identical_groups, mixed_fingerprints, shared
 from gptlab.compare.runs import Run
-from gptlab.errors import ConfigError
-
 from gptlab.compare.stats import ALPHA  # noqa: E402  (the significance level, re-exported)
+from gptlab.errors import ConfigError
 
 
 @dataclass

@@ -6,7 +6,7 @@ model but another optimizer, schedule or hardware setting are different experime
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from gptlab.compare.group import Group, diff_items
 

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gptlab.compare import stats
-from gptlab.compare.stats import ALPHA
 from gptlab.compare.group import Group
 from gptlab.compare.runs import Run
 from gptlab.compare.speed import OUTSIDE_LOAD_LIMIT, outside_load, speedup
+from gptlab.compare.stats import ALPHA
 from gptlab.errors import ConfigError
 
 _SPEC = re.compile(r"^\s*([^<>=\s]+)\s*(<=|>=|=)\s*(\S+)\s*$")

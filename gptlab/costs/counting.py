@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
+
+# isort: off
 from torch.utils.flop_counter import (FlopCounterMode, flop_registry, register_flop_formula,
                                      sdpa_backward_flop_count, sdpa_flop_count)
+# isort: on
 
 _registered = False
 

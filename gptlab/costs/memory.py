@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from gptlab.costs.scores import dense_pairs
-from gptlab.errors import ConfigError
 from gptlab.costs.structure import BlockShape, ModelShape, layer_counts
+from gptlab.errors import ConfigError
 
 
 def _layer_elements_per_token(b: BlockShape, rotates: bool) -> int:

@@ -22,7 +22,7 @@ OPTIMIZER_FLOPS = 10   # per parameter per step (Adam-like update)
 GROUPS = ("embedding", "attention projections", "attention kernel", "mlp", "norms", "lm_head", "optimizer", "other")
 
 
-def _grouped(ops: list["Op"], group: str) -> list["Op"]:
+def _grouped(ops: list[Op], group: str) -> list[Op]:
     for op in ops:
         op.group = group
     return ops
@@ -46,13 +46,13 @@ class Op:
     group: str = "other"          # module kind for time breakdowns (see GROUPS)
     elementwise_class: str | None = None  # fusable element-wise class (accounting.ELEMENTWISE), else None
 
-    def merge(self, other: "Op") -> None:
+    def merge(self, other: Op) -> None:
         """Add another layer's instance of the same op."""
         for key in AMOUNTS:
             setattr(self, key, getattr(self, key) + getattr(other, key))
         self.layers += other.layers
 
-    def repeat(self, times: int) -> "Op":
+    def repeat(self, times: int) -> Op:
         """This op over `times` identical layers (amounts multiplied, exact for integer-valued amounts)."""
         for key in AMOUNTS:
             setattr(self, key, getattr(self, key) * times)

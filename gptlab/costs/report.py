@@ -6,11 +6,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch.nn as nn
 
-from gptlab.errors import ConfigError
 from gptlab.costs.accounting import Accounting, intensity
 from gptlab.costs.memory import activation_bytes, kv_cache
 from gptlab.costs.ops import Op, Shape, block_ops, forward_ops, loss_op, optimizer_op
 from gptlab.costs.structure import ModelShape, block_shape, describe, non_embedding_params
+from gptlab.errors import ConfigError
 
 MODES = ("train", "prefill", "decode")
 # Placeholder roofline when no hardware profile is given (about this project's 2-core AMX CPU in bf16).

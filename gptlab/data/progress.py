@@ -35,8 +35,7 @@ class DataProgress:
         self.t0 = self._last = time.monotonic()
         self._bar = None
         if sys.stderr.isatty():
-            from rich.progress import (BarColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[sizes]}"),
                                  TransferSpeedColumn(), TextColumn("{task.fields[tokens]} tokens"),
                                  TimeRemainingColumn(), transient=False)

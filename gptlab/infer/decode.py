@@ -26,10 +26,10 @@ import gc
 import hashlib
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Callable
 
 import torch
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import functools
 import math
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 import torch
 import torch.nn as nn
@@ -82,10 +82,10 @@ class Attention(nn.Module, abc.ABC):
         """Initialise the weights (GPT-2: residual projections scaled by 1/√(2·n_layer))."""
 
     @abc.abstractmethod
-    def forward(self, x: torch.Tensor, position: "Position", cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, position: Position, cache: KVCache | None = None) -> torch.Tensor:
         """(B, T, d_model) -> (B, T, d_model), causal."""
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: "Position",
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: Position,
                cache: KVCache | None = None) -> torch.Tensor:
         """q (B, n_head, T, hd), k/v (B, n_kv_head, T, hd) -> (B, n_head, T, hd): positions, cache, mask, dropout."""
         offset = 0 if cache is None else cache.length

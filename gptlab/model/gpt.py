@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -38,7 +38,7 @@ class Block(nn.Module):
         return x if self.norm2 is None else self.norm2(x + self.drop(self.mlp(x)))
 
 
-def check_components(model: "GPT") -> None:
+def check_components(model: GPT) -> None:
     """Every component honours its family's base class (gptlab.model.base); one-line ConfigError otherwise."""
     check_contract("position", model.position)
     check_contract("norm", model.norm_f)

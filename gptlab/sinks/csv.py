@@ -8,7 +8,7 @@ import io
 import math
 import os
 from pathlib import Path
-from typing import Any, IO
+from typing import IO, Any
 
 from gptlab.io import atomic_write_text
 

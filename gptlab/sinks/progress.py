@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 CONSOLE_LOG = "gptlab.console"  # lines shown on the console, copied to train.log (never to the console again)
 console_log = logging.getLogger(CONSOLE_LOG)

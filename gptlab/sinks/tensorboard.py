@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 EVENT_PREFIX = "events.out.tfevents."
 _STAMP = re.compile(r"^events\.out\.tfevents\.(\d+)\.")

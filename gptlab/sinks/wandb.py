@@ -10,8 +10,9 @@ import secrets
 import shlex
 import shutil
 import string
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from gptlab.errors import ConfigError
