@@ -7,6 +7,7 @@ import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -41,7 +42,7 @@ def group_choices(cfg: DictConfig) -> dict[str, str]:
 
 def _factory(cfg: DictConfig, group: str, drop: tuple[str, ...] = ()):
     """instantiate(cfg.<group>) minus run-level keys; a key the choice's target does not take is a ConfigError."""
-    node = OmegaConf.to_container(cfg[group], resolve=True)
+    node = cast(dict, OmegaConf.to_container(cfg[group], resolve=True))
     for key in drop:
         node.pop(key, None)
     made = instantiate(node)
@@ -63,7 +64,7 @@ def _check_keys(group: str, factory: functools.partial) -> None:
 
 def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
     """GPTConfig from cfg.model, with vocab_size from the tokenizer when the config leaves it null."""
-    fields = OmegaConf.to_container(cfg.model, resolve=True)
+    fields = cast(dict, OmegaConf.to_container(cfg.model, resolve=True))
     fields["vocab_size"] = fields.get("vocab_size") or vocab_size or 50257
     try:
         return GPTConfig(**fields)
@@ -98,7 +99,7 @@ def logger_factories(cfg: DictConfig) -> list[tuple[str, functools.partial]]:
 
 def build_hardware(cfg: DictConfig) -> Hardware:
     """The resolved hardware profile."""
-    node = OmegaConf.to_container(cfg.hardware, resolve=True)
+    node = cast(dict, OmegaConf.to_container(cfg.hardware, resolve=True))
     node.pop("_target_", None)
     try:
         return Hardware(**node)
@@ -138,7 +139,7 @@ class TrainSettings:
 
 def train_settings(cfg: DictConfig) -> TrainSettings:
     """TrainSettings from cfg.train and the run-level keys (validated beforehand)."""
-    t = OmegaConf.to_container(cfg.train, resolve=True)
+    t = cast(dict, OmegaConf.to_container(cfg.train, resolve=True))
     return TrainSettings(**t, seed=int(cfg.seed), data_seed=int(cfg.data_seed),
                          sample_tokens=int(cfg.sample.tokens), sample_temperature=float(cfg.sample.temperature),
                          sample_top_k=cfg.sample.top_k, profile=bool(cfg.profile))

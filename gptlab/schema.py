@@ -39,7 +39,7 @@ def _bound(token: str) -> int | float:
     """'1', '0.5', '2**63' as a number (ints stay exact)."""
     base, _, power = token.partition("**")
     try:
-        number = int(base)
+        number: int | float = int(base)
     except ValueError:
         number = float(base)
     return number ** int(power) if power else number
@@ -184,7 +184,7 @@ BETAS = Seq(UNIT, length=2)
 LR = Number("> 0")
 DECAY = Number(">= 0")
 
-SCHEMA = {
+SCHEMA: dict[str, Number | Bool | OneOf | Text | Auto | Seq] = {
     # run level (conf/train.yaml)
     "seed": SEED, "data_seed": SEED, "sweep": Text(null=True, numbers=True), "name": Text(null=True, numbers=True),
     "arm": Text(null=True, numbers=True),

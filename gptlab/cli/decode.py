@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -48,7 +48,7 @@ def show(value) -> str:
 def _ints(cfg: DictConfig, key: str, low: int) -> tuple[int, ...]:
     """A list of integers >= low (a single integer counts as a list of one)."""
     value = cfg.get(key)
-    values = list(OmegaConf.to_container(value)) if OmegaConf.is_list(value) else [value]
+    values = list(cast(list, OmegaConf.to_container(value))) if OmegaConf.is_list(value) else [value]
     if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in values):
         raise ConfigError(f"{key}={show(value)}: allowed: one or a list of integers >= {low}, e.g. {key}=[1,8]")
     return tuple(values)
@@ -68,7 +68,7 @@ def grid_from(cfg: DictConfig):
     from gptlab.infer.decode import CACHES, Grid
 
     cache = cfg.get("cache")
-    caches = list(OmegaConf.to_container(cache)) if OmegaConf.is_list(cache) else [cache]
+    caches = list(cast(list, OmegaConf.to_container(cache))) if OmegaConf.is_list(cache) else [cache]
     bad = [c for c in caches if c not in CACHES]
     if bad or not caches or len(set(caches)) < len(caches):
         what = f"'{bad[0]}' is not a cache kind" if bad else "give each kind once, at least one"
@@ -215,7 +215,7 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
     out = cfg.get("out")
     if out is None:
         return run_dir / OUT_NAME
-    raw = OmegaConf.to_container(cfg, resolve=False).get("out")
+    raw = cast(dict, OmegaConf.to_container(cfg, resolve=False)).get("out")
     if multirun and "${" not in str(raw):
         raise ConfigError(f"out={out}: under multirun every job would write this one file; leave out=null "
                           f"(each job's own dir) or interpolate it, e.g. out=${{hydra:runtime.output_dir}}/decode.json")
@@ -267,4 +267,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

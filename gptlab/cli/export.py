@@ -45,7 +45,7 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gptlab.cli.export", description=__doc__.splitlines()[0])
-    parser.error = lambda message: fail(f"gptlab export: {message}")  # one line, exit 2, no usage block
+    parser.error = lambda message: fail(f"gptlab export: {message}")  # type: ignore[method-assign]  # one line, exit 2, no usage block
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="output run dir (default: RUN_DIR/export)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="a checkpoint of RUN_DIR (default: the newest)")

@@ -74,6 +74,7 @@ def datasheet_roofs(cfg: DictConfig, dtype: str) -> tuple[float, float] | None:
     if name is None:
         return None
     spec, peaks = _known_gpu(str(name)), gpu_peaks(str(name))
+    assert peaks is not None  # every name _known_gpu accepts has datasheet peaks
     peak = peak_for(peaks, dtype, bool(cfg.hardware.get("tf32", True)))
     if peak is None:
         raise ConfigError(f"gpu={name}: has no {dtype} tensor cores; allowed: hardware.dtype=fp16 or fp32 (or dtype=)")
@@ -111,7 +112,7 @@ def device_memory(cfg: DictConfig, device: str) -> dict | None:
     _positive("link_bandwidth", link)
     if name is not None:
         spec = _known_gpu(str(name))
-        out = {"name": str(name), "memory_bytes": spec.memory_bytes, "source": "datasheet", "shared_by_ranks": False,
+        out: dict | None = {"name": str(name), "memory_bytes": spec.memory_bytes, "source": "datasheet", "shared_by_ranks": False,
                "link": spec.link, "link_bandwidth": spec.link_bandwidth}
     else:
         out = _this_machine(device)

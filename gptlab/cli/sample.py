@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -47,14 +48,14 @@ def run_config(run_dir: Path):
 def check_args(args: argparse.Namespace) -> None:
     """One-line ConfigError for a flag out of range, e.g. `--temperature=-1.0: must be >= 0 (0 = greedy)`."""
     for flag, key in FLAGS.items():
-        check = SCHEMA[key]
+        check: Any = SCHEMA[key]  # replace(null=False) only where the check has a null field
         check = dataclasses.replace(check, null=False) if getattr(check, "null", False) else check
         check(flag, getattr(args, flag.lstrip("-").replace("-", "_")))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-sample", description=__doc__.splitlines()[0])
-    parser.error = lambda message: fail(f"gptlab-sample: {message}")  # one line, exit 2, no usage block
+    parser.error = lambda message: fail(f"gptlab-sample: {message}")  # type: ignore[method-assign]  # one line, exit 2, no usage block
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--prompt", default=None, help="text to continue (default: the start of the val split)")
     parser.add_argument("--tokens", type=int, default=300, help="tokens to generate (>= 0)")

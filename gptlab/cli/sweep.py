@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import yaml
 
@@ -74,7 +75,7 @@ def finished(run_dir: Path, overrides: list[str], seed: int, command: str = "tra
     from gptlab.build import compose
 
     cfg = compose([*overrides, f"seed={seed}"], config_name)
-    wanted = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    wanted = {k: v for k, v in cast(dict, OmegaConf.to_container(cfg, resolve=False)).items() if k != "hydra"}
     return yaml.safe_load(saved.read_text()) == wanted
 
 
@@ -90,7 +91,7 @@ def arm_identity(overrides: list[str], seed: int, command: str = "train") -> tup
     cfg = compose([*overrides, f"seed={seed}"], COMMANDS[command][2])
     # The vocabulary comes from the tokenizer at run time; arms of one data setup share it, so any size compares.
     model = build_model(cfg, vocab_size=256, device="meta")
-    plain = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    plain = {k: v for k, v in cast(dict, OmegaConf.to_container(cfg, resolve=False)).items() if k != "hydra"}
     return model_fingerprint(model), flatten(plain), noop_choices(cfg)
 
 
@@ -99,7 +100,7 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
     from gptlab.compare.group import is_bookkeeping
     from gptlab.compare.identical import model_only
 
-    warnings, errors, seen = [], [], {}
+    warnings, errors, seen = [], [], {}  # type: list[str], list[str], dict[str, tuple[str, dict]]
     for arm in spec["arms"]:
         try:
             fingerprint, flat, noops = arm_identity(planned_overrides(name, spec, arm, extra), seed,
@@ -129,7 +130,7 @@ HYDRA_DIR = re.compile(r"^\+{0,2}hydra\.sweep\.(dir|subdir)=(.*)$")
 
 def take_sweep_dir(out: Path | None, extra: list[str]) -> tuple[Path | None, list[str]]:
     """(sweep dir, the other overrides): a user's hydra.sweep.dir=DIR means --out DIR; subdir is gptlab-sweep's."""
-    given, rest = [], []
+    given, rest = [], []  # type: list[str], list[str]
     for override in extra:
         match = HYDRA_DIR.match(override)
         if match and match.group(1) == "subdir":

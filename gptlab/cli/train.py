@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -34,11 +35,12 @@ from gptlab.sinks.progress import console_log
 log = logging.getLogger("gptlab")
 remember_launch_gpus()
 LOCK_FILE = ".gptlab.lock"
-OS_HINTS = {errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk quota",
-            errno.EFBIG: "the file size limit (ulimit -f) is too small", errno.EROFS: "choose a writable hydra.run.dir",
-            errno.EACCES: "choose a writable hydra.run.dir", errno.EPERM: "choose a writable hydra.run.dir",
-            errno.EEXIST: "hydra.run.dir must name a directory, not a file",
-            errno.ENOTDIR: "hydra.run.dir must not be under a file"}
+OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None
+    errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk quota",
+    errno.EFBIG: "the file size limit (ulimit -f) is too small", errno.EROFS: "choose a writable hydra.run.dir",
+    errno.EACCES: "choose a writable hydra.run.dir", errno.EPERM: "choose a writable hydra.run.dir",
+    errno.EEXIST: "hydra.run.dir must name a directory, not a file",
+    errno.ENOTDIR: "hydra.run.dir must not be under a file"}
 
 
 def one_line(err: BaseException) -> str:
@@ -48,7 +50,7 @@ def one_line(err: BaseException) -> str:
         return f"{group}={choice}: no such option; available: {', '.join(err.options)}"
     if isinstance(err, OverrideParseException):
         return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
-    cause = err.__cause__
+    cause: Any = err.__cause__  # an OmegaConf key error when it has full_key
     if isinstance(err, ConfigCompositionException) and getattr(cause, "full_key", None):
         parent = cause.parent_node if OmegaConf.is_dict(cause.parent_node) else {}
         keys = [k for k in parent if not str(k).startswith("_") and k != "hydra"]
@@ -98,7 +100,7 @@ RUN_MARKERS = (".hydra", "provenance.json", "checkpoints", LOCK_FILE)  # what a 
 HYDRA_WRITES = {".hydra", "train.log"}  # what Hydra writes into the run dir before gptlab runs
 
 
-def check_run_dir(run_dir: Path, ignore: set[str] = frozenset()) -> None:
+def check_run_dir(run_dir: Path, ignore: set[str] | frozenset[str] = frozenset()) -> None:
     """Refuse a run dir that holds files but is not a gptlab run dir (`/`, a folder of the user's own files)."""
     if not run_dir.is_dir():
         return
@@ -263,7 +265,7 @@ def main() -> None:
         if stop.code == 2:
             _put_back(saved)
         raise
-    except (HydraException, *run_errors()) as err:
+    except (HydraException, *run_errors()) as err:  # type: ignore[misc]  # mypy cannot type a starred tuple of exception types
         if exit_code(err) == 2:
             _put_back(saved)
         fail(one_line(err), exit_code(err))
@@ -275,4 +277,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch.nn as nn
 
 from gptlab.costs.scores import KernelTraits, traits_for
+
+# A module read through the gptlab.model contract's attributes (cfg, blocks, attn, mlp, dim, n_head, ...): duck-typed,
+# since nn.Module's attribute lookup is typed Tensor | Module.
+Contract = Any
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ def _linears(module: nn.Module, prefix: str) -> tuple[LinearShape, ...]:
                  for name, m in module.named_modules() if isinstance(m, nn.Linear))
 
 
-def _norm(module: nn.Module) -> NormShape:
+def _norm(module: Contract) -> NormShape:
     """A gptlab.model.base.Norm: its dim, centring and per-element parameter vectors."""
     n_affine = sum(1 for _ in module.parameters(recurse=False))
     return NormShape(dim=module.dim, n_affine=n_affine, centered=module.centered)
@@ -108,7 +113,7 @@ def _overrides(obj, method: str) -> bool:
     return len(owners) > 1
 
 
-def _attn(attn: nn.Module) -> AttnShape:
+def _attn(attn: Contract) -> AttnShape:
     q_norm = getattr(attn, "q_norm", None)
     return AttnShape(n_head=attn.n_head, n_kv_head=attn.n_kv_head, head_dim=attn.head_dim,
                      window=attn.window, traits=traits_for(attn),
@@ -116,7 +121,7 @@ def _attn(attn: nn.Module) -> AttnShape:
                      linears=_linears(attn, "attn"), qk_norm=None if q_norm is None else _norm(q_norm))
 
 
-def _mlp(mlp: nn.Module, d_model: int) -> MLPShape:
+def _mlp(mlp: Contract, d_model: int) -> MLPShape:
     linears = _linears(mlp, "mlp")
     # outputs that do not go back to the residual width feed the activation (up, gate, ...)
     act_inputs = sum(lin.d_out for lin in linears if lin.d_out != d_model)
@@ -127,17 +132,17 @@ def _block_norms(block: nn.Module) -> tuple[NormShape, ...]:
     return tuple(_norm(getattr(block, n)) for n in ("norm1", "norm2") if getattr(block, n, None) is not None)
 
 
-def block_shape(block: nn.Module, d_model: int) -> BlockShape:
+def block_shape(block: Contract, d_model: int) -> BlockShape:
     """The BlockShape of one built transformer block."""
     return BlockShape(_attn(block.attn), _mlp(block.mlp, d_model), _block_norms(block))
 
 
-def layer_counts(model: nn.Module) -> tuple[int, ...]:
+def layer_counts(model: Contract) -> tuple[int, ...]:
     """How many layers each built block stands for: all 1, or a cost-model skeleton's `layer_counts`."""
     return tuple(getattr(model, "layer_counts", None) or (1,) * len(model.blocks))
 
 
-def count_params(model: nn.Module) -> dict:
+def count_params(model: Contract) -> dict:
     """Parameters per component (embedding, position, attention, mlp, norm, lm_head, other), each tensor once."""
     seen: set[int] = set()
 
@@ -172,7 +177,7 @@ def _grouped(blocks: list[BlockShape], counts: tuple[int, ...]) -> dict[BlockSha
     return out
 
 
-def describe(model: nn.Module) -> ModelShape:
+def describe(model: Contract) -> ModelShape:
     """The ModelShape of a GPT honouring the gptlab.model contract (works on the meta device)."""
     cfg = model.cfg
     d = cfg.d_model
