@@ -6,6 +6,10 @@ that stays byte-identical. Most rows run in ONE driver process (this file run as
 calls gptlab.cli.train.main() once per row with that row's sys.argv and environment, capturing fd 2:
 Hydra clears its global state after every call, so a call is what a fresh process would do. Rows
 marked `process` run as real `python -m gptlab.cli.train` processes too.
+
+The rows live in bad_input_rows.py. Each row is its own test item named by its id (`-k nodes-zero`);
+the first one to run makes the inputs and drives every selected row at once (class Batch), then each
+item checks only its own outcome.
 """
 
 from __future__ import annotations
@@ -20,259 +24,15 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from bad_input_rows import TABLE, Row
 from train_helpers import FAST, run_inprocess
 
 BASE = [*FAST, "train.max_steps=6", "train.eval_interval=3"]  # the config of the finished run {run}
 IGNORED = {"train.log", ".gptlab.lock"}  # Hydra appends its job log; gptlab-train's empty lock file
-
-
-@dataclass
-class Row:
-    id: str
-    overrides: list[str]
-    code: int
-    needle: str
-    env: dict = field(default_factory=dict)  # None = unset
-    run_dir: str = "{run}"  # hydra.run.dir
-    keep: str = "{run}"  # must be byte-identical afterwards
-    process: bool = False  # also (or only, with fsize) as a real `python -m gptlab.cli.train`
-    fsize: int | None = None  # RLIMIT_FSIZE in bytes: writes past it fail with EFBIG, like a full disk
-
-
-NO_WANDB_KEY = {"WANDB_API_KEY": None, "NETRC": None, "HOME": "{d}"}
-TABLE = [
-    # Hydra: unknown choice, group or key; bad override syntax
-    Row("unknown-choice", ["attention=gqaa"], 2, "attention=gqaa: no such option; available: gqa, hybrid, mha, mqa, sliding", process=True),
-    Row("unknown-model", ["model=gpt3"], 2, "model=gpt3: no such option; available: gpt2, gpt2-large"),
-    Row("unknown-group", ["attentio=gqa"], 2, "attentio: no such key or group; allowed here: model, attention"),
-    Row("unknown-train-key", ["train.max_step=5"], 2, "train.max_step: no such key or group; allowed here: max_steps"),
-    Row("unknown-component-key", ["attention.widnow=4"], 2, "attention.widnow: no such key"),
-    Row("appended-train-key", ["+train.max_step=5"], 2, "train.max_step: not a train key; allowed:"),
-    Row("appended-component-key", ["+attention.widnow=4"], 2, "attention.widnow"),
-    Row("ambiguous-sweep-value", ["model=tiny,gpt2"], 2, "Ambiguous value for argument 'model=tiny,gpt2'"),
-    Row("override-syntax", ["train.max_steps=["], 2, "cannot parse override 'train.max_steps=['"),
-    Row("removed-key", ["~seed"], 2, "seed: missing from the config"),
-    Row("bad-interpolation", ["model.n_layer=${nope}"], 2, "Interpolation key 'nope' not found"),
-    # wrong types and values
-    Row("steps-not-int", ["train.max_steps=abc"], 2, "train.max_steps='abc': expected an integer"),
-    Row("steps-float", ["train.max_steps=1.5"], 2, "train.max_steps=1.5: expected an integer"),
-    Row("batch-not-int", ["train.batch_size=abc"], 2, "train.batch_size='abc': expected an integer", process=True),
-    Row("steps-negative", ["train.max_steps=-5"], 2, "train.max_steps=-5: must be >= 1"),
-    Row("eval-interval-zero", ["train.eval_interval=0"], 2, "train.eval_interval=0: must be >= 1"),
-    Row("grad-clip-negative", ["train.grad_clip=-1"], 2, "train.grad_clip=-1: must be >= 0"),
-    Row("nan-skip-negative", ["train.nan_skip=-1"], 2, "train.nan_skip=-1: must be >= 0"),
-    Row("prefetch-negative", ["train.prefetch=-1"], 2, "train.prefetch=-1: must be >= 0 (0 = drawn in the training thread)"),
-    Row("prefetch-not-int", ["train.prefetch=1.5"], 2, "train.prefetch=1.5: expected an integer >= 0"),
-    Row("prefetch-word", ["train.prefetch=abc"], 2, "train.prefetch='abc': expected an integer >= 0"),
-    Row("seed-not-int", ["seed=abc"], 2, "seed='abc': expected an integer"),
-    Row("grad-accum-divides", ["train.grad_accum=3"], 2, "train.grad_accum=3 must divide train.batch_size=8"),
-    Row("dropout-range", ["model.dropout=1.5"], 2, "model.dropout=1.5: must be in [0, 1)"),
-    Row("dropout-type", ["model.dropout=abc"], 2, "model.dropout='abc': expected a number"),
-    Row("vocab-zero", ["model.vocab_size=0"], 2, "model.vocab_size=0: must be >= 1"),
-    Row("heads-divide-width", ["model.d_model=130"], 2, "model.d_model=130"),
-    Row("kv-heads-divide", ["attention=gqa", "attention.n_kv_head=3"], 2, "attention.n_kv_head=3"),
-    Row("flash-with-window", ["attention=sliding", "attention.impl=flash"], 2, "attention.impl=flash"),
-    Row("unknown-kernel", ["attention.impl=warp"], 2, "attention.impl"),
-    Row("window-zero", ["attention=sliding", "attention.window=0"], 2, "attention.window"),
-    Row("mlp-ratio-zero", ["mlp.ratio=0"], 2, "mlp.ratio=0"),
-    Row("norm-placement", ["norm.placement=middle"], 2, "norm.placement: 'middle' is not allowed; allowed: pre, post"),
-    Row("unknown-dtype", ["hardware.dtype=fp8"], 2, "hardware.dtype: unknown dtype 'fp8'; allowed: auto, fp32, bf16, fp16"),
-    Row("cuda-without-gpu", ["hardware=cuda"], 2, "hardware.device=cuda: no CUDA device is available here"),
-    Row("logger-mode", ["logger=wandb", "logger.wandb.mode=cloud"], 2, "logger.wandb.mode='cloud' is not valid; allowed: auto, online"),
-    Row("mha-with-kv-heads", ["attention=mha", "attention.n_kv_head=1"], 2,
-        "attention.n_kv_head=1 contradicts attention=mha (allowed: null or 4); for 1 KV heads use attention=gqa"),
-    Row("csv-over-metrics", ["logger=csv", "logger.csv.filename=metrics.jsonl"], 2,
-        "logger.csv.filename='metrics.jsonl': must be a new name inside the run dir"),
-    Row("tensorboard-outside", ["logger=tensorboard", "logger.tensorboard.log_dir=../tb"], 2,
-        "logger.tensorboard.log_dir='../tb': must be a new name inside the run dir"),
-    # data
-    Row("missing-file", ["data=text", "data.paths=[{d}/missing.txt]"], 2, "data.paths: no file matches", process=True),
-    Row("no-files", ["data=text", "data.paths=[]"], 2, "data.paths: no files given"),
-    Row("empty-file", ["data=text", "data.paths=[{d}/empty.txt]"], 2, "empty.txt' is empty"),
-    Row("non-utf8", ["data=text", "data.paths=[{d}/latin1.txt]"], 2, "latin1.txt' is not valid UTF-8 (bad byte near offset 3)"),
-    Row("too-short-for-a-block", ["data=text", "data.paths=[{d}/short.txt]", "data.tokenizer=byte"], 2, "model.block_size=64 needs at least 65"),
-    Row("directory-as-file", ["data=text", "data.paths=[{d}]"], 2, "is a directory"),
-    Row("unsupported-type", ["data=text", "data.paths=[{d}/data.csv]"], 2, "unsupported file type '.csv'"),
-    Row("malformed-jsonl", ["data=text", "data.paths=[{d}/bad.jsonl]"], 2,
-        "data.paths: cannot read json file(s) bad.jsonl: line 2: Expecting value"),
-    Row("missing-column", ["data=text", "data.paths=[{d}/docs.jsonl]"], 2, "data.column: column 'text' not found in docs.jsonl; columns: body"),
-    Row("unknown-tokenizer", ["data.tokenizer=klingon"], 2, "data.tokenizer"),
-    Row("val-fraction", ["data.val_fraction=1.5"], 2, "data.val_fraction=1.5: must be in (0, 1)"),
-    Row("vocab-smaller-than-tokenizer", ["model.vocab_size=10"], 2,
-        "model.vocab_size=10 is smaller than the shakespeare tokenizer's vocabulary"),
-    Row("recall-pairs", ["data=assoc_recall", "data.num_pairs=200"], 2, "data.num_pairs"),
-    Row("recall-seq-len", ["data=assoc_recall", "data.seq_len=128"], 2, "data.seq_len"),
-    Row("hub-without-name", ["data=hf"], 2, "data.name: got None"),
-    Row("hub-offline", ["data=hf", "data.name=some/dataset"], 2, "hub dataset 'some/dataset' is not available offline (HF_HUB_OFFLINE=1)"),
-    # every knob typed and ranged before anything is built (gptlab/schema.py): booleans only booleans, enums only their values
-    Row("compile-quoted-false", ["hardware.compile='false'"], 2,
-        "hardware.compile: 'false' is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"),
-    Row("compile-yes", ["hardware.compile=yes"], 2, "hardware.compile: 'yes' is not allowed; allowed: false, true,"),
-    Row("compile-number", ["hardware.compile=2"], 2, "hardware.compile: 2 is not allowed; allowed: false, true,"),
-    Row("compile-unknown-mode", ["hardware.compile=fastest"], 2, "hardware.compile: 'fastest' is not allowed"),
-    Row("tf32-quoted-false", ["hardware=auto", "hardware.tf32='false'"], 2,
-        "hardware.tf32='false': expected true or false (unquoted)"),
-    Row("checkpointing-yes", ["hardware.activation_checkpointing=yes"], 2,
-        "hardware.activation_checkpointing='yes': expected true or false"),
-    Row("distributed-number", ["hardware.distributed=1"], 2, "hardware.distributed=1: expected true or false"),
-    Row("strategy-unknown", ["hardware=fsdp_cpu", "hardware.strategy=zero3"], 2,
-        "hardware.strategy: 'zero3' is not allowed; allowed: ddp, fsdp"),
-    Row("fsdp-not-distributed", ["hardware=fsdp_cpu", "hardware.distributed=false"], 2,
-        "hardware.strategy=fsdp needs hardware.distributed=true; use hardware=fsdp (GPUs) or hardware=fsdp_cpu (gloo)"),
-    Row("fsdp-fp16", ["hardware=fsdp_cpu", "hardware.dtype=fp16"], 2,
-        "hardware.dtype=fp16: not supported with hardware.strategy=fsdp"),
-    Row("nodes-without-distributed", ["+hardware.nodes=2"], 2,
-        "hardware.nodes=2 needs a distributed profile (hardware.distributed=true); use hardware=ddp, ddp_cpu, fsdp or "
-        "fsdp_cpu"),
-    Row("nodes-zero", ["hardware=ddp_cpu", "hardware.nodes=0"], 2, "hardware.nodes=0: must be >= 1"),
-    Row("cpu-offload-on-cpu", ["hardware=fsdp_cpu", "hardware.cpu_offload=true"], 2,
-        "hardware.cpu_offload=true: device=cpu already keeps everything in CPU memory; allowed: false, or true with a "
-        "CUDA device (hardware=fsdp)"),
-    Row("cpu-offload-under-ddp", ["hardware=fsdp_cpu", "hardware.strategy=ddp", "hardware.cpu_offload=true"], 2,
-        "hardware.cpu_offload=true needs hardware.strategy=fsdp (here ddp); use hardware=fsdp"),
-    Row("cpu-offload-yes", ["hardware=fsdp_cpu", "hardware.cpu_offload=yes"], 2,
-        "hardware.cpu_offload='yes': expected true or false"),
-    Row("reshard-number", ["hardware=fsdp_cpu", "hardware.reshard_after_forward=2"], 2,
-        "hardware.reshard_after_forward=2: expected true or false"),
-    Row("bias-quoted-false", ["model.bias='false'"], 2, "model.bias='false': expected true or false"),
-    Row("tie-embeddings-no", ["model.tie_embeddings=no"], 2, "model.tie_embeddings='no': expected true or false"),
-    Row("qk-norm-quoted-true", ["attention.qk_norm='true'"], 2, "attention.qk_norm='true': expected true or false"),
-    Row("profile-yes", ["profile=yes"], 2, "profile='yes': expected true or false"),
-    Row("fused-auto", ["optimizer.fused=auto"], 2, "optimizer.fused='auto': expected true or false or null"),
-    Row("match-params-maybe", ["mlp=swiglu", "mlp.match_params=maybe"], 2, "mlp.match_params='maybe': expected true or false"),
-    Row("min-lr-ratio-negative", ["schedule.min_lr_ratio=-3"], 2, "schedule.min_lr_ratio=-3: must be in [0, 1]"),
-    Row("min-lr-ratio-above-one", ["schedule.min_lr_ratio=1.5"], 2, "schedule.min_lr_ratio=1.5: must be in [0, 1]"),
-    Row("warmup-negative", ["schedule.warmup_steps=-10"], 2, "schedule.warmup_steps=-10: must be >= 0"),
-    Row("wsd-decay-fraction-zero", ["schedule=wsd", "schedule.decay_fraction=0"], 2,
-        "schedule.decay_fraction=0: must be in (0, 1]"),
-    Row("weight-decay-negative", ["optimizer.weight_decay=-5"], 2, "optimizer.weight_decay=-5: must be >= 0"),
-    Row("weight-decay-flips-weights", ["optimizer.weight_decay=1000"], 2,
-        "optimizer.weight_decay=1000: with optimizer.lr=0.003 each step scales the weights by 1 - lr*weight_decay = -2; "
-        "allowed: < 333.3"),
-    Row("global-layer-missing", ["attention=hybrid", "attention.global_layers=[99]"], 2,
-        "attention.global_layers[0]=99: no such layer; allowed: layer indices in [0, 2) (model.n_layer=2)"),
-    Row("global-layer-negative", ["attention=hybrid", "attention.global_layers=[-1]"], 2,
-        "attention.global_layers[0]=-1: must be >= 0"),
-    Row("global-every-zero", ["attention=hybrid", "attention.global_every=0"], 2, "attention.global_every=0: must be >= 1 or null"),
-    Row("window-not-int", ["attention=sliding", "attention.window=abc"], 2,
-        "attention.window='abc': expected an integer >= 1 or null"),
-    Row("kv-heads-zero", ["attention=gqa", "attention.n_kv_head=0"], 2, "attention.n_kv_head=0: must be >= 1 or null"),
-    Row("attention-dropout-negative", ["attention.dropout=-0.1"], 2, "attention.dropout=-0.1: must be in [0, 1)"),
-    Row("mlp-dropout-one", ["mlp.dropout=1"], 2, "mlp.dropout=1: must be in [0, 1)"),
-    Row("mlp-ratio-nan", ["mlp.ratio=nan"], 2, "mlp.ratio=nan: must be a finite number > 0"),
-    Row("norm-eps-negative", ["norm.eps=-1"], 2, "norm.eps=-1: must be > 0"),
-    Row("norm-eps-inf", ["norm.eps=inf"], 2, "norm.eps=inf: must be a finite number > 0"),
-    Row("rope-base-zero", ["position.base=0"], 2, "position.base=0: must be > 0"),
-    Row("init-std-negative", ["model.init_std=-0.02"], 2, "model.init_std=-0.02: must be >= 0"),
-    Row("grad-clip-nan", ["train.grad_clip=nan"], 2, "train.grad_clip=nan: must be a finite number >= 0 (0 = no clipping)"),
-    Row("sample-temperature-negative", ["sample.temperature=-1"], 2, "sample.temperature=-1: must be >= 0 (0 = greedy)"),
-    Row("sample-tokens-negative", ["sample.tokens=-5"], 2, "sample.tokens=-5: must be >= 0"),
-    # values that used to pass validation, then crashed with a traceback after .hydra/ was overwritten
-    Row("sample-top-k-negative", ["sample.top_k=-5"], 2, "sample.top_k=-5: must be >= 1 or null"),
-    Row("sample-top-k-zero", ["sample.top_k=0"], 2, "sample.top_k=0: must be >= 1 or null"),
-    Row("lr-negative", ["optimizer.lr=-1"], 2, "optimizer.lr=-1: must be > 0"),
-    Row("lr-nan", ["optimizer.lr=nan"], 2, "optimizer.lr=nan: must be a finite number > 0"),
-    Row("lr-inf", ["optimizer.lr=inf"], 2, "optimizer.lr=inf: must be a finite number > 0"),
-    Row("lr-not-a-number", ["optimizer.lr=abc"], 2, "optimizer.lr='abc': expected a number > 0"),
-    Row("betas-out-of-range", ["optimizer.betas=[2,3]"], 2, "optimizer.betas[0]=2: must be in [0, 1)"),
-    Row("betas-not-a-list", ["optimizer.betas=abc"], 2, "optimizer.betas='abc': expected a list of 2 numbers, each in [0, 1)"),
-    Row("betas-one-value", ["optimizer.betas=[0.9]"], 2, "optimizer.betas=[0.9]: expected a list of 2 numbers"),
-    Row("lion-beta-negative", ["optimizer=lion", "optimizer.betas=[0.9,-0.1]"], 2, "optimizer.betas[1]=-0.1: must be in [0, 1)"),
-    Row("adam-eps-zero", ["optimizer.eps=0"], 2, "optimizer.eps=0: must be > 0"),
-    Row("sgd-momentum-one", ["optimizer=sgd", "optimizer.momentum=1"], 2, "optimizer.momentum=1: must be in [0, 1)"),
-    Row("sgd-nesterov-without-momentum", ["optimizer=sgd", "optimizer.momentum=0"], 2,
-        "optimizer.nesterov=true needs optimizer.momentum > 0"),
-    Row("muon-adamw-beta-one", ["optimizer=muon", "optimizer.adamw_betas=[0.9,1.0]"], 2,
-        "optimizer.adamw_betas[1]=1.0: must be in [0, 1)"),
-    Row("muon-adamw-lr-zero", ["optimizer=muon", "optimizer.adamw_lr=0"], 2, "optimizer.adamw_lr=0: must be > 0"),
-    Row("threads-negative", ["hardware.threads=-1"], 2, "hardware.threads=-1: must be >= 1 or null"),
-    Row("threads-not-int", ["hardware.threads=abc"], 2, "hardware.threads='abc': expected an integer >= 1 or null"),
-    Row("peak-flops-not-a-number", ["hardware.peak_flops=abc"], 2, "hardware.peak_flops='abc': expected 'auto' or a number > 0"),
-    Row("peak-flops-negative", ["hardware.peak_flops=-1"], 2, "hardware.peak_flops=-1: must be > 0"),
-    Row("mem-bandwidth-zero", ["hardware.mem_bandwidth=0"], 2, "hardware.mem_bandwidth=0: must be > 0"),
-    Row("cpus-per-task-zero", ["hardware.cpus_per_task=0"], 2, "hardware.cpus_per_task=0: must be >= 1 or null"),
-    Row("seed-2-to-the-70", [f"seed={2**70}"], 2, f"seed={2**70}: must be in [0, 2**63)"),
-    Row("seed-negative", ["seed=-1"], 2, "seed=-1: must be in [0, 2**63)"),
-    Row("data-seed-2-to-the-64", [f"data_seed={2**64}"], 2, f"data_seed={2**64}: must be in [0, 2**63)"),
-    Row("multiple-of-zero", ["mlp=swiglu", "mlp.multiple_of=0"], 2, "mlp.multiple_of=0: must be >= 1"),
-    Row("num-proc-zero", ["data.num_proc=0"], 2, "data.num_proc=0: must be >= 1 or null"),
-    Row("bpe-vocab-too-small", ["data.bpe_vocab_size=100"], 2, "data.bpe_vocab_size=100: must be >= 257"),
-    # a damaged token cache (copies of {run}'s entry under their own GPTLAB_CACHE) is refused, naming the folder to delete
-    Row("cache-truncated", [], 2, "is corrupt (shard_00000.bin has 1151360 bytes, index.json says 1151360 uint16 ids = 2302720 bytes); "
-        "delete that folder and run again to rebuild it", env={"GPTLAB_CACHE": "{cache_truncated}"}),
-    # ids are range-checked when written and by data.verify=true (a full scan of a 10 GB cache on every start would not
-    # be cheap; an out-of-range id fails the embedding lookup loudly anyway)
-    Row("cache-ids-out-of-range", ["data.verify=true"], 2, "is corrupt (shard_00000.bin holds token id 60000, the tokenizer has",
-        env={"GPTLAB_CACHE": "{cache_ids}"}),
-    Row("bpe-sample-too-small", ["data=text", "data.paths=[{d}/docs.jsonl]", "data.bpe_sample_bytes=1000"], 2, "data.bpe_sample_bytes=1000: must be >= 1000000"),
-    Row("max-tokens-zero", ["data=hf", "data.name=x", "data.max_tokens=0"], 2, "data.max_tokens=0: must be >= 1 or null"),
-    Row("verify-not-bool", ["data.verify=maybe"], 2, "data.verify='maybe'"),
-    # data files that are not regular text, refused at once ({s}: outside {d}, whose digest must never read them)
-    Row("fifo", ["data=text", "data.paths=[{s}/fifo.txt]"], 2, "fifo.txt' is not a regular file (a FIFO, i.e. a named pipe)",
-        process=True),
-    Row("fifo-by-glob", ["data=text", "data.paths=[{s}/fifo*]"], 2, "fifo.txt' is not a regular file (a FIFO"),
-    Row("device-behind-symlink", ["data=text", "data.paths=[{s}/zero.txt]"], 2,
-        "zero.txt' is not a regular file (a character device)"),
-    Row("dev-null", ["data=text", "data.paths=[/dev/null]"], 2, "'/dev/null' is not a regular file (a character device)"),
-    Row("nul-only-file", ["data=text", "data.paths=[{s}/nul.txt]"], 2, "nul.txt' contains no text (only NUL bytes)"),
-    Row("sparse-1gb-file", ["data=text", "data.paths=[{s}/sparse.txt]"], 2, "sparse.txt' contains no text"),
-    Row("symlink-loop", ["data=text", "data.paths=[{s}/loop_a.txt]"], 2, "loop_a.txt' is a symlink loop"),
-    Row("broken-symlink", ["data=text", "data.paths=[{s}/dangling.txt]"], 2,
-        "dangling.txt' is a broken symlink (its target '{s}/missing.txt' does not exist)"),
-    # resume
-    Row("resume-missing-file", ["train.resume={d}/missing.pt"], 2,
-        "train.resume='{d}/missing.pt': not auto, never, or an existing checkpoint file"),
-    Row("resume-directory", ["train.resume={d}"], 2, "not auto, never, or an existing checkpoint file"),
-    Row("resume-truncated", ["train.resume={d}/truncated.pt"], 2, "truncated.pt' is unreadable"),
-    Row("resume-code-in-pickle", ["train.resume={d}/evil.pt"], 2,
-        "evil.pt' is unreadable (UnpicklingError: weights_only=True refused it: Unsupported global: GLOBAL print"),
-    Row("resume-not-a-checkpoint", ["train.resume={d}/plain.pt"], 2, "plain.pt' is not a gptlab checkpoint"),
-    # strict resume: {run} is a finished 6-step run of BASE; any curve-changing difference is refused, naming each
-    Row("resume-other-width", ["model.d_model=128"], 2, "belongs to a run with another config: model.d_model=64 there, 128 here; use"),
-    Row("resume-other-tokenizer", ["data.tokenizer=byte"], 2, "another config: data.tokenizer=char there, byte here; use"),
-    Row("resume-other-vocab", ["model.vocab_size=128"], 2, "another config: model.vocab_size=None there, 128 here; use"),
-    Row("resume-other-components", ["mlp=relu2", "position=none", "optimizer=lion"], 2,
-        "another config: mlp=gelu there, relu2 here; optimizer=adamw there, lion here; position=rope there, none here; use"),
-    Row("resume-sliding", ["attention=sliding"], 2, "attention=mha there, sliding here"),
-    Row("resume-gqa", ["attention=gqa", "attention.n_kv_head=2"], 2, "attention=mha there, gqa here"),
-    Row("resume-layernorm", ["norm=layernorm"], 2, "norm=rmsnorm there, layernorm here"),
-    Row("resume-post-norm", ["norm.placement=post"], 2, "norm.placement=pre there, post here"),
-    Row("resume-alibi", ["position=alibi"], 2, "position=rope there, alibi here"),
-    Row("resume-constant-schedule", ["schedule=constant"], 2, "schedule=cosine there, constant here"),
-    Row("resume-other-lr", ["optimizer.lr=0.03"], 2, "another config: optimizer.lr=0.003 there, 0.03 here; use"),
-    Row("resume-sgd", ["optimizer=sgd"], 2, "optimizer=adamw there, sgd here"),
-    Row("resume-muon", ["optimizer=muon"], 2, "optimizer=adamw there, muon here"),
-    Row("resume-data-seed", ["data_seed=7"], 2, "data_seed=1337 there, 7 here"),
-    Row("resume-batch-size", ["train.batch_size=16"], 2, "train.batch_size=8 there, 16 here"),
-    Row("resume-grad-accum", ["train.grad_accum=2"], 2, "train.grad_accum=1 there, 2 here"),
-    Row("resume-eval-set", ["train.eval_sequences=32"], 2, "train.eval_sequences=16 there, 32 here"),
-    Row("resume-dropout", ["model.dropout=0.1"], 2, "model.dropout=0.0 there, 0.1 here"),
-    Row("resume-dtype", ["hardware.dtype=bf16"], 2, "hardware.dtype=fp32 there, bf16 here"),
-    Row("resume-shrink-steps", ["train.max_steps=3"], 2,
-        "train.max_steps=3: checkpoint in the run dir is already at step 6; allowed: >= 6"),
-    Row("resume-extend-cosine", ["train.max_steps=12"], 2,
-        "train.max_steps=6 there, 12 here: the schedule gives step 3 another LR (0.868198 vs 0.977975 x lr); only schedule=constant"),
-    Row("resume-never-into-used-dir", ["train.resume=never"], 2,
-        "train.resume=never: {run}/checkpoints holds checkpoints of an earlier run (newest step_0000006.pt)"),
-    Row("resume-all-corrupt", [], 2, "none of the 1 checkpoints", run_dir="{corrupt}", keep="{corrupt}"),
-    # environment (tests run as root, which ignores chmod: a file where the run dir should be stands in for an unwritable dir)
-    Row("run-dir-is-a-file", [], 1, "I/O error '{d}/plain.pt': File exists; hydra.run.dir must name a directory",
-        run_dir="{d}/plain.pt", keep="{d}"),
-    Row("run-dir-under-a-file", [], 1, "Not a directory; hydra.run.dir must not be under a file", run_dir="{d}/plain.pt/run", keep="{d}"),
-    Row("run-dir-in-use", [], 2, "busy' is in use by another running gptlab-train; give this run its own dir", run_dir="{busy}", keep="{busy}"),
-    Row("wandb-online-without-key", ["logger=wandb", "logger.wandb.mode=online"], 2,
-        "logger.wandb.mode=online but no W&B API key is configured", env=NO_WANDB_KEY),
-    # resumes {grow} (schedule=constant, so 6 -> 10 steps is allowed) at step 6, then the step-8 checkpoint outgrows a 256 KiB file size limit (EFBIG, like ENOSPC;
-    # tests run as root, which ignores read-only permissions): step 6 must stay intact, no temp file left
-    Row("disk-full-while-checkpointing", ["schedule=constant", "train.max_steps=10", "train.ckpt_interval=2"], 1,
-        "I/O error '{grow}/checkpoints/step_0000008.pt': cannot write checkpoint (File too large); the file size limit",
-        run_dir="{grow}", keep="{grow}/checkpoints", process=True, fsize=256 * 1024),
-]
 
 
 def digest(path: Path) -> dict[str, str]:
@@ -422,23 +182,73 @@ def fill(text: str, values: dict) -> str:
     return text.format(**values) if "{" in text and "${" not in text else text
 
 
-@pytest.mark.slow
-def test_bad_input_table(tmp_path):
+def case_of(row: Row, values: dict) -> dict:
+    """The row's gptlab-train arguments, environment and the path that must stay byte-identical."""
+    return {"id": row.id, "args": [*BASE, *(fill(a, values) for a in row.overrides), f"hydra.run.dir={fill(row.run_dir, values)}"],
+            "env": {k: v if v is None else fill(v, values) for k, v in row.env.items()}, "keep": fill(row.keep, values)}
+
+
+class Batch:
+    """The inputs and ONE driver process for every selected row, made lazily by the first row test that runs.
+
+    Lazily (not in the fixture's own setup) so the work runs inside a test, under conftest's hermetic
+    environment (offline, private GPTLAB_CACHE), exactly as the single table test did. Only the rows this
+    session collected (after -k / node-id selection) are driven, so `-k nodes-zero` drives one row.
+    """
+
+    def __init__(self, tmp: Path, rows: list[Row]):
+        self.tmp, self.rows = tmp, rows
+        self.values: dict | None = None
+        self.results: dict[str, dict] = {}
+        self.error: str | None = None
+
+    def ensure(self) -> dict:
+        """The {placeholder} values; on first use, make the inputs and drive every selected non-fsize row."""
+        if self.error is not None:
+            pytest.fail(f"the shared driver run failed (see the first row test that ran): {self.error}")
+        if self.values is None:
+            try:
+                self._drive()
+            except BaseException as failure:
+                self.error = repr(failure)[-3000:]
+                raise
+        return self.values
+
+    def _drive(self) -> None:
+        values = make_inputs(self.tmp)
+        driven = [case_of(r, values) for r in self.rows if not r.fsize]
+        if driven:
+            (self.tmp / "cases.json").write_text(json.dumps(driven))
+            with open(Path(values["busy"]) / ".gptlab.lock", "w") as lock:  # a live run holds {busy}
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                driver = subprocess.run([sys.executable, __file__, str(self.tmp / "cases.json"), str(self.tmp / "results.json")],
+                                        capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            assert driver.returncode == 0, driver.stderr[-3000:]
+            self.results = {r["id"]: r for r in json.loads((self.tmp / "results.json").read_text())}
+            assert sorted(self.results) == sorted(c["id"] for c in driven)
+        self.values = values
+
+
+@pytest.fixture(scope="module")
+def batch(request, tmp_path_factory) -> Batch:
+    selected = {item.callspec.params["row"].id for item in request.session.items
+                if getattr(item, "originalname", None) == "test_bad_input_table" and item.module is request.module}
+    return Batch(tmp_path_factory.mktemp("bad_input"), [r for r in TABLE if r.id in selected] or TABLE)
+
+
+def test_table_rows_are_many_and_uniquely_named():
     assert len(TABLE) >= 40 and len({r.id for r in TABLE}) == len(TABLE)
-    values = make_inputs(tmp_path)
-    cases = [{"id": r.id, "args": [*BASE, *(fill(a, values) for a in r.overrides), f"hydra.run.dir={fill(r.run_dir, values)}"],
-              "env": {k: v if v is None else fill(v, values) for k, v in r.env.items()}, "keep": fill(r.keep, values)}
-             for r in TABLE]
-    (tmp_path / "cases.json").write_text(json.dumps([c for c, r in zip(cases, TABLE) if not r.fsize]))
-    with open(Path(values["busy"]) / ".gptlab.lock", "w") as lock:  # a live run holds {busy}
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        driver = subprocess.run([sys.executable, __file__, str(tmp_path / "cases.json"), str(tmp_path / "results.json")],
-                                capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert driver.returncode == 0, driver.stderr[-3000:]
-    driven = iter(json.loads((tmp_path / "results.json").read_text()))
-    outcomes = [(row, "driver", next(driven)) for row in TABLE if not row.fsize]
-    outcomes += [(row, "process", as_process(case, row.fsize)) for case, row in zip(cases, TABLE) if row.process]
-    failures = [f"{row.id} ({how}): {problem}" for row, how, result in outcomes for problem in check(result, row, values)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", TABLE, ids=[r.id for r in TABLE])
+def test_bad_input_table(row, batch):
+    """One row: its driver outcome (every row without fsize) and, for `process` rows, a real process too."""
+    values = batch.ensure()
+    outcomes = [] if row.fsize else [("driver", batch.results[row.id])]
+    if row.process:
+        outcomes.append(("process", as_process(case_of(row, values), row.fsize)))
+    failures = [f"{row.id} ({how}): {problem}" for how, result in outcomes for problem in check(result, row, values)]
     assert not failures, "\n".join(failures)
 
 
