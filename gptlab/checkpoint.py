@@ -76,7 +76,7 @@ def _write_file(path: Path, state: dict) -> None:
     with open(path, "wb") as fh:
         writer = _KeepWriteError(fh)
         try:
-            torch.save(state, writer)
+            torch.save(state, writer)  # type: ignore[arg-type]  # a file-like wrapper; torch's stub names IO[bytes]
         except RuntimeError:
             if writer.error is None:
                 raise
@@ -244,7 +244,7 @@ def _incomplete_shards(path: Path) -> str | None:
         meta = FileSystemReader(str(path)).read_metadata()
     except Exception as err:  # noqa: BLE001 - a truncated or foreign .metadata
         return f".metadata: {_reason(err)}"
-    ends = {}
+    ends: dict = {}
     for info in (meta.storage_data or {}).values():
         ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
     for name, end in sorted(ends.items()):

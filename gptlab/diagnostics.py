@@ -52,7 +52,7 @@ def group_of(name: str, n_layer: int) -> str:
 
 def param_groups(model) -> dict[str, list[torch.nn.Parameter]]:
     """Every trainable parameter (shared ones once) by group, in the model's order."""
-    n_layer, groups = len(model.blocks), {}
+    n_layer, groups = len(model.blocks), {}  # type: int, dict[str, list[torch.nn.Parameter]]
     for name, p in model.named_parameters():
         if p.requires_grad:
             groups.setdefault(group_of(name, n_layer), []).append(p)
@@ -96,12 +96,13 @@ class Diagnostics:
         """Snapshot the weights (only on diagnostic steps) for the update ratio."""
         self._before = {p: _local(p).detach().clone() for ps in self.groups.values() for p in ps}
 
-    def after_step(self, grad_norms: dict[str, float]) -> dict[str, float]:
+    def after_step(self, grad_norms: dict[str, float]) -> dict[str, float | None]:
         """The step's per-group figures, once the optimizer has stepped."""
         before, self._before = self._before, None
+        assert before is not None  # before_step ran on this step: both are gated by the same `due`
         w_norm = group_norms(self.groups, lambda p: before[p])
         delta = group_norms(self.groups, lambda p: _local(p).detach() - before[p])
-        row = {}
+        row: dict[str, float | None] = {}
         for g in self.groups:
             row[f"diag/{g}/grad_norm"] = grad_norms[g]
             row[f"diag/{g}/param_norm"] = w_norm[g]  # before the step: what the update ratio divides by
@@ -175,7 +176,7 @@ class SpikeDetector:
             if median > 0 and loss > self.factor * median:
                 jumps = {g: n / statistics.median(self.norms[g]) for g, n in grad_norms.items()
                          if g in self.norms and statistics.median(self.norms[g]) > 0}
-                top = sorted(jumps, key=jumps.get, reverse=True)[:3]
+                top = sorted(jumps, key=jumps.__getitem__, reverse=True)[:3]
                 event = {"spike/loss": loss, "spike/median": median, "spike/ratio": loss / median,
                          "spike/layers": ", ".join(f"{g} x{jumps[g]:.1f}" for g in top)}
         self.losses.append(loss)
@@ -226,7 +227,7 @@ class Monitor:
 
     def after_update(self, step: int, loss: float, batches: list) -> dict:
         """Keys for the row of step + 1 (the trained step `step`): diag/ figures when due, spike/ on a spike."""
-        t0, row = time.perf_counter(), {}
+        t0, row = time.perf_counter(), {}  # type: float, dict
         if self.due:
             row |= self.diag.after_step(self.norms)
             row |= self.diag.probe(batches[0][0].to(self.hardware.device))

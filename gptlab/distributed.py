@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -96,7 +97,7 @@ def shard(model, hardware, world: int):
     mode = compile_mode(hardware.compile)
     mesh = init_device_mesh(hardware.device.split(":")[0], (world,))
     param_dtype = None if hardware.dtype == "fp32" else hardware.torch_dtype  # None: gather the fp32 params as they are
-    options = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
+    options: dict[str, Any] = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
                "offload_policy": CPUOffloadPolicy() if hardware.cpu_offload else OffloadPolicy()}
     for block in model.blocks:
         if mode is not None:

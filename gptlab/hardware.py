@@ -113,7 +113,7 @@ class Hardware:
             # torch's fp32_precision API; the older allow_tf32 flags are deprecated and must not be mixed with it
             precision = "tf32" if self.tf32 else "ieee"
             torch.backends.cuda.matmul.fp32_precision = precision
-            torch.backends.cudnn.conv.fp32_precision = precision
+            torch.backends.cudnn.conv.fp32_precision = precision  # type: ignore[attr-defined]  # not in torch's stubs
 
     def resolved_peak_flops(self, cache_dir) -> float:
         """The peak FLOP/s for MFU: the configured number, a datasheet value, or a cached CPU measurement."""

@@ -56,7 +56,7 @@ class Prefetcher:
     def __init__(self, draw_step, start: int, stop: int, depth: int, device: str = "cpu"):
         self._draw, self._next, self._stop = draw_step, start, stop
         self._room = threading.Semaphore(depth)  # steps the thread may draw before the training thread takes one
-        self._ready = queue.SimpleQueue()  # (step, batches or None, exception or None), in step order
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()  # (step, batches or None, exception or None), in step order
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(start, device), name=THREAD_NAME, daemon=True)
         self._thread.start()

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -28,7 +29,7 @@ __all__ = ["ProfileResult", "format_breakdown", "format_layers", "predicted_laye
            "profile_steps", "restore_state", "snapshot_state"]
 
 
-def module_kinds(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
+def module_kinds(model: Any) -> list[tuple[str, nn.Module, str]]:
     """(name, module, kind) for every hooked module; parents are timed exclusive of hooked children."""
     out = [("model", model, "other"), ("wte", model.wte, "embedding")]
     out += [(f"position.{n}", m, "embedding") for n, m in model.position.named_modules() if isinstance(m, nn.Embedding)]
@@ -52,7 +53,8 @@ class _Timer:
     """A stack of open module frames; on close, the frame's time minus its children's goes to its kind (and layer)."""
 
     def __init__(self, sync: Callable[[], None], n_layer: int = 0):
-        self.sync, self.stack, self.seconds = sync, [], dict.fromkeys(GROUPS, 0.0)
+        self.sync, self.seconds = sync, dict.fromkeys(GROUPS, 0.0)
+        self.stack: list = []
         self.layers = [dict.fromkeys(GROUPS, 0.0) for _ in range(n_layer)]
 
     def open(self, kind: str, label: str, layer: int | None = None) -> None:
@@ -88,7 +90,7 @@ def _hook(model: nn.Module, timer: _Timer) -> list:
         if module is model:
             continue
         handles.append(module.register_full_backward_pre_hook(
-            lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)))
+            lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)))  # type: ignore[misc]  # torch hook typing
         handles.append(module.register_full_backward_hook(lambda m, gi, go: timer.close()))
     return handles
 
@@ -210,7 +212,7 @@ def restore_state(model: nn.Module, optimizer, saved: dict) -> None:
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
 
 
-def profile_steps(model: nn.Module, optimizer, batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], *,
+def profile_steps(model: Any, optimizer, batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], *,
                   steps: int = 3, warmup: int = 1, autocast: Callable = contextlib.nullcontext,
                   device: str = "cpu", run_dir: str | Path | None = None, predicted: dict | None = None,
                   restore: bool = True, predicted_layers: list[float] | None = None) -> ProfileResult:

@@ -41,7 +41,7 @@ def _cpu_name() -> str:
 
 def collect(overrides: list[str], hardware) -> dict:
     """Provenance record for the run directory."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = md.version(name)

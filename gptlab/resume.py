@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -67,7 +68,7 @@ class Start:
 
 def flat(tree, prefix: str = "") -> dict:
     """{"model": {"d_model": 64}} -> {"model.d_model": 64}; lists stay values."""
-    out = {}
+    out: dict = {}
     for key, value in (tree or {}).items():
         if isinstance(value, dict):
             out |= flat(value, f"{prefix}{key}.")
@@ -132,7 +133,7 @@ def check(state: dict, current: dict, source: str, lr_factors: Callable) -> None
     saved_max = flat(saved["config"]).get("train.max_steps")
     max_steps = flat(current["config"])["train.max_steps"]
     if saved_max != max_steps:
-        _check_max_steps(int(saved_max), int(max_steps), int(state["step"]), lr_factors, source)
+        _check_max_steps(int(cast(int, saved_max)), int(max_steps), int(state["step"]), lr_factors, source)
 
 
 def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_factors: Callable) -> Start:
@@ -209,6 +210,7 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
     if start.kind == "fresh":
         return Progress()
     state = start.state
+    assert state is not None  # only a fresh start (returned above) has no state
     hyper = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     try:
         load_weights(model, optimizer if start.optimizer_state else None, state)

@@ -105,6 +105,7 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
 
 
 def _init_record(start: resume.Start) -> dict:
+    assert start.state is not None  # an init start carries its checkpoint
     return {"checkpoint": start.source.strip("'"), "step": int(start.state["step"]), "differences": start.differences,
             "optimizer_state": start.optimizer_state}
 

@@ -104,7 +104,7 @@ def _by_name(model, optimizer, saved: dict) -> dict:
     """A torch optimizer state_dict (state keyed 0, 1, ... in param-group order) keyed by parameter name."""
     names = {id(p): n for n, p in model.named_parameters()}
     members = saved.get("members", [saved])  # an OptimizerSet saves its members' state dicts
-    state, groups = {}, []
+    state, groups = {}, []  # type: dict, list
     for opt, sd in zip(_optimizers(optimizer), members):
         order = [names[id(p)] for g in opt.param_groups for p in g["params"]]
         state |= {order[int(i)]: s for i, s in sd["state"].items()}

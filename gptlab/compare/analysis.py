@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -138,7 +138,7 @@ def _row(g: Group, step: int) -> Row:
         label=g.label, choices=dict(runs[0].choices), n_seeds=len(runs),
         val_loss_mean=stats.mean(losses), val_loss_std=stats.std(losses), delta_val_loss=0.0, significant=None,
         tokens_per_s=tps_mean, step_ms=ms_mean,
-        mfu=stats.median([speed.run_speed(r, "mfu_median", "mfu", stats.median) for r in runs]),
+        mfu=stats.median(cast(list[float], [speed.run_speed(r, "mfu_median", "mfu", stats.median) for r in runs])),
         peak_mem_bytes=max((int(p) for p in peaks if p is not None), default=None),
         speedup=None, params=_first(runs, "params"), flops_per_token=_first(runs, "flops_per_token"),
         val_acc_mean=stats.mean(accs) if accs else None,
@@ -185,7 +185,7 @@ def identity_warnings(rows: list[Row], groups: list[Group]) -> list[str]:
     out += [f"warning: '{g.label}': its runs recorded different model fingerprints (code changed between seeds?)"
             for g in groups if mixed_fingerprints(g)]
     out += [f"warning: '{row.label}': speed taken under outside load (other processes used up to "
-            f"{100 * row.outside_load:.0f}% of the cores in one of its runs; limit {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}%)"
+            f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}%)"
             for row in rows if row.under_load]
     return out
 
@@ -253,7 +253,7 @@ def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: lis
     for flag, wanted in (("--target", targets), ("--threshold", thresholds)):
         for t in wanted:
             check_metric(t, runs, flag)
-    results = {}
+    results: dict = {}
     for t in [*targets, *thresholds]:
         results.setdefault(t, steps_to_target(cmp.groups, t))
     cmp.targets = list(results.values())

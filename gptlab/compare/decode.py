@@ -101,7 +101,7 @@ def _loaded(row: DecodeRow | None) -> bool:
 
 def decode_rows(groups: list[Group]) -> list[DecodeRow]:
     """Rows per group (the baseline, groups[0], first) and point, with speed-ups vs the baseline's same point."""
-    out, base_rows = [], {}
+    out, base_rows = [], {}  # type: list[DecodeRow], dict
     for g in groups:
         by_point: dict[tuple, list[dict]] = {}
         for run in g.runs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 
@@ -92,8 +93,8 @@ def _draw_band(ax, band: LossBand, color, label: str) -> None:
 
 def _loss_figure(cmp: Comparison, key: str):
     """val loss vs `key` (step, wall_s or tokens) for every group; None when no group has that x."""
-    bands = [(i, row, loss_band(g, key)) for i, (g, row) in enumerate(zip(cmp.groups, cmp.rows))]
-    bands = [(i, row, b) for i, row, b in bands if b is not None]
+    found = [(i, row, loss_band(g, key)) for i, (g, row) in enumerate(zip(cmp.groups, cmp.rows))]
+    bands = [(i, row, b) for i, row, b in found if b is not None]
     if not bands:
         return None
     name, _ = CURVES[key]
@@ -129,8 +130,8 @@ def _bar_figure(labels: list[str], values: list[list[float]], title: str, ylabel
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(values) + 2), 4.5))
     xs = np.arange(len(values))
     means = [stats.mean(v) if v else 0.0 for v in values]
-    stds = [stats.std(v) if len(v) > 1 else 0.0 for v in values]
-    ax.bar(xs, means, color=[_color(i) for i in xs], alpha=0.6)
+    stds = [cast(float, stats.std(v)) if len(v) > 1 else 0.0 for v in values]  # >= 2 values have a std
+    ax.bar(xs, means, color=[_color(int(i)) for i in xs], alpha=0.6)
     ax.errorbar(xs, means, yerr=stds, fmt="none", ecolor="black", capsize=6, linewidth=1.2, label="± std over seeds")
     for i, v in enumerate(values):
         jitter = np.linspace(-0.15, 0.15, len(v)) if len(v) > 1 else np.zeros(len(v))

@@ -72,7 +72,7 @@ def speed_cell(row: Row) -> str:
         return "–"
     # An identical model's CI would describe a gap that by construction is not there (comparison.json keeps it).
     show_ci = row.speedup_ci and not row.speed_verdict.startswith(IDENTICAL)
-    ci = f" [{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]" if show_ci else ""
+    ci = f" [{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]" if show_ci and row.speedup_ci else ""
     return f"{row.speedup:.2f}×{ci} {row.speed_verdict}"
 
 

@@ -7,7 +7,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -204,7 +204,7 @@ def _setting(config: dict[str, Any], *dotted: str) -> str | None:
 
 def wandb_identity(run: Run) -> dict[str, Any]:
     """The run's W&B {id, project, entity, group}: summary.json "wandb", else the id file and the logger config."""
-    recorded = run.summary.get("wandb") if isinstance(run.summary.get("wandb"), dict) else {}
+    recorded: dict = cast(dict, run.summary.get("wandb")) if isinstance(run.summary.get("wandb"), dict) else {}
     id_file = run.path / WANDB_ID_FILE
     stored = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else ""
     cfg = run.config

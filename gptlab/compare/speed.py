@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from gptlab.compare import stats
 from gptlab.compare.runs import Run
@@ -63,7 +64,8 @@ def speedup(arm: Sequence[float], base: Sequence[float], alpha: float) -> SpeedU
     test = stats.welch_test(la, lb)
     if test is None:
         return SpeedUp(math.exp(diff), None, None, f"n/a: {min(len(arm), len(base))} seed")
-    se = math.sqrt(stats.std(la) ** 2 / len(la) + stats.std(lb) ** 2 / len(lb))
+    # welch_test gave a verdict, so both sides have >= 2 seeds and a std
+    se = math.sqrt(cast(float, stats.std(la)) ** 2 / len(la) + cast(float, stats.std(lb)) ** 2 / len(lb))
     half = stats.t_critical(alpha, test.df) * se if se > 0 else 0.0
     ci = (math.exp(diff - half), math.exp(diff + half))
     if test.p >= alpha:

@@ -6,7 +6,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gptlab.compare import stats
 from gptlab.compare.group import Group
@@ -135,7 +135,8 @@ def _spread(xs: list[float | None]) -> tuple[float | None, float | None]:
     """Mean and std of the values, or (None, None) when any is unknown or there are none."""
     if not xs or any(x is None for x in xs):
         return None, None
-    return stats.mean(xs), stats.std(xs)
+    known = cast(list[float], xs)  # none is None (checked above)
+    return stats.mean(known), stats.std(known)
 
 
 @dataclass
@@ -171,7 +172,7 @@ def target_row(g: Group, target: Target) -> TargetRow:
     """Per-seed hits of one group summarised; the unreached seeds are counted, never averaged away."""
     hits = [first_hit(r, target) for r in g.runs]
     ok = [h for h in hits if h.reached]
-    steps = _spread([float(h.step) for h in ok])
+    steps = _spread([float(cast(int, h.step)) for h in ok])  # a seed that reached the target has its step
     tokens, wall = _spread([h.tokens for h in ok]), _spread([h.wall_s for h in ok])
     return TargetRow(g.label, len(hits), len(ok), *steps, *tokens, *wall,
                      [h.last_step for h in hits if not h.reached], seeds=hits)

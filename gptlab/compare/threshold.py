@@ -72,7 +72,7 @@ def threshold(groups: list[Group], result: TargetResult, key: str | None) -> Thr
     values = [g.value(key) or "unset" for g in groups]
     nums = _numeric(values)
     order = sorted(range(len(groups)), key=lambda i: nums[i]) if nums else list(range(len(groups)))
-    arms = [{"value": values[i], "label": groups[i].label, "n_reached": result.rows[i].n_reached,
+    arms: list[dict[str, Any]] = [{"value": values[i], "label": groups[i].label, "n_reached": result.rows[i].n_reached,
              "n_seeds": result.rows[i].n_seeds} for i in order]
     full = [a for a in arms if a["n_reached"] == a["n_seeds"]]
     counts = ", ".join(f"{key}={a['value']}: {a['n_reached']}/{a['n_seeds']}" for a in arms)

@@ -91,7 +91,7 @@ def linked_runs(cmp: Comparison) -> list[dict[str, Any]]:
 
 def offline_folders(runs: list[Run]) -> list[str]:
     """Offline W&B folders of the compared runs (summary.json "wandb"): to sync before the links resolve online."""
-    out = []
+    out: list[str] = []
     for run in runs:
         recorded = run.summary.get("wandb")
         if isinstance(recorded, dict) and recorded.get("mode") == "offline":
@@ -144,7 +144,7 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
     """Everything the comparison run logs: the table, native charts and the PNGs."""
     import wandb
 
-    data: dict[str, Any] = {"comparison": wandb.Table(columns=TABLE_COLUMNS, data=table_rows(cmp))}
+    data: dict[str, Any] = {"comparison": wandb.Table(columns=TABLE_COLUMNS, data=table_rows(cmp))}  # type: ignore[arg-type]  # wandb: invariant list[str | int]
     xs, ys, keys = curve_series(cmp)
     data["charts/val_loss_vs_step"] = wandb.plot.line_series(
         xs, ys, keys, title="val/loss vs step: mean over seeds, min and max lines = seed band", xname="step")
@@ -152,7 +152,7 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
         rows = seed_stats(cmp, metric)
         if not rows:
             continue
-        table = wandb.Table(columns=STAT_COLUMNS, data=rows)
+        table = wandb.Table(columns=STAT_COLUMNS, data=rows)  # type: ignore[arg-type]  # wandb: invariant list[str | int]
         data[f"charts/{metric}"] = wandb.plot.bar(table, "label", "mean", title=f"{metric}: mean over seeds")
         exs, eys, ekeys = error_bars(rows)
         data[f"charts/{metric}_error_bars"] = wandb.plot.line_series(

@@ -66,7 +66,7 @@ def _loss_section(key: str, max_runs: int):
     panels = [wr.LinePlot(title=f"val/loss vs {title} by {key}", x=x, y=["val/loss"], groupby=by,
                           groupby_aggfunc="mean", groupby_rangefunc="minmax", max_runs_to_show=max_runs,
                           title_x=title, title_y="val/loss") for x, title in LOSS_AXES.items()]
-    return ws.Section(name=f"val/loss by {key}", panels=panels, is_open=True,
+    return ws.Section(name=f"val/loss by {key}", panels=panels, is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
                       panel_settings=ws.SectionPanelSettings(x_axis="step"))
 
 
@@ -81,7 +81,7 @@ def _speed_section(key: str | None, max_runs: int):
                           groupby_aggfunc="mean", groupby_rangefunc="stddev", aggregate=True,
                           max_runs_to_show=max_runs, title_x="step", title_y=title)
               for metric, title in SPEED_METRICS.items()]
-    return ws.Section(name="speed and memory", panels=panels, is_open=True,
+    return ws.Section(name="speed and memory", panels=panels, is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
                       panel_settings=ws.SectionPanelSettings(x_axis="step"))
 
 

@@ -9,7 +9,7 @@ import torch.nn as nn
 from gptlab.costs.accounting import Accounting, intensity
 from gptlab.costs.memory import activation_bytes, kv_cache
 from gptlab.costs.ops import Op, Shape, block_ops, forward_ops, loss_op, optimizer_op
-from gptlab.costs.structure import ModelShape, block_shape, describe, non_embedding_params
+from gptlab.costs.structure import Contract, ModelShape, block_shape, describe, non_embedding_params
 from gptlab.errors import ConfigError
 
 MODES = ("train", "prefill", "decode")
@@ -190,7 +190,7 @@ def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: 
         ops=rows, intensity=intensity(ops, not materialized, peak / bw), accounting=asdict(acc))
 
 
-def layer_times(model: nn.Module, report: CostReport | dict, checkpointing: bool = False) -> list[float]:
+def layer_times(model: Contract, report: CostReport | dict, checkpointing: bool = False) -> list[float]:
     """Step time lower bound of each block (by index) under the report's shape, mode, roofs, dtype and accounting."""
     d = report if isinstance(report, dict) else report.to_dict()
     given = d.get("accounting") or {}

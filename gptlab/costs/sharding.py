@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import torch.nn as nn
 
 from gptlab.costs.memory import activation_bytes, param_weights
-from gptlab.costs.structure import ModelShape, describe
+from gptlab.costs.structure import Contract, ModelShape, describe
 from gptlab.errors import ConfigError
 
 STRATEGIES = ("ddp", "fsdp")
@@ -65,7 +65,7 @@ class ParamLayout:
                    if inside or not blocks_only)
 
 
-def param_layout(model: nn.Module) -> ParamLayout:
+def param_layout(model: Contract) -> ParamLayout:
     """The ParamLayout of a GPT (a cost-model skeleton's blocks count once per layer they stand for)."""
     weights = param_weights(model)
     inside = {id(p) for block in model.blocks for p in block.parameters()}

@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +117,7 @@ def _load_tokenizer(name: str, folder: Path, state: dict, cache_dir: Path):
     return make_tokenizer(name, "", cache_dir)
 
 
-def _chunks(source, skip_chunks: int) -> Iterator[tuple[int, int, list[tuple[str, bool]]]]:
+def _chunks(source, skip_chunks: int) -> Generator[tuple[int, int, list[tuple[str, bool]]], None, None]:
     """(chunk index, index of its first segment, segments) from chunk `skip_chunks` on (earlier ones read, not kept)."""
     chunk, size, index, first = [], 0, 0, 0
     for seg_index, seg in enumerate(source.segments()):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
 from gptlab.data.streams import indexed_ints
 from gptlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gptlab.data.shards import TokenStream
 
 
 def check_positive_int(key: str, value) -> int:
@@ -21,8 +26,8 @@ class LMData:
 
     reports_accuracy = False
 
-    def __init__(self, *, name: str, tokenizer, train: np.ndarray, val: np.ndarray, seed: int, block_size: int,
-                 fingerprint: str):
+    def __init__(self, *, name: str, tokenizer, train: np.ndarray | TokenStream, val: np.ndarray | TokenStream,
+                 seed: int, block_size: int, fingerprint: str):
         self.name = name
         self.fingerprint = f"{name}:{fingerprint}"  # the token arrays' cache key: changes with content or tokenizer
         self.tokenizer = tokenizer
@@ -39,7 +44,8 @@ class LMData:
                     f"or change data.val_fraction"
                 )
 
-    def _windows(self, tokens: np.ndarray, stream: str, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _windows(self, tokens: np.ndarray | TokenStream, stream: str, first: int,
+                 count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples first..first+count-1 of `stream`: windows of T+1 tokens -> (x, y), each (count, T) int64."""
         check_positive_int("sample count", count)
         T = self.seq_len

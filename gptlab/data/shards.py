@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -47,7 +48,8 @@ class ShardWriter:
         for stale in self.folder.glob("*shard_*"):  # shards after the last recorded one are torn
             if stale.name.startswith(".") or int(stale.name[6:11]) >= len(self.lengths):
                 stale.unlink()
-        self._file, self._fill = None, 0  # the shard being written (streamed to disk: RAM stays flat)
+        self._file: IO[bytes] | None = None  # the shard being written (streamed to disk: RAM stays flat)
+        self._fill = 0
 
     @property
     def tokens(self) -> int:
@@ -77,6 +79,7 @@ class ShardWriter:
         return self.folder / f".{shard_name(len(self.lengths))}.tmp"
 
     def _flush(self, state: dict) -> None:
+        assert self._file is not None  # called once a shard is full, so one is open
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()

@@ -38,9 +38,9 @@ def _txt_segments(path: Path) -> Iterator[tuple[str, bool]]:
         while block := f.read(_READ):
             pending += decoder.decode(block)
             if len(pending) > SEGMENT_CHARS:
-                *full, pending = cut_segments(pending, False)  # the tail may grow with the next block
+                *full, tail = cut_segments(pending, False)  # the tail may grow with the next block
                 yield from full
-                pending = pending[0]
+                pending = tail[0]
     yield from cut_segments(pending + decoder.decode(b"", final=True), True)
 
 

@@ -48,6 +48,7 @@ class _Base:
     name: str
     vocab_size: int
     eot_id: int | None = None  # end-of-document token id, None when the vocabulary has none
+    encode: Callable[[str], list[int]]  # each subclass defines it
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Encode many texts; same result as encode() on each."""

@@ -38,7 +38,7 @@ class _Store:
         self.dtype, self.quant = dtype, quant
         if quant == "int8":
             self.data = torch.zeros(shape, dtype=torch.int8, device=device)
-            self.scale = torch.zeros(shape[:3] + (1,), dtype=torch.float16, device=device)
+            self.scale: torch.Tensor | None = torch.zeros(shape[:3] + (1,), dtype=torch.float16, device=device)
         else:
             self.data, self.scale = torch.zeros(shape, dtype=dtype, device=device), None
 
@@ -123,7 +123,7 @@ def make_caches(model, batch: int, max_len: int, *, dtype=None, device=None, qua
     window shorter than max_len, else a StaticCache. dtype/device default to the model's parameters'."""
     param = next(model.parameters())
     dtype, device = dtype or param.dtype, device or param.device
-    caches = []
+    caches: list[RingCache | StaticCache] = []
     for block in model.blocks:
         attn = block.attn
         if attn.window is not None and attn.window < max_len:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
+from typing import cast
 
 import torch
 
@@ -190,7 +191,7 @@ def measure_point(model, batch: int, context: int, cache: str, grid: Grid) -> di
     point |= {"peak_mem_bytes": spread([p for _, p, _ in runs]),
               "peak_mem_delta_bytes": spread([d for _, _, d in runs]),
               "kv_bytes_measured": measured, "kv_bytes_predicted": predicted,
-              "kv_bytes_ratio": None if measured is None else measured / predicted,
+              "kv_bytes_ratio": None if measured is None else measured / cast(int, predicted),  # set with measured
               "tokens_digest": hashlib.sha1(first.tokens.cpu().numpy().tobytes()).hexdigest()[:12],
               "same_tokens_as_none": None, "outside_load": load.mean()}
     return point

@@ -10,8 +10,7 @@ prefix (a prefix of a target sample is a target sample, so this stays exact; it 
 
 Caches: every layer gets a StaticCache here, sliding-window layers included (their window is applied by the
 attention mask over absolute positions), because a RingCache cannot forget positions once it has wrapped; so memory
-is max_len per layer, not the window. CLI: python -m gptlab.infer.speculative --target RUN --draft RUN [--k 4]
-"""
+is max_len per layer, not the window. CLI: python -m gptlab.infer.speculative --target RUN --draft RUN [--k 4]"""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -89,7 +89,7 @@ class Sampler:
             best = logits.argmax(dim=-1)  # (B, k+1)
             return best, (best[:, :k] == proposal).int().cumprod(dim=1).sum(dim=1)
         p = probs(logits, self.temperature, self.top_k)  # (B, k+1, V)
-        q = p[:, :0] if k == 0 else q  # (B, 0, V): nothing proposed, the target's own token only
+        q = p[:, :0] if k == 0 else cast(torch.Tensor, q)  # (B, 0, V): nothing proposed; a sampled draft has q
         px = p[:, :k].gather(2, proposal[..., None])[..., 0]  # (B, k)
         qx = q.gather(2, proposal[..., None])[..., 0]  # (B, k), > 0: x was drawn from q
         u = torch.rand((B, k), generator=self.generator, device=p.device)
@@ -134,7 +134,7 @@ def propose(draft, dcaches: list, seq: torch.Tensor, k: int, sampler: Sampler):
         drafts.append(token)
         feed = token
     proposal = torch.cat(drafts, dim=1) if drafts else seq.new_empty(seq.size(0), 0)
-    return proposal, (torch.stack(qs, dim=1) if k and qs[0] is not None else None)
+    return proposal, (torch.stack(cast(list[torch.Tensor], qs), dim=1) if k and qs[0] is not None else None)
 
 
 def verify(target, tcaches: list, seq: torch.Tensor, proposal: torch.Tensor, q, sampler: Sampler):
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     from gptlab.cli.sample import load_run  # the one run-dir loader (lazy: the library part needs no CLI)
 
     parser = argparse.ArgumentParser(prog="python -m gptlab.infer.speculative", description=__doc__.splitlines()[0])
-    parser.error = lambda message: fail(f"speculative: {message}")  # one line, exit 2
+    parser.error = lambda message: fail(f"speculative: {message}")  # type: ignore[method-assign]  # one line, exit 2
     parser.add_argument("--target", type=Path, required=True, help="the target's run dir")
     parser.add_argument("--draft", type=Path, required=True, help="the draft's run dir (same tokenizer)")
     parser.add_argument("--k", type=int, default=4, help="tokens the draft proposes per round (>= 1)")

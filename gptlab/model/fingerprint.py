@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Any
 
 import torch.nn as nn
 
@@ -14,7 +15,7 @@ IGNORED = {"training", "activation_checkpointing"}  # switches that change speed
 
 def _hyper_parameters(module: nn.Module) -> dict:
     """A module's own plain attributes (n_head, window, impl, eps, p, ...), the effective values after __init__."""
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in sorted(vars(module).items()):
         if key.startswith("_") or key in IGNORED:
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -76,7 +77,7 @@ class GPT(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         check_components(self)
-        for block in self.blocks:
+        for block in cast(list[Block], self.blocks):  # nn.ModuleList iterates as plain Modules
             block.attn.uses_score_bias = self.position.has_score_bias
         self.init_weights()
 
@@ -90,7 +91,7 @@ class GPT(nn.Module):
         if not self.cfg.tie_embeddings:
             nn.init.normal_(self.lm_head.weight, std=std)
         self.position.init_weights(std)
-        for block in self.blocks:
+        for block in cast(list[Block], self.blocks):
             block.attn.init_weights(self.cfg.n_layer, std)
             block.mlp.init_weights(self.cfg.n_layer, std)
         for m in self.modules():

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 def split_decay(model: nn.Module) -> tuple[list, list]:
     """Parameters with >= 2 dims (matrices, embeddings) get weight decay; biases and norm gains don't."""
-    decay, no_decay = [], []
+    decay, no_decay = [], []  # type: list, list
     for p in model.parameters():
         if p.requires_grad:
             (decay if p.dim() >= 2 else no_decay).append(p)

@@ -12,10 +12,10 @@ class OptimizerSet(torch.optim.Optimizer):
     def __init__(self, optimizers: list[torch.optim.Optimizer]):
         self.optimizers = optimizers
         self.defaults = {}
-        self.state = {}  # per-optimizer state lives in the members
+        self.state = {}  # type: ignore[assignment]  # per-optimizer state lives in the members
 
     @property
-    def param_groups(self) -> list[dict]:
+    def param_groups(self) -> list[dict]:  # type: ignore[override]  # torch types it as a plain attribute
         """The members' live group dicts (load_state_dict replaces them, so never cache this list)."""
         return [g for opt in self.optimizers for g in opt.param_groups]
 

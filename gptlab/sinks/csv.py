@@ -115,6 +115,7 @@ class CsvSink:
 
     def _append(self, line: str) -> None:
         """Append and flush one CSV line; on failure cut the torn line off and raise naming the file."""
+        assert self._file is not None  # log() refused a closed sink
         end = self._file.tell()
         try:
             self._file.write(line)

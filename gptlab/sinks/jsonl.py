@@ -16,7 +16,7 @@ SUMMARY_FILE = "summary.json"
 
 def read_rows(path: Path) -> list[dict]:
     """The complete rows of a metrics file; a torn last line (killed mid-write) is skipped."""
-    rows = []
+    rows: list[dict] = []
     if not path.exists():
         return rows
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 CONSOLE_LOG = "gptlab.console"  # lines shown on the console, copied to train.log (never to the console again)
 console_log = logging.getLogger(CONSOLE_LOG)
@@ -66,7 +66,7 @@ class ProgressSink:
         self._first: tuple[int, float] | None = None  # (step, time) of the first row, for the ETA
         self._last_print: float | None = None
         self._printed_step: int | None = None
-        self._bar = None  # rich Progress, created on the first row in tty mode
+        self._bar: Any = None  # rich Progress, created on the first row in tty mode
         self._task = None
         self._closed = False
 

@@ -151,7 +151,7 @@ class WandbSink:
         if "WANDB_MODE" in os.environ and not os.environ["WANDB_MODE"].strip():
             del os.environ["WANDB_MODE"]  # set but empty = unset (resolve_mode read it so); wandb's Settings refuse ""
         run = wandb.init(
-            dir=str(self.run_dir), mode=mode, id=self.run_id, resume="allow", reinit="create_new",
+            dir=str(self.run_dir), mode=mode, id=self.run_id,  # type: ignore[arg-type]  # mode: resolve_mode's value resume="allow", reinit="create_new",
             settings=wandb.Settings(silent=True), **init_args,
         )
         for axis in X_AXES:  # every row carries all three, so any panel can switch its x-axis

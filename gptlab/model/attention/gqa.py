@@ -63,6 +63,7 @@ class GroupedQueryAttention(Attention):
         k = k.view(B, T, Hkv, hd).transpose(1, 2)  # (B, Hkv, T, hd)
         v = v.view(B, T, Hkv, hd).transpose(1, 2)
         if self.q_norm is not None:
+            assert self.k_norm is not None  # q_norm and k_norm are made together (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         y = self.attend(q, k, v, position, cache)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, H * hd))  # (B, T, H·hd) -> (B, T, d)

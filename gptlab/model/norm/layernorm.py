@@ -18,7 +18,7 @@ class LayerNorm(Norm):
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)
         if self.bias is not None:
-            nn.init.zeros_(self.bias)
+            nn.init.zeros_(self.bias)  # type: ignore[arg-type]  # registered via register_parameter: typed Tensor | Module
 
     def forward(self, x):
         return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
