@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTHON ?= python3
 
-.PHONY: setup run test test-fast bench gpu-check clean
+.PHONY: setup run test test-fast lint bench gpu-check clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -22,6 +22,10 @@ test: setup
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
+
+# ruff lint (pyproject.toml [tool.ruff]) and mypy type checks (pyproject.toml [tool.mypy]); CI runs it before the tests
+lint: setup
+	$(VENV)/bin/ruff check gptlab benchmarks && $(VENV)/bin/mypy gptlab
 
 # Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min (AMX CPU), ~9 min (2-core AVX2 EPYC: emulated bf16)
 bench: setup
