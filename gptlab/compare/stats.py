@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
-
 
 ALPHA = 0.05  # significance level of every Welch test in gptlab-compare
 
@@ -63,9 +62,16 @@ class Welch:
     p: float
 
 
+def _var(xs: Sequence[float]) -> float:
+    """Sample variance of at least 2 values (std(xs) ** 2, which is never None here)."""
+    s = std(xs)
+    assert s is not None, "a variance needs at least 2 values"
+    return s * s
+
+
 def welch_df(a: Sequence[float], b: Sequence[float]) -> float:
     """Welch-Satterthwaite degrees of freedom of two samples with at least 2 values each (not both constant)."""
-    va, vb = std(a) ** 2 / len(a), std(b) ** 2 / len(b)
+    va, vb = _var(a) / len(a), _var(b) / len(b)
     return (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
 
 
@@ -74,7 +80,7 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> Welch | None:
     if len(a) < 2 or len(b) < 2:
         return None
     diff = mean(a) - mean(b)
-    se2 = std(a) ** 2 / len(a) + std(b) ** 2 / len(b)
+    se2 = _var(a) / len(a) + _var(b) / len(b)
     if se2 == 0.0:
         # Zero seed noise on both sides: any difference at all is beyond noise (scipy would give NaN here).
         return Welch(0.0, float("inf"), 1.0) if diff == 0.0 else Welch(math.copysign(math.inf, diff), float("inf"), 0.0)
