@@ -28,3 +28,21 @@ def tiny_model(*overrides: str, seed: int = 0, vocab: int = VOCAB):
 def tokens(B: int = 2, T: int = 24, vocab: int = VOCAB, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (B, T), generator=g)
+
+
+def least_disturbed_profile(profile, attempts: int = 3, coverage: float = 0.9):
+    """Call profile() (-> ProfileResult) until its labelled regions cover `coverage` of the measured step.
+
+    Regions are timed inside the step with the same clock, so attributed_s <= step_s always (asserted here);
+    a busy machine can only pre-empt the process in the gaps between regions and lower the coverage, never
+    raise it. Best of a few attempts is the measurement a quiet machine would give (one-sided noise).
+    """
+    best = None
+    for _ in range(attempts):
+        result = profile()
+        assert result.attributed_s <= result.step_s * (1 + 1e-9), (result.attributed_s, result.step_s)
+        if best is None or result.attributed_s / result.step_s > best.attributed_s / best.step_s:
+            best = result
+        if best.attributed_s >= coverage * best.step_s:
+            break
+    return best

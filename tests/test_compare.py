@@ -277,7 +277,6 @@ def test_compare_imports_nothing_of_training():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (REPO / "gptlab" / "cli" / "train.py").is_file(), reason="gptlab-train not written yet")
 def test_real_short_runs_two_configs_two_seeds(tmp_path, capsys):
     choices = sorted(p.stem for p in (REPO / "conf" / "attention").glob("*.yaml"))
     pair = ["mha", "gqa"] if {"mha", "gqa"} <= set(choices) else choices[:2]

@@ -11,6 +11,7 @@ from gptlab.build import build_model, build_optimizer, compose
 from gptlab.costs import analyze
 from gptlab.costs.ops import GROUPS
 from gptlab.profile import format_breakdown, predicted_shares, profile_steps
+from model_helpers import least_disturbed_profile
 
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.vocab_size=128"]
 B, T = 4, 64
@@ -33,10 +34,11 @@ def test_breakdown_sums_to_measured_step_time(overrides, tmp_path):
     model, optimizer, batch = _setup(overrides)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     predicted = predicted_shares(analyze(model, B, T, mode="train"))
-    result = profile_steps(model, optimizer, batch, steps=2, warmup=1, run_dir=tmp_path, predicted=predicted)
+    result = least_disturbed_profile(
+        lambda: profile_steps(model, optimizer, batch, steps=2, warmup=1, run_dir=tmp_path, predicted=predicted))
     assert set(result.seconds) == set(GROUPS)
     assert all(v >= 0 for v in result.seconds.values())
-    assert result.attributed_s == pytest.approx(result.step_s, rel=0.10)
+    assert 0.90 * result.step_s <= result.attributed_s <= result.step_s  # regions cover >= 90 % of the step
     for kind in ("attention projections", "attention kernel", "mlp", "lm_head", "optimizer"):
         assert result.seconds[kind] > 0, kind
     assert sum(predicted.values()) == pytest.approx(1.0)

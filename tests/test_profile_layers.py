@@ -12,6 +12,7 @@ from gptlab.costs import analyze
 from gptlab.costs.ops import GROUPS
 from gptlab.profile import format_breakdown, predicted_layer_shares, predicted_shares, profile_steps
 from gptlab.profile_table import LAYER_KINDS
+from model_helpers import least_disturbed_profile
 
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.vocab_size=128"]
 B, T = 4, 64
@@ -31,9 +32,10 @@ def profiled(tmp_path_factory):
     batches = [torch.randint(0, 128, (B, T + 1), generator=gen) for _ in range(3)]
     report = analyze(model, B, T, mode="train")
     run_dir = tmp_path_factory.mktemp("profile")
-    result = profile_steps(model, build_optimizer(cfg, model), lambda i: (batches[i][:, :-1], batches[i][:, 1:]),
-                           steps=2, warmup=1, run_dir=run_dir, predicted=predicted_shares(report),
-                           predicted_layers=predicted_layer_shares(report, model))
+    optimizer = build_optimizer(cfg, model)
+    result = least_disturbed_profile(lambda: profile_steps(
+        model, optimizer, lambda i: (batches[i][:, :-1], batches[i][:, 1:]), steps=2, warmup=1, run_dir=run_dir,
+        predicted=predicted_shares(report), predicted_layers=predicted_layer_shares(report, model)))
     return result, report.to_dict(), run_dir
 
 
@@ -49,7 +51,7 @@ def test_one_row_per_layer_with_positive_times(profiled):
 
 
 def test_layers_and_the_other_kinds_add_up_to_the_step(profiled):
-    """Σ layers + time outside every block = time attributed to kinds (exactly) ≈ the measured step (10 %)."""
+    """Σ layers + time outside every block = time attributed to kinds (exactly), 90-100 % of the measured step."""
     result, _, _ = profiled
     outside = result.outside_layers()
     assert set(outside) == set(GROUPS)
@@ -58,7 +60,7 @@ def test_layers_and_the_other_kinds_add_up_to_the_step(profiled):
         assert outside[kind] == result.seconds[kind] > 0, kind
     layers = sum(r["total_s"] for r in result.layer_rows())
     assert layers + sum(outside.values()) == pytest.approx(result.attributed_s, rel=1e-9)
-    assert layers + sum(outside.values()) == pytest.approx(result.step_s, rel=0.10)
+    assert 0.90 * result.step_s <= layers + sum(outside.values()) <= result.step_s * (1 + 1e-9)
     for kind in GROUPS:  # each kind's layer parts never exceed its total
         assert sum(layer[kind] for layer in result.layers) <= result.seconds[kind] + 1e-12
 
