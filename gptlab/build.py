@@ -72,8 +72,12 @@ def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
         raise ConfigError(f"model: {err}; allowed keys: {', '.join(GPTConfig.__dataclass_fields__)}") from None
 
 
-def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None) -> GPT:
-    """The GPT the config describes, on `device` (use "meta" to size even gpt2-xl for free)."""
+def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None,
+                activation_checkpointing: bool = False) -> GPT:
+    """The GPT the config describes, on `device` (use "meta" to size even gpt2-xl for free).
+
+    `activation_checkpointing` (hardware.activation_checkpointing) recomputes each block in backward when training.
+    """
     import torch
 
     mcfg = model_config(cfg, vocab_size)
@@ -83,8 +87,14 @@ def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None) -> 
         raise ConfigError(f"norm.placement: '{placement}' is not allowed; allowed: pre, post")
     attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))
     with torch.device(device or "cpu"):
-        return GPT(mcfg,
-                   attention=attention, mlp=mlp, norm=norm_factory, position=position, norm_placement=placement)
+        return GPT(mcfg, attention=attention, mlp=mlp, norm=norm_factory, position=position, norm_placement=placement,
+                   activation_checkpointing=activation_checkpointing)
+
+
+def plain_config(cfg: DictConfig) -> dict:
+    """The resolved config as plain Python, without Hydra's own node (what checkpoints and W&B record)."""
+    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in cfg.items() if k != "hydra"}
 
 
 def logger_factories(cfg: DictConfig) -> list[tuple[str, functools.partial]]:

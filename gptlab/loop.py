@@ -115,97 +115,125 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
     own_stop, stop = stop is None, stop or StopFlag()  # a flag made here is taken down here
     source = prefetch.batch_source(data, settings, ctx.rank, ctx.world, device, p.step)  # train.prefetch steps ahead
     try:
-        return _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler,
-                      stop, source)
+        return _Loop(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler,
+                     stop, source).run()
     finally:
         source.close()  # whatever ended the loop: no batch thread outlives train()
         if own_stop:
             stop.restore()
 
 
-def _train(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler, stop, source):
-    """The loop itself (see train)."""
-    device = hardware.device
-    peak = PeakMemory(device)  # this run's own peak: nothing carried over from earlier runs in the process
-    for group in optimizer.param_groups:
-        group.setdefault("initial_lr", group["lr"])
-    start_step = p.step
-    for sink in sinks:  # rows after the checkpoint are redone; from scratch, every row
-        getattr(sink, "truncate_after", lambda s: None)(start_step if resumed else -1)
-    micro_bs = settings.batch_size // settings.grad_accum // ctx.world
-    val_set = data.val_samples(settings.eval_sequences)
-    tokens_per_step = settings.batch_size * data.seq_len
-    status, wall0, started = "finished", p.wall_s, time.perf_counter()
-    load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # how busy the machine is besides this run
-    monitor = diagnostics.Monitor(model, data, hardware, settings, ctx)
-    model.train()
-    while True:
-        if p.step == max(start_step, settings.speed_warmup):
-            load.start()  # measured over the timed steps only
-        if _eval_due(p.step, settings, start_step, resumed):
-            ev = evaluate(model, val_set, micro_bs, hardware, device)
+class _Loop:
+    """One call of train(): the objects it drives, its progress `p`, its clocks and its load sampler."""
+
+    def __init__(self, model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler,
+                 stop, source):
+        self.model, self.ddp_model, self.data, self.optimizer, self.schedule = model, ddp_model, data, optimizer, schedule
+        self.hardware, self.settings, self.sinks, self.ctx, self.p = hardware, settings, sinks, ctx, p
+        self.resumed, self.scaler, self.stop, self.source = resumed, scaler, stop, source
+        self.device = hardware.device
+        self.peak = PeakMemory(self.device)  # this run's own peak: nothing carried over from earlier runs in the process
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.start_step = p.step
+        for sink in sinks:  # rows after the checkpoint are redone; from scratch, every row
+            getattr(sink, "truncate_after", lambda s: None)(self.start_step if resumed else -1)
+        self.micro_bs = settings.batch_size // settings.grad_accum // ctx.world
+        self.val_set = data.val_samples(settings.eval_sequences)
+        self.tokens_per_step = settings.batch_size * data.seq_len
+        self.status, self.wall0, self.started = "finished", p.wall_s, time.perf_counter()
+        self.load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # how busy the machine is besides this run
+        self.monitor = diagnostics.Monitor(model, data, hardware, settings, ctx)
+
+    def wall(self) -> float:
+        return self.wall0 + time.perf_counter() - self.started
+
+    def run(self) -> dict:
+        self.model.train()
+        while self._between_steps():
+            self._step()
+        _bank_load(self.load, self.p)
+        return summarise(self.p, self.status, self.ctx)
+
+    def _between_steps(self) -> bool:
+        """Eval and checkpoint where due at the current step; False when the run ends here."""
+        p, settings, ctx = self.p, self.settings, self.ctx
+        if p.step == max(self.start_step, settings.speed_warmup):
+            self.load.start()  # measured over the timed steps only
+        if _eval_due(p.step, settings, self.start_step, self.resumed):
+            ev = evaluate(self.model, self.val_set, self.micro_bs, self.hardware, self.device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
-            row = {"val/loss": ev["val/loss"], **({"val/acc": ev["val/acc"]} if data.reports_accuracy else {}),
-                   "tokens": p.tokens, "wall_s": wall0 + time.perf_counter() - started}  # every row has all x-axes
-            _emit(sinks, ctx, row, p.step)
-        stopping = _agree(stop.signum is not None, ctx, device)
-        if p.step != start_step:  # a resumed run that trains nothing keeps its figures as they were
-            p.wall_s = wall0 + time.perf_counter() - started
-            p.peak_mem_bytes = max(p.peak_mem_bytes, peak.read())
+            row = {"val/loss": ev["val/loss"], **({"val/acc": ev["val/acc"]} if self.data.reports_accuracy else {}),
+                   "tokens": p.tokens, "wall_s": self.wall()}  # every row has all x-axes
+            _emit(self.sinks, ctx, row, p.step)
+        stopping = _agree(self.stop.signum is not None, ctx, self.device)
+        if p.step != self.start_step:  # a resumed run that trains nothing keeps its figures as they were
+            p.wall_s = self.wall()
+            p.peak_mem_bytes = max(p.peak_mem_bytes, self.peak.read())
         # checkpoint after this step's eval row is written, so a resume never re-logs or loses a row
         ckpt_due = settings.ckpt_interval and p.step % settings.ckpt_interval == 0
-        if (ckpt_due or p.step >= settings.max_steps or stopping) and p.step != start_step:
-            _bank_load(load, p)
-            _save(model, optimizer, scaler, p, ctx)
+        if (ckpt_due or p.step >= settings.max_steps or stopping) and p.step != self.start_step:
+            _bank_load(self.load, p)
+            _save(self.model, self.optimizer, self.scaler, p, ctx)
         if p.step >= settings.max_steps:
-            break
+            return False
         if stopping:
-            status = stop.status if stop.signum is not None else "preempted"  # another rank's signal: preempted
-            break
-        factor = schedule(p.step)
+            self.status = self.stop.status if self.stop.signum is not None else "preempted"  # another rank's signal
+            return False
+        return True
+
+    def _step(self) -> None:
+        """One optimizer step (or a skipped non-finite one) and its metrics.
+
+        Step time: waiting for this step's batches (data_ms) + moving them + forward/backward + optimizer step
+        (+ a CUDA sync); eval, checkpoints and the diagnostics' own time fall outside it.
+        """
+        p, optimizer, scaler, monitor = self.p, self.optimizer, self.scaler, self.monitor
+        factor = self.schedule(p.step)
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
-        # step time: waiting for this step's batches (data_ms) + moving them + forward/backward + optimizer step
-        # (+ a CUDA sync); eval and checkpoints fall outside it
         t0 = time.perf_counter()
-        batches = source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
+        batches = self.source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
         data_s = time.perf_counter() - t0
         monitor.start(p.step)
-        loss, grad_norm = _train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device,
-                                      monitor)
+        loss, grad_norm = _train_step(self.model, self.ddp_model, optimizer, scaler, batches, self.settings,
+                                      self.hardware, self.ctx, self.device, monitor)
         if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
             monitor.nonfinite(batches, p.step)
-            _skip_step(optimizer, scaler, loss, grad_norm, p, settings, ctx)
-            continue
+            _skip_step(optimizer, scaler, loss, grad_norm, p, self.settings, self.ctx)
+            return
         monitor.before_update()
         scaler.step(optimizer)  # fp16: skipped when the scaled gradients overflowed (the scale then shrinks)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        if device.startswith("cuda"):
+        if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         extra = monitor.after_update(p.step, loss, batches)
         diag_s = monitor.take_spent()  # the diagnostics' own time: not the step's, reported as diag_ms
         step_s = time.perf_counter() - t0 - diag_s
         p.step += 1
-        p.tokens += tokens_per_step
-        step_mfu = mfu(ctx.flops_per_token, tokens_per_step / step_s, ctx.peak_flops, ctx.world)
+        p.tokens += self.tokens_per_step
+        self._record(loss, grad_norm, step_s, data_s, diag_s, extra)
+
+    def _record(self, loss: float, grad_norm: float, step_s: float, data_s: float, diag_s: float, extra: dict):
+        """The finished step's speed figures into the progress; its row to the sinks at log steps (or a spike's)."""
+        p, settings, tokens_per_step = self.p, self.settings, self.tokens_per_step
+        step_mfu = mfu(self.ctx.flops_per_token, tokens_per_step / step_s, self.ctx.peak_flops, self.ctx.world)
         if p.step > settings.speed_warmup:
             p.tokens_per_s.append(tokens_per_step / step_s)
             p.step_ms.append(step_s * 1000)
             p.data_ms.append(data_s * 1000)
             p.mfu.append(step_mfu or 0.0)
         if p.step % settings.log_interval == 0 or p.step == settings.max_steps:
-            row = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
+            row = {"train/loss": loss, "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
                    "tokens": p.tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
-                   "data_ms": data_s * 1000, "mfu": step_mfu, "peak_mem_bytes": max(p.peak_mem_bytes, peak.read()),
-                   "wall_s": wall0 + time.perf_counter() - started, **extra,
-                   **({"diag_ms": diag_s * 1000} if monitor.diag is not None else {})}
-            _emit(sinks, ctx, row, p.step)
-            load.sample()
+                   "data_ms": data_s * 1000, "mfu": step_mfu,
+                   "peak_mem_bytes": max(p.peak_mem_bytes, self.peak.read()), "wall_s": self.wall(), **extra,
+                   **({"diag_ms": diag_s * 1000} if self.monitor.diag is not None else {})}
+            _emit(self.sinks, self.ctx, row, p.step)
+            self.load.sample()
         elif extra:  # a spike between log steps: its own row
-            _emit(sinks, ctx, {**extra, "tokens": p.tokens, "wall_s": wall0 + time.perf_counter() - started}, p.step)
-    _bank_load(load, p)
-    return summarise(p, status, ctx)
+            _emit(self.sinks, self.ctx, {**extra, "tokens": p.tokens, "wall_s": self.wall()}, p.step)
 
 
 def _bank_load(load, p: Progress) -> None:

@@ -17,7 +17,7 @@ import yaml
 
 from gptlab.build import compose, group_choices
 from gptlab.dashboard import Launch, _sweep_keys, flat_config, run_group, run_name
-from gptlab.run import plain_config
+from gptlab.build import plain_config
 from tests.train_helpers import FAST, run_inprocess
 from tests.wandb_read import config, history, inspect_records, of_type
 

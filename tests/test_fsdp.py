@@ -256,7 +256,7 @@ def test_the_memory_check_of_an_fsdp_run_counts_one_ranks_share():
     from gptlab import build
     from gptlab.costs.memory import check_fits
     from gptlab.costs.sharding import Sharding
-    from gptlab.run import per_rank_report
+    from gptlab.bundle import per_rank_report
 
     cfg = build.compose(["model=gpt2-xl", "hardware=fsdp_cpu", "train.batch_size=8"])
     whole = build.cost_report(cfg, 1, 1024, vocab_size=50304, dtype="bf16").to_dict()

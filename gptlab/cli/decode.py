@@ -136,12 +136,11 @@ def finite(obj):
 
 def execute(cfg: DictConfig, choices: dict, overrides: list[str]) -> dict:
     """Measure the grid the config asks for; returns decode.json's document."""
-    from gptlab.build import build_hardware
+    from gptlab.build import build_hardware, plain_config
     from gptlab.hardware import threads_for_job
     from gptlab.infer.decode import measure, peak_method
     from gptlab.load import LoadSampler
     from gptlab.provenance import collect
-    from gptlab.run import plain_config
 
     grid = grid_from(cfg)
     hardware = build_hardware(cfg)

@@ -59,12 +59,13 @@ class GPT(nn.Module):
     """
 
     def __init__(self, cfg: GPTConfig, attention: Callable, mlp: Callable, norm: Callable,
-                 position: Callable, norm_placement: str = "pre", layer_counts: dict[int, int] | None = None):
+                 position: Callable, norm_placement: str = "pre", layer_counts: dict[int, int] | None = None,
+                 activation_checkpointing: bool = False):
         super().__init__()
         if norm_placement not in ("pre", "post"):
             raise ConfigError(f"norm.placement: '{norm_placement}' is not allowed; allowed: pre, post")
         self.cfg = cfg
-        self.activation_checkpointing = False
+        self.activation_checkpointing = activation_checkpointing  # recompute each block in backward (training only)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.position = position(cfg.d_model, cfg.n_head, cfg.head_dim, cfg.block_size)
         self.drop = nn.Dropout(cfg.dropout)

@@ -1,0 +1,126 @@
+"""The build step of a run: a validated config in, one bundle of built things out (gptlab.run's second step).
+
+Everything the loop needs is constructed here, once, with its final settings: the hardware profile (this rank's
+device and thread count included), the data, the model (checked, with its activation-checkpointing switch), its
+DDP / FSDP2 wrapper, optimizer, schedule, GradScaler and the loop's Context. The memory check runs before any
+tensor of the model is allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from gptlab import build, distributed
+from gptlab.costs import train_flops_per_token
+from gptlab.costs.memory import check_fits
+from gptlab.errors import ConfigError
+from gptlab.hardware import Hardware, threads_for_job
+from gptlab.loop import Context
+from gptlab.model.checks import check_model
+from gptlab.model.fingerprint import model_fingerprint
+from gptlab.noop import noop_choices
+
+log = logging.getLogger("gptlab.run")  # the run's own messages keep one logger name ([gptlab.run] in run.log)
+
+
+@dataclass
+class Bundle:
+    """The built run. `identity` is what checkpoints carry and resumes compare; `lr_factors(max_steps, steps)` gives
+    another schedule's first factors (resume.find compares them when train.max_steps changed)."""
+
+    hardware: Hardware
+    settings: build.TrainSettings
+    data: Any
+    model: Any  # gptlab.model.GPT
+    forward_model: Any  # the model under DDP / FSDP2 / torch.compile, what the loop calls forward on
+    optimizer: torch.optim.Optimizer
+    schedule: Callable[[int], float]
+    scaler: torch.amp.GradScaler
+    ctx: Context
+    identity: dict
+    lr_factors: Callable[[int, int], list[float]]
+
+
+def build_bundle(cfg: DictConfig, run_dir: Path, choices: dict) -> Bundle:
+    """Build every part of the run `cfg` describes (already validated), in the order their inputs need."""
+    hardware, rank, world = _hardware(cfg)
+    settings = build.train_settings(cfg)
+    _check_batch(settings, world)
+    data = build.build_data(cfg, int(cfg.model.block_size))
+    _check_memory(cfg, hardware, settings, data, world, choices)
+    torch.manual_seed(settings.seed)
+    model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device,
+                              activation_checkpointing=hardware.activation_checkpointing)
+    check_model(model, vocab_size=data.vocab_size, seq_len=data.seq_len, device=hardware.device,
+                dtype=hardware.torch_dtype, data_name=data.name)  # the same checks the contract tests run
+    for line in noop_choices(cfg, choices):  # e.g. GQA with n_kv_head == n_head is MHA: say so before training it
+        log.warning("no-op choice: %s", line)
+    identity = {"config": build.plain_config(cfg), "choices": choices, "data": data.fingerprint,
+                "model": model_fingerprint(model), "world": world, "dtype": hardware.dtype}
+    # DDP (compiled per hardware.compile) or FSDP2 in place; the optimizer after it: fully_shard swaps the parameters
+    forward_model = distributed.wrap(model, hardware, world)
+    ctx = Context(run_dir=run_dir, flops_per_token=float(train_flops_per_token(model, data.seq_len)),
+                  peak_flops=hardware.resolved_peak_flops(build.cache_dir()), identity=identity,
+                  rank=rank, world=world, sharded=hardware.strategy == "fsdp")
+
+    def lr_factors(max_steps: int, steps: int) -> list[float]:
+        other = build.build_schedule(cfg, max_steps)
+        return [other(i) for i in range(steps)]
+
+    return Bundle(hardware=hardware, settings=settings, data=data, model=model, forward_model=forward_model,
+                  optimizer=build.build_optimizer(cfg, model), schedule=build.build_schedule(cfg, settings.max_steps),
+                  scaler=torch.amp.GradScaler(hardware.device.split(":")[0], enabled=hardware.dtype == "fp16"),
+                  ctx=ctx, identity=identity, lr_factors=lr_factors)
+
+
+def _hardware(cfg: DictConfig) -> tuple[Hardware, int, int]:
+    """(the profile with this rank's device and thread count, rank, world size); joins the process group if any."""
+    hardware = build.build_hardware(cfg)
+    rank, world, device = 0, 1, hardware.device
+    if hardware.distributed:
+        rank, world, device = distributed.setup(hardware.device)
+    threads = hardware.threads or threads_for_job(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    hardware = dataclasses.replace(hardware, device=device, threads=threads)
+    hardware.apply()
+    return hardware, rank, world
+
+
+def _check_batch(settings: build.TrainSettings, world: int) -> None:
+    """Every rank takes an equal share of every micro-batch (an empty or uneven share skews the loss)."""
+    if settings.batch_size % (settings.grad_accum * world):
+        raise ConfigError(f"train.batch_size={settings.batch_size} must be divisible by train.grad_accum x world size "
+                          f"= {settings.grad_accum} x {world}; allowed: a multiple of {settings.grad_accum * world}")
+
+
+def _check_memory(cfg: DictConfig, hardware: Hardware, settings: build.TrainSettings, data, world: int,
+                  choices: dict) -> None:
+    """gptlab-flops' training-memory estimate, from the config on the meta device, against the free memory."""
+    micro = settings.batch_size // (settings.grad_accum * world)
+    report = build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype).to_dict()
+    if hardware.strategy == "fsdp":  # one rank's share: sharded weights, grads and state, plus the gathered blocks
+        from gptlab.costs.sharding import Sharding
+
+        report = per_rank_report(report, build.rank_memory(
+            cfg, Sharding("fsdp", world, hardware.reshard_after_forward, cpu_offload=hardware.cpu_offload),
+            batch_size=settings.batch_size, grad_accum=settings.grad_accum, seq_len=data.seq_len,
+            vocab_size=data.vocab_size, dtype=hardware.dtype))
+    check_fits(report, hardware.device, label=f"model={choices['model']}" if "model" in choices else "this run",
+               processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if hardware.device == "cpu" else 1)
+
+
+def per_rank_report(report: dict, memory: dict) -> dict:
+    """The memory check's report (CostReport.to_dict()) with one rank's figures from costs.sharding.per_rank."""
+    mem = report["memory"] | {"weights_bytes": memory["params_bytes"], "grads_bytes": memory["grads_bytes"],
+                              "optimizer_bytes": memory["optimizer_bytes"],
+                              "activations_bytes": memory["activations_bytes"],
+                              "train_estimate_bytes": memory["total_bytes"]}
+    return report | {"memory": mem}
