@@ -23,9 +23,9 @@ test: setup
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
 
-# ruff lint (pyproject.toml [tool.ruff]) and mypy type checks (pyproject.toml [tool.mypy]); CI runs it before the tests
+# ruff lint and format check (pyproject.toml [tool.ruff]) and mypy type checks (pyproject.toml [tool.mypy]); CI runs it before the tests
 lint: setup
-	$(VENV)/bin/ruff check gptlab benchmarks && $(VENV)/bin/mypy gptlab
+	$(VENV)/bin/ruff check gptlab benchmarks && $(VENV)/bin/ruff format --check gptlab benchmarks && $(VENV)/bin/mypy gptlab
 
 # Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min (AMX CPU), ~9 min (2-core AVX2 EPYC: emulated bf16)
 bench: setup

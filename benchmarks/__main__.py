@@ -27,12 +27,16 @@ SECTIONS = ("overhead", "throughput", "ablation", "quality", "startup", "scaling
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (~3 min): checks the benchmark code, not figures")
-    p.add_argument("--out", type=Path, default=REPO / "docs",
-                   help="where BENCHMARKS.md and benchmarks.json go (default: docs/)")
+    p.add_argument(
+        "--out", type=Path, default=REPO / "docs", help="where BENCHMARKS.md and benchmarks.json go (default: docs/)"
+    )
     p.add_argument("--only", help=f"comma-separated sections to run (default: all of {', '.join(SECTIONS)})")
     p.add_argument("--work", type=Path, help="keep run/sweep dirs here (default: a temp dir, removed at the end)")
-    p.add_argument("--gpu", action="store_true",
-                   help="check the CUDA path on this machine's GPU and write GPU.md (make gpu-check); --only picks checks")
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="check the CUDA path on this machine's GPU and write GPU.md (make gpu-check); --only picks checks",
+    )
     return p.parse_args(argv)
 
 
@@ -91,8 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err} (work files kept in {work})", file=sys.stderr)
         return 1
     command = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": args.quick,
-            "wall_s": time.perf_counter() - started, "section_s": seconds, "machine": machine()}
+    meta = {
+        "command": command.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "quick": args.quick,
+        "wall_s": time.perf_counter() - started,
+        "section_s": seconds,
+        "machine": machine(),
+    }
     peaks = results.get("throughput", {}).get("peaks", {})
     meta |= {"bf16_probe_min": peaks.get("bf16_peak_flops_min"), "bf16_probe_max": peaks.get("bf16_peak_flops_max")}
     doc = strict_json({"meta": meta, "sections": results})

@@ -27,12 +27,31 @@ CLAIMS = {
 
 
 def sizes(bench: Bench) -> dict:
-    full = dict(rounds=3, wait=15, extra=["train.max_steps=25", "train.batch_size=16", "train.eval_interval=25",
-                                 "train.eval_sequences=32", "train.speed_warmup=5"])
-    quick = dict(rounds=1, wait=0, extra=["model.n_layer=1", "model.d_model=64", "model.block_size=64",
-                                          "train.max_steps=6",
-                                  "train.batch_size=4", "train.eval_interval=6", "train.eval_sequences=4",
-                                  "train.speed_warmup=2"])
+    full = dict(
+        rounds=3,
+        wait=15,
+        extra=[
+            "train.max_steps=25",
+            "train.batch_size=16",
+            "train.eval_interval=25",
+            "train.eval_sequences=32",
+            "train.speed_warmup=5",
+        ],
+    )
+    quick = dict(
+        rounds=1,
+        wait=0,
+        extra=[
+            "model.n_layer=1",
+            "model.d_model=64",
+            "model.block_size=64",
+            "train.max_steps=6",
+            "train.batch_size=4",
+            "train.eval_interval=6",
+            "train.eval_sequences=4",
+            "train.speed_warmup=2",
+        ],
+    )
     return bench.pick(full, quick)
 
 
@@ -74,15 +93,32 @@ def measure(bench: Bench) -> dict:
     for row in cmp["rows"]:
         arm = arm_of(row, sweep_dir)
         claim = CLAIMS.get(arm)
-        rows.append({"arm": arm, "label": row["label"], "tokens_per_s": row["tokens_per_s"],
-                     "step_ms": row["step_ms"], "peak_mem_bytes": row["peak_mem_bytes"], "mfu": row["mfu"],
-                     "speedup": row["speedup"], "params": row["params"], "n_runs": row["n_seeds"],
-                     "claimed": claim[1] if claim else None,
-                     "claimed_speedup": (row.get("claimed") or {}).get("speedup")})
+        rows.append(
+            {
+                "arm": arm,
+                "label": row["label"],
+                "tokens_per_s": row["tokens_per_s"],
+                "step_ms": row["step_ms"],
+                "peak_mem_bytes": row["peak_mem_bytes"],
+                "mfu": row["mfu"],
+                "speedup": row["speedup"],
+                "params": row["params"],
+                "n_runs": row["n_seeds"],
+                "claimed": claim[1] if claim else None,
+                "claimed_speedup": (row.get("claimed") or {}).get("speedup"),
+            }
+        )
     rows.sort(key=lambda r: arms.index(r["arm"]))
-    return {"setup": {"sweep": str(SWEEP.relative_to(SWEEP.parents[1])), "extra_overrides": s["extra"],
-                      "rounds": s["rounds"], "compared_at_step": cmp["step"]}, "rows": rows,
-            "foreign_cpu": median(foreign)}
+    return {
+        "setup": {
+            "sweep": str(SWEEP.relative_to(SWEEP.parents[1])),
+            "extra_overrides": s["extra"],
+            "rounds": s["rounds"],
+            "compared_at_step": cmp["step"],
+        },
+        "rows": rows,
+        "foreign_cpu": median(foreign),
+    }
 
 
 def markdown(res: dict) -> str:
@@ -91,11 +127,16 @@ def markdown(res: dict) -> str:
         f"`gptlab-sweep {s['sweep']} {' '.join(s['extra_overrides'])} --seeds <round>` for {s['rounds']} "
         f"interleaved round{'s' if s['rounds'] > 1 else ''}, then "
         "`gptlab-compare <sweep dir> --baseline <baseline run> --claims <claims>`; "
-        "figures are gptlab-compare's (median over rounds of each run's median).", "",
+        "figures are gptlab-compare's (median over rounds of each run's median).",
+        "",
         "| arm | what differs from the baseline | params | tokens/s | step ms | peak mem MiB | speed-up | "
-        "claimed (seeds) |", "|---|---|---|---|---|---|---|---|"]
+        "claimed (seeds) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
-        lines.append(f"| {r['arm']} | {r['label']} | {r['params'] / 1e6:.2f}M | {r['tokens_per_s']:,.0f} | "
-                     f"{r['step_ms']:.1f} | {r['peak_mem_bytes'] / 2**20:,.0f} | {r['speedup']:.2f}× | "
-                     f"{r['claimed'] or ''} |")
+        lines.append(
+            f"| {r['arm']} | {r['label']} | {r['params'] / 1e6:.2f}M | {r['tokens_per_s']:,.0f} | "
+            f"{r['step_ms']:.1f} | {r['peak_mem_bytes'] / 2**20:,.0f} | {r['speedup']:.2f}× | "
+            f"{r['claimed'] or ''} |"
+        )
     return "\n".join(lines)

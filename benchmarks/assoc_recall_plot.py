@@ -40,8 +40,10 @@ def _arm_order(arm: str) -> tuple:
 
 def table(curves: dict, target: float) -> str:
     """Markdown: per arm, final val/acc per seed, mean ± std, first step reaching the target per seed."""
-    lines = [f"| arm | final val/acc per seed | mean ± std | first step >= {target:.0%} per seed |",
-             "|---|---|---|---|"]
+    lines = [
+        f"| arm | final val/acc per seed | mean ± std | first step >= {target:.0%} per seed |",
+        "|---|---|---|---|",
+    ]
     for arm in sorted(curves, key=_arm_order):
         seeds = curves[arm]
         finals = [seeds[s][-1][1] for s in sorted(seeds)]
@@ -56,6 +58,7 @@ def table(curves: dict, target: float) -> str:
 def plot(curves: dict, out: Path, target: float, title: str) -> None:
     """One PNG: mean val/acc over seeds per arm with its min-max band, the target as a dashed line."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -65,7 +68,7 @@ def plot(curves: dict, out: Path, target: float, title: str) -> None:
         steps = sorted(set.intersection(*(set(s for s, _ in r) for r in runs)))  # steps every seed evaluated
         values = [[dict(r)[s] for r in runs] for s in steps]  # (steps, seeds)
         mean = [statistics.mean(v) for v in values]
-        line, = ax.plot(steps, mean, label=f"{arm} ({len(runs)} seeds)")
+        (line,) = ax.plot(steps, mean, label=f"{arm} ({len(runs)} seeds)")
         ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.2)
     ax.axhline(target, color="grey", linestyle="--", linewidth=1)
     ax.set(xlabel="step", ylabel="val/acc (query positions)", ylim=(0, 1.02), title=title)

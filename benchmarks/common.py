@@ -47,12 +47,22 @@ def hermetic_env(work: Path) -> dict:
     wandb = work / "wandb"
     for sub in ("dir", "cache", "data", "artifacts", "config"):
         (wandb / sub).mkdir(parents=True, exist_ok=True)
-    env.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(wandb / "dir"),
-               WANDB_CACHE_DIR=str(wandb / "cache"), WANDB_DATA_DIR=str(wandb / "data"),
-               WANDB_ARTIFACT_DIR=str(wandb / "artifacts"), WANDB_CONFIG_DIR=str(wandb / "config"),
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GPTLAB_CACHE=str(work / "gptlab-cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"), PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="0",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.update(
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_DIR=str(wandb / "dir"),
+        WANDB_CACHE_DIR=str(wandb / "cache"),
+        WANDB_DATA_DIR=str(wandb / "data"),
+        WANDB_ARTIFACT_DIR=str(wandb / "artifacts"),
+        WANDB_CONFIG_DIR=str(wandb / "config"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        GPTLAB_CACHE=str(work / "gptlab-cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"),
+        PYTHONUNBUFFERED="1",
+        HYDRA_FULL_ERROR="0",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
     return env
 
 
@@ -60,8 +70,9 @@ def run(bench: Bench, args: list[str], cwd: Path | None = None, timeout: float =
     """Run a command with the bench env; returns (wall seconds, stdout). Raises BenchError with the stderr tail."""
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(args, cwd=cwd or bench.work, env=bench.env, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            args, cwd=cwd or bench.work, env=bench.env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         raise BenchError(f"timed out after {timeout:.0f}s: {' '.join(args[:6])} ...") from None
     wall = time.perf_counter() - t0
@@ -175,8 +186,16 @@ def build_platform(overrides: list[str], compile_model: bool = False) -> dict:
     model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device)
     optimizer = build.build_optimizer(cfg, model)
     forward = torch.compile(model) if compile_model else model
-    return {"cfg": cfg, "hardware": hardware, "data": data, "model": model, "optimizer": optimizer,
-            "forward": forward, "batch_size": int(cfg.train.batch_size), "grad_clip": float(cfg.train.grad_clip)}
+    return {
+        "cfg": cfg,
+        "hardware": hardware,
+        "data": data,
+        "model": model,
+        "optimizer": optimizer,
+        "forward": forward,
+        "batch_size": int(cfg.train.batch_size),
+        "grad_clip": float(cfg.train.grad_clip),
+    }
 
 
 class PeakProbe:
@@ -191,14 +210,19 @@ class PeakProbe:
 
         from gptlab.costs.peak import measure_matmul_peak
 
-        flops = measure_matmul_peak(torch.bfloat16 if dtype == "bf16" else torch.float32, n=self.n,
-                                    repeats=2, budget_s=0.5)
+        flops = measure_matmul_peak(
+            torch.bfloat16 if dtype == "bf16" else torch.float32, n=self.n, repeats=2, budget_s=0.5
+        )
         self.samples[dtype].append(flops)
         return flops
 
     def summary(self) -> dict:
-        return {f"{dt}_peak_flops_{kind}": fn(vals) for dt, vals in self.samples.items() if vals
-                for kind, fn in (("median", median), ("min", min), ("max", max))}
+        return {
+            f"{dt}_peak_flops_{kind}": fn(vals)
+            for dt, vals in self.samples.items()
+            if vals
+            for kind, fn in (("median", median), ("min", min), ("max", max))
+        }
 
 
 def machine() -> dict:
@@ -209,13 +233,38 @@ def machine() -> dict:
 
     from gptlab.costs.peak import machine_name
 
-    mem = next((int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
-                if line.startswith("MemTotal")), None) if Path("/proc/meminfo").is_file() else None
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or None
-    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True).stdout.strip())
-    return {"cpu": machine_name("cpu"), "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
-            "torch_threads": torch.get_num_threads(), "ram_bytes": mem, "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "git_commit": commit, "git_dirty": dirty}
+    mem = (
+        next(
+            (
+                int(line.split()[1]) * 1024
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            ),
+            None,
+        )
+        if Path("/proc/meminfo").is_file()
+        else None
+    )
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or None
+    )
+    dirty = bool(
+        subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+    )
+    return {
+        "cpu": machine_name("cpu"),
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)),
+        "torch_threads": torch.get_num_threads(),
+        "ram_bytes": mem,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }

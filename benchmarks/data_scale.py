@@ -30,24 +30,39 @@ from pathlib import Path
 import numpy as np
 
 # isort: off
-from benchmarks.common import (REPO, Bench, BenchError, CpuMeter, hermetic_env, machine, median, read_json,
-                               read_rows, wait_quiet)
+from benchmarks.common import (
+    REPO,
+    Bench,
+    BenchError,
+    CpuMeter,
+    hermetic_env,
+    machine,
+    median,
+    read_json,
+    read_rows,
+    wait_quiet,
+)
+
 # isort: on
 from benchmarks.startup import first_step
 from gptlab.io import strict_json
 
-WORDS = ("the of and to a in is it you that he was for on are with as I his they be at one have this from or had by "
-         "not word but what some we can out other were all there when up use your how said an each she which do their "
-         "time if will way about many then them write would like so these her long make thing see him two has look "
-         "more day could go come did number sound no most people my over know water than call first who may down "
-         "side been now find any new work part take get place made live where after back little only round man year "
-         "came show every good me give our under name very through just form sentence great think say help").split()
+WORDS = (
+    "the of and to a in is it you that he was for on are with as I his they be at one have this from or had by "
+    "not word but what some we can out other were all there when up use your how said an each she which do their "
+    "time if will way about many then them write would like so these her long make thing see him two has look "
+    "more day could go come did number sound no most people my over know water than call first who may down "
+    "side been now find any new work part take get place made live where after back little only round man year "
+    "came show every good me give our under name very through just form sentence great think say help"
+).split()
 TABLE = [w + " " for w in WORDS] + [w + "\n" for w in WORDS]  # the last word of a line carries the newline
 WORDS_PER_LINE, BLOCK_LINES, DOC_BYTES, SEED = 12, 20_000, 4096, 0
 UNITS, TEN_GB, PINNED = {"KB": 10**3, "MB": 10**6, "GB": 10**9}, 10 * 10**9, "null, pinned to 1 core"
-ISSUE_BEFORE = {"50 MB .txt": {"tokenize_s": 7.6, "peak_rss_mib": 934},  # issue 16, same machine, before the rewrite
-                "100 MB .txt": {"tokenize_s": 14.5, "peak_rss_mib": 1651},
-                "100 MB .jsonl": {"tokenize_s": 16.5, "peak_rss_mib": 361}}
+ISSUE_BEFORE = {
+    "50 MB .txt": {"tokenize_s": 7.6, "peak_rss_mib": 934},  # issue 16, same machine, before the rewrite
+    "100 MB .txt": {"tokenize_s": 14.5, "peak_rss_mib": 1651},
+    "100 MB .jsonl": {"tokenize_s": 16.5, "peak_rss_mib": 361},
+}
 
 
 def parse_size(text: str) -> int:
@@ -74,15 +89,26 @@ def generate(folder: Path, label: str, nbytes: int) -> dict:
             text = "".join(map(TABLE.__getitem__, idx.ravel().tolist()))  # ASCII: characters = bytes
             per_doc = per_doc or max(1, round(DOC_BYTES * BLOCK_LINES / len(text)))  # lines per ~4 KB document
             if written + len(text) > nbytes:
-                text = text[:text.find("\n", nbytes - written - 1) + 1]
+                text = text[: text.find("\n", nbytes - written - 1) + 1]
             ft.write(text)
             written += len(text)
             lines = text.splitlines()
-            fj.write("".join(json.dumps({"text": "\n".join(lines[i:i + per_doc])}) + "\n"
-                             for i in range(0, len(lines), per_doc)))
+            fj.write(
+                "".join(
+                    json.dumps({"text": "\n".join(lines[i : i + per_doc])}) + "\n"
+                    for i in range(0, len(lines), per_doc)
+                )
+            )
             docs += -(-len(lines) // per_doc)
-    info = {"spec": spec, "txt": str(txt), "jsonl": str(jsonl), "txt_bytes": txt.stat().st_size,
-            "jsonl_bytes": jsonl.stat().st_size, "jsonl_docs": docs, "generate_s": time.perf_counter() - t0}
+    info = {
+        "spec": spec,
+        "txt": str(txt),
+        "jsonl": str(jsonl),
+        "txt_bytes": txt.stat().st_size,
+        "jsonl_bytes": jsonl.stat().st_size,
+        "jsonl_docs": docs,
+        "generate_s": time.perf_counter() - t0,
+    }
     stamp.write_text(json.dumps(info))
     return info
 
@@ -105,23 +131,36 @@ def child(spec: dict) -> dict:
     t0 = time.perf_counter()
     content_hashes(resolve_paths([spec["path"]]), cache)
     t1, cpu1 = time.perf_counter(), os.times()
-    data = TextData(seed=0, block_size=128, cache_dir=cache, paths=[spec["path"]], tokenizer="gpt2",
-                    num_proc=spec["num_proc"])
+    data = TextData(
+        seed=0, block_size=128, cache_dir=cache, paths=[spec["path"]], tokenizer="gpt2", num_proc=spec["num_proc"]
+    )
     t2, cpu2 = time.perf_counter(), os.times()
-    return {"hash_s": t1 - t0, "tokenize_s": t2 - t1, "from_cache": data.from_cache,
-            "tokenize_cpu_s": (cpu2.user + cpu2.system) - (cpu1.user + cpu1.system),
-            "tokens": len(data.train_tokens) + len(data.val_tokens), "rss_after_imports_mib": rss0 / 1024,
-            "peak_rss_mib": _status_kib("VmHWM") / 1024, "cache_path": str(data.cache_path),
-            "cpus": len(os.sched_getaffinity(0))}
+    return {
+        "hash_s": t1 - t0,
+        "tokenize_s": t2 - t1,
+        "from_cache": data.from_cache,
+        "tokenize_cpu_s": (cpu2.user + cpu2.system) - (cpu1.user + cpu1.system),
+        "tokens": len(data.train_tokens) + len(data.val_tokens),
+        "rss_after_imports_mib": rss0 / 1024,
+        "peak_rss_mib": _status_kib("VmHWM") / 1024,
+        "cache_path": str(data.cache_path),
+        "cpus": len(os.sched_getaffinity(0)),
+    }
 
 
 def run_child(bench: Bench, path: str, cache: Path, num_proc: int | None, log: Path) -> dict:
     """child() in a fresh process (stderr to `log`), with the share of the cores other processes used meanwhile."""
-    args = [sys.executable, "-m", "benchmarks.data_scale", "--child",
-            json.dumps({"path": path, "cache": str(cache), "num_proc": num_proc})]
+    args = [
+        sys.executable,
+        "-m",
+        "benchmarks.data_scale",
+        "--child",
+        json.dumps({"path": path, "cache": str(cache), "num_proc": num_proc}),
+    ]
     with open(log, "w") as err, CpuMeter() as meter:
-        proc = subprocess.run(args, cwd=REPO, env=bench.env, stdout=subprocess.PIPE, stderr=err, text=True,
-                              timeout=3600)
+        proc = subprocess.run(
+            args, cwd=REPO, env=bench.env, stdout=subprocess.PIPE, stderr=err, text=True, timeout=3600
+        )
     if proc.returncode != 0:
         raise BenchError(f"tokenizing {path} exited {proc.returncode}: {log.read_text()[-400:]}")
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "foreign": meter.foreign}
@@ -139,11 +178,23 @@ def tokenize(bench: Bench, path: str, fmt: str, label: str, nbytes: int, num_pro
     disk = sum(f.stat().st_blocks * 512 for f in files)  # bytes allocated on disk
     lines = [ln for ln in log.read_text().splitlines() if "tokenizing (gpt2):" in ln]
     leftovers = [p.name for p in (cache / "tokens").iterdir() if p.name.endswith((".partial", ".lock", ".tmp"))]
-    return {"corpus": f"{label} .{fmt}", "label": label, "format": fmt, "num_proc": num_proc, "text_bytes": nbytes,
-            **res, "mb_per_s": nbytes / 1e6 / res["tokenize_s"], "bytes_per_token": nbytes / res["tokens"],
-            "cores_used": res["tokenize_cpu_s"] / res["tokenize_s"], "cache_bytes": disk, "cache_files": len(files),
-            "cache_over_text": disk / nbytes, "leftovers": leftovers, "progress_lines": len(lines),
-            "last_progress_line": lines[-1].split(": ", 1)[-1] if lines else None}
+    return {
+        "corpus": f"{label} .{fmt}",
+        "label": label,
+        "format": fmt,
+        "num_proc": num_proc,
+        "text_bytes": nbytes,
+        **res,
+        "mb_per_s": nbytes / 1e6 / res["tokenize_s"],
+        "bytes_per_token": nbytes / res["tokens"],
+        "cores_used": res["tokenize_cpu_s"] / res["tokenize_s"],
+        "cache_bytes": disk,
+        "cache_files": len(files),
+        "cache_over_text": disk / nbytes,
+        "leftovers": leftovers,
+        "progress_lines": len(lines),
+        "last_progress_line": lines[-1].split(": ", 1)[-1] if lines else None,
+    }
 
 
 def _start(bench: Bench, out: Path, extra: list[str], env: dict) -> dict:
@@ -151,15 +202,27 @@ def _start(bench: Bench, out: Path, extra: list[str], env: dict) -> dict:
     res = first_step(bench, out, extra, **env)
     run = max((p for p in out.glob("run*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
     row = next(r for r in read_rows(run / "metrics.jsonl") if "train/loss" in r)
-    return {**res, "setup_s": res["first_step_s"] - row["wall_s"], "loop_s": row["wall_s"], "step_ms": row["step_ms"],
-            "summary": read_json(run / "summary.json")}
+    return {
+        **res,
+        "setup_s": res["first_step_s"] - row["wall_s"],
+        "loop_s": row["wall_s"],
+        "step_ms": row["step_ms"],
+        "summary": read_json(run / "summary.json"),
+    }
 
 
 def train_runs(bench: Bench, corpus: str, cache: Path, repeats: int, steps: int, wait_s: float) -> dict:
     """A cache hit on its own, command -> first step of gptlab-train (max_steps=1), the batch wait of `steps` steps."""
     out, env = bench.dir("train"), {"GPTLAB_CACHE": str(cache)}
-    base = ["data=text", f"data.paths=['{corpus}']", "data.tokenizer=gpt2", "logger=none", "train.batch_size=4",
-            "train.eval_sequences=4", "hardware.peak_flops=1e12"]  # a given peak: no one-time matmul probe
+    base = [
+        "data=text",
+        f"data.paths=['{corpus}']",
+        "data.tokenizer=gpt2",
+        "logger=none",
+        "train.batch_size=4",
+        "train.eval_sequences=4",
+        "hardware.peak_flops=1e12",
+    ]  # a given peak: no one-time matmul probe
     entries = sorted(p.name for p in (cache / "tokens").iterdir())
     wait_quiet(bench, wait_s)
     hit = run_child(bench, corpus, cache, 2, bench.dir("logs") / "cache-hit.log")  # TextData alone, after imports
@@ -172,26 +235,57 @@ def train_runs(bench: Bench, corpus: str, cache: Path, repeats: int, steps: int,
         wait_quiet(bench, wait_s)
         run = _start(bench, out, [*base, f"train.max_steps={steps}", f"train.prefetch={prefetch}"], env)
         data_ms, step_ms = run["summary"].get("data_ms_median"), run["summary"].get("step_ms_median")
-        share.append({"prefetch": prefetch, "steps": steps, "data_ms_median": data_ms, "step_ms_median": step_ms,
-                      "data_share": data_ms / step_ms if data_ms is not None and step_ms else None,
-                      "in_summary": "data_ms_median" in run["summary"], "foreign": run["foreign"],
-                      "run_outside_load": run["summary"].get("outside_load")})
+        share.append(
+            {
+                "prefetch": prefetch,
+                "steps": steps,
+                "data_ms_median": data_ms,
+                "step_ms_median": step_ms,
+                "data_share": data_ms / step_ms if data_ms is not None and step_ms else None,
+                "in_summary": "data_ms_median" in run["summary"],
+                "foreign": run["foreign"],
+                "run_outside_load": run["summary"].get("outside_load"),
+            }
+        )
     pick = {k: median(r[k] for r in starts) for k in ("first_step_s", "total_s", "setup_s", "loop_s", "foreign")}
-    return {"corpus": corpus, "overrides": base, "data_ready_s": hit["hash_s"] + hit["tokenize_s"], "data_ready": hit,
-            **pick, "first_step": [{k: v for k, v in r.items() if k != "summary"} for r in starts], "data_share": share,
-            "cache_hit": hit["from_cache"] and sorted(p.name for p in (cache / "tokens").iterdir()) == entries}
+    return {
+        "corpus": corpus,
+        "overrides": base,
+        "data_ready_s": hit["hash_s"] + hit["tokenize_s"],
+        "data_ready": hit,
+        **pick,
+        "first_step": [{k: v for k, v in r.items() if k != "summary"} for r in starts],
+        "data_share": share,
+        "cache_hit": hit["from_cache"] and sorted(p.name for p in (cache / "tokens").iterdir()) == entries,
+    }
 
 
 def extrapolate(rows: list[dict]) -> list[dict]:
     """10 GB from the largest size: time, tokens and cache linear in text bytes; peak RSS as measured (flat)."""
     label = max(rows, key=lambda r: r["text_bytes"])["label"]
-    return [{"corpus": f"10GB .{r['format']}", "num_proc": r["num_proc"], "from": r["corpus"],
-             **{key: r[key] * TEN_GB / r["text_bytes"] for key in ("tokenize_s", "hash_s", "tokens", "cache_bytes")},
-             "peak_rss_mib": r["peak_rss_mib"]} for r in rows if r["label"] == label]
+    return [
+        {
+            "corpus": f"10GB .{r['format']}",
+            "num_proc": r["num_proc"],
+            "from": r["corpus"],
+            **{key: r[key] * TEN_GB / r["text_bytes"] for key in ("tokenize_s", "hash_s", "tokens", "cache_bytes")},
+            "peak_rss_mib": r["peak_rss_mib"],
+        }
+        for r in rows
+        if r["label"] == label
+    ]
 
 
-def measure(bench: Bench, sizes: list[tuple[str, int]], nprocs: list[int], repeats: int, steps: int,
-            wait_s: float, train: bool = True, pinned: bool = False) -> dict:
+def measure(
+    bench: Bench,
+    sizes: list[tuple[str, int]],
+    nprocs: list[int],
+    repeats: int,
+    steps: int,
+    wait_s: float,
+    train: bool = True,
+    pinned: bool = False,
+) -> dict:
     corpora, rows = [], []
     for label, nbytes in sizes:
         bench.log(f"generating {label} corpora")
@@ -203,8 +297,15 @@ def measure(bench: Bench, sizes: list[tuple[str, int]], nprocs: list[int], repea
     cache = bench.work / "cache" / f"{sizes[-1][0]}-txt-np{max(nprocs)}"
     runs = [train_runs(bench, corpora[-1]["txt"], cache, repeats, steps, wait_s)] if train else []
     foreign = [r["foreign"] for r in rows] + [x["foreign"] for t in runs for x in t["first_step"] + t["data_share"]]
-    return {"corpora": corpora, "tokenize": rows, "train": runs, "extrapolation_10GB": extrapolate(rows),
-            "issue_before": ISSUE_BEFORE, "foreign_cpu": median(foreign), "foreign_cpu_max": max(foreign)}
+    return {
+        "corpora": corpora,
+        "tokenize": rows,
+        "train": runs,
+        "extrapolation_10GB": extrapolate(rows),
+        "issue_before": ISSUE_BEFORE,
+        "foreign_cpu": median(foreign),
+        "foreign_cpu_max": max(foreign),
+    }
 
 
 def _mb(b: float) -> str:  # MB (decimal)
@@ -220,29 +321,55 @@ def _pct(v) -> str:
 
 
 def markdown(res: dict) -> str:
-    out = ["| corpus | num_proc | full hash s | tokenize s | MB/s | cores used | peak RSS MiB | tokens | "
-           "cache MB (× text) | progress lines | outside load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    out += [f"| {r['corpus']} ({_mb(r['text_bytes'])} MB) | {r['num_proc'] or PINNED} | {r['hash_s']:.1f} | "
-            f"{r['tokenize_s']:.1f} | {r['mb_per_s']:.1f} | {r['cores_used']:.2f} | {r['peak_rss_mib']:,.0f} | "
-            f"{r['tokens']:,} | {_mb(r['cache_bytes'])} ({r['cache_over_text']:.2f}×) | {r['progress_lines']} | "
-            f"{_pct(r['foreign'])} |" for r in res["tokenize"]]
-    out += ["", "| cached corpus | TextData on a hit s | command → first step s: median (runs) | of it: launch → "
-            "loop | of it: eval at step 0 + step 1 | whole command s | outside load |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "| corpus | num_proc | full hash s | tokenize s | MB/s | cores used | peak RSS MiB | tokens | "
+        "cache MB (× text) | progress lines | outside load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {r['corpus']} ({_mb(r['text_bytes'])} MB) | {r['num_proc'] or PINNED} | {r['hash_s']:.1f} | "
+        f"{r['tokenize_s']:.1f} | {r['mb_per_s']:.1f} | {r['cores_used']:.2f} | {r['peak_rss_mib']:,.0f} | "
+        f"{r['tokens']:,} | {_mb(r['cache_bytes'])} ({r['cache_over_text']:.2f}×) | {r['progress_lines']} | "
+        f"{_pct(r['foreign'])} |"
+        for r in res["tokenize"]
+    ]
+    out += [
+        "",
+        "| cached corpus | TextData on a hit s | command → first step s: median (runs) | of it: launch → "
+        "loop | of it: eval at step 0 + step 1 | whole command s | outside load |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for t in res["train"]:
         runs = ", ".join(_f(r["first_step_s"]) for r in t["first_step"])
-        out.append(f"| {Path(t['corpus']).name}{'' if t['cache_hit'] else ' (NOT a cache hit)'} | "
-                   f"{t['data_ready_s']:.2f} | {_f(t['first_step_s'])} ({runs}) | {_f(t['setup_s'])} | "
-                   f"{_f(t['loop_s'])} | {_f(t['total_s'])} | {_pct(t['foreign'])} |")
-    out += ["", "| cached corpus | train.prefetch | batch wait ms/step (median) | step ms (median) | data share | "
-            "outside load (the run's own figure) |", "|---|---|---|---|---|---|"]
-    out += [f"| {Path(t['corpus']).name} | {_f(s['prefetch'], '{}')} | {_f(s['data_ms_median'], '{:.3f}')} | "
-            f"{_f(s['step_ms_median'], '{:.1f}')} | {_f(s['data_share'] and 100 * s['data_share'], '{:.2f} %')} | "
-            f"{_pct(s['run_outside_load'])} |" for t in res["train"] for s in t["data_share"]]
-    out += ["", "| 10 GB (extrapolated from) | num_proc | tokenize | full hash | peak RSS MiB | tokens | cache GB |",
-            "|---|---|---|---|---|---|---|"]
-    out += [f"| {e['corpus']} ({e['from']}) | {e['num_proc'] or PINNED} | {e['tokenize_s'] / 60:.0f} min | "
-            f"{e['hash_s'] / 60:.1f} min | {e['peak_rss_mib']:,.0f} | {e['tokens'] / 1e9:.2f} B | "
-            f"{e['cache_bytes'] / 1e9:.1f} |" for e in res["extrapolation_10GB"]]
+        out.append(
+            f"| {Path(t['corpus']).name}{'' if t['cache_hit'] else ' (NOT a cache hit)'} | "
+            f"{t['data_ready_s']:.2f} | {_f(t['first_step_s'])} ({runs}) | {_f(t['setup_s'])} | "
+            f"{_f(t['loop_s'])} | {_f(t['total_s'])} | {_pct(t['foreign'])} |"
+        )
+    out += [
+        "",
+        "| cached corpus | train.prefetch | batch wait ms/step (median) | step ms (median) | data share | "
+        "outside load (the run's own figure) |",
+        "|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {Path(t['corpus']).name} | {_f(s['prefetch'], '{}')} | {_f(s['data_ms_median'], '{:.3f}')} | "
+        f"{_f(s['step_ms_median'], '{:.1f}')} | {_f(s['data_share'] and 100 * s['data_share'], '{:.2f} %')} | "
+        f"{_pct(s['run_outside_load'])} |"
+        for t in res["train"]
+        for s in t["data_share"]
+    ]
+    out += [
+        "",
+        "| 10 GB (extrapolated from) | num_proc | tokenize | full hash | peak RSS MiB | tokens | cache GB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {e['corpus']} ({e['from']}) | {e['num_proc'] or PINNED} | {e['tokenize_s'] / 60:.0f} min | "
+        f"{e['hash_s'] / 60:.1f} min | {e['peak_rss_mib']:,.0f} | {e['tokens'] / 1e9:.2f} B | "
+        f"{e['cache_bytes'] / 1e9:.1f} |"
+        for e in res["extrapolation_10GB"]
+    ]
     return "\n".join(out)
 
 
@@ -280,19 +407,26 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(quick=False, work=work, env=hermetic_env(work))
     started = time.perf_counter()
     try:
-        res = measure(bench, sizes, nprocs, args.repeats, args.steps, args.wait, train=not args.no_train,
-                      pinned=args.pinned)
+        res = measure(
+            bench, sizes, nprocs, args.repeats, args.steps, args.wait, train=not args.no_train, pinned=args.pinned
+        )
     except BenchError as err:
         print(f"error: {err} (work files kept in {work})", file=sys.stderr)
         return 1
     command = "python -m benchmarks.data_scale " + " ".join(argv if argv is not None else sys.argv[1:])
-    res["meta"] = {"command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-                   "wall_s": time.perf_counter() - started, "machine": machine()}
+    res["meta"] = {
+        "command": command.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "wall_s": time.perf_counter() - started,
+        "machine": machine(),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "data_scale.json").write_text(json.dumps(strict_json(res), indent=1) + "\n")
     print(markdown(res))
-    print(f"\nwrote {args.out / 'data_scale.json'} in {res['meta']['wall_s'] / 60:.1f} min; outside load median "
-          f"{100 * res['foreign_cpu']:.0f} %, max {100 * res['foreign_cpu_max']:.0f} %")
+    print(
+        f"\nwrote {args.out / 'data_scale.json'} in {res['meta']['wall_s'] / 60:.1f} min; outside load median "
+        f"{100 * res['foreign_cpu']:.0f} %, max {100 * res['foreign_cpu_max']:.0f} %"
+    )
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -20,22 +20,50 @@ from pathlib import Path
 from benchmarks.common import Bench, CpuMeter, gptlab, hermetic_env, machine, median, read_json, read_rows, run
 from gptlab.io import strict_json
 
-ARMS = {"off": [], "every 10 steps": ["train.diagnostics=true", "train.log_interval=10"],
-        "every step": ["train.diagnostics=true", "train.log_interval=1"]}
-BASE = ["model=tiny", "hardware.dtype=fp32", "hardware.threads=1", "hardware.peak_flops=1e12", "logger=none",
-        "sample.tokens=0", "train.batch_size=8", "train.speed_warmup=5", "train.ckpt_interval=0"]
+ARMS = {
+    "off": [],
+    "every 10 steps": ["train.diagnostics=true", "train.log_interval=10"],
+    "every step": ["train.diagnostics=true", "train.log_interval=1"],
+}
+BASE = [
+    "model=tiny",
+    "hardware.dtype=fp32",
+    "hardware.threads=1",
+    "hardware.peak_flops=1e12",
+    "logger=none",
+    "sample.tokens=0",
+    "train.batch_size=8",
+    "train.speed_warmup=5",
+    "train.ckpt_interval=0",
+]
 
 
 def one(bench: Bench, arm: str, steps: int, extra: list[str], tag: str) -> dict:
     run_dir = bench.work / tag
     with CpuMeter() as meter:
-        run(bench, [*gptlab("train"), *BASE, f"train.max_steps={steps}", f"train.eval_interval={steps}", *extra,
-                    *ARMS[arm], f"hydra.run.dir={run_dir}"])
+        run(
+            bench,
+            [
+                *gptlab("train"),
+                *BASE,
+                f"train.max_steps={steps}",
+                f"train.eval_interval={steps}",
+                *extra,
+                *ARMS[arm],
+                f"hydra.run.dir={run_dir}",
+            ],
+        )
     summary, rows = read_json(run_dir / "summary.json"), read_rows(run_dir / "metrics.jsonl")
     diag = [r["diag_ms"] for r in rows if "diag_ms" in r]
-    return {"arm": arm, "wall_s": summary["wall_s"], "step_ms_median": summary["step_ms_median"],
-            "diag_ms_median": median(diag), "diag_steps": len(diag), "outside_load": meter.foreign,
-            "final_train_loss": next(r["train/loss"] for r in reversed(rows) if "train/loss" in r)}
+    return {
+        "arm": arm,
+        "wall_s": summary["wall_s"],
+        "step_ms_median": summary["step_ms_median"],
+        "diag_ms_median": median(diag),
+        "diag_steps": len(diag),
+        "outside_load": meter.foreign,
+        "final_train_loss": next(r["train/loss"] for r in reversed(rows) if "train/loss" in r),
+    }
 
 
 def main(argv=None) -> int:
@@ -59,12 +87,15 @@ def main(argv=None) -> int:
         mine = [(i // len(ARMS), x) for i, x in enumerate(runs) if x["arm"] == arm]
         ratios = [x["wall_s"] / off[r] for r, x in mine]
         result["arms"][arm] = {
-            "wall_ratio_median": median(ratios), "wall_ratio_min": min(ratios), "wall_ratio_max": max(ratios),
+            "wall_ratio_median": median(ratios),
+            "wall_ratio_min": min(ratios),
+            "wall_ratio_max": max(ratios),
             "step_ms_median": median([x["step_ms_median"] for _, x in mine]),
             "diag_ms_median": median([x["diag_ms_median"] for _, x in mine]),
             "diag_steps": mine[0][1]["diag_steps"],
             "outside_load_max": max(x["outside_load"] or 0 for _, x in mine),
-            "final_train_loss": sorted({x["final_train_loss"] for _, x in mine})}
+            "final_train_loss": sorted({x["final_train_loss"] for _, x in mine}),
+        }
     text = json.dumps(strict_json(result), indent=2)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -23,12 +23,24 @@ NO_CUDA = "gpu-check: no CUDA device here (torch {torch}); nothing measured, doc
 
 # (name, module) in the order they run: benchmarks.<module>.check_<name>. gpu_kernels checks run in this
 # process and take (device, sizes); gpu_runs checks start gptlab-train and take (bench, sizes).
-CHECKS = [("device", "gpu_kernels"), ("train_cli", "gpu_runs"), ("tf32_mfu", "gpu_runs"),
-          ("attention_matrix", "gpu_kernels"), ("masked_gqa_kernels", "gpu_kernels"), ("flex_compile", "gpu_kernels"),
-          ("attention_memory", "gpu_kernels"), ("fp16_vs_bf16", "gpu_runs"), ("ddp", "gpu_runs"),
-          ("fsdp", "gpu_fsdp"), ("profile_unchanged", "gpu_runs")]
-NOT_COVERED = ["kill and resume with dropout 0.1 (and a GPU checkpoint resumed on the CPU and back)",
-               "SIGUSR2 then SIGTERM to one DDP rank", "the d12 expected-results sweep at a short budget"]
+CHECKS = [
+    ("device", "gpu_kernels"),
+    ("train_cli", "gpu_runs"),
+    ("tf32_mfu", "gpu_runs"),
+    ("attention_matrix", "gpu_kernels"),
+    ("masked_gqa_kernels", "gpu_kernels"),
+    ("flex_compile", "gpu_kernels"),
+    ("attention_memory", "gpu_kernels"),
+    ("fp16_vs_bf16", "gpu_runs"),
+    ("ddp", "gpu_runs"),
+    ("fsdp", "gpu_fsdp"),
+    ("profile_unchanged", "gpu_runs"),
+]
+NOT_COVERED = [
+    "kill and resume with dropout 0.1 (and a GPU checkpoint resumed on the CPU and back)",
+    "SIGUSR2 then SIGTERM to one DDP rank",
+    "the d12 expected-results sweep at a short budget",
+]
 
 
 def sizes(quick: bool) -> dict:
@@ -56,10 +68,15 @@ def run_check(name: str, module: str, bench: Bench, size: dict) -> dict:
 def markdown(doc: dict) -> str:
     """GPU.md: the device, the date, one row per check, and what the check does not cover."""
     meta = doc["meta"]
-    lines = ["# GPU check", "",
-             f"Measured by `{meta['command']}` on **{meta['device']}** ({meta['count']} visible), "
-             f"{meta['date']}; torch {meta['torch']}, CUDA {meta['cuda']}. Raw figures: gpu.json.", "",
-             "| check | result | figures |", "|---|---|---|"]
+    lines = [
+        "# GPU check",
+        "",
+        f"Measured by `{meta['command']}` on **{meta['device']}** ({meta['count']} visible), "
+        f"{meta['date']}; torch {meta['torch']}, CUDA {meta['cuda']}. Raw figures: gpu.json.",
+        "",
+        "| check | result | figures |",
+        "|---|---|---|",
+    ]
     for name, r in doc["checks"].items():
         verdict = "skipped" if r.get("skipped") else ("ok" if r["ok"] else "**FAILED**")
         lines.append(f"| {name} | {verdict} | {r['detail'].replace('|', '/')} |")
@@ -84,23 +101,33 @@ def main(args) -> int:
     only = [s.strip() for s in (args.only or "").split(",") if s.strip()]
     unknown = [s for s in only if s not in {c[0] for c in CHECKS}]
     if unknown:
-        print(f"error: --only: unknown GPU check '{unknown[0]}'; allowed: {', '.join(c[0] for c in CHECKS)}",
-              file=sys.stderr)
+        print(
+            f"error: --only: unknown GPU check '{unknown[0]}'; allowed: {', '.join(c[0] for c in CHECKS)}",
+            file=sys.stderr,
+        )
         return 2
     work = (args.work or Path(tempfile.mkdtemp(prefix="gptlab-gpu-check-"))).resolve()
     bench = Bench(quick=args.quick, work=work, env=hermetic_env(work))
     os.environ.update(bench.env)
     checks = measure(bench, args.quick, only)
-    meta = {"command": "python -m benchmarks " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-            "device": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "quick": args.quick}
+    meta = {
+        "command": "python -m benchmarks " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "device": torch.cuda.get_device_name(0),
+        "count": torch.cuda.device_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "quick": args.quick,
+    }
     doc = strict_json({"meta": meta, "checks": checks})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu.json").write_text(json.dumps(doc, indent=1) + "\n")
     (args.out / "GPU.md").write_text(markdown(doc))
     failed = [n for n, r in checks.items() if not r["ok"]]
-    print(f"wrote {args.out / 'GPU.md'}: {len(checks) - len(failed)} of {len(checks)} checks ok"
-          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(
+        f"wrote {args.out / 'GPU.md'}: {len(checks) - len(failed)} of {len(checks)} checks ok"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0

@@ -52,12 +52,33 @@ def _kill_mid_run(bench: Bench, name: str, steps: int) -> dict:
         port = s.getsockname()[1]
     procs = []
     for rank in range(RANKS):
-        env = bench.env | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(RANKS),
-                           "LOCAL_WORLD_SIZE": str(RANKS), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "gptlab.cli.train", *SMALL, f"train.max_steps={steps}",
-                                       f"train.eval_interval={max(1, steps // 2)}", "hardware=fsdp", *_args(steps),
-                                       f"hydra.run.dir={run_dir}"], env=env, cwd=bench.work,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        env = bench.env | {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(RANKS),
+            "LOCAL_WORLD_SIZE": str(RANKS),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gptlab.cli.train",
+                    *SMALL,
+                    f"train.max_steps={steps}",
+                    f"train.eval_interval={max(1, steps // 2)}",
+                    "hardware=fsdp",
+                    *_args(steps),
+                    f"hydra.run.dir={run_dir}",
+                ],
+                env=env,
+                cwd=bench.work,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     deadline = time.time() + 1800
     while time.time() < deadline and all(p.poll() is None for p in procs):
         rows = read_rows(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
@@ -68,8 +89,10 @@ def _kill_mid_run(bench: Bench, name: str, steps: int) -> dict:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     left = sorted(checkpoint.ckpt_dir(run_dir).glob("step_*.dcp"))
-    return {"killed": all(p.returncode == -signal.SIGKILL for p in procs),
-            "checkpoints": [checkpoint.load(p)["step"] for p in left]}  # raises on a half-written one
+    return {
+        "killed": all(p.returncode == -signal.SIGKILL for p in procs),
+        "checkpoints": [checkpoint.load(p)["step"] for p in left],
+    }  # raises on a half-written one
 
 
 def _gap(a: dict, b: dict) -> float:
@@ -89,19 +112,40 @@ def check_fsdp(bench: Bench, sizes: dict) -> dict:
     _copy_to(bench, "fsdp-2", "fsdp-resume-2", steps // 2)
     same = train(bench, "fsdp-resume-2", "hardware=fsdp", *_args(steps), steps=steps, launcher=TWO)
     _copy_to(bench, "fsdp-2", "fsdp-resume-1", steps // 2)
-    fewer = train(bench, "fsdp-resume-1", "hardware=fsdp", *_args(steps), steps=steps,
-                  launcher=("--standalone", "--nproc_per_node=1"))
+    fewer = train(
+        bench,
+        "fsdp-resume-1",
+        "hardware=fsdp",
+        *_args(steps),
+        steps=steps,
+        launcher=("--standalone", "--nproc_per_node=1"),
+    )
     kill = _kill_mid_run(bench, "fsdp-kill", steps)
     killed = train(bench, "fsdp-kill", "hardware=fsdp", *_args(steps), steps=steps, launcher=TWO)
     a, b = one["final_val_loss"], two["final_val_loss"]
-    rows = {"vs_one_gpu": abs(b - a) / a, "noise": noise, "resume_2_to_2": _gap(same, two),
-            "resume_2_to_1": abs(fewer["final_val_loss"] - b) / b, "after_kill": _gap(killed, two), "kill": kill}
-    ok = (rows["vs_one_gpu"] <= 0.03 and rows["resume_2_to_2"] <= noise + 1e-3 and rows["resume_2_to_1"] <= 0.03
-          and kill["killed"] and rows["after_kill"] <= noise + 1e-3)
+    rows = {
+        "vs_one_gpu": abs(b - a) / a,
+        "noise": noise,
+        "resume_2_to_2": _gap(same, two),
+        "resume_2_to_1": abs(fewer["final_val_loss"] - b) / b,
+        "after_kill": _gap(killed, two),
+        "kill": kill,
+    }
+    ok = (
+        rows["vs_one_gpu"] <= 0.03
+        and rows["resume_2_to_2"] <= noise + 1e-3
+        and rows["resume_2_to_1"] <= 0.03
+        and kill["killed"]
+        and rows["after_kill"] <= noise + 1e-3
+    )
     mem = {k: v["peak_mem_bytes"] for k, v in (("one_gpu", one), ("fsdp_rank0", two))}
-    return {"ok": ok, **rows, "peak_mem_bytes": mem, "runs": {"one_gpu": _brief(one), "fsdp": _brief(two)},
-            "detail": f"{steps} steps bf16: final val loss 1 GPU {a:.4f}, fsdp x{RANKS} {b:.4f}; |Δ val| resume 2->2 "
-                      f"{rows['resume_2_to_2']:.1e}, after kill -9 {rows['after_kill']:.1e} (run-to-run {noise:.1e}); "
-                      f"2->1 final {100 * rows['resume_2_to_1']:.2f} %; peak memory rank 0 "
-                      f"{mem['fsdp_rank0'] / 2**30:.2f} GiB vs one GPU {mem['one_gpu'] / 2**30:.2f} GiB"}
-
+    return {
+        "ok": ok,
+        **rows,
+        "peak_mem_bytes": mem,
+        "runs": {"one_gpu": _brief(one), "fsdp": _brief(two)},
+        "detail": f"{steps} steps bf16: final val loss 1 GPU {a:.4f}, fsdp x{RANKS} {b:.4f}; |Δ val| resume 2->2 "
+        f"{rows['resume_2_to_2']:.1e}, after kill -9 {rows['after_kill']:.1e} (run-to-run {noise:.1e}); "
+        f"2->1 final {100 * rows['resume_2_to_1']:.2f} %; peak memory rank 0 "
+        f"{mem['fsdp_rank0'] / 2**30:.2f} GiB vs one GPU {mem['one_gpu'] / 2**30:.2f} GiB",
+    }

@@ -59,15 +59,25 @@ def check_device(device: str, sizes: dict) -> dict:
     from gptlab.hardware import Hardware
 
     index = torch.device(device).index or 0
-    out = {"name": torch.cuda.get_device_name(index), "capability": list(torch.cuda.get_device_capability(index)),
-           "count": torch.cuda.device_count(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    out = {
+        "name": torch.cuda.get_device_name(index),
+        "capability": list(torch.cuda.get_device_capability(index)),
+        "count": torch.cuda.device_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
     try:
-        out |= {f"peak_{k}": Hardware(device=device, dtype=d, tf32=t).resolved_peak_flops(None)
-                for k, d, t in (("bf16", "bf16", True), ("fp32_tf32", "fp32", True), ("fp32_ieee", "fp32", False))}
+        out |= {
+            f"peak_{k}": Hardware(device=device, dtype=d, tf32=t).resolved_peak_flops(None)
+            for k, d, t in (("bf16", "bf16", True), ("fp32_tf32", "fp32", True), ("fp32_ieee", "fp32", False))
+        }
     except ConfigError as err:
         return out | {"ok": False, "detail": str(err)}
-    return out | {"ok": True, "detail": f"{out['name']} sm_{out['capability'][0]}{out['capability'][1]}: bf16 peak "
-                                        f"{out['peak_bf16'] / 1e12:.0f} TFLOP/s, TF32 {out['peak_fp32_tf32'] / 1e12:.0f}"}
+    return out | {
+        "ok": True,
+        "detail": f"{out['name']} sm_{out['capability'][0]}{out['capability'][1]}: bf16 peak "
+        f"{out['peak_bf16'] / 1e12:.0f} TFLOP/s, TF32 {out['peak_fp32_tf32'] / 1e12:.0f}",
+    }
 
 
 def _combo(att: str, pos: str, impl: str, T: int, device: str, ref: tuple) -> dict:
@@ -75,8 +85,9 @@ def _combo(att: str, pos: str, impl: str, T: int, device: str, ref: tuple) -> di
     net = model([f"attention={att}", f"position={pos}"], T, impl, device, state=ref[2])
     a = net.blocks[0].attn
     try:
-        check_impl(impl, device=device, dtype=torch.bfloat16, window=a.window, uses_bias=a.uses_score_bias,
-                   dropout=a.dropout)
+        check_impl(
+            impl, device=device, dtype=torch.bfloat16, window=a.window, uses_bias=a.uses_score_bias, dropout=a.dropout
+        )
     except ConfigError as err:
         return {"ok": True, "refused": str(err)}  # e.g. flash with a window: refused at build time by design
     loss, grads = loss_and_grads(net, *ref[3])
@@ -115,14 +126,19 @@ def _sdpa_ops(overrides: list[str], T: int, device: str, dtype) -> set[str]:
 
 def check_masked_gqa_kernels(device: str, sizes: dict) -> dict:
     """GQA with a mask (ALiBi, sliding window) and GQA in fp32 never run SDPA's math kernel."""
-    cases = {"gqa+alibi bf16": (["attention=gqa", "position=alibi"], torch.bfloat16),
-             "gqa+sliding bf16": (["attention=sliding", "attention.n_kv_head=2"], torch.bfloat16),
-             "mqa+sliding bf16": (["attention=sliding", "attention.n_kv_head=1"], torch.bfloat16),
-             "gqa fp32": (["attention=gqa"], torch.float32)}
+    cases = {
+        "gqa+alibi bf16": (["attention=gqa", "position=alibi"], torch.bfloat16),
+        "gqa+sliding bf16": (["attention=sliding", "attention.n_kv_head=2"], torch.bfloat16),
+        "mqa+sliding bf16": (["attention=sliding", "attention.n_kv_head=1"], torch.bfloat16),
+        "gqa fp32": (["attention=gqa"], torch.float32),
+    }
     ops = {name: sorted(_sdpa_ops(o, sizes["T"], device, dt)) for name, (o, dt) in cases.items()}
     math = [name for name, names in ops.items() if MATH_OP in names]
-    return {"ok": not math, "ops": ops,
-            "detail": f"math kernel in: {', '.join(math)}" if math else "no math SDPA kernel in any masked/fp32 GQA case"}
+    return {
+        "ok": not math,
+        "ops": ops,
+        "detail": f"math kernel in: {', '.join(math)}" if math else "no math SDPA kernel in any masked/fp32 GQA case",
+    }
 
 
 def _timed_step(net, xy, repeats: int = 5) -> float:
@@ -147,13 +163,21 @@ def check_flex_compile(device: str, sizes: dict) -> dict:
     torch._dynamo.reset()
     explained = torch._dynamo.explain(eager)(xy[0])
     compiled = torch.compile(model(over, T, "flex", device, state=eager.state_dict()))
-    out = {"graph_breaks": explained.graph_break_count, "eager_ms": 1e3 * _timed_step(eager, xy),
-           "compiled_ms": 1e3 * _timed_step(compiled, xy), "naive_loss": ref_loss,
-           "eager_loss": loss_and_grads(eager, *xy)[0], "compiled_loss": loss_and_grads(compiled, *xy)[0]}
+    out = {
+        "graph_breaks": explained.graph_break_count,
+        "eager_ms": 1e3 * _timed_step(eager, xy),
+        "compiled_ms": 1e3 * _timed_step(compiled, xy),
+        "naive_loss": ref_loss,
+        "eager_loss": loss_and_grads(eager, *xy)[0],
+        "compiled_loss": loss_and_grads(compiled, *xy)[0],
+    }
     close = all(abs(out[k] - ref_loss) <= 2e-2 * abs(ref_loss) for k in ("eager_loss", "compiled_loss"))
     ok = out["graph_breaks"] == 0 and close
-    return out | {"ok": ok, "detail": f"{out['graph_breaks']} graph breaks; fwd+bwd {out['eager_ms']:.1f} ms eager "
-                                      f"(flex compiled alone), {out['compiled_ms']:.1f} ms whole model compiled"}
+    return out | {
+        "ok": ok,
+        "detail": f"{out['graph_breaks']} graph breaks; fwd+bwd {out['eager_ms']:.1f} ms eager "
+        f"(flex compiled alone), {out['compiled_ms']:.1f} ms whole model compiled",
+    }
 
 
 def _peak_bytes(impl: str, T: int, device: str) -> int:
@@ -175,6 +199,10 @@ def check_attention_memory(device: str, sizes: dict) -> dict:
     T = sizes["T_mem"]
     peaks = {impl: _peak_bytes(impl, T, device) for impl in ("naive", "sdpa", "flex")}
     ok = peaks["sdpa"] < peaks["naive"] and peaks["flex"] < peaks["naive"]
-    mib = {k: v / 2 ** 20 for k, v in peaks.items()}
-    return {"ok": ok, "peak_bytes": peaks, "detail": f"T={T}: naive {mib['naive']:.0f} MiB, sdpa {mib['sdpa']:.0f} "
-                                                      f"MiB, flex {mib['flex']:.0f} MiB above the model"}
+    mib = {k: v / 2**20 for k, v in peaks.items()}
+    return {
+        "ok": ok,
+        "peak_bytes": peaks,
+        "detail": f"T={T}: naive {mib['naive']:.0f} MiB, sdpa {mib['sdpa']:.0f} "
+        f"MiB, flex {mib['flex']:.0f} MiB above the model",
+    }

@@ -15,8 +15,7 @@ from benchmarks.common import Bench, read_json, read_rows, run
 SMALL = ["model=tiny", "logger=none", "sample.tokens=0", "train.log_interval=1"]
 
 
-def train(bench: Bench, name: str, *overrides: str, steps: int, python_flags: tuple = (),
-          launcher: tuple = ()) -> dict:
+def train(bench: Bench, name: str, *overrides: str, steps: int, python_flags: tuple = (), launcher: tuple = ()) -> dict:
     """One gptlab-train run into <work>/<name>; its summary plus {step: val loss} and {step: train loss}."""
     run_dir = bench.dir("gpu") / name
     cmd = [sys.executable, *python_flags]
@@ -27,7 +26,8 @@ def train(bench: Bench, name: str, *overrides: str, steps: int, python_flags: tu
     rows = read_rows(run_dir / "metrics.jsonl")
     return read_json(run_dir / "summary.json") | {
         "val": {r["step"]: r["val/loss"] for r in rows if "val/loss" in r},
-        "train": {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}}
+        "train": {r["step"]: r["train/loss"] for r in rows if "train/loss" in r},
+    }
 
 
 def _speed(s: dict) -> str:
@@ -38,39 +38,63 @@ def _speed(s: dict) -> str:
 def check_train_cli(bench: Bench, sizes: dict) -> dict:
     """`gptlab-train hardware=cuda` and `hardware=auto` train `steps` steps; MFU within (0, 1]."""
     runs = {hw: train(bench, f"cli-{hw}", f"hardware={hw}", steps=sizes["steps"]) for hw in ("cuda", "auto")}
-    ok = all(s["status"] == "finished" and s["steps"] == sizes["steps"] and 0 < (s.get("mfu_median") or 0) <= 1
-             for s in runs.values())
-    return {"ok": ok, "runs": {k: _brief(v) for k, v in runs.items()},
-            "detail": "; ".join(f"hardware={k}: {v['status']} after {v['steps']} steps, {_speed(v)}"
-                                for k, v in runs.items())}
+    ok = all(
+        s["status"] == "finished" and s["steps"] == sizes["steps"] and 0 < (s.get("mfu_median") or 0) <= 1
+        for s in runs.values()
+    )
+    return {
+        "ok": ok,
+        "runs": {k: _brief(v) for k, v in runs.items()},
+        "detail": "; ".join(
+            f"hardware={k}: {v['status']} after {v['steps']} steps, {_speed(v)}" for k, v in runs.items()
+        ),
+    }
 
 
 def check_tf32_mfu(bench: Bench, sizes: dict) -> dict:
     """fp32 with TF32 on and off under `python -W error` (a TF32 deprecation warning fails it); MFU <= 1 each."""
     runs = {}
     for tf32 in ("true", "false"):
-        runs[tf32] = train(bench, f"tf32-{tf32}", "hardware=cuda", "hardware.dtype=fp32", f"hardware.tf32={tf32}",
-                           steps=sizes["steps"], python_flags=("-W", "error"))
+        runs[tf32] = train(
+            bench,
+            f"tf32-{tf32}",
+            "hardware=cuda",
+            "hardware.dtype=fp32",
+            f"hardware.tf32={tf32}",
+            steps=sizes["steps"],
+            python_flags=("-W", "error"),
+        )
     ok = all(s["status"] == "finished" and 0 < (s.get("mfu_median") or 0) <= 1 for s in runs.values())
-    return {"ok": ok, "runs": {k: _brief(v) for k, v in runs.items()},
-            "detail": "; ".join(f"tf32={k}: {_speed(v)}" for k, v in runs.items()) + " (no warnings under -W error)"}
+    return {
+        "ok": ok,
+        "runs": {k: _brief(v) for k, v in runs.items()},
+        "detail": "; ".join(f"tf32={k}: {_speed(v)}" for k, v in runs.items()) + " (no warnings under -W error)",
+    }
 
 
 def check_fp16_vs_bf16(bench: Bench, sizes: dict) -> dict:
     """fp16 (with its gradient scaler) follows the bf16 curve: final val loss within 3 %."""
     steps = sizes["long_steps"]
-    runs = {dt: train(bench, f"dtype-{dt}", "hardware=cuda", f"hardware.dtype={dt}", steps=steps)
-            for dt in ("bf16", "fp16")}
+    runs = {
+        dt: train(bench, f"dtype-{dt}", "hardware=cuda", f"hardware.dtype={dt}", steps=steps) for dt in ("bf16", "fp16")
+    }
     a, b = runs["bf16"]["final_val_loss"], runs["fp16"]["final_val_loss"]
     ok = all(s["status"] == "finished" for s in runs.values()) and abs(b - a) <= 0.03 * a
-    return {"ok": ok, "runs": {k: _brief(v) for k, v in runs.items()},
-            "detail": f"{steps} steps: final val loss bf16 {a:.4f}, fp16 {b:.4f}"}
+    return {
+        "ok": ok,
+        "runs": {k: _brief(v) for k, v in runs.items()},
+        "detail": f"{steps} steps: final val loss bf16 {a:.4f}, fp16 {b:.4f}",
+    }
 
 
 def _ddp_args(n: int, grad_accum: int) -> list[str]:
     """A global batch every rank and micro-step divides evenly."""
-    return [f"train.batch_size={8 * n * grad_accum}", f"train.grad_accum={grad_accum}", "hardware.dtype=fp32",
-            "hardware.tf32=false"]
+    return [
+        f"train.batch_size={8 * n * grad_accum}",
+        f"train.grad_accum={grad_accum}",
+        "hardware.dtype=fp32",
+        "hardware.tf32=false",
+    ]
 
 
 def check_ddp(bench: Bench, sizes: dict) -> dict:
@@ -82,13 +106,22 @@ def check_ddp(bench: Bench, sizes: dict) -> dict:
     for label, accum, extra in (("plain", 1, []), ("grad_accum 4", 4, []), ("compile", 1, ["hardware.compile=true"])):
         args = [*_ddp_args(n, accum), *extra]
         one = train(bench, f"ddp1-{accum}-{len(extra)}", "hardware=cuda", *args, steps=sizes["steps"])
-        many = train(bench, f"ddp{n}-{accum}-{len(extra)}", "hardware=ddp", *args, steps=sizes["steps"],
-                     launcher=("--standalone", f"--nproc_per_node={n}"))
+        many = train(
+            bench,
+            f"ddp{n}-{accum}-{len(extra)}",
+            "hardware=ddp",
+            *args,
+            steps=sizes["steps"],
+            launcher=("--standalone", f"--nproc_per_node={n}"),
+        )
         diff = max(abs(many["val"][s] - v) for s, v in one["val"].items())
         rows[label] = {"max_val_loss_diff": diff, "one_gpu": _brief(one), f"{n}_gpus": _brief(many)}
         worst = max(worst, diff)
-    return {"ok": worst <= 1e-3, "rows": rows, "detail": f"{n} GPUs vs 1: max |Δ val loss| {worst:.2e} "
-                                                          "(plain, grad_accum 4, compile; fp32, TF32 off)"}
+    return {
+        "ok": worst <= 1e-3,
+        "rows": rows,
+        "detail": f"{n} GPUs vs 1: max |Δ val loss| {worst:.2e} (plain, grad_accum 4, compile; fp32, TF32 off)",
+    }
 
 
 def check_profile_unchanged(bench: Bench, sizes: dict) -> dict:
@@ -99,13 +132,25 @@ def check_profile_unchanged(bench: Bench, sizes: dict) -> dict:
     p = train(bench, "profile-on", *args, "profile=true", steps=steps)
     noise = max(abs(a["train"][s] - b["train"][s]) for s in a["train"])
     diff = max(abs(a["train"][s] - p["train"][s]) for s in a["train"])
-    return {"ok": diff <= noise + 1e-4, "profiled_diff": diff, "noise": noise,
-            "peak_mem_bytes": {"off": a["peak_mem_bytes"], "on": p["peak_mem_bytes"]},
-            "detail": f"{sizes['profile_model']}: max |Δ train loss| profiled {diff:.2e} vs run-to-run {noise:.2e}; "
-                      f"peak memory {a['peak_mem_bytes'] / 2**30:.2f} GiB off, {p['peak_mem_bytes'] / 2**30:.2f} on"}
+    return {
+        "ok": diff <= noise + 1e-4,
+        "profiled_diff": diff,
+        "noise": noise,
+        "peak_mem_bytes": {"off": a["peak_mem_bytes"], "on": p["peak_mem_bytes"]},
+        "detail": f"{sizes['profile_model']}: max |Δ train loss| profiled {diff:.2e} vs run-to-run {noise:.2e}; "
+        f"peak memory {a['peak_mem_bytes'] / 2**30:.2f} GiB off, {p['peak_mem_bytes'] / 2**30:.2f} on",
+    }
 
 
 def _brief(summary: dict) -> dict:
-    keys = ("status", "steps", "final_val_loss", "tokens_per_s_median", "step_ms_median", "mfu_median",
-            "peak_mem_bytes", "peak_flops")
+    keys = (
+        "status",
+        "steps",
+        "final_val_loss",
+        "tokens_per_s_median",
+        "step_ms_median",
+        "mfu_median",
+        "peak_mem_bytes",
+        "peak_flops",
+    )
     return {k: summary.get(k) for k in keys}

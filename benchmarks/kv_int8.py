@@ -40,22 +40,38 @@ import torch.nn.functional as F
 from benchmarks.common import CpuMeter, machine
 from gptlab.infer.cache import cache_nbytes, make_caches
 
-KINDS = {"fp32": (torch.float32, None), "bf16": (torch.bfloat16, None), "int8": (torch.bfloat16, "int8"),
-         "int8_fp32": (torch.float32, "int8")}  # name -> (model and cache dtype, cache quant)
-TRAIN = ["model=tiny", "hardware.dtype=fp32", "logger=none", "sample.tokens=0", "hardware.peak_flops=1e12",
-         "train.ckpt_interval=0", "train.eval_sequences=64", "schedule.warmup_steps=50"]
+KINDS = {
+    "fp32": (torch.float32, None),
+    "bf16": (torch.bfloat16, None),
+    "int8": (torch.bfloat16, "int8"),
+    "int8_fp32": (torch.float32, "int8"),
+}  # name -> (model and cache dtype, cache quant)
+TRAIN = [
+    "model=tiny",
+    "hardware.dtype=fp32",
+    "logger=none",
+    "sample.tokens=0",
+    "hardware.peak_flops=1e12",
+    "train.ckpt_interval=0",
+    "train.eval_sequences=64",
+    "schedule.warmup_steps=50",
+]
 
 
 def _spread(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-            "min": min(values), "max": max(values)}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else None,
+        "min": min(values),
+        "max": max(values),
+    }
 
 
 @torch.no_grad()
 def teacher_forced(model, x: torch.Tensor, quant: str | None) -> torch.Tensor:
     """Logits (B, T, vocab) as fp32 for x (B, T): the first token as prefill, then one token per forward."""
     caches = make_caches(model, x.size(0), x.size(1), quant=quant)
-    out = [model(x[:, t:t + 1], caches=caches)[0] for t in range(x.size(1))]
+    out = [model(x[:, t : t + 1], caches=caches)[0] for t in range(x.size(1))]
     return torch.cat(out, dim=1).float()
 
 
@@ -110,11 +126,17 @@ def cache_bytes(model, batch: int, max_len: int) -> dict:
     bf16 = copy.deepcopy(model).to(torch.bfloat16)
     measured = {q or "bf16": cache_nbytes(make_caches(bf16, batch, max_len, quant=q)) for q in (None, "int8")}
     expected = {q or "bf16": expected_bytes(bf16, batch, max_len, q, 2) for q in (None, "int8")}
-    return {"batch": batch, "max_len": max_len,
-            "cache_types": sorted({type(c).__name__ for c in make_caches(bf16, batch, max_len)}),
-            "bf16_bytes": measured["bf16"], "int8_bytes": measured["int8"],
-            "bf16_bytes_expected": expected["bf16"], "int8_bytes_expected": expected["int8"],
-            "ratio": measured["int8"] / measured["bf16"], "ratio_expected": expected["int8"] / expected["bf16"]}
+    return {
+        "batch": batch,
+        "max_len": max_len,
+        "cache_types": sorted({type(c).__name__ for c in make_caches(bf16, batch, max_len)}),
+        "bf16_bytes": measured["bf16"],
+        "int8_bytes": measured["int8"],
+        "bf16_bytes_expected": expected["bf16"],
+        "int8_bytes_expected": expected["int8"],
+        "ratio": measured["int8"] / measured["bf16"],
+        "ratio_expected": expected["int8"] / expected["bf16"],
+    }
 
 
 def measure(model, x: torch.Tensor, y: torch.Tensor, prompts: torch.Tensor, new_tokens: int = 64) -> dict:
@@ -127,8 +149,13 @@ def measure(model, x: torch.Tensor, y: torch.Tensor, prompts: torch.Tensor, new_
         logits[name] = teacher_forced(m, x, quant)
         tokens[name] = greedy(m, prompts, new_tokens, quant)
         mean, per_seq = nll(logits[name], y)
-        kinds[name] = {"dtype": str(dtype).removeprefix("torch."), "quant": quant, "nll": mean,
-                       "nll_per_sequence": _spread(per_seq), "wall_s": time.perf_counter() - t0}
+        kinds[name] = {
+            "dtype": str(dtype).removeprefix("torch."),
+            "quant": quant,
+            "nll": mean,
+            "nll_per_sequence": _spread(per_seq),
+            "wall_s": time.perf_counter() - t0,
+        }
     argmax = {k: v.argmax(-1) for k, v in logits.items()}
     for name, fig in kinds.items():
         for ref in ("bf16", "fp32"):
@@ -139,10 +166,17 @@ def measure(model, x: torch.Tensor, y: torch.Tensor, prompts: torch.Tensor, new_
         fig["max_abs_logit_diff_vs_fp32"] = float((logits[name] - logits["fp32"]).abs().max())
     with torch.no_grad():
         full = float(model(x, y)[1])
-    return {"sequences": x.size(0), "seq_len": x.size(1), "prompts": prompts.size(0), "prompt_len": prompts.size(1),
-            "new_tokens": new_tokens, "fp32_full_context_nll": full, "kinds": kinds,
-            "greedy_example": {"prompt": prompts[0].tolist(), "fp32": tokens["fp32"][0].tolist()},
-            "bytes": cache_bytes(model, x.size(0), x.size(1))}
+    return {
+        "sequences": x.size(0),
+        "seq_len": x.size(1),
+        "prompts": prompts.size(0),
+        "prompt_len": prompts.size(1),
+        "new_tokens": new_tokens,
+        "fp32_full_context_nll": full,
+        "kinds": kinds,
+        "greedy_example": {"prompt": prompts[0].tolist(), "fp32": tokens["fp32"][0].tolist()},
+        "bytes": cache_bytes(model, x.size(0), x.size(1)),
+    }
 
 
 def sliding_bytes(batch: int, max_len: int, vocab: int) -> dict:
@@ -192,17 +226,27 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="gptlab-kvint8-") as tmp, CpuMeter() as train_load:
         model, data, summary, overrides = train(args.steps, args.batch, Path(tmp))
     x, y = data.val_samples(args.sequences + args.prompts)
-    prompts = x[args.sequences:, :32]  # sequences not used for the NLL
-    x, y = x[:args.sequences], y[:args.sequences]
+    prompts = x[args.sequences :, :32]  # sequences not used for the NLL
+    x, y = x[: args.sequences], y[: args.sequences]
     with CpuMeter() as meas_load:
         result = measure(model, x, y, prompts, new_tokens=64)
         result["sliding_bytes"] = sliding_bytes(args.sequences, x.size(1), data.vocab_size)
-    doc = {"machine": machine(), "command": "python -m benchmarks.kv_int8 " + " ".join(argv or sys.argv[1:]),
-           "train": {"overrides": overrides, "final_val_loss": summary["final_val_loss"], "steps": summary["steps"],
-                     "params": summary["params"], "vocab_size": data.vocab_size, "wall_s": summary["wall_s"],
-                     "unigram_val_nll": unigram_nll(data)},
-           "outside_load": {"train": train_load.foreign, "measure": meas_load.foreign},
-           "wall_s": time.perf_counter() - t0, **result}
+    doc = {
+        "machine": machine(),
+        "command": "python -m benchmarks.kv_int8 " + " ".join(argv or sys.argv[1:]),
+        "train": {
+            "overrides": overrides,
+            "final_val_loss": summary["final_val_loss"],
+            "steps": summary["steps"],
+            "params": summary["params"],
+            "vocab_size": data.vocab_size,
+            "wall_s": summary["wall_s"],
+            "unigram_val_nll": unigram_nll(data),
+        },
+        "outside_load": {"train": train_load.foreign, "measure": meas_load.foreign},
+        "wall_s": time.perf_counter() - t0,
+        **result,
+    }
     ex = doc["greedy_example"]
     ex["text"] = [data.tokenizer.decode(ex["prompt"]), data.tokenizer.decode(ex["fp32"])]  # prompt, continuation
     print(report(doc))
@@ -214,16 +258,22 @@ def main(argv=None) -> int:
 
 def report(doc: dict) -> str:
     b = doc["bytes"]
-    lines = [f"trained val loss {doc['train']['final_val_loss']:.4f} (unigram {doc['train']['unigram_val_nll']:.4f}); "
-             f"fp32 full-context NLL {doc['fp32_full_context_nll']:.5f}",
-             "kind | nll (±std) | argmax vs bf16 | vs fp32 | greedy vs bf16 before div / overall"]
+    lines = [
+        f"trained val loss {doc['train']['final_val_loss']:.4f} (unigram {doc['train']['unigram_val_nll']:.4f}); "
+        f"fp32 full-context NLL {doc['fp32_full_context_nll']:.5f}",
+        "kind | nll (±std) | argmax vs bf16 | vs fp32 | greedy vs bf16 before div / overall",
+    ]
     for name, k in doc["kinds"].items():
         g = k["greedy_vs_bf16"]
-        lines.append(f"{name} | {k['nll']:.5f} ±{k['nll_per_sequence']['std']:.4f} | {k['argmax_vs_bf16']['share']:.4f}"
-                     f" | {k['argmax_vs_fp32']['share']:.4f} | {g['before_divergence']['mean']:.3f} / "
-                     f"{g['overall']['mean']:.3f}")
-    lines.append(f"bytes bf16 {b['bf16_bytes']:,} int8 {b['int8_bytes']:,} ratio {b['ratio']:.5f} "
-                 f"(expected {b['ratio_expected']:.5f}); sliding ratio {doc['sliding_bytes']['ratio']:.5f}")
+        lines.append(
+            f"{name} | {k['nll']:.5f} ±{k['nll_per_sequence']['std']:.4f} | {k['argmax_vs_bf16']['share']:.4f}"
+            f" | {k['argmax_vs_fp32']['share']:.4f} | {g['before_divergence']['mean']:.3f} / "
+            f"{g['overall']['mean']:.3f}"
+        )
+    lines.append(
+        f"bytes bf16 {b['bf16_bytes']:,} int8 {b['int8_bytes']:,} ratio {b['ratio']:.5f} "
+        f"(expected {b['ratio_expected']:.5f}); sliding ratio {doc['sliding_bytes']['ratio']:.5f}"
+    )
     return "\n".join(lines)
 
 

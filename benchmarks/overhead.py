@@ -11,15 +11,27 @@ from __future__ import annotations
 import time
 
 # isort: off
-from benchmarks.common import (Bench, CpuMeter, bare_step, build_platform, gptlab, median, quiet, ratio, read_rows,
-                               run, wait_quiet)
+from benchmarks.common import (
+    Bench,
+    CpuMeter,
+    bare_step,
+    build_platform,
+    gptlab,
+    median,
+    quiet,
+    ratio,
+    read_rows,
+    run,
+    wait_quiet,
+)
 # isort: on
 
 
 def sizes(bench: Bench) -> dict:
     full = dict(rounds=5, steps=60, eval=20, log=10, wait=15, overrides=["model=tiny"])
-    quick = dict(rounds=1, steps=30, eval=10, log=5, wait=0,
-                 overrides=["model=tiny", "model.n_layer=2", "train.batch_size=8"])
+    quick = dict(
+        rounds=1, steps=30, eval=10, log=5, wait=0, overrides=["model=tiny", "model.n_layer=2", "train.batch_size=8"]
+    )
     return bench.pick(full, quick)
 
 
@@ -40,7 +52,7 @@ def summarise(rows: list[dict], log: int, eval_every: int) -> dict:
     clean = [ms / log for has_eval, ms in spans if not has_eval]
     evals = []
     for i, (has_eval, ms) in enumerate(spans):
-        near = [m / log for e, m in spans[max(0, i - 1):i + 2] if not e]  # the clean intervals next to it in time
+        near = [m / log for e, m in spans[max(0, i - 1) : i + 2] if not e]  # the clean intervals next to it in time
         if has_eval and near:
             evals.append(ms - log * sum(near) / len(near))
     return {"step_ms": median(clean), "eval_ms": median(evals)}
@@ -49,8 +61,14 @@ def summarise(rows: list[dict], log: int, eval_every: int) -> dict:
 def platform_round(bench: Bench, s: dict, out) -> dict:
     """One gptlab-train run through the real CLI (W&B offline, the default logger); its per-step wall times."""
     run_dir = out / f"run{time.monotonic_ns()}"
-    args = [*s["overrides"], f"train.max_steps={s['steps']}", f"train.eval_interval={s['eval']}",
-            f"train.log_interval={s['log']}", "sample.tokens=0", f"hydra.run.dir={run_dir}"]
+    args = [
+        *s["overrides"],
+        f"train.max_steps={s['steps']}",
+        f"train.eval_interval={s['eval']}",
+        f"train.log_interval={s['log']}",
+        "sample.tokens=0",
+        f"hydra.run.dir={run_dir}",
+    ]
     run(bench, gptlab("train") + args)
     rows = [r for r in read_rows(run_dir / "metrics.jsonl") if "train/loss" in r]
     result = summarise(rows, s["log"], s["eval"])
@@ -66,7 +84,7 @@ def bare_round(s: dict, built: dict) -> dict:
     bs = built["batch_size"]
     batches = [data.train_samples(step * bs, bs) for step in range(s["steps"])]
     vx, vy = data.val_samples(int(built["cfg"].train.eval_sequences))
-    val = [(vx[i:i + bs], vy[i:i + bs]) for i in range(0, len(vx), bs)]
+    val = [(vx[i : i + bs], vy[i : i + bs]) for i in range(0, len(vx), bs)]
     rows, start = [], time.perf_counter()
     for step in range(s["steps"]):
         if step % s["eval"] == 0:
@@ -120,12 +138,26 @@ def _result(all_rounds: list[dict], s: dict, default_eval: int, built: dict) -> 
         "overhead_no_eval_pct": 100 * (median(no_eval) - 1) if median(no_eval) else None,
         "overhead_with_eval_pct": 100 * (median(with_eval) - 1) if median(with_eval) else None,
     }
-    setup = {"overrides": s["overrides"], "steps": s["steps"], "rounds": s["rounds"], "log_interval": s["log"],
-             "eval_interval_measured": s["eval"], "eval_interval_amortised": default_eval,
-             "eval_sequences": int(cfg.train.eval_sequences), "batch_size": int(cfg.train.batch_size),
-             "seq_len": int(cfg.model.block_size), "dtype": str(cfg.hardware.dtype)}
-    return {"setup": setup, "figures": figures, "rounds": all_rounds, "rounds_used": len(rounds), "target_pct": 1.0,
-            "foreign_cpu": median(r["foreign"] for r in all_rounds)}
+    setup = {
+        "overrides": s["overrides"],
+        "steps": s["steps"],
+        "rounds": s["rounds"],
+        "log_interval": s["log"],
+        "eval_interval_measured": s["eval"],
+        "eval_interval_amortised": default_eval,
+        "eval_sequences": int(cfg.train.eval_sequences),
+        "batch_size": int(cfg.train.batch_size),
+        "seq_len": int(cfg.model.block_size),
+        "dtype": str(cfg.hardware.dtype),
+    }
+    return {
+        "setup": setup,
+        "figures": figures,
+        "rounds": all_rounds,
+        "rounds_used": len(rounds),
+        "target_pct": 1.0,
+        "foreign_cpu": median(r["foreign"] for r in all_rounds),
+    }
 
 
 def markdown(res: dict) -> str:
@@ -134,8 +166,10 @@ def markdown(res: dict) -> str:
         f"`gptlab-train {' '.join(s['overrides'])}` (batch {s['batch_size']}, T {s['seq_len']}, {s['dtype']}, "
         f"W&B offline, log every {s['log_interval']} steps) vs a bare loop (autocast forward, backward, clip, "
         f"fused AdamW, zero grads) on the same module and batches; {s['steps']} steps × {s['rounds']} interleaved "
-        f"round{'s' if s['rounds'] > 1 else ''}, medians.", "",
-        "| | gptlab-train | bare loop | overhead (median of per-round ratios) |", "|---|---|---|---|",
+        f"round{'s' if s['rounds'] > 1 else ''}, medians.",
+        "",
+        "| | gptlab-train | bare loop | overhead (median of per-round ratios) |",
+        "|---|---|---|---|",
         f"| wall ms / step, eval excluded | {_f(f['platform_step_ms'])} | {_f(f['bare_step_ms'])} | "
         f"{_pct(f['overhead_no_eval_pct'])} |",
         f"| ms per eval ({s['eval_sequences']} sequences) | {_f(f['platform_eval_ms'])} | {_f(f['bare_eval_ms'])} | |",

@@ -23,8 +23,9 @@ IMPLS = ("naive", "sdpa")
 
 
 def sizes(bench: Bench) -> dict:
-    full = dict(model=MODEL, seq=[128, 256, 512, 1024, 2048], seq_batch=4, batch=[1, 2, 4, 8, 16], batch_seq=512,
-                steps=3)
+    full = dict(
+        model=MODEL, seq=[128, 256, 512, 1024, 2048], seq_batch=4, batch=[1, 2, 4, 8, 16], batch_seq=512, steps=3
+    )
     quick = dict(model=MODEL_QUICK, seq=[32, 64], seq_batch=2, batch=[1, 2], batch_seq=64, steps=2)
     return bench.pick(full, quick)
 
@@ -60,8 +61,12 @@ def worker(point: dict) -> dict:
     from gptlab.hardware import threads_for_job
 
     torch.set_num_threads(threads_for_job())
-    overrides = [*point["model"], f"model.block_size={point['seq']}", f"train.batch_size={point['batch']}",
-                 f"attention.impl={point['impl']}"]
+    overrides = [
+        *point["model"],
+        f"model.block_size={point['seq']}",
+        f"train.batch_size={point['batch']}",
+        f"attention.impl={point['impl']}",
+    ]
     b = build_platform(overrides)
     x, y = b["data"].train_samples(0, point["batch"])
     before, was_reset = _rss_bytes(), _reset_peak()
@@ -72,16 +77,25 @@ def worker(point: dict) -> dict:
         times.append(time.perf_counter() - t0)
     peak = _peak_bytes(was_reset)
     step_s = median(times[1:])
-    return {"step_ms": 1000 * step_s, "tokens_per_s": point["batch"] * point["seq"] / step_s,
-            "peak_mem_bytes": peak, "train_mem_bytes": max(0, peak - before)}
+    return {
+        "step_ms": 1000 * step_s,
+        "tokens_per_s": point["batch"] * point["seq"] / step_s,
+        "peak_mem_bytes": peak,
+        "train_mem_bytes": max(0, peak - before),
+    }
 
 
 def _point(bench: Bench, s: dict, impl: str, seq: int, batch: int) -> dict:
     point = {"model": s["model"], "impl": impl, "seq": seq, "batch": batch, "steps": s["steps"]}
     with CpuMeter() as meter:
         _, out = run(bench, [sys.executable, "-m", "benchmarks.scaling", json.dumps(point)])
-    return {"impl": impl, "seq": seq, "batch": batch, **json.loads(out.strip().splitlines()[-1]),
-            "foreign": meter.foreign}
+    return {
+        "impl": impl,
+        "seq": seq,
+        "batch": batch,
+        **json.loads(out.strip().splitlines()[-1]),
+        "foreign": meter.foreign,
+    }
 
 
 def measure(bench: Bench) -> dict:
@@ -94,30 +108,47 @@ def measure(bench: Bench) -> dict:
         bench.log(f"scaling: batch {batch}, T={s['batch_seq']}")
         reuse = [p for p in by_seq if p["seq"] == s["batch_seq"] and p["batch"] == batch]
         by_batch += reuse or [_point(bench, s, impl, s["batch_seq"], batch) for impl in IMPLS]
-    return {"setup": {"model": s["model"], "steps": s["steps"], "seq_batch": s["seq_batch"],
-                      "batch_seq": s["batch_seq"]},
-            "by_seq": by_seq, "by_batch": by_batch, "foreign_cpu": median(p["foreign"] for p in by_seq + by_batch)}
+    return {
+        "setup": {"model": s["model"], "steps": s["steps"], "seq_batch": s["seq_batch"], "batch_seq": s["batch_seq"]},
+        "by_seq": by_seq,
+        "by_batch": by_batch,
+        "foreign_cpu": median(p["foreign"] for p in by_seq + by_batch),
+    }
 
 
 def _table(points: list[dict], key: str) -> list[str]:
-    lines = [f"| {key} | naive tokens/s | sdpa tokens/s | sdpa speed-up | naive train mem MiB | "
-             "sdpa train mem MiB | naive / sdpa mem |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| {key} | naive tokens/s | sdpa tokens/s | sdpa speed-up | naive train mem MiB | "
+        "sdpa train mem MiB | naive / sdpa mem |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for value in sorted({p[key] for p in points}):
         n, f = (next(p for p in points if p[key] == value and p["impl"] == i) for i in IMPLS)
-        lines.append(f"| {value} | {n['tokens_per_s']:,.0f} | {f['tokens_per_s']:,.0f} | "
-                     f"{f['tokens_per_s'] / n['tokens_per_s']:.2f}× | {n['train_mem_bytes'] / 2**20:,.0f} | "
-                     f"{f['train_mem_bytes'] / 2**20:,.0f} | "
-                     f"{n['train_mem_bytes'] / max(1, f['train_mem_bytes']):.1f}× |")
+        lines.append(
+            f"| {value} | {n['tokens_per_s']:,.0f} | {f['tokens_per_s']:,.0f} | "
+            f"{f['tokens_per_s'] / n['tokens_per_s']:.2f}× | {n['train_mem_bytes'] / 2**20:,.0f} | "
+            f"{f['train_mem_bytes'] / 2**20:,.0f} | "
+            f"{n['train_mem_bytes'] / max(1, f['train_mem_bytes']):.1f}× |"
+        )
     return lines
 
 
 def markdown(res: dict) -> str:
     s = res["setup"]
-    return "\n".join([
-        f"Model `{' '.join(s['model'])}`, the CPU's native dtype (hardware.dtype=auto: bf16 with AMX/AVX512-BF16, else fp32), fused AdamW; {s['steps']} timed steps after one warm-up, "
-        "one process per point. Training memory = peak RSS during the steps − RSS before the first step.", "",
-        f"By sequence length (batch {s['seq_batch']}):", "", *_table(res["by_seq"], "seq"), "",
-        f"By batch size (T {s['batch_seq']}):", "", *_table(res["by_batch"], "batch")])
+    return "\n".join(
+        [
+            f"Model `{' '.join(s['model'])}`, the CPU's native dtype (hardware.dtype=auto: bf16 with AMX/AVX512-BF16, else fp32), fused AdamW; {s['steps']} timed steps after one warm-up, "
+            "one process per point. Training memory = peak RSS during the steps − RSS before the first step.",
+            "",
+            f"By sequence length (batch {s['seq_batch']}):",
+            "",
+            *_table(res["by_seq"], "seq"),
+            "",
+            f"By batch size (T {s['batch_seq']}):",
+            "",
+            *_table(res["by_batch"], "batch"),
+        ]
+    )
 
 
 if __name__ == "__main__":

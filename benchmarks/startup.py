@@ -21,20 +21,39 @@ CASES = {"default (W&B offline)": [], "logger=none": ["logger=none"]}  # warm-ca
 
 
 def sizes(bench: Bench) -> dict:
-    full = dict(repeats=3, wait=15, sweep="mlp_ratio", seeds="0",
-                sweep_extra=["train.max_steps=10", "train.eval_interval=10", "sample.tokens=0", "logger=none"],
-                launchers=("local", "basic"))
-    quick = dict(repeats=1, wait=0, sweep="mlp_ratio", seeds="0",
-                 sweep_extra=["model.n_layer=1", "train.max_steps=2", "train.eval_interval=2", "train.batch_size=4",
-                              "train.eval_sequences=4", "sample.tokens=0", "logger=none"], launchers=("local",))
+    full = dict(
+        repeats=3,
+        wait=15,
+        sweep="mlp_ratio",
+        seeds="0",
+        sweep_extra=["train.max_steps=10", "train.eval_interval=10", "sample.tokens=0", "logger=none"],
+        launchers=("local", "basic"),
+    )
+    quick = dict(
+        repeats=1,
+        wait=0,
+        sweep="mlp_ratio",
+        seeds="0",
+        sweep_extra=[
+            "model.n_layer=1",
+            "train.max_steps=2",
+            "train.eval_interval=2",
+            "train.batch_size=4",
+            "train.eval_sequences=4",
+            "sample.tokens=0",
+            "logger=none",
+        ],
+        launchers=("local",),
+    )
     return bench.pick(full, quick)
 
 
 def import_times(bench: Bench) -> dict:
     """Cumulative import seconds per module (python -X importtime), imported in MODULES order in one process."""
     code = "; ".join(f"import {m}" for m in MODULES)
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=bench.env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], env=bench.env, capture_output=True, text=True, timeout=300
+    )
     if proc.returncode != 0:
         raise BenchError(f"python -X importtime -c '{code}' failed: {proc.stderr.strip().splitlines()[-1:]}")
     found = {}
@@ -49,8 +68,15 @@ def first_step(bench: Bench, out: Path, extra: list[str], **env: str) -> dict:
     """Seconds from launching gptlab-train to its first optimizer step's row, and to the process's exit."""
     run_dir = out / f"run{time.monotonic_ns()}"
     env = dict(bench.env, **env)
-    args = [*gptlab("train"), "model=tiny", "train.max_steps=3", "train.log_interval=1", "sample.tokens=0",
-            f"hydra.run.dir={run_dir}", *extra]
+    args = [
+        *gptlab("train"),
+        "model=tiny",
+        "train.max_steps=3",
+        "train.log_interval=1",
+        "sample.tokens=0",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+    ]
     metrics = run_dir / "metrics.jsonl"
     err = out / f"{run_dir.name}.stderr"
     t0 = time.perf_counter()
@@ -100,8 +126,13 @@ def measure(bench: Bench) -> dict:
         wait_quiet(bench, s["wait"])
         for name, extra in CASES.items():
             warm[name].append(first_step(bench, out, extra, GPTLAB_CACHE=cache))
-    compiled = first_step(bench, out, ["logger=none", "hardware.compile=true"], GPTLAB_CACHE=cache,
-                          TORCHINDUCTOR_CACHE_DIR=str(out / "inductor-cache"))  # an empty one: a real compile
+    compiled = first_step(
+        bench,
+        out,
+        ["logger=none", "hardware.compile=true"],
+        GPTLAB_CACHE=cache,
+        TORCHINDUCTOR_CACHE_DIR=str(out / "inductor-cache"),
+    )  # an empty one: a real compile
     sweeps = []
     for launcher in s["launchers"]:
         bench.log(f"startup: gptlab-sweep {s['sweep']} with launcher={launcher}")
@@ -109,29 +140,47 @@ def measure(bench: Bench) -> dict:
     rows = [{"case": "cold cache, default (W&B offline)", **cold}]
     for name, samples in warm.items():
         used = quiet(samples, min_n=1)
-        rows.append({"case": f"warm cache, {name}", "first_step_s": median(x["first_step_s"] for x in used),
-                     "total_s": median(x["total_s"] for x in used), "foreign": median(x["foreign"] for x in used)})
+        rows.append(
+            {
+                "case": f"warm cache, {name}",
+                "first_step_s": median(x["first_step_s"] for x in used),
+                "total_s": median(x["total_s"] for x in used),
+                "foreign": median(x["foreign"] for x in used),
+            }
+        )
     rows.append({"case": "warm cache, logger=none hardware.compile=true", **compiled})
-    return {"setup": {"repeats": s["repeats"], "sweep": s["sweep"], "sweep_overrides": s["sweep_extra"]},
-            "python_startup_s": median(base_wall),
-            "imports_s": {m: median(i.get(m) for i in imports) for m in MODULES},
-            "first_step": rows, "sweeps": sweeps, "target_s": 3.0,
-            "foreign_cpu": median(r["foreign"] for r in rows)}
+    return {
+        "setup": {"repeats": s["repeats"], "sweep": s["sweep"], "sweep_overrides": s["sweep_extra"]},
+        "python_startup_s": median(base_wall),
+        "imports_s": {m: median(i.get(m) for i in imports) for m in MODULES},
+        "first_step": rows,
+        "sweeps": sweeps,
+        "target_s": 3.0,
+        "foreign_cpu": median(r["foreign"] for r in rows),
+    }
 
 
 def markdown(res: dict) -> str:
-    lines = ["| `gptlab-train model=tiny` | command → first optimizer step (s) | whole command (s) |",
-             "|---|---|---|"]
+    lines = ["| `gptlab-train model=tiny` | command → first optimizer step (s) | whole command (s) |", "|---|---|---|"]
     lines += [f"| {r['case']} | {_s(r['first_step_s'])} | {_s(r['total_s'])} |" for r in res["first_step"]]
-    lines += ["", "Import cost, cumulative, in this order in one process (`python -X importtime`; "
-              f"bare `python -c pass`: {res['python_startup_s']:.2f} s):", "",
-              "| " + " | ".join(f"`{m}`" for m in MODULES) + " |", "|" + "---|" * len(MODULES),
-              "| " + " | ".join(_s(res["imports_s"][m]) for m in MODULES) + " |", "",
-              f"`gptlab-sweep {res['setup']['sweep']} {' '.join(res['setup']['sweep_overrides'])} --seeds 0`:", "",
-              "| launcher | runs | sweep wall s | Σ runs' own training s | overhead per run s |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {w['launcher']} | {w['runs']} | {w['wall_s']:.1f} | {w['runs_own_s']:.1f} | "
-              f"{w['per_run_overhead_s']:.1f} |" for w in res["sweeps"]]
+    lines += [
+        "",
+        "Import cost, cumulative, in this order in one process (`python -X importtime`; "
+        f"bare `python -c pass`: {res['python_startup_s']:.2f} s):",
+        "",
+        "| " + " | ".join(f"`{m}`" for m in MODULES) + " |",
+        "|" + "---|" * len(MODULES),
+        "| " + " | ".join(_s(res["imports_s"][m]) for m in MODULES) + " |",
+        "",
+        f"`gptlab-sweep {res['setup']['sweep']} {' '.join(res['setup']['sweep_overrides'])} --seeds 0`:",
+        "",
+        "| launcher | runs | sweep wall s | Σ runs' own training s | overhead per run s |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {w['launcher']} | {w['runs']} | {w['wall_s']:.1f} | {w['runs_own_s']:.1f} | {w['per_run_overhead_s']:.1f} |"
+        for w in res["sweeps"]
+    ]
     return "\n".join(lines)
 
 

@@ -13,8 +13,14 @@ import time
 from benchmarks.common import Bench, CpuMeter, PeakProbe, bare_step, build_platform, median, quiet, wait_quiet
 
 GPT2S_FULL = ["model=gpt2", "model.n_layer=4", "model.block_size=512", "train.batch_size=4"]
-GPT2S_QUICK = ["model=gpt2", "model.n_layer=1", "model.d_model=256", "model.n_head=4", "model.block_size=128",
-               "train.batch_size=2"]
+GPT2S_QUICK = [
+    "model=gpt2",
+    "model.n_layer=1",
+    "model.d_model=256",
+    "model.n_head=4",
+    "model.block_size=128",
+    "train.batch_size=2",
+]
 
 
 DTYPE_X_MODE = [(d, c, None) for d in ("fp32", "bf16") for c in (False, True)]
@@ -24,13 +30,25 @@ NAIVE_COMPILED = ("bf16", True, "naive")
 
 def sizes(bench: Bench) -> dict:
     """model name -> (overrides, steps per timed chunk, arms as (dtype, compiled, attention.impl or None))."""
-    full = dict(rounds=5, warm=2, probe_n=2048, wait=15, models={
-        "tiny": (["model=tiny"], 5, DTYPE_X_MODE), "gpt2s": (GPT2S_FULL, 1, [*DTYPE_X_MODE, NAIVE_COMPILED])})
+    full = dict(
+        rounds=5,
+        warm=2,
+        probe_n=2048,
+        wait=15,
+        models={"tiny": (["model=tiny"], 5, DTYPE_X_MODE), "gpt2s": (GPT2S_FULL, 1, [*DTYPE_X_MODE, NAIVE_COMPILED])},
+    )
     quick_arms = [("fp32", False, None), ("bf16", False, None), ("bf16", True, None)]
     # 2 rounds: a CPU without native bf16 (AVX2 EPYC) runs the bf16 arms ~10x slower than fp32
-    quick = dict(rounds=2, warm=2, probe_n=1024, wait=0, models={
-        "tiny": (["model=tiny", "model.n_layer=2", "train.batch_size=8"], 3, quick_arms),
-        "gpt2s": (GPT2S_QUICK, 1, [*quick_arms, NAIVE_COMPILED])})
+    quick = dict(
+        rounds=2,
+        warm=2,
+        probe_n=1024,
+        wait=0,
+        models={
+            "tiny": (["model=tiny", "model.n_layer=2", "train.batch_size=8"], 3, quick_arms),
+            "gpt2s": (GPT2S_QUICK, 1, [*quick_arms, NAIVE_COMPILED]),
+        },
+    )
     return bench.pick(full, quick)
 
 
@@ -42,8 +60,12 @@ class Arm:
 
         self.name = f"{model_name} {dtype} {'compile' if compiled else 'eager'}" + (f" {impl}" if impl else "")
         self.model_name, self.dtype, self.compiled, self.impl, self.chunk = model_name, dtype, compiled, impl, chunk
-        self.overrides = [*overrides, f"hardware.dtype={dtype}", f"hardware.compile={str(compiled).lower()}",
-                          *([f"attention.impl={impl}"] if impl else [])]
+        self.overrides = [
+            *overrides,
+            f"hardware.dtype={dtype}",
+            f"hardware.compile={str(compiled).lower()}",
+            *([f"attention.impl={impl}"] if impl else []),
+        ]
         self.built = build_platform(self.overrides, compile_model=compiled)
         data = self.built["data"]
         self.tokens = self.built["batch_size"] * data.seq_len
@@ -104,19 +126,32 @@ def measure(bench: Bench) -> dict:
 def _result(arms: list[Arm], probe: PeakProbe, s: dict, shares: dict) -> dict:
     """Rows from the rounds where no arm's chunk was disturbed by other processes (all rounds if < 2 were)."""
     peaks = probe.summary()
-    rounds = [r["r"] for r in quiet([{"r": r, "foreign": max(a.samples[r]["foreign"] for a in arms)}
-                                     for r in range(s["rounds"])])]
+    rounds = [
+        r["r"]
+        for r in quiet([{"r": r, "foreign": max(a.samples[r]["foreign"] for a in arms)} for r in range(s["rounds"])])
+    ]
     rows = []
     for arm in arms:
         used = [arm.samples[r] for r in rounds]
         step_s = median(x["step_s"] for x in used)
-        row = {"arm": arm.name, "model": arm.model_name, "dtype": arm.dtype, "compile": arm.compiled,
-               "attention_impl": arm.impl or str(arm.built["cfg"].attention.impl),
-               "params": arm.params, "tokens_per_step": arm.tokens, "flops_per_token": arm.flops_per_token,
-               "step_ms": 1000 * step_s, "tokens_per_s": arm.tokens / step_s, "mfu": median(x["mfu"] for x in used),
-               "mfu_vs_bf16_peak": arm.flops_per_token * arm.tokens / step_s / peaks["bf16_peak_flops_median"]
-               if peaks.get("bf16_peak_flops_median") else None,
-               "warmup_s": arm.warm_s, "samples": arm.samples}
+        row = {
+            "arm": arm.name,
+            "model": arm.model_name,
+            "dtype": arm.dtype,
+            "compile": arm.compiled,
+            "attention_impl": arm.impl or str(arm.built["cfg"].attention.impl),
+            "params": arm.params,
+            "tokens_per_step": arm.tokens,
+            "flops_per_token": arm.flops_per_token,
+            "step_ms": 1000 * step_s,
+            "tokens_per_s": arm.tokens / step_s,
+            "mfu": median(x["mfu"] for x in used),
+            "mfu_vs_bf16_peak": arm.flops_per_token * arm.tokens / step_s / peaks["bf16_peak_flops_median"]
+            if peaks.get("bf16_peak_flops_median")
+            else None,
+            "warmup_s": arm.warm_s,
+            "samples": arm.samples,
+        }
         if arm.name in shares:
             row["attention_time_share"] = shares[arm.name]
             row["attention_flops_share"] = arm.attention_flops_share
@@ -124,8 +159,12 @@ def _result(arms: list[Arm], probe: PeakProbe, s: dict, shares: dict) -> dict:
             row["compile_s"] = max(0.0, arm.warm_s - s["warm"] * step_s)
         rows.append(row)
     _speedups(rows, arms, rounds)
-    setup = {"models": {k: v[0] for k, v in s["models"].items()}, "rounds": s["rounds"], "rounds_used": rounds,
-             "probe_n": s["probe_n"]}
+    setup = {
+        "models": {k: v[0] for k, v in s["models"].items()},
+        "rounds": s["rounds"],
+        "rounds_used": rounds,
+        "probe_n": s["probe_n"],
+    }
     foreign = median(x["foreign"] for a in arms for x in a.samples)
     return {"setup": setup, "peaks": peaks, "rows": rows, "target_mfu_bf16": 0.5, "foreign_cpu": foreign}
 
@@ -148,14 +187,19 @@ def markdown(res: dict) -> str:
         f"Matmul peak measured in this run ({res['setup']['probe_n']}³ matmuls next to every timed chunk): "
         f"bf16 median {_t(p.get('bf16_peak_flops_median'))} (best {_t(p.get('bf16_peak_flops_max'))}), "
         f"fp32 median {_t(p.get('fp32_peak_flops_median'))} (best {_t(p.get('fp32_peak_flops_max'))}) TFLOP/s. "
-        "MFU = useful training FLOP/s over the peak of the arm's dtype probed right before and after its steps.", "",
+        "MFU = useful training FLOP/s over the peak of the arm's dtype probed right before and after its steps.",
+        "",
         "| arm | params | tokens/step | step ms | tokens/s | MFU (own dtype) | MFU vs bf16 peak | vs eager | "
-        "bf16 vs fp32 | compile s |", "|---|---|---|---|---|---|---|---|---|---|"]
+        "bf16 vs fp32 | compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
-        lines.append(f"| {r['arm']} | {r['params'] / 1e6:.2f}M | {r['tokens_per_step']} | {r['step_ms']:.1f} | "
-                     f"{r['tokens_per_s']:,.0f} | {_pc(r['mfu'])} | {_pc(r['mfu_vs_bf16_peak'])} | "
-                     f"{_x(r.get('speedup_vs_eager'))} | {_x(r.get('speedup_vs_fp32'))} | "
-                     f"{_n(r.get('compile_s'), '.1f')} |")
+        lines.append(
+            f"| {r['arm']} | {r['params'] / 1e6:.2f}M | {r['tokens_per_step']} | {r['step_ms']:.1f} | "
+            f"{r['tokens_per_s']:,.0f} | {_pc(r['mfu'])} | {_pc(r['mfu_vs_bf16_peak'])} | "
+            f"{_x(r.get('speedup_vs_eager'))} | {_x(r.get('speedup_vs_fp32'))} | "
+            f"{_n(r.get('compile_s'), '.1f')} |"
+        )
     lines.append("")
     lines.append("Models: " + "; ".join(f"`{k}` = `{' '.join(v)}`" for k, v in res["setup"]["models"].items()) + ".")
     return "\n".join(lines)

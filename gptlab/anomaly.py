@@ -18,9 +18,11 @@ import torch
 def _first_nonfinite(found: list):
     def hook(module, args, out):
         tensors = out if isinstance(out, (tuple, list)) else (out,)
-        if not found and any(isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all()
-                             for t in tensors):
+        if not found and any(
+            isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all() for t in tensors
+        ):
             found.append(module)
+
     return hook
 
 

@@ -59,7 +59,9 @@ def _check_keys(group: str, factory: functools.partial) -> None:
     unknown = sorted(set(factory.keywords) - set(params))
     if unknown:
         allowed = ", ".join(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.default is not p.empty)
-        raise ConfigError(f"{group}.{unknown[0]}: not a key of this {group} choice ({factory.func.__name__}); allowed: {allowed}")
+        raise ConfigError(
+            f"{group}.{unknown[0]}: not a key of this {group} choice ({factory.func.__name__}); allowed: {allowed}"
+        )
 
 
 def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
@@ -72,8 +74,9 @@ def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
         raise ConfigError(f"model: {err}; allowed keys: {', '.join(GPTConfig.__dataclass_fields__)}") from None
 
 
-def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None,
-                activation_checkpointing: bool = False) -> GPT:
+def build_model(
+    cfg: DictConfig, vocab_size: int | None = None, device=None, activation_checkpointing: bool = False
+) -> GPT:
     """The GPT the config describes, on `device` (use "meta" to size even gpt2-xl for free).
 
     `activation_checkpointing` (hardware.activation_checkpointing) recomputes each block in backward when training.
@@ -87,14 +90,24 @@ def build_model(cfg: DictConfig, vocab_size: int | None = None, device=None,
         raise ConfigError(f"norm.placement: '{placement}' is not allowed; allowed: pre, post")
     attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))
     with torch.device(device or "cpu"):
-        return GPT(mcfg, attention=attention, mlp=mlp, norm=norm_factory, position=position, norm_placement=placement,
-                   activation_checkpointing=activation_checkpointing)
+        return GPT(
+            mcfg,
+            attention=attention,
+            mlp=mlp,
+            norm=norm_factory,
+            position=position,
+            norm_placement=placement,
+            activation_checkpointing=activation_checkpointing,
+        )
 
 
 def plain_config(cfg: DictConfig) -> dict:
     """The resolved config as plain Python, without Hydra's own node (what checkpoints and W&B record)."""
-    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-            for k, v in cfg.items() if k != "hydra"}
+    return {
+        k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+        for k, v in cfg.items()
+        if k != "hydra"
+    }
 
 
 def logger_factories(cfg: DictConfig) -> list[tuple[str, functools.partial]]:
@@ -150,9 +163,15 @@ class TrainSettings:
 def train_settings(cfg: DictConfig) -> TrainSettings:
     """TrainSettings from cfg.train and the run-level keys (validated beforehand)."""
     t = cast(dict, OmegaConf.to_container(cfg.train, resolve=True))
-    return TrainSettings(**t, seed=int(cfg.seed), data_seed=int(cfg.data_seed),
-                         sample_tokens=int(cfg.sample.tokens), sample_temperature=float(cfg.sample.temperature),
-                         sample_top_k=cfg.sample.top_k, profile=bool(cfg.profile))
+    return TrainSettings(
+        **t,
+        seed=int(cfg.seed),
+        data_seed=int(cfg.data_seed),
+        sample_tokens=int(cfg.sample.tokens),
+        sample_temperature=float(cfg.sample.temperature),
+        sample_top_k=cfg.sample.top_k,
+        profile=bool(cfg.profile),
+    )
 
 
 def cache_dir() -> Path:
@@ -185,25 +204,57 @@ def build_cost_model(cfg: DictConfig, vocab_size: int | None = None) -> GPT:
     norm = _factory(cfg, "norm", drop=("placement",))
     attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))
     with torch.device("meta"):
-        return GPT(mcfg, attention=attention, mlp=mlp, norm=norm, position=position,
-                   norm_placement=str(cfg.norm.get("placement", "pre")), layer_counts=layer_kinds(attention, mcfg.n_layer))
+        return GPT(
+            mcfg,
+            attention=attention,
+            mlp=mlp,
+            norm=norm,
+            position=position,
+            norm_placement=str(cfg.norm.get("placement", "pre")),
+            layer_counts=layer_kinds(attention, mcfg.n_layer),
+        )
 
 
-def cost_report(cfg: DictConfig, batch_size: int, seq_len: int, *, vocab_size: int | None = None, mode: str = "train",
-                dtype: str = "bf16", peak_flops: float | None = None, mem_bandwidth: float | None = None):
+def cost_report(
+    cfg: DictConfig,
+    batch_size: int,
+    seq_len: int,
+    *,
+    vocab_size: int | None = None,
+    mode: str = "train",
+    dtype: str = "bf16",
+    peak_flops: float | None = None,
+    mem_bandwidth: float | None = None,
+):
     """gptlab-flops' CostReport for this config, from the meta device (the pre-allocation memory check uses it too)."""
     from gptlab.costs import analyze
     from gptlab.costs.memory import optimizer_state_bytes_per_param
 
     model = build_cost_model(cfg, vocab_size)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
-    return analyze(model, batch_size, seq_len, mode=mode, dtype_bytes=dtype, peak_flops=peak_flops,
-                   mem_bandwidth=mem_bandwidth, optimizer_state_bytes_per_param=state,
-                   activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))
+    return analyze(
+        model,
+        batch_size,
+        seq_len,
+        mode=mode,
+        dtype_bytes=dtype,
+        peak_flops=peak_flops,
+        mem_bandwidth=mem_bandwidth,
+        optimizer_state_bytes_per_param=state,
+        activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)),
+    )
 
 
-def rank_memory(cfg: DictConfig, sharding, *, batch_size: int, grad_accum: int, seq_len: int,
-                vocab_size: int | None = None, dtype: str = "bf16") -> dict:
+def rank_memory(
+    cfg: DictConfig,
+    sharding,
+    *,
+    batch_size: int,
+    grad_accum: int,
+    seq_len: int,
+    vocab_size: int | None = None,
+    dtype: str = "bf16",
+) -> dict:
     """What one rank holds under `sharding` (a costs.sharding.Sharding): the memory gptlab-flops prints for it."""
     from gptlab.costs.memory import optimizer_state_bytes_per_param
     from gptlab.costs.report import element_bytes
@@ -211,6 +262,13 @@ def rank_memory(cfg: DictConfig, sharding, *, batch_size: int, grad_accum: int, 
 
     model = build_cost_model(cfg, vocab_size)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
-    return per_rank(model, sharding, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len,
-                    compute_bytes=element_bytes(dtype), state_bytes_per_param=state,
-                    activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))["memory"]
+    return per_rank(
+        model,
+        sharding,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        seq_len=seq_len,
+        compute_bytes=element_bytes(dtype),
+        state_bytes_per_param=state,
+        activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)),
+    )["memory"]

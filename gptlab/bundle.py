@@ -58,28 +58,59 @@ def build_bundle(cfg: DictConfig, run_dir: Path, choices: dict) -> Bundle:
     data = build.build_data(cfg, int(cfg.model.block_size))
     _check_memory(cfg, hardware, settings, data, world, choices)
     torch.manual_seed(settings.seed)
-    model = build.build_model(cfg, vocab_size=data.vocab_size, device=hardware.device,
-                              activation_checkpointing=hardware.activation_checkpointing)
-    check_model(model, vocab_size=data.vocab_size, seq_len=data.seq_len, device=hardware.device,
-                dtype=hardware.torch_dtype, data_name=data.name)  # the same checks the contract tests run
+    model = build.build_model(
+        cfg,
+        vocab_size=data.vocab_size,
+        device=hardware.device,
+        activation_checkpointing=hardware.activation_checkpointing,
+    )
+    check_model(
+        model,
+        vocab_size=data.vocab_size,
+        seq_len=data.seq_len,
+        device=hardware.device,
+        dtype=hardware.torch_dtype,
+        data_name=data.name,
+    )  # the same checks the contract tests run
     for line in noop_choices(cfg, choices):  # e.g. GQA with n_kv_head == n_head is MHA: say so before training it
         log.warning("no-op choice: %s", line)
-    identity = {"config": build.plain_config(cfg), "choices": choices, "data": data.fingerprint,
-                "model": model_fingerprint(model), "world": world, "dtype": hardware.dtype}
+    identity = {
+        "config": build.plain_config(cfg),
+        "choices": choices,
+        "data": data.fingerprint,
+        "model": model_fingerprint(model),
+        "world": world,
+        "dtype": hardware.dtype,
+    }
     # DDP (compiled per hardware.compile) or FSDP2 in place; the optimizer after it: fully_shard swaps the parameters
     forward_model = distributed.wrap(model, hardware, world)
-    ctx = Context(run_dir=run_dir, flops_per_token=float(train_flops_per_token(model, data.seq_len)),
-                  peak_flops=hardware.resolved_peak_flops(build.cache_dir()), identity=identity,
-                  rank=rank, world=world, sharded=hardware.strategy == "fsdp")
+    ctx = Context(
+        run_dir=run_dir,
+        flops_per_token=float(train_flops_per_token(model, data.seq_len)),
+        peak_flops=hardware.resolved_peak_flops(build.cache_dir()),
+        identity=identity,
+        rank=rank,
+        world=world,
+        sharded=hardware.strategy == "fsdp",
+    )
 
     def lr_factors(max_steps: int, steps: int) -> list[float]:
         other = build.build_schedule(cfg, max_steps)
         return [other(i) for i in range(steps)]
 
-    return Bundle(hardware=hardware, settings=settings, data=data, model=model, forward_model=forward_model,
-                  optimizer=build.build_optimizer(cfg, model), schedule=build.build_schedule(cfg, settings.max_steps),
-                  scaler=torch.amp.GradScaler(hardware.device.split(":")[0], enabled=hardware.dtype == "fp16"),
-                  ctx=ctx, identity=identity, lr_factors=lr_factors)
+    return Bundle(
+        hardware=hardware,
+        settings=settings,
+        data=data,
+        model=model,
+        forward_model=forward_model,
+        optimizer=build.build_optimizer(cfg, model),
+        schedule=build.build_schedule(cfg, settings.max_steps),
+        scaler=torch.amp.GradScaler(hardware.device.split(":")[0], enabled=hardware.dtype == "fp16"),
+        ctx=ctx,
+        identity=identity,
+        lr_factors=lr_factors,
+    )
 
 
 def _hardware(cfg: DictConfig) -> tuple[Hardware, int, int]:
@@ -97,30 +128,48 @@ def _hardware(cfg: DictConfig) -> tuple[Hardware, int, int]:
 def _check_batch(settings: build.TrainSettings, world: int) -> None:
     """Every rank takes an equal share of every micro-batch (an empty or uneven share skews the loss)."""
     if settings.batch_size % (settings.grad_accum * world):
-        raise ConfigError(f"train.batch_size={settings.batch_size} must be divisible by train.grad_accum x world size "
-                          f"= {settings.grad_accum} x {world}; allowed: a multiple of {settings.grad_accum * world}")
+        raise ConfigError(
+            f"train.batch_size={settings.batch_size} must be divisible by train.grad_accum x world size "
+            f"= {settings.grad_accum} x {world}; allowed: a multiple of {settings.grad_accum * world}"
+        )
 
 
-def _check_memory(cfg: DictConfig, hardware: Hardware, settings: build.TrainSettings, data, world: int,
-                  choices: dict) -> None:
+def _check_memory(
+    cfg: DictConfig, hardware: Hardware, settings: build.TrainSettings, data, world: int, choices: dict
+) -> None:
     """gptlab-flops' training-memory estimate, from the config on the meta device, against the free memory."""
     micro = settings.batch_size // (settings.grad_accum * world)
     report = build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype).to_dict()
     if hardware.strategy == "fsdp":  # one rank's share: sharded weights, grads and state, plus the gathered blocks
         from gptlab.costs.sharding import Sharding
 
-        report = per_rank_report(report, build.rank_memory(
-            cfg, Sharding("fsdp", world, hardware.reshard_after_forward, cpu_offload=hardware.cpu_offload),
-            batch_size=settings.batch_size, grad_accum=settings.grad_accum, seq_len=data.seq_len,
-            vocab_size=data.vocab_size, dtype=hardware.dtype))
-    check_fits(report, hardware.device, label=f"model={choices['model']}" if "model" in choices else "this run",
-               processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if hardware.device == "cpu" else 1)
+        report = per_rank_report(
+            report,
+            build.rank_memory(
+                cfg,
+                Sharding("fsdp", world, hardware.reshard_after_forward, cpu_offload=hardware.cpu_offload),
+                batch_size=settings.batch_size,
+                grad_accum=settings.grad_accum,
+                seq_len=data.seq_len,
+                vocab_size=data.vocab_size,
+                dtype=hardware.dtype,
+            ),
+        )
+    check_fits(
+        report,
+        hardware.device,
+        label=f"model={choices['model']}" if "model" in choices else "this run",
+        processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if hardware.device == "cpu" else 1,
+    )
 
 
 def per_rank_report(report: dict, memory: dict) -> dict:
     """The memory check's report (CostReport.to_dict()) with one rank's figures from costs.sharding.per_rank."""
-    mem = report["memory"] | {"weights_bytes": memory["params_bytes"], "grads_bytes": memory["grads_bytes"],
-                              "optimizer_bytes": memory["optimizer_bytes"],
-                              "activations_bytes": memory["activations_bytes"],
-                              "train_estimate_bytes": memory["total_bytes"]}
+    mem = report["memory"] | {
+        "weights_bytes": memory["params_bytes"],
+        "grads_bytes": memory["grads_bytes"],
+        "optimizer_bytes": memory["optimizer_bytes"],
+        "activations_bytes": memory["activations_bytes"],
+        "train_estimate_bytes": memory["total_bytes"],
+    }
     return report | {"memory": mem}

@@ -274,6 +274,8 @@ def load_latest(run_dir: Path) -> dict | None:
         except ConfigError as err:
             log.warning("skipping %s", err)
     if found:
-        raise ConfigError(f"train.resume=auto: none of the {len(found)} checkpoints in {ckpt_dir(run_dir)} is readable; "
-                          f"move them away to start over, or pass train.resume=never")
+        raise ConfigError(
+            f"train.resume=auto: none of the {len(found)} checkpoints in {ckpt_dir(run_dir)} is readable; "
+            f"move them away to start over, or pass train.resume=never"
+        )
     return None

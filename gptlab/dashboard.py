@@ -69,8 +69,9 @@ def _override_values(overrides: list[str]) -> dict[str, str]:
     return out
 
 
-def run_name(name: str | None, arm: str | None, seed: int, overrides: list[str], launch: Launch,
-             groups: set[str]) -> str:
+def run_name(
+    name: str | None, arm: str | None, seed: int, overrides: list[str], launch: Launch, groups: set[str]
+) -> str:
     """A short readable name: `name`, else `<arm> s<seed>`, else the varying overrides + `s<seed>`, else all overrides.
 
     A varying group choice shows as its option (`gqa`), any other key as `key=value` (`mlp.ratio=3`).
@@ -81,7 +82,9 @@ def run_name(name: str | None, arm: str | None, seed: int, overrides: list[str],
         return f"{arm} s{seed}"
     values = _override_values(overrides)
     if launch.varying:
-        parts = [values[k] if k in groups else f"{k}={values[k]}" for k in launch.varying if k in values and k != "seed"]
+        parts = [
+            values[k] if k in groups else f"{k}={values[k]}" for k in launch.varying if k in values and k != "seed"
+        ]
         return " ".join([*parts, f"s{seed}"])
     keep = [o for o in overrides if not o.split("=")[0].lstrip("+~").startswith(("hydra", "train.resume", "sweep"))]
     return ",".join(keep) or "default"

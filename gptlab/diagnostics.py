@@ -131,8 +131,13 @@ def _recorded(model, stats: dict, n_layer: int):
     hooks, kernels = [], []
     for i, block in enumerate(model.blocks):
         tag = f"diag/{layer_tag(i, n_layer)}"
-        hooks.append(block.register_forward_hook(
-            lambda m, args, out, tag=tag: stats.__setitem__(f"{tag}/block/act_rms", out.float().pow(2).mean().sqrt().item())))
+        hooks.append(
+            block.register_forward_hook(
+                lambda m, args, out, tag=tag: stats.__setitem__(
+                    f"{tag}/block/act_rms", out.float().pow(2).mean().sqrt().item()
+                )
+            )
+        )
         kernels.append((block.attn, block.attn.kernel))
         block.attn.kernel = _scoring(block.attn.kernel, stats, f"{tag}/attn")
     try:
@@ -146,6 +151,7 @@ def _recorded(model, stats: dict, n_layer: int):
 
 def _scoring(kernel, stats: dict, prefix: str):
     """`kernel`, plus the explicit scores' max (masked positions excluded) and mean softmax entropy into `stats`."""
+
     def run(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
         scores = q.float() @ expand_kv(k, q.size(1)).float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B,H,Tq,Tk)
         if bias is not None:
@@ -157,6 +163,7 @@ def _scoring(kernel, stats: dict, prefix: str):
         stats[f"{prefix}/max_logit"] = scores.amax().item()
         stats[f"{prefix}/entropy"] = entropy.mean().item()
         return kernel(q, k, v, window=window, q_offset=q_offset, bias=bias, dropout_p=dropout_p)
+
     return run
 
 
@@ -174,11 +181,18 @@ class SpikeDetector:
         if len(self.losses) >= min(10, self.window):
             median = statistics.median(self.losses)
             if median > 0 and loss > self.factor * median:
-                jumps = {g: n / statistics.median(self.norms[g]) for g, n in grad_norms.items()
-                         if g in self.norms and statistics.median(self.norms[g]) > 0}
+                jumps = {
+                    g: n / statistics.median(self.norms[g])
+                    for g, n in grad_norms.items()
+                    if g in self.norms and statistics.median(self.norms[g]) > 0
+                }
                 top = sorted(jumps, key=jumps.__getitem__, reverse=True)[:3]
-                event = {"spike/loss": loss, "spike/median": median, "spike/ratio": loss / median,
-                         "spike/layers": ", ".join(f"{g} x{jumps[g]:.1f}" for g in top)}
+                event = {
+                    "spike/loss": loss,
+                    "spike/median": median,
+                    "spike/ratio": loss / median,
+                    "spike/layers": ", ".join(f"{g} x{jumps[g]:.1f}" for g in top),
+                }
         self.losses.append(loss)
         for g, n in grad_norms.items():
             self.norms.setdefault(g, deque(maxlen=self.window)).append(n)
@@ -234,8 +248,14 @@ class Monitor:
         event = self.spikes.check(loss, self.norms or {}) if self.spikes is not None else None
         if event is not None:
             row |= event
-            log.warning("loss spike at step %d: %.4g = %.1f x the running median %.4g; grad norm rose most in %s",
-                        step + 1, loss, event["spike/ratio"], event["spike/median"], event["spike/layers"] or "-")
+            log.warning(
+                "loss spike at step %d: %.4g = %.1f x the running median %.4g; grad norm rose most in %s",
+                step + 1,
+                loss,
+                event["spike/ratio"],
+                event["spike/median"],
+                event["spike/layers"] or "-",
+            )
             if self.settings.spike_dump and self.ctx.is_main:
                 b = self.settings.batch_size
                 x, y = self.data.train_samples(step * b, b)  # the whole global batch: a pure function of the step

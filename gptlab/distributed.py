@@ -97,8 +97,11 @@ def shard(model, hardware, world: int):
     mode = compile_mode(hardware.compile)
     mesh = init_device_mesh(hardware.device.split(":")[0], (world,))
     param_dtype = None if hardware.dtype == "fp32" else hardware.torch_dtype  # None: gather the fp32 params as they are
-    options: dict[str, Any] = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
-               "offload_policy": CPUOffloadPolicy() if hardware.cpu_offload else OffloadPolicy()}
+    options: dict[str, Any] = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
+        "offload_policy": CPUOffloadPolicy() if hardware.cpu_offload else OffloadPolicy(),
+    }
     for block in model.blocks:
         if mode is not None:
             block.compile(mode=mode)

@@ -25,8 +25,9 @@ def compile_mode(value) -> str | None:
         return "default"
     if isinstance(value, str) and value in COMPILE_MODES:
         return value
-    raise ConfigError(f"hardware.compile: {value!r} is not allowed; allowed: false, true, default, reduce-overhead, "
-                      f"max-autotune")
+    raise ConfigError(
+        f"hardware.compile: {value!r} is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"
+    )
 
 
 @dataclass
@@ -45,7 +46,9 @@ class Hardware:
     distributed: bool = False
     strategy: str = "ddp"  # one of STRATEGIES: ddp replicates the model, fsdp shards it (FSDP2, DCP checkpoints)
     cpu_offload: bool = False  # fsdp: sharded params, grads and optimizer state in CPU memory (CPUOffloadPolicy)
-    reshard_after_forward: bool = True  # fsdp: free each block's gathered params after forward, gather again in backward
+    reshard_after_forward: bool = (
+        True  # fsdp: free each block's gathered params after forward, gather again in backward
+    )
     name: str = "cpu"
     # resources a launcher (launcher=local|slurm) requests per run
     cpus_per_task: int | None = None
@@ -72,20 +75,29 @@ class Hardware:
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"hardware.strategy: {self.strategy!r} is not allowed; allowed: {', '.join(STRATEGIES)}")
         if self.strategy == "fsdp" and not self.distributed:
-            raise ConfigError("hardware.strategy=fsdp needs hardware.distributed=true; use hardware=fsdp (GPUs) or "
-                              "hardware=fsdp_cpu (gloo)")
+            raise ConfigError(
+                "hardware.strategy=fsdp needs hardware.distributed=true; use hardware=fsdp (GPUs) or "
+                "hardware=fsdp_cpu (gloo)"
+            )
         if self.nodes != 1 and not self.distributed:
-            raise ConfigError(f"hardware.nodes={self.nodes} needs a distributed profile (hardware.distributed=true); "
-                              "use hardware=ddp, ddp_cpu, fsdp or fsdp_cpu")
+            raise ConfigError(
+                f"hardware.nodes={self.nodes} needs a distributed profile (hardware.distributed=true); "
+                "use hardware=ddp, ddp_cpu, fsdp or fsdp_cpu"
+            )
         if self.cpu_offload and self.strategy != "fsdp":
-            raise ConfigError(f"hardware.cpu_offload=true needs hardware.strategy=fsdp (here {self.strategy}); "
-                              "use hardware=fsdp")
+            raise ConfigError(
+                f"hardware.cpu_offload=true needs hardware.strategy=fsdp (here {self.strategy}); use hardware=fsdp"
+            )
         if self.cpu_offload and not self.device.startswith("cuda"):
-            raise ConfigError(f"hardware.cpu_offload=true: device={self.device} already keeps everything in CPU "
-                              "memory; allowed: false, or true with a CUDA device (hardware=fsdp)")
+            raise ConfigError(
+                f"hardware.cpu_offload=true: device={self.device} already keeps everything in CPU "
+                "memory; allowed: false, or true with a CUDA device (hardware=fsdp)"
+            )
         if self.strategy == "fsdp" and self.dtype == "fp16":
-            raise ConfigError("hardware.dtype=fp16: not supported with hardware.strategy=fsdp (the fp16 GradScaler "
-                              "would see only this rank's shard of the gradients); allowed: bf16, fp32")
+            raise ConfigError(
+                "hardware.dtype=fp16: not supported with hardware.strategy=fsdp (the fp16 GradScaler "
+                "would see only this rank's shard of the gradients); allowed: bf16, fp32"
+            )
 
     def compiled(self, model):
         """`model` under torch.compile in this profile's mode, or `model` itself when compile is false."""
@@ -145,7 +157,7 @@ def native_low_precision(device: str) -> str:
 
 
 def cuda_device(device: str, distributed: bool, strategy: str = "ddp") -> str:
-    """"cuda" or "cuda:N" as an explicit "cuda:N" that exists here: LOCAL_RANK's GPU under DDP, else the current one."""
+    """ "cuda" or "cuda:N" as an explicit "cuda:N" that exists here: LOCAL_RANK's GPU under DDP, else the current one."""
     if not torch.cuda.is_available():
         instead = f"hardware={strategy}_cpu" if distributed and strategy in STRATEGIES else "hardware=cpu"
         raise ConfigError(f"hardware.device={device}: no CUDA device is available here; use {instead}")
@@ -160,8 +172,10 @@ def cuda_device(device: str, distributed: bool, strategy: str = "ddp") -> str:
         index = torch.cuda.current_device() if torch.cuda.is_initialized() else 0  # "cuda" = the current device
     count = torch.cuda.device_count()
     if not 0 <= index < count:
-        raise ConfigError(f"hardware.device=cuda:{index}: only {count} CUDA device(s) are visible here "
-                          f"(allowed: cuda:0..cuda:{count - 1}); launch at most {count} ranks per node")
+        raise ConfigError(
+            f"hardware.device=cuda:{index}: only {count} CUDA device(s) are visible here "
+            f"(allowed: cuda:0..cuda:{count - 1}); launch at most {count} ranks per node"
+        )
     return f"cuda:{index}"
 
 
@@ -170,8 +184,9 @@ def check_native_dtype(dtype: str, index: int) -> None:
     major, minor = torch.cuda.get_device_capability(index)
     if dtype == "bf16" and major < 8:
         name = torch.cuda.get_device_name(index)
-        raise ConfigError(f"hardware.dtype=bf16: {name} (sm_{major}{minor}) has no native bf16; "
-                          "use hardware.dtype=fp16 (or fp32)")
+        raise ConfigError(
+            f"hardware.dtype=bf16: {name} (sm_{major}{minor}) has no native bf16; use hardware.dtype=fp16 (or fp32)"
+        )
 
 
 def datasheet_peak(index: int, dtype: str, tf32: bool) -> float:
@@ -181,7 +196,9 @@ def datasheet_peak(index: int, dtype: str, tf32: bool) -> float:
     name = torch.cuda.get_device_name(index)
     peaks = gpu_peaks(name)
     if peaks is None:
-        raise ConfigError(f"hardware.peak_flops: no datasheet peak known for '{name}'; set hardware.peak_flops=<FLOP/s>")
+        raise ConfigError(
+            f"hardware.peak_flops: no datasheet peak known for '{name}'; set hardware.peak_flops=<FLOP/s>"
+        )
     peak = peak_for(peaks, dtype, tf32)
     if peak is None:
         check_native_dtype(dtype, index)  # raises the one-line bf16 refusal

@@ -39,7 +39,7 @@ def _process_ticks(pid: str, proc: Path) -> int:
     except OSError:
         return 0
     # The command name may hold spaces and parentheses: fields start after the last ')'.
-    rest = text[text.rfind(")") + 2:].split()
+    rest = text[text.rfind(")") + 2 :].split()
     return sum(int(v) for v in rest[11:15])  # fields 14..17 of proc(5)
 
 
@@ -74,8 +74,9 @@ def own_ticks(proc: Path = PROC, pid: str = "self") -> int:
 class LoadSampler:
     """`start()`, then `sample()` every few steps; `mean()` = time-weighted outside share of all cores (0..1)."""
 
-    def __init__(self, machine: Callable[[], tuple[int, int, int] | None] = machine_ticks,
-                 own: Callable[[], int] = own_ticks):
+    def __init__(
+        self, machine: Callable[[], tuple[int, int, int] | None] = machine_ticks, own: Callable[[], int] = own_ticks
+    ):
         self._machine, self._own = machine, own
         self._ref: tuple[int, int, int, int] | None = None  # (busy, total, n_cores, own) at the interval's start
         self.outside_ticks = 0  # other processes' jiffies over the closed intervals

@@ -62,7 +62,7 @@ def evaluate(model, val_set, micro_bs: int, hardware, device) -> dict[str, float
     x_all, y_all = val_set  # (N, T) each
     loss_sum, correct, counted = 0.0, 0, 0
     for i in range(0, len(x_all), micro_bs):
-        x, y = x_all[i:i + micro_bs].to(device), y_all[i:i + micro_bs].to(device)
+        x, y = x_all[i : i + micro_bs].to(device), y_all[i : i + micro_bs].to(device)
         with hardware.autocast():
             logits, loss = model(x, y)
         scored = y != -100
@@ -105,8 +105,21 @@ def _eval_due(step: int, settings, start_step: int, resumed: bool) -> bool:
     return step % settings.eval_interval == 0 or step == settings.max_steps
 
 
-def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Context, ddp_model=None,
-          progress: Progress | None = None, resumed: bool = False, scaler=None, stop: StopFlag | None = None) -> dict:
+def train(
+    model,
+    data,
+    optimizer,
+    schedule,
+    hardware,
+    settings,
+    sinks,
+    ctx: Context,
+    ddp_model=None,
+    progress: Progress | None = None,
+    resumed: bool = False,
+    scaler=None,
+    stop: StopFlag | None = None,
+) -> dict:
     """Train from `progress` (resume.restore's result; None = step 0) to settings.max_steps; returns the summary."""
     device = hardware.device
     ddp_model = model if ddp_model is None else ddp_model  # not `or`: a compiled module raises on bool()
@@ -115,8 +128,22 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
     own_stop, stop = stop is None, stop or StopFlag()  # a flag made here is taken down here
     source = prefetch.batch_source(data, settings, ctx.rank, ctx.world, device, p.step)  # train.prefetch steps ahead
     try:
-        return _Loop(model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler,
-                     stop, source).run()
+        return _Loop(
+            model,
+            ddp_model,
+            data,
+            optimizer,
+            schedule,
+            hardware,
+            settings,
+            sinks,
+            ctx,
+            p,
+            resumed,
+            scaler,
+            stop,
+            source,
+        ).run()
     finally:
         source.close()  # whatever ended the loop: no batch thread outlives train()
         if own_stop:
@@ -126,13 +153,36 @@ def train(model, data, optimizer, schedule, hardware, settings, sinks, ctx: Cont
 class _Loop:
     """One call of train(): the objects it drives, its progress `p`, its clocks and its load sampler."""
 
-    def __init__(self, model, ddp_model, data, optimizer, schedule, hardware, settings, sinks, ctx, p, resumed, scaler,
-                 stop, source):
-        self.model, self.ddp_model, self.data, self.optimizer, self.schedule = model, ddp_model, data, optimizer, schedule
+    def __init__(
+        self,
+        model,
+        ddp_model,
+        data,
+        optimizer,
+        schedule,
+        hardware,
+        settings,
+        sinks,
+        ctx,
+        p,
+        resumed,
+        scaler,
+        stop,
+        source,
+    ):
+        self.model, self.ddp_model, self.data, self.optimizer, self.schedule = (
+            model,
+            ddp_model,
+            data,
+            optimizer,
+            schedule,
+        )
         self.hardware, self.settings, self.sinks, self.ctx, self.p = hardware, settings, sinks, ctx, p
         self.resumed, self.scaler, self.stop, self.source = resumed, scaler, stop, source
         self.device = hardware.device
-        self.peak = PeakMemory(self.device)  # this run's own peak: nothing carried over from earlier runs in the process
+        self.peak = PeakMemory(
+            self.device
+        )  # this run's own peak: nothing carried over from earlier runs in the process
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
         self.start_step = p.step
@@ -142,7 +192,9 @@ class _Loop:
         self.val_set = data.val_samples(settings.eval_sequences)
         self.tokens_per_step = settings.batch_size * data.seq_len
         self.status, self.wall0, self.started = "finished", p.wall_s, time.perf_counter()
-        self.load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # how busy the machine is besides this run
+        self.load = job_sampler(
+            int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        )  # how busy the machine is besides this run
         self.monitor = diagnostics.Monitor(model, data, hardware, settings, ctx)
 
     def wall(self) -> float:
@@ -163,8 +215,12 @@ class _Loop:
         if _eval_due(p.step, settings, self.start_step, self.resumed):
             ev = evaluate(self.model, self.val_set, self.micro_bs, self.hardware, self.device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
-            row = {"val/loss": ev["val/loss"], **({"val/acc": ev["val/acc"]} if self.data.reports_accuracy else {}),
-                   "tokens": p.tokens, "wall_s": self.wall()}  # every row has all x-axes
+            row = {
+                "val/loss": ev["val/loss"],
+                **({"val/acc": ev["val/acc"]} if self.data.reports_accuracy else {}),
+                "tokens": p.tokens,
+                "wall_s": self.wall(),
+            }  # every row has all x-axes
             _emit(self.sinks, ctx, row, p.step)
         stopping = _agree(self.stop.signum is not None, ctx, self.device)
         if p.step != self.start_step:  # a resumed run that trains nothing keeps its figures as they were
@@ -196,8 +252,18 @@ class _Loop:
         batches = self.source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
         data_s = time.perf_counter() - t0
         monitor.start(p.step)
-        loss, grad_norm = _train_step(self.model, self.ddp_model, optimizer, scaler, batches, self.settings,
-                                      self.hardware, self.ctx, self.device, monitor)
+        loss, grad_norm = _train_step(
+            self.model,
+            self.ddp_model,
+            optimizer,
+            scaler,
+            batches,
+            self.settings,
+            self.hardware,
+            self.ctx,
+            self.device,
+            monitor,
+        )
         if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
             monitor.nonfinite(batches, p.step)
             _skip_step(optimizer, scaler, loss, grad_norm, p, self.settings, self.ctx)
@@ -225,11 +291,20 @@ class _Loop:
             p.data_ms.append(data_s * 1000)
             p.mfu.append(step_mfu or 0.0)
         if p.step % settings.log_interval == 0 or p.step == settings.max_steps:
-            row = {"train/loss": loss, "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
-                   "tokens": p.tokens, "tokens_per_s": tokens_per_step / step_s, "step_ms": step_s * 1000,
-                   "data_ms": data_s * 1000, "mfu": step_mfu,
-                   "peak_mem_bytes": max(p.peak_mem_bytes, self.peak.read()), "wall_s": self.wall(), **extra,
-                   **({"diag_ms": diag_s * 1000} if self.monitor.diag is not None else {})}
+            row = {
+                "train/loss": loss,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "grad_norm": grad_norm,
+                "tokens": p.tokens,
+                "tokens_per_s": tokens_per_step / step_s,
+                "step_ms": step_s * 1000,
+                "data_ms": data_s * 1000,
+                "mfu": step_mfu,
+                "peak_mem_bytes": max(p.peak_mem_bytes, self.peak.read()),
+                "wall_s": self.wall(),
+                **extra,
+                **({"diag_ms": diag_s * 1000} if self.monitor.diag is not None else {}),
+            }
             _emit(self.sinks, self.ctx, row, p.step)
             self.load.sample()
         elif extra:  # a spike between log steps: its own row
@@ -252,28 +327,43 @@ def _skip_step(optimizer, scaler, loss, grad_norm, p: Progress, settings, ctx) -
         scaler.update()
     if p.nan_seen > settings.nan_skip:
         raise TrainingDiverged(_diverged(loss, grad_norm, p.step, p.nan_seen, settings, ctx))
-    log.warning("step %d: loss %s, grad norm %s; skipped (%d of train.nan_skip=%d)",
-                p.step, loss, grad_norm, p.nan_seen, settings.nan_skip)
+    log.warning(
+        "step %d: loss %s, grad norm %s; skipped (%d of train.nan_skip=%d)",
+        p.step,
+        loss,
+        grad_norm,
+        p.nan_seen,
+        settings.nan_skip,
+    )
     p.step += 1
 
 
 def summarise(p: Progress, status: str, ctx: Context) -> dict:
     """The run's summary figures, computed from its progress alone (so a resumed run reports the whole run)."""
-    return {"final_val_loss": p.last_val_loss,
-            "best_val_loss": p.best_val_loss if math.isfinite(p.best_val_loss) else None,
-            "steps": p.step, "tokens": p.tokens, "tokens_per_s_median": median(p.tokens_per_s),
-            "step_ms_median": median(p.step_ms), "data_ms_median": median(p.data_ms),
-            "mfu_median": median(p.mfu) if ctx.peak_flops else None,
-            "peak_mem_bytes": p.peak_mem_bytes, "wall_s": p.wall_s, "status": status,
-            "outside_load": p.outside_ticks / p.total_ticks if p.total_ticks else None}
+    return {
+        "final_val_loss": p.last_val_loss,
+        "best_val_loss": p.best_val_loss if math.isfinite(p.best_val_loss) else None,
+        "steps": p.step,
+        "tokens": p.tokens,
+        "tokens_per_s_median": median(p.tokens_per_s),
+        "step_ms_median": median(p.step_ms),
+        "data_ms_median": median(p.data_ms),
+        "mfu_median": median(p.mfu) if ctx.peak_flops else None,
+        "peak_mem_bytes": p.peak_mem_bytes,
+        "wall_s": p.wall_s,
+        "status": status,
+        "outside_load": p.outside_ticks / p.total_ticks if p.total_ticks else None,
+    }
 
 
 def _diverged(loss, grad_norm, step, nan_seen, settings, ctx) -> str:
     """The one-line reason a run stops on a non-finite loss or gradient, with the checkpoint it keeps."""
     last = checkpoint.latest_path(ctx.run_dir)
     kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
-    return (f"train: loss {loss}, grad norm {grad_norm} at step {step} ({nan_seen} non-finite steps, "
-            f"train.nan_skip={settings.nan_skip}); {kept}; lower optimizer.lr or raise train.nan_skip")
+    return (
+        f"train: loss {loss}, grad norm {grad_norm} at step {step} ({nan_seen} non-finite steps, "
+        f"train.nan_skip={settings.nan_skip}); {kept}; lower optimizer.lr or raise train.nan_skip"
+    )
 
 
 def _emit(sinks, ctx, row, step):
@@ -285,8 +375,15 @@ def _emit(sinks, ctx, row, step):
 def _save(model, optimizer, scaler, p: Progress, ctx: Context) -> None:
     """Sharded: every rank writes its shards (collective). Single file: rank 0 writes, the others wait for it."""
     if ctx.sharded:
-        sharded.save(ctx.run_dir, p.step, model, optimizer, resume.state_dict(model, optimizer, scaler, p, ctx.identity),
-                     ctx.rank, ctx.world)
+        sharded.save(
+            ctx.run_dir,
+            p.step,
+            model,
+            optimizer,
+            resume.state_dict(model, optimizer, scaler, p, ctx.identity),
+            ctx.rank,
+            ctx.world,
+        )
         return
     if ctx.is_main:
         checkpoint.save(ctx.run_dir, p.step, resume.state_dict(model, optimizer, scaler, p, ctx.identity))

@@ -47,8 +47,9 @@ def _windows(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
     attn = _choice(choices, "attention")
     window, block = _get(cfg, "attention.window"), _get(cfg, "model.block_size")
     every, layers = _get(cfg, "attention.global_every"), _get(cfg, "attention.global_layers")
-    knobs = ", ".join(f"attention.{k}={v}" for k, v in (("global_every", every), ("global_layers", layers))
-                      if v not in (None, []))
+    knobs = ", ".join(
+        f"attention.{k}={v}" for k, v in (("global_every", every), ("global_layers", layers)) if v not in (None, [])
+    )
     if window is None:
         if not knobs:
             return []
@@ -57,11 +58,14 @@ def _windows(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
         return [f"{attn} with attention.window={window} >= model.block_size={block} is full attention"]
     per_layer = _layer_windows(cfg)
     if per_layer and all(w is None for w in per_layer):
-        return [f"{attn} with {knobs} makes every one of model.n_layer={len(per_layer)} layers global: "
-                "it is full attention"]
+        return [
+            f"{attn} with {knobs} makes every one of model.n_layer={len(per_layer)} layers global: it is full attention"
+        ]
     if knobs and per_layer and all(w is not None for w in per_layer):
-        return [f"{attn} with {knobs} makes none of model.n_layer={len(per_layer)} layers global: "
-                f"it is sliding-window attention (window {window}) in every layer"]
+        return [
+            f"{attn} with {knobs} makes none of model.n_layer={len(per_layer)} layers global: "
+            f"it is sliding-window attention (window {window}) in every layer"
+        ]
     return []
 
 
@@ -79,8 +83,10 @@ def _mlp_width(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
         return []  # a broken value is validation's to report, not a no-op
     if matched != plain:
         return []
-    return [f"{_choice(choices, 'mlp')} with mlp.match_params=true is a no-op: 2/3·{ratio}·{d_model} rounds up to "
-            f"mlp.multiple_of={multiple} as {matched} = mlp.ratio·model.d_model"]
+    return [
+        f"{_choice(choices, 'mlp')} with mlp.match_params=true is a no-op: 2/3·{ratio}·{d_model} rounds up to "
+        f"mlp.multiple_of={multiple} as {matched} = mlp.ratio·model.d_model"
+    ]
 
 
 def _lr_curve(cfg: Mapping, max_steps: int, **change: Any) -> list[float] | None:
@@ -102,8 +108,10 @@ def _schedule(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
         return []
     sched = _choice(choices, "schedule")
     if isinstance(warmup, int) and warmup >= max_steps:
-        return [f"{sched} with schedule.warmup_steps={warmup} >= train.max_steps={max_steps} never leaves warmup: "
-                "its shape after warmup is never used"]
+        return [
+            f"{sched} with schedule.warmup_steps={warmup} >= train.max_steps={max_steps} never leaves warmup: "
+            "its shape after warmup is never used"
+        ]
     fraction = _get(cfg, "schedule.decay_fraction")
     if fraction is not None and fraction == 0:
         return [f"{sched} with schedule.decay_fraction={fraction} never decays: it is constant after warmup"]
@@ -113,7 +121,7 @@ def _schedule(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
     curve, decaying = _lr_curve(cfg, max_steps), _lr_curve(cfg, max_steps, min_lr_ratio=0.0)
     if curve is None or decaying is None or curve == decaying:
         return []  # min_lr_ratio unused by this shape (constant): nothing was asked of it
-    after = curve[warmup or 0:] if isinstance(warmup, int) else curve
+    after = curve[warmup or 0 :] if isinstance(warmup, int) else curve
     if after and max(after) - min(after) < 1e-12:
         return [f"{sched} with schedule.min_lr_ratio={ratio} never decays: it is constant after warmup"]
     return []

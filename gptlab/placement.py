@@ -38,7 +38,7 @@ def slice_for_job(job_num: int, per_job: int, pool: list) -> list:
     per_job = min(per_job, len(pool))
     slots = len(pool) // per_job
     start = (job_num % slots) * per_job
-    return pool[start:start + per_job]
+    return pool[start : start + per_job]
 
 
 def gpus_for_job(job_num: int, per_job: int, pool: list[str]) -> list[str]:
@@ -47,19 +47,26 @@ def gpus_for_job(job_num: int, per_job: int, pool: list[str]) -> list[str]:
         return []
     slots = len(pool) // per_job
     if job_num >= slots:
-        raise ConfigError(f"hydra.launcher.gpus_per_node={per_job}: this machine has {len(pool)} GPU(s), room for "
-                          f"{slots} run(s) at a time, but this is run {job_num + 1} of the local sweep; sweep fewer "
-                          "runs at once, lower gpus_per_node, or use launcher=slurm")
-    return pool[job_num * per_job:(job_num + 1) * per_job]
+        raise ConfigError(
+            f"hydra.launcher.gpus_per_node={per_job}: this machine has {len(pool)} GPU(s), room for "
+            f"{slots} run(s) at a time, but this is run {job_num + 1} of the local sweep; sweep fewer "
+            "runs at once, lower gpus_per_node, or use launcher=slurm"
+        )
+    return pool[job_num * per_job : (job_num + 1) * per_job]
 
 
 def cores_for_job(job_num: int, per_job: int, pool: list[int]) -> list[int]:
     """The job_num-th slice of `per_job` cores, wrapping around with a warning (shared cores skew speed figures)."""
     cores = slice_for_job(job_num, per_job, pool)
     if cores and job_num >= len(pool) // len(cores):
-        log.warning("local sweep run %d shares CPU cores %s with an earlier run (%d cores, %d per run): its speed "
-                    "figures are not comparable with runs that had their cores to themselves", job_num, cores,
-                    len(pool), per_job)
+        log.warning(
+            "local sweep run %d shares CPU cores %s with an earlier run (%d cores, %d per run): its speed "
+            "figures are not comparable with runs that had their cores to themselves",
+            job_num,
+            cores,
+            len(pool),
+            per_job,
+        )
     return cores
 
 
@@ -68,8 +75,9 @@ def _machine_gpus() -> list[str]:
     if os.environ.get(LAUNCH_GPUS) is not None:
         return [g for g in os.environ[LAUNCH_GPUS].split(",") if g.strip()]
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []

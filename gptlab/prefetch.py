@@ -56,7 +56,9 @@ class Prefetcher:
     def __init__(self, draw_step, start: int, stop: int, depth: int, device: str = "cpu"):
         self._draw, self._next, self._stop = draw_step, start, stop
         self._room = threading.Semaphore(depth)  # steps the thread may draw before the training thread takes one
-        self._ready: queue.SimpleQueue = queue.SimpleQueue()  # (step, batches or None, exception or None), in step order
+        self._ready: queue.SimpleQueue = (
+            queue.SimpleQueue()
+        )  # (step, batches or None, exception or None), in step order
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(start, device), name=THREAD_NAME, daemon=True)
         self._thread.start()
@@ -86,8 +88,9 @@ class Prefetcher:
                 break
             except queue.Empty:
                 if not self._thread.is_alive() and self._ready.empty():
-                    raise RuntimeError(f"prefetch: the batch thread ended before step {step} "
-                                       f"(it draws steps up to {self._stop - 1})") from None
+                    raise RuntimeError(
+                        f"prefetch: the batch thread ended before step {step} (it draws steps up to {self._stop - 1})"
+                    ) from None
         self._next += 1
         self._room.release()
         if err is not None:
@@ -104,8 +107,15 @@ class Prefetcher:
 
 def batch_source(data, settings, rank: int, world: int, device: str, start: int) -> InThread | Prefetcher:
     """The batches of steps start, start+1, ...: `settings.prefetch` steps ahead in a thread, or in-thread when 0."""
-    draw_step = partial(draw, data, batch_size=settings.batch_size, grad_accum=settings.grad_accum, rank=rank,
-                        world=world, pin=device.startswith("cuda"))
+    draw_step = partial(
+        draw,
+        data,
+        batch_size=settings.batch_size,
+        grad_accum=settings.grad_accum,
+        rank=rank,
+        world=world,
+        pin=device.startswith("cuda"),
+    )
     if settings.prefetch == 0:
         return InThread(draw_step)
     return Prefetcher(draw_step, start, settings.max_steps, settings.prefetch, device)

@@ -25,8 +25,16 @@ import torch.nn as nn
 from gptlab.costs.ops import GROUPS
 from gptlab.profile_table import format_breakdown, format_layers
 
-__all__ = ["ProfileResult", "format_breakdown", "format_layers", "predicted_layer_shares", "predicted_shares",
-           "profile_steps", "restore_state", "snapshot_state"]
+__all__ = [
+    "ProfileResult",
+    "format_breakdown",
+    "format_layers",
+    "predicted_layer_shares",
+    "predicted_shares",
+    "profile_steps",
+    "restore_state",
+    "snapshot_state",
+]
 
 
 def module_kinds(model: Any) -> list[tuple[str, nn.Module, str]]:
@@ -37,8 +45,11 @@ def module_kinds(model: Any) -> list[tuple[str, nn.Module, str]]:
         out.append((f"blocks.{i}", b, "other"))  # residual adds and dropout
         out += [(f"blocks.{i}.{n}", getattr(b, n), "norms") for n in ("norm1", "norm2") if getattr(b, n) is not None]
         out.append((f"blocks.{i}.attn", b.attn, "attention kernel"))  # minus its projections below
-        out += [(f"blocks.{i}.attn.{n}", m, "attention projections")
-                for n, m in b.attn.named_modules() if isinstance(m, nn.Linear)]
+        out += [
+            (f"blocks.{i}.attn.{n}", m, "attention projections")
+            for n, m in b.attn.named_modules()
+            if isinstance(m, nn.Linear)
+        ]
         out.append((f"blocks.{i}.mlp", b.mlp, "mlp"))  # mlp=none: hooked, measures ~0
     return out + [("norm_f", model.norm_f, "norms"), ("lm_head", model.lm_head, "lm_head")]
 
@@ -84,13 +95,17 @@ def _hook(model: nn.Module, timer: _Timer) -> list:
     handles = []
     for name, module, kind in module_kinds(model):
         layer = layer_of(name)
-        handles.append(module.register_forward_pre_hook(
-            lambda m, a, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}", i)))
+        handles.append(
+            module.register_forward_pre_hook(lambda m, a, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}", i))
+        )
         handles.append(module.register_forward_hook(lambda m, a, o: timer.close()))
         if module is model:
             continue
-        handles.append(module.register_full_backward_pre_hook(
-            lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)))  # type: ignore[misc]  # torch hook typing
+        handles.append(
+            module.register_full_backward_pre_hook(
+                lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)
+            )
+        )  # type: ignore[misc]  # torch hook typing
         handles.append(module.register_full_backward_hook(lambda m, gi, go: timer.close()))
     return handles
 
@@ -103,8 +118,8 @@ class ProfileResult:
     seconds: dict
     predicted_share: dict = field(default_factory=dict)
     trace_path: str | None = None
-    layers: list = field(default_factory=list)           # per block index: {kind: seconds per step}
-    predicted_layers: list | None = None                 # per block index: predicted share of the step
+    layers: list = field(default_factory=list)  # per block index: {kind: seconds per step}
+    predicted_layers: list | None = None  # per block index: predicted share of the step
 
     @property
     def attributed_s(self) -> float:
@@ -120,15 +135,29 @@ class ProfileResult:
         for i, kinds in enumerate(self.layers):
             total = sum(kinds.values())
             pred = self.predicted_layers[i] if self.predicted_layers else None
-            rows.append({"layer": i, "seconds": dict(kinds), "total_s": total, "measured_share": total / self.step_s,
-                         "predicted_share": pred})
+            rows.append(
+                {
+                    "layer": i,
+                    "seconds": dict(kinds),
+                    "total_s": total,
+                    "measured_share": total / self.step_s,
+                    "predicted_share": pred,
+                }
+            )
         return rows
 
     def to_dict(self) -> dict:
         share = {k: v / self.step_s for k, v in self.seconds.items()}
-        return {"step_s": self.step_s, "attributed_s": self.attributed_s, "seconds": self.seconds,
-                "measured_share": share, "predicted_share": self.predicted_share, "trace_path": self.trace_path,
-                "layers": self.layer_rows(), "outside_layers_s": self.outside_layers()}
+        return {
+            "step_s": self.step_s,
+            "attributed_s": self.attributed_s,
+            "seconds": self.seconds,
+            "measured_share": share,
+            "predicted_share": self.predicted_share,
+            "trace_path": self.trace_path,
+            "layers": self.layer_rows(),
+            "outside_layers_s": self.outside_layers(),
+        }
 
 
 def predicted_shares(report) -> dict:
@@ -196,8 +225,11 @@ def snapshot_state(model: nn.Module, optimizer) -> dict:
     A copy kept on the GPU would hold another model + optimizer state (~19 GB for gpt2-xl) through the whole
     run and show up in every later peak-memory figure. The CUDA RNG is saved too: dropout on the GPU draws from it.
     """
-    saved = {"model": _to_cpu(model.state_dict()), "optimizer": _to_cpu(optimizer.state_dict()),
-             "cpu_rng": torch.get_rng_state()}
+    saved = {
+        "model": _to_cpu(model.state_dict()),
+        "optimizer": _to_cpu(optimizer.state_dict()),
+        "cpu_rng": torch.get_rng_state(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         saved["cuda_rng"] = torch.cuda.get_rng_state_all()
     return saved
@@ -212,10 +244,20 @@ def restore_state(model: nn.Module, optimizer, saved: dict) -> None:
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
 
 
-def profile_steps(model: Any, optimizer, batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], *,
-                  steps: int = 3, warmup: int = 1, autocast: Callable = contextlib.nullcontext,
-                  device: str = "cpu", run_dir: str | Path | None = None, predicted: dict | None = None,
-                  restore: bool = True, predicted_layers: list[float] | None = None) -> ProfileResult:
+def profile_steps(
+    model: Any,
+    optimizer,
+    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    steps: int = 3,
+    warmup: int = 1,
+    autocast: Callable = contextlib.nullcontext,
+    device: str = "cpu",
+    run_dir: str | Path | None = None,
+    predicted: dict | None = None,
+    restore: bool = True,
+    predicted_layers: list[float] | None = None,
+) -> ProfileResult:
     """Profile `steps` training steps (after `warmup` unprofiled ones); batch(i) -> (x, y) already on `device`.
 
     `predicted` (per kind) and `predicted_layers` (per block index) are the cost model's shares to print alongside.
@@ -251,11 +293,13 @@ def profile_steps(model: Any, optimizer, batch: Callable[[int], tuple[torch.Tens
             del saved
             if str(device).startswith("cuda"):
                 torch.cuda.empty_cache()  # the profiled steps' activations and gradients, back to the driver
-    result = ProfileResult(step_s=statistics.fmean(step_times),
-                           seconds={k: v / steps for k, v in timer.seconds.items()},
-                           predicted_share=dict(predicted or {}),
-                           layers=[{k: v / steps for k, v in layer.items()} for layer in timer.layers],
-                           predicted_layers=None if predicted_layers is None else list(predicted_layers))
+    result = ProfileResult(
+        step_s=statistics.fmean(step_times),
+        seconds={k: v / steps for k, v in timer.seconds.items()},
+        predicted_share=dict(predicted or {}),
+        layers=[{k: v / steps for k, v in layer.items()} for layer in timer.layers],
+        predicted_layers=None if predicted_layers is None else list(predicted_layers),
+    )
     if run_dir is not None:
         run_dir = Path(run_dir)
         prof.export_chrome_trace(str(run_dir / "profile_trace.json"))

@@ -12,7 +12,18 @@ import torch
 
 from gptlab.paths import PACKAGE_DIR
 
-PACKAGES = ("gptlab", "torch", "hydra-core", "omegaconf", "submitit", "wandb", "datasets", "tiktoken", "tokenizers", "numpy")
+PACKAGES = (
+    "gptlab",
+    "torch",
+    "hydra-core",
+    "omegaconf",
+    "submitit",
+    "wandb",
+    "datasets",
+    "tiktoken",
+    "tokenizers",
+    "numpy",
+)
 
 
 def _git(*args: str) -> str | None:
@@ -53,10 +64,16 @@ def collect(overrides: list[str], hardware) -> dict:
         "git": {"commit": commit, "dirty": dirty},
         "packages": versions,
         "python": sys.version.split()[0],
-        "hardware": {"device": hardware.device, "dtype": hardware.dtype, "cpu": _cpu_name(),
-                     "cpu_threads": torch.get_num_threads(), "cpu_cores": sorted(os.sched_getaffinity(0)),
-                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "platform": platform.platform(),
-                     "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None},
+        "hardware": {
+            "device": hardware.device,
+            "dtype": hardware.dtype,
+            "cpu": _cpu_name(),
+            "cpu_threads": torch.get_num_threads(),
+            "cpu_cores": sorted(os.sched_getaffinity(0)),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "platform": platform.platform(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        },
         "command": sys.argv,
         "overrides": overrides,
     }

@@ -25,14 +25,34 @@ from gptlab.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # Keys (a trailing "." = the whole subtree) that cannot change the loss curve, so a resume may change them.
-ALLOWED = ("logger.", "launcher.", "sample.", "name", "sweep", "arm", "profile", "train.resume", "train.init_from",
-           "train.log_interval", "train.ckpt_interval", "train.prefetch", "hardware.threads", "hardware.cpus_per_task",
-           "data.num_proc", "data.verify",  # tokenizer threads and the cache's full re-check: same tokens
-           "train.diagnostics", "train.spike_factor", "train.spike_window", "train.spike_dump",  # they only observe
-           "train.detect_anomaly",
-           "hardware.reshard_after_forward",  # fsdp: when gathered blocks are freed, never what they hold
-           # resources asked of the launcher; the world size they make is checked on its own ("world" below)
-           "hardware.nodes", "hardware.tasks_per_node", "hardware.gpus_per_node")
+ALLOWED = (
+    "logger.",
+    "launcher.",
+    "sample.",
+    "name",
+    "sweep",
+    "arm",
+    "profile",
+    "train.resume",
+    "train.init_from",
+    "train.log_interval",
+    "train.ckpt_interval",
+    "train.prefetch",
+    "hardware.threads",
+    "hardware.cpus_per_task",
+    "data.num_proc",
+    "data.verify",  # tokenizer threads and the cache's full re-check: same tokens
+    "train.diagnostics",
+    "train.spike_factor",
+    "train.spike_window",
+    "train.spike_dump",  # they only observe
+    "train.detect_anomaly",
+    "hardware.reshard_after_forward",  # fsdp: when gathered blocks are freed, never what they hold
+    # resources asked of the launcher; the world size they make is checked on its own ("world" below)
+    "hardware.nodes",
+    "hardware.tasks_per_node",
+    "hardware.gpus_per_node",
+)
 EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
 
 
@@ -91,8 +111,12 @@ def differences(saved: dict, current: dict) -> list[str]:
         if key == "train.max_steps" or _allowed(key) or key.split(".")[0] in groups or have.get(key) == want.get(key):
             continue
         out.append(f"{key}={have.get(key, '<absent>')} there, {want.get(key, '<absent>')} here")
-    what = {"world": "world size", "dtype": "resolved hardware.dtype", "data": "data fingerprint (corpus content, "
-            "tokenizer, split)", "model": "model fingerprint (module classes, hyper-parameters, shapes)"}
+    what = {
+        "world": "world size",
+        "dtype": "resolved hardware.dtype",
+        "data": "data fingerprint (corpus content, tokenizer, split)",
+        "model": "model fingerprint (module classes, hyper-parameters, shapes)",
+    }
     for key in what:  # the fingerprints are the backstop for what no config key explains (an edited corpus file)
         if key == "world" and _reshards(saved) and _reshards(current):
             continue  # DCP checkpoints load into any world size (the curve then matches to float rounding)
@@ -109,27 +133,34 @@ def _reshards(identity: dict) -> bool:
 def _check_max_steps(saved_max: int, max_steps: int, done: int, lr_factors: Callable, source: str) -> None:
     """A changed train.max_steps is refused unless every finished step's LR is unchanged by it."""
     if max_steps < done:
-        raise ConfigError(f"train.max_steps={max_steps}: checkpoint {source} is already at step {done}; "
-                          f"allowed: >= {done}")
+        raise ConfigError(
+            f"train.max_steps={max_steps}: checkpoint {source} is already at step {done}; allowed: >= {done}"
+        )
     before, after = lr_factors(saved_max, done), lr_factors(max_steps, done)
     changed = next((s for s in range(done) if before[s] != after[s]), None)
     if changed is not None:
-        raise ConfigError(f"train.max_steps={saved_max} there, {max_steps} here: the schedule gives step {changed} "
-                          f"another LR ({before[changed]:.6g} vs {after[changed]:.6g} x lr); only {EXTENDABLE} can be "
-                          f"extended; continue as a new run instead: train.init_from=<checkpoint> hydra.run.dir=<new dir>")
+        raise ConfigError(
+            f"train.max_steps={saved_max} there, {max_steps} here: the schedule gives step {changed} "
+            f"another LR ({before[changed]:.6g} vs {after[changed]:.6g} x lr); only {EXTENDABLE} can be "
+            f"extended; continue as a new run instead: train.init_from=<checkpoint> hydra.run.dir=<new dir>"
+        )
 
 
 def check(state: dict, current: dict, source: str, lr_factors: Callable) -> None:
     """Refuse a checkpoint whose run differs from this one in anything that can change the curve (one line)."""
     saved = state.get("identity")
     if not isinstance(saved, dict) or "config" not in saved:
-        raise ConfigError(f"train.resume: checkpoint {source} records no config (written by an older gptlab), so "
-                          f"it cannot be checked; start a new run from it with train.init_from=<checkpoint>")
+        raise ConfigError(
+            f"train.resume: checkpoint {source} records no config (written by an older gptlab), so "
+            f"it cannot be checked; start a new run from it with train.init_from=<checkpoint>"
+        )
     diffs = differences(saved, current)
     if diffs:
-        raise ConfigError(f"train.resume: checkpoint {source} belongs to a run with another config: "
-                          f"{'; '.join(diffs)}; use a new hydra.run.dir (train.init_from=<checkpoint> starts a new "
-                          f"run from it) or train.resume=never in an empty dir")
+        raise ConfigError(
+            f"train.resume: checkpoint {source} belongs to a run with another config: "
+            f"{'; '.join(diffs)}; use a new hydra.run.dir (train.init_from=<checkpoint> starts a new "
+            f"run from it) or train.resume=never in an empty dir"
+        )
     saved_max = flat(saved["config"]).get("train.max_steps")
     max_steps = flat(current["config"])["train.max_steps"]
     if saved_max != max_steps:
@@ -141,8 +172,10 @@ def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_fa
     if resume == "never":
         newest = checkpoint.latest_path(run_dir)
         if newest is not None:
-            raise ConfigError(f"train.resume=never: {checkpoint.ckpt_dir(run_dir)} holds checkpoints of an earlier "
-                              f"run (newest {newest.name}); use a new hydra.run.dir, or move that folder away first")
+            raise ConfigError(
+                f"train.resume=never: {checkpoint.ckpt_dir(run_dir)} holds checkpoints of an earlier "
+                f"run (newest {newest.name}); use a new hydra.run.dir, or move that folder away first"
+            )
         state, source = None, ""
     elif resume == "auto":
         state, source = checkpoint.load_latest(run_dir), "in the run dir"
@@ -177,8 +210,11 @@ def set_rng_state(saved: dict) -> None:
         if len(cuda) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(cuda)
         else:
-            log.warning("checkpoint has %d CUDA RNG states, this machine %d devices: dropout draws will differ",
-                        len(cuda), torch.cuda.device_count())
+            log.warning(
+                "checkpoint has %d CUDA RNG states, this machine %d devices: dropout draws will differ",
+                len(cuda),
+                torch.cuda.device_count(),
+            )
 
 
 def _as_tuple(value):
@@ -187,8 +223,15 @@ def _as_tuple(value):
 
 def state_dict(model, optimizer, scaler, progress: Progress, identity: dict) -> dict:
     """Everything a checkpoint holds."""
-    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "step": progress.step, "progress": asdict(progress), "rng": rng_state(), "identity": identity}
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "step": progress.step,
+        "progress": asdict(progress),
+        "rng": rng_state(),
+        "identity": identity,
+    }
 
 
 def load_weights(model, optimizer, state: dict) -> None:
@@ -224,9 +267,13 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
             progress = Progress(step=int(state["step"]), tokens=int(state.get("progress", state).get("tokens", 0)))
     except (KeyError, RuntimeError, ValueError, TypeError) as err:
         first = " ".join(str(err).split())[:160]
-        raise ConfigError(f"train.{'resume' if start.kind == 'resume' else 'init_from'}: checkpoint {start.source} "
-                          f"does not fit this model ({type(err).__name__}: {first})") from None
+        raise ConfigError(
+            f"train.{'resume' if start.kind == 'resume' else 'init_from'}: checkpoint {start.source} "
+            f"does not fit this model ({type(err).__name__}: {first})"
+        ) from None
     for group, own in zip(optimizer.param_groups, hyper):  # hyper-parameters come from the config, never the file
         group.update(own)
-    log.info("%s from step %d (%s)", "resumed" if start.kind == "resume" else "initialised", progress.step, start.source)
+    log.info(
+        "%s from step %d (%s)", "resumed" if start.kind == "resume" else "initialised", progress.step, start.source
+    )
     return progress

@@ -23,20 +23,30 @@ log = logging.getLogger(__name__)
 
 def _sinks(cfg, run_dir: Path, resumed: bool, name: str, choices: dict, extras: dict) -> list:
     """The run's sinks: metrics.jsonl, progress lines and each selected logger (one that fails to start is skipped)."""
-    sinks = [JsonlSink(run_dir, resume=resumed),
-             SafeSink(ProgressSink(cfg.train.max_steps, eval_interval=cfg.train.eval_interval), "progress")]
+    sinks = [
+        JsonlSink(run_dir, resume=resumed),
+        SafeSink(ProgressSink(cfg.train.max_steps, eval_interval=cfg.train.eval_interval), "progress"),
+    ]
     wandb_cfg = cfg.logger.get("wandb") or {}
-    runtime = dict(run_dir=run_dir, config=dashboard.flat_config(build.plain_config(cfg), choices, extras), name=name,
-                   group=dashboard.run_group(wandb_cfg.get("group"), cfg.sweep, dashboard.launch_info()),
-                   tags=dashboard.tags(wandb_cfg.get("tags"), choices), resumed=resumed)
+    runtime = dict(
+        run_dir=run_dir,
+        config=dashboard.flat_config(build.plain_config(cfg), choices, extras),
+        name=name,
+        group=dashboard.run_group(wandb_cfg.get("group"), cfg.sweep, dashboard.launch_info()),
+        tags=dashboard.tags(wandb_cfg.get("tags"), choices),
+        resumed=resumed,
+    )
     for key, factory in build.logger_factories(cfg):
         try:
             sinks.append(SafeSink(factory(**runtime), key))
         except ConfigError:
             raise
         except Exception as err:  # noqa: BLE001 - training never stops for a logger
-            log.warning("logger %r disabled: it failed to start (%s); local metrics are still written", key,
-                        " ".join(str(err).split())[:300])
+            log.warning(
+                "logger %r disabled: it failed to start (%s); local metrics are still written",
+                key,
+                " ".join(str(err).split())[:300],
+            )
     return sinks
 
 
@@ -67,7 +77,13 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
             earlier = None
         if isinstance(earlier, dict):
             earlier.setdefault("resumes", []).append(
-                {"step": progress.step, "git": record["git"], "command": record["command"], "overrides": record["overrides"]})
+                {
+                    "step": progress.step,
+                    "git": record["git"],
+                    "command": record["command"],
+                    "overrides": record["overrides"],
+                }
+            )
             record = earlier
     if start.kind == "init":
         record["init_from"] = _init_record(start)
@@ -80,8 +96,12 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
 
 def _init_record(start: resume.Start) -> dict:
     assert start.state is not None  # an init start carries its checkpoint
-    return {"checkpoint": start.source.strip("'"), "step": int(start.state["step"]), "differences": start.differences,
-            "optimizer_state": start.optimizer_state}
+    return {
+        "checkpoint": start.source.strip("'"),
+        "step": int(start.state["step"]),
+        "differences": start.differences,
+        "optimizer_state": start.optimizer_state,
+    }
 
 
 def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str], stop: StopFlag | None = None) -> dict:
@@ -93,8 +113,9 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     # refuse a checkpoint of another run, and load it, before any run file is written
     start = resume.find(settings.resume, settings.init_from, run_dir, run.identity, run.lr_factors)
     progress = resume.restore(run.model, run.optimizer, run.scaler, start)
-    name = dashboard.run_name(cfg.get("name"), cfg.get("arm"), settings.seed, overrides, dashboard.launch_info(),
-                              set(choices))
+    name = dashboard.run_name(
+        cfg.get("name"), cfg.get("arm"), settings.seed, overrides, dashboard.launch_info(), set(choices)
+    )
     finished = _finished_summary(run_dir, start, progress, settings)
     if finished is not None:
         log.info("%s: finished at step %d already; its summary is re-reported unchanged", run_dir, progress.step)
@@ -108,32 +129,72 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     return _train_and_summarise(run, sinks, start, progress, choices, name, stop)
 
 
-def _open_run_files(cfg: DictConfig, run: Bundle, start: resume.Start, progress: resume.Progress,
-                    overrides: list[str], choices: dict, name: str) -> list:
+def _open_run_files(
+    cfg: DictConfig,
+    run: Bundle,
+    start: resume.Start,
+    progress: resume.Progress,
+    overrides: list[str],
+    choices: dict,
+    name: str,
+) -> list:
     """Rank 0: provenance.json (and git.diff), then the sinks (metrics.jsonl, progress, loggers)."""
     record = provenance.collect(overrides, run.hardware) | {"config": run.identity["config"]}  # the run's own config
     _write_provenance(run.ctx.run_dir, record, start, progress)
     model = run.model
-    extras = {"params": model.num_params(), "params_non_embedding": model.num_params(non_embedding=True),
-              "flops_per_token": run.ctx.flops_per_token, "git_commit": record["git"]["commit"],
-              "git_dirty": record["git"]["dirty"], "world_size": run.ctx.world, "dtype": run.hardware.dtype}
+    extras = {
+        "params": model.num_params(),
+        "params_non_embedding": model.num_params(non_embedding=True),
+        "flops_per_token": run.ctx.flops_per_token,
+        "git_commit": record["git"]["commit"],
+        "git_dirty": record["git"]["dirty"],
+        "world_size": run.ctx.world,
+        "dtype": run.hardware.dtype,
+    }
     return _sinks(cfg, run.ctx.run_dir, start.kind == "resume", name, choices, extras)
 
 
-def _train_and_summarise(run: Bundle, sinks: list, start: resume.Start, progress: resume.Progress, choices: dict,
-                         name: str, stop: StopFlag | None) -> dict:
+def _train_and_summarise(
+    run: Bundle,
+    sinks: list,
+    start: resume.Start,
+    progress: resume.Progress,
+    choices: dict,
+    name: str,
+    stop: StopFlag | None,
+) -> dict:
     """The loop, then the summary every sink receives; sinks are closed and the process group left whatever happens."""
     model, ctx, data = run.model, run.ctx, run.data
     status = "failed"
     try:
-        summary = train(model, data, run.optimizer, run.schedule, run.hardware, run.settings, sinks, ctx,
-                        ddp_model=run.forward_model, progress=progress, resumed=start.kind == "resume",
-                        scaler=run.scaler, stop=stop)
-        summary |= {"params": model.num_params(), "params_non_embedding": model.num_params(non_embedding=True),
-                    "flops_per_token": ctx.flops_per_token, "peak_flops": ctx.peak_flops, "choices": choices,
-                    "name": name, "seq_len": data.seq_len, "batch_size": run.settings.batch_size,
-                    "model_fingerprint": run.identity["model"], "data_fingerprint": data.fingerprint,
-                    "init_from": _init_record(start) if start.kind == "init" else None}
+        summary = train(
+            model,
+            data,
+            run.optimizer,
+            run.schedule,
+            run.hardware,
+            run.settings,
+            sinks,
+            ctx,
+            ddp_model=run.forward_model,
+            progress=progress,
+            resumed=start.kind == "resume",
+            scaler=run.scaler,
+            stop=stop,
+        )
+        summary |= {
+            "params": model.num_params(),
+            "params_non_embedding": model.num_params(non_embedding=True),
+            "flops_per_token": ctx.flops_per_token,
+            "peak_flops": ctx.peak_flops,
+            "choices": choices,
+            "name": name,
+            "seq_len": data.seq_len,
+            "batch_size": run.settings.batch_size,
+            "model_fingerprint": run.identity["model"],
+            "data_fingerprint": data.fingerprint,
+            "init_from": _init_record(start) if start.kind == "init" else None,
+        }
         summary["wandb"] = _wandb_info(sinks)
         status = summary["status"]
         check_peak(summary, run.hardware)
@@ -148,7 +209,7 @@ def _train_and_summarise(run: Bundle, sinks: list, start: resume.Start, progress
             sink.close(status)
         if ctx.world > 1:
             distributed.teardown()
-    summary["wandb_sync"] = next((getattr(s, "sync_command", None) for s in sinks if getattr(s, "sync_command", None)), None)
+    summary["wandb_sync"] = next(
+        (getattr(s, "sync_command", None) for s in sinks if getattr(s, "sync_command", None)), None
+    )
     return summary
-
-

@@ -19,8 +19,13 @@ def check_peak(summary: dict, hardware) -> None:
     mfu = summary.get("mfu_median") or 0.0
     if mfu > 1.0 and hardware.peak_flops == "auto" and not hardware.device.startswith("cuda"):
         if forget_peak(hardware.device, hardware.torch_dtype, build.cache_dir()):
-            log.warning("MFU %.0f%% is impossible: the cached %s matmul peak was measured while the machine was busy; "
-                        "dropped from %s, the next run measures it again", 100 * mfu, hardware.dtype, build.cache_dir())
+            log.warning(
+                "MFU %.0f%% is impossible: the cached %s matmul peak was measured while the machine was busy; "
+                "dropped from %s, the next run measures it again",
+                100 * mfu,
+                hardware.dtype,
+                build.cache_dir(),
+            )
 
 
 def profile_run(run: Bundle) -> None:
@@ -31,16 +36,29 @@ def profile_run(run: Bundle) -> None:
 
     settings, hardware, ctx, data = run.settings, run.hardware, run.ctx, run.data
     micro = settings.batch_size // settings.grad_accum
-    report = analyze(run.model, micro, data.seq_len, dtype_bytes=hardware.dtype, peak_flops=ctx.peak_flops,
-                     mem_bandwidth=cached_bandwidth(hardware.device, build.cache_dir()))
+    report = analyze(
+        run.model,
+        micro,
+        data.seq_len,
+        dtype_bytes=hardware.dtype,
+        peak_flops=ctx.peak_flops,
+        mem_bandwidth=cached_bandwidth(hardware.device, build.cache_dir()),
+    )
 
     def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = data.train_samples(i * settings.batch_size, micro)
         return x.to(hardware.device), y.to(hardware.device)
 
-    result = profile_steps(run.model, run.optimizer, batch, autocast=hardware.autocast, device=hardware.device,
-                           run_dir=ctx.run_dir if ctx.is_main else None, predicted=predicted_shares(report),
-                           predicted_layers=predicted_layer_shares(report, run.model))
+    result = profile_steps(
+        run.model,
+        run.optimizer,
+        batch,
+        autocast=hardware.autocast,
+        device=hardware.device,
+        run_dir=ctx.run_dir if ctx.is_main else None,
+        predicted=predicted_shares(report),
+        predicted_layers=predicted_layer_shares(report, run.model),
+    )
     if ctx.is_main:
         print(format_breakdown(result), flush=True)
 
@@ -51,10 +69,15 @@ def sample_text(run: Bundle) -> str | None:
     prompt = getattr(data, "sample_prompt", None)
     if settings.sample_tokens <= 0 or prompt is None:
         return None
-    ids = data.tokenizer.encode(prompt())[-model.cfg.block_size // 2:] or [0]
+    ids = data.tokenizer.encode(prompt())[-model.cfg.block_size // 2 :] or [0]
     gen = torch.Generator(device=hardware.device).manual_seed(settings.seed)
     model.eval()
     with hardware.autocast():
-        out = model.generate(torch.tensor([ids], device=hardware.device), settings.sample_tokens,
-                             temperature=settings.sample_temperature, top_k=settings.sample_top_k, generator=gen)
+        out = model.generate(
+            torch.tensor([ids], device=hardware.device),
+            settings.sample_tokens,
+            temperature=settings.sample_temperature,
+            top_k=settings.sample_top_k,
+            generator=gen,
+        )
     return data.tokenizer.decode(out[0].tolist())

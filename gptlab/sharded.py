@@ -80,8 +80,12 @@ def load(path: str | Path, model, optimizer=None) -> None:
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     groups = get_optimizer_state_dict(model, _optimizers(optimizer))["param_groups"]  # this run's own groups
-    set_state_dict(model, _optimizers(optimizer), model_state_dict=want["model"],
-                   optim_state_dict={"state": want["optimizer"]["state"], "param_groups": groups})
+    set_state_dict(
+        model,
+        _optimizers(optimizer),
+        model_state_dict=want["model"],
+        optim_state_dict={"state": want["optimizer"]["state"], "param_groups": groups},
+    )
 
 
 def load_full(state: dict, model, optimizer=None) -> None:
@@ -96,8 +100,13 @@ def load_full(state: dict, model, optimizer=None) -> None:
     if optimizer is None:
         set_model_state_dict(model, state["model"], options=options)
         return
-    set_state_dict(model, _optimizers(optimizer), model_state_dict=state["model"],
-                   optim_state_dict=_by_name(model, optimizer, state["optimizer"]), options=options)
+    set_state_dict(
+        model,
+        _optimizers(optimizer),
+        model_state_dict=state["model"],
+        optim_state_dict=_by_name(model, optimizer, state["optimizer"]),
+        options=options,
+    )
 
 
 def _by_name(model, optimizer, saved: dict) -> dict:
@@ -108,8 +117,10 @@ def _by_name(model, optimizer, saved: dict) -> dict:
     for opt, sd in zip(_optimizers(optimizer), members):
         order = [names[id(p)] for g in opt.param_groups for p in g["params"]]
         state |= {order[int(i)]: s for i, s in sd["state"].items()}
-        groups += [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[id(p)] for p in g["params"]]}
-                   for g in opt.param_groups]
+        groups += [
+            {**{k: v for k, v in g.items() if k != "params"}, "params": [names[id(p)] for p in g["params"]]}
+            for g in opt.param_groups
+        ]
     return {"state": state, "param_groups": groups}
 
 

@@ -56,9 +56,11 @@ def _attention_name(cfg: DictConfig) -> None:
     n_kv, n_head = OmegaConf.select(cfg, "attention.n_kv_head"), cfg.model.n_head
     meant = {"mha": (None, n_head), "mqa": (1,)}.get(str(choice))
     if meant is not None and n_kv not in meant:
-        raise ConfigError(f"attention.n_kv_head={n_kv} contradicts attention={choice} (allowed: "
-                          f"{' or '.join('null' if m is None else str(m) for m in meant)}); for {n_kv} KV heads use attention=gqa "
-                          f"attention.n_kv_head={n_kv}")
+        raise ConfigError(
+            f"attention.n_kv_head={n_kv} contradicts attention={choice} (allowed: "
+            f"{' or '.join('null' if m is None else str(m) for m in meant)}); for {n_kv} KV heads use attention=gqa "
+            f"attention.n_kv_head={n_kv}"
+        )
 
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "provenance.json", "wandb_run_id", "git.diff", "train.log")
@@ -71,10 +73,16 @@ def _logger_paths(cfg: DictConfig) -> None:
         if value is None:
             continue
         path = Path(str(value))
-        if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] in (*RUN_FILES, ".hydra",
-                                                                                           "checkpoints", "wandb"):
-            raise ConfigError(f"{key}='{value}': must be a new name inside the run dir; not absolute, no '..', "
-                              f"not one of the run's own files ({', '.join(RUN_FILES)}, .hydra, checkpoints, wandb)")
+        if (
+            path.is_absolute()
+            or ".." in path.parts
+            or not path.parts
+            or path.parts[0] in (*RUN_FILES, ".hydra", "checkpoints", "wandb")
+        ):
+            raise ConfigError(
+                f"{key}='{value}': must be a new name inside the run dir; not absolute, no '..', "
+                f"not one of the run's own files ({', '.join(RUN_FILES)}, .hydra, checkpoints, wandb)"
+            )
 
 
 def _global_layers(cfg: DictConfig) -> None:
@@ -83,14 +91,18 @@ def _global_layers(cfg: DictConfig) -> None:
     n_layer = cfg.model.n_layer
     for i, layer in enumerate(layers or []):
         if layer >= n_layer:
-            raise ConfigError(f"attention.global_layers[{i}]={layer}: no such layer; allowed: layer indices in "
-                              f"[0, {n_layer}) (model.n_layer={n_layer})")
+            raise ConfigError(
+                f"attention.global_layers[{i}]={layer}: no such layer; allowed: layer indices in "
+                f"[0, {n_layer}) (model.n_layer={n_layer})"
+            )
 
 
 def _nesterov(cfg: DictConfig) -> None:
     if OmegaConf.select(cfg, "optimizer.nesterov") and OmegaConf.select(cfg, "optimizer.momentum") == 0:
-        raise ConfigError("optimizer.nesterov=true needs optimizer.momentum > 0; allowed: momentum in (0, 1), "
-                          "or optimizer.nesterov=false")
+        raise ConfigError(
+            "optimizer.nesterov=true needs optimizer.momentum > 0; allowed: momentum in (0, 1), "
+            "or optimizer.nesterov=false"
+        )
 
 
 def _decay_factor(cfg: DictConfig) -> None:
@@ -98,11 +110,22 @@ def _decay_factor(cfg: DictConfig) -> None:
     for lr_key, decay_key in (("lr", "weight_decay"), ("adamw_lr", "adamw_weight_decay")):
         lr, decay = (OmegaConf.select(cfg, f"optimizer.{k}") for k in (lr_key, decay_key))
         if lr is not None and decay is not None and lr * decay >= 1:
-            raise ConfigError(f"optimizer.{decay_key}={decay}: with optimizer.{lr_key}={lr} each step scales the "
-                              f"weights by 1 - lr*weight_decay = {1 - lr * decay:.3g}; allowed: < {1 / lr:.4g}")
+            raise ConfigError(
+                f"optimizer.{decay_key}={decay}: with optimizer.{lr_key}={lr} each step scales the "
+                f"weights by 1 - lr*weight_decay = {1 - lr * decay:.3g}; allowed: < {1 / lr:.4g}"
+            )
 
 
-CROSS_RULES = (_train_keys, _batch, _checkpoints, _attention_name, _logger_paths, _global_layers, _nesterov, _decay_factor)
+CROSS_RULES = (
+    _train_keys,
+    _batch,
+    _checkpoints,
+    _attention_name,
+    _logger_paths,
+    _global_layers,
+    _nesterov,
+    _decay_factor,
+)
 
 
 def validate(cfg: DictConfig) -> None:

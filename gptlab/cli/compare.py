@@ -22,33 +22,61 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gptlab-compare",
         description="Compare training runs at the largest step all of them reached: val loss mean ± std over "
-                    "seeds, Welch-test verdict vs the baseline, speed and memory; writes md/json/html/PNGs.")
+        "seeds, Welch-test verdict vs the baseline, speed and memory; writes md/json/html/PNGs.",
+    )
     p.add_argument("paths", nargs="+", metavar="PATH", help="run directories, sweep directories or globs")
-    p.add_argument("--baseline", help="baseline group: `group=choice[, key=value]` items or a run directory "
-                                      "(default: the group with the fewest differences from the others, "
-                                      "ties to the group of the first run)")
+    p.add_argument(
+        "--baseline",
+        help="baseline group: `group=choice[, key=value]` items or a run directory "
+        "(default: the group with the fewest differences from the others, "
+        "ties to the group of the first run)",
+    )
     p.add_argument("--step", type=int, help="compare at this step (every run must have val/loss there)")
     p.add_argument("--out", help="output directory (default: <sweep dir>/comparison, else ./comparison)")
     p.add_argument("--claims", help="YAML: label or choice string -> {speedup: 1.25, delta_val_loss: -0.01}")
-    p.add_argument("--target", action="append", default=[], metavar="METRIC=X",
-                   help="steps, tokens and wall time to first reach X per arm, mean ± std over seeds (repeatable); "
-                        "METRIC=X means <= X for a *loss* metric and >= X for an *acc* one, or write "
-                        "METRIC<=X / METRIC>=X for any logged metric")
-    p.add_argument("--threshold", action="append", default=[], metavar="METRIC=X",
-                   help="the smallest value of the key that varies between the arms that reaches the target in "
-                        "every seed (e.g. the fewest layers reaching val/acc>=0.9); repeatable")
-    p.add_argument("--threshold-key", metavar="KEY",
-                   help="the config key or group --threshold minimises when the arms differ in several keys "
-                        "(e.g. model.n_layer); each arm must have its own value")
-    p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
-                   help="log table, native charts and PNGs to a W&B comparison run (default: on when WANDB_MODE is "
-                        "set and not 'disabled', or when --wandb-mode is given)")
-    p.add_argument("--wandb-mode", choices=wandb_log.MODES, default=None,
-                   help="auto (default): online with an API key, else offline (`wandb sync` later); "
-                        "online | offline | disabled force a mode, like training's logger.wandb.mode")
-    p.add_argument("--workspace", action="store_true",
-                   help="also write a W&B workspace view of the sweep (<out>/workspace.json); saved to W&B "
-                        "and its URL printed when online")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="METRIC=X",
+        help="steps, tokens and wall time to first reach X per arm, mean ± std over seeds (repeatable); "
+        "METRIC=X means <= X for a *loss* metric and >= X for an *acc* one, or write "
+        "METRIC<=X / METRIC>=X for any logged metric",
+    )
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="METRIC=X",
+        help="the smallest value of the key that varies between the arms that reaches the target in "
+        "every seed (e.g. the fewest layers reaching val/acc>=0.9); repeatable",
+    )
+    p.add_argument(
+        "--threshold-key",
+        metavar="KEY",
+        help="the config key or group --threshold minimises when the arms differ in several keys "
+        "(e.g. model.n_layer); each arm must have its own value",
+    )
+    p.add_argument(
+        "--wandb",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="log table, native charts and PNGs to a W&B comparison run (default: on when WANDB_MODE is "
+        "set and not 'disabled', or when --wandb-mode is given)",
+    )
+    p.add_argument(
+        "--wandb-mode",
+        choices=wandb_log.MODES,
+        default=None,
+        help="auto (default): online with an API key, else offline (`wandb sync` later); "
+        "online | offline | disabled force a mode, like training's logger.wandb.mode",
+    )
+    p.add_argument(
+        "--workspace",
+        action="store_true",
+        help="also write a W&B workspace view of the sweep (<out>/workspace.json); saved to W&B "
+        "and its URL printed when online",
+    )
     return p
 
 
@@ -91,8 +119,10 @@ def check_mode(mode: str | None) -> None:
     from gptlab.sinks.wandb import api_key_configured
 
     if mode == "online" and not api_key_configured():
-        raise ConfigError("--wandb-mode online needs a W&B API key (set WANDB_API_KEY or run `wandb login`); "
-                          "allowed without one: auto, offline, disabled")
+        raise ConfigError(
+            "--wandb-mode online needs a W&B API key (set WANDB_API_KEY or run `wandb login`); "
+            "allowed without one: auto, offline, disabled"
+        )
 
 
 def log_to_wandb(cmp: Comparison, images: dict[str, Path], runs: list, out: Path, mode: str | None) -> None:
@@ -108,8 +138,10 @@ def log_to_wandb(cmp: Comparison, images: dict[str, Path], runs: list, out: Path
         print(f"W&B (offline): upload later with: {logged.sync_command}")
     folders = wandb_log.offline_folders(runs)
     if folders:
-        print(f"W&B: {len(folders)} offline folders of the compared runs; upload them with: "
-              f"wandb sync {' '.join(shlex.quote(f) for f in folders)}")
+        print(
+            f"W&B: {len(folders)} offline folders of the compared runs; upload them with: "
+            f"wandb sync {' '.join(shlex.quote(f) for f in folders)}"
+        )
 
 
 def write_workspace(runs: list, out: Path, mode: str | None) -> None:
@@ -125,22 +157,35 @@ def write_workspace(runs: list, out: Path, mode: str | None) -> None:
 
 def decode_main(runs: list, args: argparse.Namespace, run_dirs: list[Path]) -> int:
     """gptlab-decode run dirs alone: the decode table, comparison.json (`decode`) and comparison.md; no W&B."""
-    given = [flag for flag, value in (("--step", args.step), ("--target", args.target), ("--threshold", args.threshold),
-                                      ("--claims", args.claims)) if value not in (None, [])]
+    given = [
+        flag
+        for flag, value in (
+            ("--step", args.step),
+            ("--target", args.target),
+            ("--threshold", args.threshold),
+            ("--claims", args.claims),
+        )
+        if value not in (None, [])
+    ]
     if given:
-        raise ConfigError(f"{given[0]}: these are gptlab-decode run dirs (decode.json only), with no training curves "
-                          f"to line up; compare them without it")
+        raise ConfigError(
+            f"{given[0]}: these are gptlab-decode run dirs (decode.json only), with no training curves "
+            f"to line up; compare them without it"
+        )
     baseline, rows = decode.compare_decode(runs, args.baseline)
     out = out_dir(args.out, args.paths[0], run_dirs)
     decode.print_decode(rows, baseline)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"baseline": baseline, "alpha": ALPHA, "decode": decode.to_json(rows)}
     (out / "comparison.json").write_text(json.dumps(strict_json(doc), indent=2) + "\n")
-    (out / "comparison.md").write_text("\n".join([f"# Decode comparison (baseline: {baseline})",
-                                                  *decode.markdown(rows)[1:]]) + "\n")
+    (out / "comparison.md").write_text(
+        "\n".join([f"# Decode comparison (baseline: {baseline})", *decode.markdown(rows)[1:]]) + "\n"
+    )
     title = html.escape(f"Decode comparison (baseline: {baseline})")
-    (out / "comparison.html").write_text(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}"
-                                         f"</title></head><body>\n<h1>{title}</h1>\n{decode.html(rows)}</body></html>\n")
+    (out / "comparison.html").write_text(
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}'
+        f"</title></head><body>\n<h1>{title}</h1>\n{decode.html(rows)}</body></html>\n"
+    )
     if args.wandb or args.workspace:
         print("note: W&B logging covers training comparisons; this decode-only one is in the local files")
     print(f"wrote {out}/comparison.md and comparison.json")

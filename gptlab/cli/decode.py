@@ -78,9 +78,16 @@ def grid_from(cfg: DictConfig):
         raise ConfigError(f"kv_quant={show(quant)}: allowed: null, int8")
     if quant is not None and "static" not in caches:
         raise ConfigError(f"kv_quant={quant}: quantises the static cache; add static to cache (here {show(cache)})")
-    return Grid(batch_sizes=_ints(cfg, "batch_sizes", 1), contexts=_ints(cfg, "contexts", 1),
-                new_tokens=_int(cfg, "new_tokens", 2), caches=tuple(caches), kv_quant=quant,
-                repeats=_int(cfg, "repeats", 1), warmup=_int(cfg, "warmup", 0), seed=_int(cfg, "seed", 0, 2**63))
+    return Grid(
+        batch_sizes=_ints(cfg, "batch_sizes", 1),
+        contexts=_ints(cfg, "contexts", 1),
+        new_tokens=_int(cfg, "new_tokens", 2),
+        caches=tuple(caches),
+        kv_quant=quant,
+        repeats=_int(cfg, "repeats", 1),
+        warmup=_int(cfg, "warmup", 0),
+        seed=_int(cfg, "seed", 0, 2**63),
+    )
 
 
 def _check_run_overrides(run: str, overrides: list[str]) -> None:
@@ -88,8 +95,10 @@ def _check_run_overrides(run: str, overrides: list[str]) -> None:
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
         if key.split(".", 1)[0].split("/", 1)[0] in MODEL_KEYS:
-            raise ConfigError(f"{override}: with run={run} the model comes from the run's own config; drop it, or "
-                              f"leave run unset to decode a random-init model composed from the groups")
+            raise ConfigError(
+                f"{override}: with run={run} the model comes from the run's own config; drop it, or "
+                f"leave run unset to decode a random-init model composed from the groups"
+            )
 
 
 def load_model(cfg: DictConfig, overrides: list[str]):
@@ -117,10 +126,18 @@ def model_record(model) -> dict:
     from gptlab.model.fingerprint import model_fingerprint
 
     c = model.cfg
-    return {"params": model.num_params(), "n_layer": c.n_layer, "n_head": c.n_head, "d_model": c.d_model,
-            "block_size": c.block_size, "vocab_size": c.vocab_size, "dtype": str(next(model.parameters()).dtype),
-            "n_kv_head": [b.attn.n_kv_head for b in model.blocks], "window": [b.attn.window for b in model.blocks],
-            "fingerprint": model_fingerprint(model)}
+    return {
+        "params": model.num_params(),
+        "n_layer": c.n_layer,
+        "n_head": c.n_head,
+        "d_model": c.d_model,
+        "block_size": c.block_size,
+        "vocab_size": c.vocab_size,
+        "dtype": str(next(model.parameters()).dtype),
+        "n_kv_head": [b.attn.n_kv_head for b in model.blocks],
+        "window": [b.attn.window for b in model.blocks],
+        "fingerprint": model_fingerprint(model),
+    }
 
 
 def finite(obj):
@@ -151,12 +168,24 @@ def execute(cfg: DictConfig, choices: dict, overrides: list[str]) -> dict:
     load, start = LoadSampler(), time.perf_counter()
     load.start()
     points = measure(model, grid, on_point=lambda p: say(progress(p)))
-    return finite({
-        "version": 1, "command": "gptlab-decode", "source": source, "model": model_record(model),
-        "choices": choices, "overrides": overrides, "config": plain_config(cfg), "settings": asdict(grid),
-        "hardware": {"device": hardware.device, "dtype": hardware.dtype, "threads": hardware.threads},
-        "peak_mem_method": peak_method(next(model.parameters()).device), "outside_load": load.mean(),
-        "wall_s": time.perf_counter() - start, "provenance": collect(overrides, hardware), "points": points})
+    return finite(
+        {
+            "version": 1,
+            "command": "gptlab-decode",
+            "source": source,
+            "model": model_record(model),
+            "choices": choices,
+            "overrides": overrides,
+            "config": plain_config(cfg),
+            "settings": asdict(grid),
+            "hardware": {"device": hardware.device, "dtype": hardware.dtype, "threads": hardware.threads},
+            "peak_mem_method": peak_method(next(model.parameters()).device),
+            "outside_load": load.mean(),
+            "wall_s": time.perf_counter() - start,
+            "provenance": collect(overrides, hardware),
+            "points": points,
+        }
+    )
 
 
 def say(text: str) -> None:
@@ -182,8 +211,20 @@ def _mib(x) -> str:
     return "–" if x is None else f"{x / 2**20:,.2f}"
 
 
-TABLE = ["batch", "context", "cache", "prefill ms", "decode tokens/s", "p50 ms", "p90 ms", "p99 ms",
-         "KV MiB measured", "KV MiB predicted", "ratio", "peak Δ MiB"]
+TABLE = [
+    "batch",
+    "context",
+    "cache",
+    "prefill ms",
+    "decode tokens/s",
+    "p50 ms",
+    "p90 ms",
+    "p99 ms",
+    "KV MiB measured",
+    "KV MiB predicted",
+    "ratio",
+    "peak Δ MiB",
+]
 
 
 def table(doc: dict) -> str:
@@ -195,17 +236,30 @@ def table(doc: dict) -> str:
             rows.append(head + [f"skipped: {p['reason']}"])
             continue
         ratio = "–" if p["kv_bytes_ratio"] is None else f"{p['kv_bytes_ratio']:.4f}"
-        rows.append(head + [_pm(p["prefill_ms"], ".1f"), _pm(p["decode_tokens_per_s"], ",.0f")]
-                    + [_pm(p[f"latency_ms_p{q}"], ".2f") for q in (50, 90, 99)]
-                    + [_mib(p["kv_bytes_measured"]), _mib(p["kv_bytes_predicted"]), ratio,
-                       _mib(p["peak_mem_delta_bytes"]["mean"])])
+        rows.append(
+            head
+            + [_pm(p["prefill_ms"], ".1f"), _pm(p["decode_tokens_per_s"], ",.0f")]
+            + [_pm(p[f"latency_ms_p{q}"], ".2f") for q in (50, 90, 99)]
+            + [
+                _mib(p["kv_bytes_measured"]),
+                _mib(p["kv_bytes_predicted"]),
+                ratio,
+                _mib(p["peak_mem_delta_bytes"]["mean"]),
+            ]
+        )
     widths = [max(len(r[i]) for r in rows if len(r) > i and len(r) == len(TABLE)) for i in range(len(TABLE))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) if len(r) == len(TABLE) else
-             "  ".join(c.rjust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+    lines = [
+        "  ".join(c.rjust(w) for c, w in zip(r, widths))
+        if len(r) == len(TABLE)
+        else "  ".join(c.rjust(w) for c, w in zip(r[:3], widths)) + "  " + r[3]
+        for r in rows
+    ]
     load = doc.get("outside_load")
-    foot = [f"mean ± std over {doc['settings']['repeats']} repeats; {doc['hardware']['device']} "
-            f"{doc['hardware']['dtype']}, {doc['hardware']['threads']} threads; peak memory: {doc['peak_mem_method']}",
-            "outside load: " + ("n/a" if load is None else f"{100 * load:.0f}% of the cores used by other processes")]
+    foot = [
+        f"mean ± std over {doc['settings']['repeats']} repeats; {doc['hardware']['device']} "
+        f"{doc['hardware']['dtype']}, {doc['hardware']['threads']} threads; peak memory: {doc['peak_mem_method']}",
+        "outside load: " + ("n/a" if load is None else f"{100 * load:.0f}% of the cores used by other processes"),
+    ]
     return "\n".join(lines + foot)
 
 
@@ -216,8 +270,10 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
         return run_dir / OUT_NAME
     raw = cast(dict, OmegaConf.to_container(cfg, resolve=False)).get("out")
     if multirun and "${" not in str(raw):
-        raise ConfigError(f"out={out}: under multirun every job would write this one file; leave out=null "
-                          f"(each job's own dir) or interpolate it, e.g. out=${{hydra:runtime.output_dir}}/decode.json")
+        raise ConfigError(
+            f"out={out}: under multirun every job would write this one file; leave out=null "
+            f"(each job's own dir) or interpolate it, e.g. out=${{hydra:runtime.output_dir}}/decode.json"
+        )
     path = Path(str(out))
     return path / OUT_NAME if path.is_dir() else path
 

@@ -36,8 +36,10 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
         resume.load_weights(model, optimizer, state)
     except (KeyError, RuntimeError, ValueError) as err:
         raise ConfigError(f"{run_dir}: checkpoint does not fit the run's config ({err})") from None
-    whole = {k: v for k, v in state.items() if k != "dcp"} | {"model": model.state_dict(),
-                                                             "optimizer": optimizer.state_dict()}
+    whole = {k: v for k, v in state.items() if k != "dcp"} | {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+    }
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(run_dir / ".hydra" / "config.yaml", out / ".hydra" / "config.yaml")
     return checkpoint.save(out, int(state["step"]), whole)

@@ -52,8 +52,10 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
     if sheet is not None:
         peak, bw = sheet[0] if peak == "auto" else peak, sheet[1] if bw == "auto" else bw
     if "auto" in (peak, bw) and device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"hardware.device={device}: no such device here to measure 'auto' roofs; set "
-                          "hardware.peak_flops=<FLOP/s> and hardware.mem_bandwidth=<bytes/s>, or gpu=<GPU name>")
+        raise ConfigError(
+            f"hardware.device={device}: no such device here to measure 'auto' roofs; set "
+            "hardware.peak_flops=<FLOP/s> and hardware.mem_bandwidth=<bytes/s>, or gpu=<GPU name>"
+        )
     for key, value in (("peak_flops", peak), ("mem_bandwidth", bw)):
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             raise ConfigError(f"hardware.{key}={value!r}: expected a positive number or auto")
@@ -93,8 +95,11 @@ def _accounting(cfg: DictConfig):
     elementwise = OmegaConf.select(cfg, "elementwise", default=list(DEFAULT_UNFUSED))
     if OmegaConf.is_config(elementwise):
         elementwise = OmegaConf.to_container(elementwise)
-    return from_options(mask_pass=OmegaConf.select(cfg, "mask_pass", default=False), elementwise=elementwise,
-                        blocks_only=OmegaConf.select(cfg, "blocks_only", default=False))
+    return from_options(
+        mask_pass=OmegaConf.select(cfg, "mask_pass", default=False),
+        elementwise=elementwise,
+        blocks_only=OmegaConf.select(cfg, "blocks_only", default=False),
+    )
 
 
 def _dtype(dtype: str, device: str) -> str:
@@ -132,9 +137,19 @@ def run(cfg: DictConfig):
     # (model.n_layer=100000 costs seconds, not a build of each)
     model = build_cost_model(cfg, DEFAULT_VOCAB)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
-    report = analyze(model, batch, seq, mode=mode, dtype_bytes=dtype, peak_flops=peak, mem_bandwidth=bw,
-                     optimizer_state_bytes_per_param=state, accounting=accounting, kv_quant=cfg.get("kv_quant"),
-                     activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)))
+    report = analyze(
+        model,
+        batch,
+        seq,
+        mode=mode,
+        dtype_bytes=dtype,
+        peak_flops=peak,
+        mem_bandwidth=bw,
+        optimizer_state_bytes_per_param=state,
+        accounting=accounting,
+        kv_quant=cfg.get("kv_quant"),
+        activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)),
+    )
     if sharding is not None:
         report.sharding = section(cfg, model, report, sharding, state, _device(cfg))
     return report
@@ -158,16 +173,26 @@ def flops_app(cfg: DictConfig) -> None:
 
 def help_page() -> str:
     """`gptlab-flops --help`: usage and every key of conf/flops.yaml with its comment."""
-    rows = [f"  {e.key}={e.value}\n" + textwrap.fill(e.comment, 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
-            for e in read_yaml_doc(CONF_DIR / "flops.yaml").entries
-            if e.value and not e.key.startswith("hydra")]
-    return "\n".join([
-        "gptlab-flops: params, FLOPs, bytes, arithmetic intensity, KV cache, memory and roofline of a config.",
-        "", "usage:", "  gptlab-flops [gptlab-train overrides] [KEY=VALUE ...]",
-        "  gptlab-flops --help GROUP        a config group's options (as gptlab-train --help GROUP)", "",
-        "keys (conf/flops.yaml; formulas in docs/COSTS.md):", *rows, "",
-        "textbook accounting (materialised scores, mask pass, unfused element-wise, blocks only):",
-        "  gptlab-flops model=gpt2-xl attention.impl=naive mask_pass=true elementwise=unfused blocks_only=true"])
+    rows = [
+        f"  {e.key}={e.value}\n" + textwrap.fill(e.comment, 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        for e in read_yaml_doc(CONF_DIR / "flops.yaml").entries
+        if e.value and not e.key.startswith("hydra")
+    ]
+    return "\n".join(
+        [
+            "gptlab-flops: params, FLOPs, bytes, arithmetic intensity, KV cache, memory and roofline of a config.",
+            "",
+            "usage:",
+            "  gptlab-flops [gptlab-train overrides] [KEY=VALUE ...]",
+            "  gptlab-flops --help GROUP        a config group's options (as gptlab-train --help GROUP)",
+            "",
+            "keys (conf/flops.yaml; formulas in docs/COSTS.md):",
+            *rows,
+            "",
+            "textbook accounting (materialised scores, mask pass, unfused element-wise, blocks only):",
+            "  gptlab-flops model=gpt2-xl attention.impl=naive mask_pass=true elementwise=unfused blocks_only=true",
+        ]
+    )
 
 
 def main():

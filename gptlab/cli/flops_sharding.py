@@ -94,15 +94,33 @@ def _this_machine(device: str) -> dict | None:
         spec = gpu_spec(name)
         if spec is None:
             total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-            return {"name": name, "memory_bytes": float(total), "source": "torch.cuda total_memory",
-                    "shared_by_ranks": False, "link": None, "link_bandwidth": None}
-        return {"name": name, "memory_bytes": spec.memory_bytes, "source": "datasheet", "shared_by_ranks": False,
-                "link": spec.link, "link_bandwidth": spec.link_bandwidth}
+            return {
+                "name": name,
+                "memory_bytes": float(total),
+                "source": "torch.cuda total_memory",
+                "shared_by_ranks": False,
+                "link": None,
+                "link_bandwidth": None,
+            }
+        return {
+            "name": name,
+            "memory_bytes": spec.memory_bytes,
+            "source": "datasheet",
+            "shared_by_ranks": False,
+            "link": spec.link,
+            "link_bandwidth": spec.link_bandwidth,
+        }
     found = available_memory(device) if kind == "cpu" else None
     if found is None:
         return None
-    return {"name": "this host (every rank on it)", "memory_bytes": float(found[0]), "source": found[1],
-            "shared_by_ranks": True, "link": None, "link_bandwidth": None}
+    return {
+        "name": "this host (every rank on it)",
+        "memory_bytes": float(found[0]),
+        "source": found[1],
+        "shared_by_ranks": True,
+        "link": None,
+        "link_bandwidth": None,
+    }
 
 
 def device_memory(cfg: DictConfig, device: str) -> dict | None:
@@ -112,16 +130,29 @@ def device_memory(cfg: DictConfig, device: str) -> dict | None:
     _positive("link_bandwidth", link)
     if name is not None:
         spec = _known_gpu(str(name))
-        out: dict | None = {"name": str(name), "memory_bytes": spec.memory_bytes, "source": "datasheet", "shared_by_ranks": False,
-               "link": spec.link, "link_bandwidth": spec.link_bandwidth}
+        out: dict | None = {
+            "name": str(name),
+            "memory_bytes": spec.memory_bytes,
+            "source": "datasheet",
+            "shared_by_ranks": False,
+            "link": spec.link,
+            "link_bandwidth": spec.link_bandwidth,
+        }
     else:
         out = _this_machine(device)
     if memory is not None:
-        out = {**(out or {"name": "given", "link": None, "link_bandwidth": None}), "memory_bytes": float(memory),
-               "source": "gpu_memory", "shared_by_ranks": False}
+        out = {
+            **(out or {"name": "given", "link": None, "link_bandwidth": None}),
+            "memory_bytes": float(memory),
+            "source": "gpu_memory",
+            "shared_by_ranks": False,
+        }
     if link is not None:
-        out = {**(out or {"name": "unknown", "memory_bytes": None, "source": None, "shared_by_ranks": False}),
-               "link": "link_bandwidth", "link_bandwidth": float(link)}
+        out = {
+            **(out or {"name": "unknown", "memory_bytes": None, "source": None, "shared_by_ranks": False}),
+            "link": "link_bandwidth",
+            "link_bandwidth": float(link),
+        }
     return out
 
 
@@ -132,7 +163,14 @@ def section(cfg: DictConfig, model, report, sharding, state_bytes_per_param: flo
     accum = OmegaConf.select(cfg, "train.grad_accum", default=1)
     if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
         raise ConfigError(f"train.grad_accum={accum!r}: expected a positive integer")
-    return per_rank(model, sharding, batch_size=report.batch_size, grad_accum=accum, seq_len=report.seq_len,
-                    compute_bytes=report.dtype_bytes, state_bytes_per_param=state_bytes_per_param,
-                    activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)),
-                    device=device_memory(cfg, device))
+    return per_rank(
+        model,
+        sharding,
+        batch_size=report.batch_size,
+        grad_accum=accum,
+        seq_len=report.seq_len,
+        compute_bytes=report.dtype_bytes,
+        state_bytes_per_param=state_bytes_per_param,
+        activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)),
+        device=device_memory(cfg, device),
+    )

@@ -9,7 +9,9 @@ def _si(x: float | None, unit: str = "") -> str:
     """1.23G-style number (binary prefixes for bytes)."""
     if x is None:
         return "-"
-    base, prefixes = (1024.0, ["", "Ki", "Mi", "Gi", "Ti", "Pi"]) if unit == "B" else (1000.0, ["", "k", "M", "G", "T", "P"])
+    base, prefixes = (
+        (1024.0, ["", "Ki", "Mi", "Gi", "Ti", "Pi"]) if unit == "B" else (1000.0, ["", "k", "M", "G", "T", "P"])
+    )
     i = 0
     while abs(x) >= base and i < len(prefixes) - 1:
         x, i = x / base, i + 1
@@ -39,8 +41,8 @@ def _summary_lines(d: dict) -> list[str]:
         f"KV cache      {_si(kv['bytes_per_token'], 'B')}/token   {_si(kv['total_bytes'], 'B')} total   "
         f"weights {_si(d['weights']['bytes'], 'B')}",
         f"inference mem {_si(mem['inference_estimate_bytes'], 'B')} = weights + KV cache"
-        if d["mode"] != "train" else
-        f"train memory  {_si(mem['train_estimate_bytes'], 'B')} = weights {_si(mem['weights_bytes'], 'B')} + grads "
+        if d["mode"] != "train"
+        else f"train memory  {_si(mem['train_estimate_bytes'], 'B')} = weights {_si(mem['weights_bytes'], 'B')} + grads "
         f"{_si(mem['grads_bytes'], 'B')} + optimizer {_si(mem['optimizer_bytes'], 'B')} + activations "
         f"{_si(mem['activations_bytes'], 'B')} (naive {_si(mem['activations_naive_bytes'], 'B')}, fused "
         f"{_si(mem['activations_fused_bytes'], 'B')}, checkpointed {_si(mem['activations_checkpointed_bytes'], 'B')})",
@@ -55,9 +57,11 @@ def _summary_lines(d: dict) -> list[str]:
 def _accounting_line(acc: dict) -> str:
     """The conventions the figures were counted with (conf/flops.yaml: mask_pass, elementwise, blocks_only)."""
     own = ", ".join(acc["unfused"]) or "none"
-    return (f"accounting    mask {'its own pass' if acc['mask_pass'] else 'folded into scores'}; "
-            f"element-wise own passes: {own}; "
-            f"{'transformer blocks only' if acc['blocks_only'] else 'embeddings and LM head counted'}")
+    return (
+        f"accounting    mask {'its own pass' if acc['mask_pass'] else 'folded into scores'}; "
+        f"element-wise own passes: {own}; "
+        f"{'transformer blocks only' if acc['blocks_only'] else 'embeddings and LM head counted'}"
+    )
 
 
 def _intensity_table(d: dict):
@@ -69,17 +73,31 @@ def _intensity_table(d: dict):
     for col in ("op class", "FLOPs", "bytes", "FLOP/byte", "bound"):
         table.add_column(col, justify="left" if col == "op class" else "right")
     rows = [(name, c) for name, c in it["classes"].items()]
-    rows.append(("forward (all)", {"flops": it["forward_flops"], "bytes": it["forward_bytes"],
-                                   "intensity": it["forward"], "bound": it["forward_bound"]}))
+    rows.append(
+        (
+            "forward (all)",
+            {
+                "flops": it["forward_flops"],
+                "bytes": it["forward_bytes"],
+                "intensity": it["forward"],
+                "bound": it["forward_bound"],
+            },
+        )
+    )
     for name, c in rows:
         value = "-" if c["intensity"] is None else f"{c['intensity']:.3g}"
         table.add_row(name, _si(c["flops"]), _si(c["bytes"], "B"), value, c["bound"])
     return table
 
 
-_MEMORY_ROWS = (("params_bytes", "parameters (fp32 master)"), ("grads_bytes", "gradients (fp32)"),
-                ("optimizer_bytes", "optimizer state"), ("autocast_copy_bytes", "autocast weight copies (ddp)"),
-                ("unsharded_bytes", "gathered params + unsharded grads (fsdp)"), ("activations_bytes", "activations"))
+_MEMORY_ROWS = (
+    ("params_bytes", "parameters (fp32 master)"),
+    ("grads_bytes", "gradients (fp32)"),
+    ("optimizer_bytes", "optimizer state"),
+    ("autocast_copy_bytes", "autocast weight copies (ddp)"),
+    ("unsharded_bytes", "gathered params + unsharded grads (fsdp)"),
+    ("activations_bytes", "activations"),
+)
 
 
 def _memory_table(sh: dict):
@@ -89,9 +107,11 @@ def _memory_table(sh: dict):
     n, mem, p = sh["world_size"], sh["memory"], sh["params"]["total"]
     whole = sh["strategy"] == "ddp" or n == 1
     kept = ("replicated" if n > 1 else "whole (one process, not wrapped)") if whole else f"1/{n} (ceil of dim-0 rows)"
-    table = Table(title=f"per rank: {sh['strategy']} over N={n} ranks, micro-batch {sh['micro_batch']} x "
-                        f"{sh['seq_len']} (batch {sh['batch_size']} / grad_accum {sh['grad_accum']} / {n}); "
-                        f"weights, grads, state {kept}")
+    table = Table(
+        title=f"per rank: {sh['strategy']} over N={n} ranks, micro-batch {sh['micro_batch']} x "
+        f"{sh['seq_len']} (batch {sh['batch_size']} / grad_accum {sh['grad_accum']} / {n}); "
+        f"weights, grads, state {kept}"
+    )
     for col in ("term", "bytes/param", "per rank"):
         table.add_column(col, justify="left" if col == "term" else "right")
     skip = "unsharded_bytes" if whole else "autocast_copy_bytes"
@@ -99,8 +119,9 @@ def _memory_table(sh: dict):
         table.add_row(label, f"{mem[key] / p:.3g}", _si(mem[key], "B"))
     table.add_row("[bold]total[/]", f"{mem['total_bytes'] / p:.3g}", f"[bold]{_si(mem['total_bytes'], 'B')}[/]")
     if mem["host_bytes"]:
-        table.add_row("host: params, grads, state (cpu_offload)", f"{mem['host_bytes'] / p:.3g}",
-                      _si(mem["host_bytes"], "B"))
+        table.add_row(
+            "host: params, grads, state (cpu_offload)", f"{mem['host_bytes'] / p:.3g}", _si(mem["host_bytes"], "B")
+        )
     return table
 
 
@@ -117,10 +138,16 @@ def _communication_table(sh: dict):
     for col in ("collective", "formula", "calls", "bytes/step", f"time at {link / 1e9:.3g} GB/s" if link else "time"):
         table.add_column(col, justify="left" if col in ("collective", "formula") else "right")
     for c in comm["collectives"]:
-        table.add_row(c["name"], c["formula"], str(c["calls_per_step"]), _si(c["bytes_per_step"], "B"),
-                      _secs(c["bytes_per_step"] / link) if link and c["bytes_per_step"] else "-")
-    table.add_row("[bold]total[/]", "", "", _si(comm["bytes_per_step"], "B"),
-                  _secs(comm["time_s"]) if comm["time_s"] else "-")
+        table.add_row(
+            c["name"],
+            c["formula"],
+            str(c["calls_per_step"]),
+            _si(c["bytes_per_step"], "B"),
+            _secs(c["bytes_per_step"] / link) if link and c["bytes_per_step"] else "-",
+        )
+    table.add_row(
+        "[bold]total[/]", "", "", _si(comm["bytes_per_step"], "B"), _secs(comm["time_s"]) if comm["time_s"] else "-"
+    )
     return table
 
 
@@ -133,11 +160,15 @@ def _verdict_line(sh: dict) -> str:
     word = "[bold]fits[/]" if dev["fits"] else "[bold]does not fit[/]"
     smallest = dev["smallest_world_size"]
     tried = " ".join(str(k) for k in dev["world_sizes_tried"])
-    best = (f"smallest N that fits: {smallest}" if smallest is not None
-            else "fits at no N; raise train.grad_accum, turn on hardware.activation_checkpointing, or pick a smaller "
-                 "model")
-    return (f"verdict       {word}: {_si(dev['need_bytes'], 'B')}{shared} vs {_si(dev['memory_bytes'], 'B')} on "
-            f"{dev['name']} ({dev['source']}); {best} (N tried: {tried})")
+    best = (
+        f"smallest N that fits: {smallest}"
+        if smallest is not None
+        else "fits at no N; raise train.grad_accum, turn on hardware.activation_checkpointing, or pick a smaller model"
+    )
+    return (
+        f"verdict       {word}: {_si(dev['need_bytes'], 'B')}{shared} vs {_si(dev['memory_bytes'], 'B')} on "
+        f"{dev['name']} ({dev['source']}); {best} (N tried: {tried})"
+    )
 
 
 def render_table(d: dict) -> None:
@@ -150,15 +181,34 @@ def render_table(d: dict) -> None:
         console.print(line, highlight=False)
     console.print(_intensity_table(d))
     table = Table(title="ops (forward FLOPs/bytes; time bound is per step of the mode)")
-    for col in ("op", "layers", "FLOPs", "useful", "bytes naive", "bytes fused", "FLOP/byte", "time >=", "share", "bound"):
+    for col in (
+        "op",
+        "layers",
+        "FLOPs",
+        "useful",
+        "bytes naive",
+        "bytes fused",
+        "FLOP/byte",
+        "time >=",
+        "share",
+        "bound",
+    ):
         table.add_column(col, justify="left" if col == "op" else "right")
     total = d["time"]["lower_bound_s"] or 1.0
     for op in d["ops"]:
         intensity = "-" if op["intensity"] is None else f"{op['intensity']:.3g}"
-        table.add_row(op["name"], str(op["layers"]), _si(op["flops"]), _si(op["flops_useful"]),
-                      _si(op["bytes_naive"], "B"), _si(op["bytes_fused"], "B"), intensity,
-                      _secs(op["time_lower_bound_s"]), f"{100 * op['time_lower_bound_s'] / total:.1f}%",
-                      op["bound"])
+        table.add_row(
+            op["name"],
+            str(op["layers"]),
+            _si(op["flops"]),
+            _si(op["flops_useful"]),
+            _si(op["bytes_naive"], "B"),
+            _si(op["bytes_fused"], "B"),
+            intensity,
+            _secs(op["time_lower_bound_s"]),
+            f"{100 * op['time_lower_bound_s'] / total:.1f}%",
+            op["bound"],
+        )
     console.print(table)
     if d.get("sharding"):
         console.print(_memory_table(d["sharding"]))

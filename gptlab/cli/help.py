@@ -15,12 +15,14 @@ from gptlab.errors import ConfigError
 from gptlab.paths import CONF_DIR, SWEEPS_DIR
 
 INTERNAL = ("_target_", "_partial_")  # keys that name code, not something a user sets
-USAGE = [("gptlab-train [GROUP=OPTION ...] [KEY=VALUE ...]", "one run"),
-         ("gptlab-train -m GROUP=A,B KEY=1,2 ...", "a sweep: one run per combination"),
-         ("gptlab-train --help GROUP", "every key of GROUP's options, with comments"),
-         ("gptlab-train --cfg job [overrides]", "print the composed config and stop"),
-         ("gptlab-train --hydra-help", "Hydra's own flags (--info, --multirun, ...)"),
-         ("gptlab-train --shell-completion install=bash", 'tab completion: eval "$(...)"; also zsh, fish')]
+USAGE = [
+    ("gptlab-train [GROUP=OPTION ...] [KEY=VALUE ...]", "one run"),
+    ("gptlab-train -m GROUP=A,B KEY=1,2 ...", "a sweep: one run per combination"),
+    ("gptlab-train --help GROUP", "every key of GROUP's options, with comments"),
+    ("gptlab-train --cfg job [overrides]", "print the composed config and stop"),
+    ("gptlab-train --hydra-help", "Hydra's own flags (--info, --multirun, ...)"),
+    ("gptlab-train --shell-completion install=bash", 'tab completion: eval "$(...)"; also zsh, fish'),
+]
 KEY = re.compile(r"^(\s*)([A-Za-z0-9_.\-]+):(?:\s+(.*))?$")
 
 
@@ -51,7 +53,7 @@ def split_comment(text: str) -> tuple[str, str]:
         elif ch in "'\"":
             quote = ch
         elif ch == "#" and (i == 0 or text[i - 1].isspace()):
-            return text[:i].strip(), text[i + 1:].strip()
+            return text[:i].strip(), text[i + 1 :].strip()
     return text.strip(), ""
 
 
@@ -116,8 +118,11 @@ def prefix(group: str, package: str | None) -> str:
 
 def groups(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
     """Every config group (a folder of conf/, hydra/ aside) and its options (the file stems)."""
-    return {d.name: sorted(p.stem for p in d.glob("*.yaml"))
-            for d in sorted(conf_dir.iterdir()) if d.is_dir() and d.name != "hydra" and any(d.glob("*.yaml"))}
+    return {
+        d.name: sorted(p.stem for p in d.glob("*.yaml"))
+        for d in sorted(conf_dir.iterdir())
+        if d.is_dir() and d.name != "hydra" and any(d.glob("*.yaml"))
+    }
 
 
 def defaults(root: Path) -> dict[str, tuple[list[str], bool]]:
@@ -172,8 +177,7 @@ def overview(conf_dir: Path = CONF_DIR) -> str:
         *(_group_line(name, options, chosen) for name, options in groups(conf_dir).items()),
         "",
         "run keys (conf/train.yaml; KEY=VALUE):",
-        *(_row(f"{e.key}={e.value}", e.comment) for e in doc.entries
-          if e.value and e.key.split(".")[0] != "hydra"),
+        *(_row(f"{e.key}={e.value}", e.comment) for e in doc.entries if e.value and e.key.split(".")[0] != "hydra"),
         "",
         "overrides and sweeps:",
         _row("attention=gqa attention.n_kv_head=2", "pick an option, then change one of its keys"),
@@ -195,8 +199,9 @@ def group_page(name: str, conf_dir: Path = CONF_DIR) -> str:
         raise ConfigError(f"--help {name}: no such config group; allowed: {', '.join(known)} (or --help alone)")
     picked, many = defaults(conf_dir / "train.yaml").get(name, ([], False))
     how = f"'{name}=[A,B]' (one or several)" if many else f"{name}=OPTION"
-    lines = [f"{name}: pick with {how} (default: {','.join(picked) or 'none'}); "
-             f"change a key with KEY=VALUE as listed below"]
+    lines = [
+        f"{name}: pick with {how} (default: {','.join(picked) or 'none'}); change a key with KEY=VALUE as listed below"
+    ]
     for option in known[name]:
         doc = read_yaml_doc(conf_dir / name / f"{option}.yaml")
         where = prefix(name, doc.package)

@@ -17,7 +17,12 @@ from gptlab.errors import ConfigError
 from gptlab.schema import SCHEMA
 
 # flag -> the config key whose check it shares (no null on the command line)
-FLAGS = {"--tokens": "sample.tokens", "--temperature": "sample.temperature", "--top-k": "sample.top_k", "--seed": "seed"}
+FLAGS = {
+    "--tokens": "sample.tokens",
+    "--temperature": "sample.temperature",
+    "--top-k": "sample.top_k",
+    "--seed": "seed",
+}
 
 
 def load_run(run_dir: Path):
@@ -67,11 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)
         model, data, step = load_run(args.run_dir)
         prompt = args.prompt if args.prompt is not None else getattr(data, "sample_prompt", lambda: "\n")()
-        ids = data.tokenizer.encode(prompt)[-model.cfg.block_size // 2:] or [0]
+        ids = data.tokenizer.encode(prompt)[-model.cfg.block_size // 2 :] or [0]
     except ConfigError as err:
         fail(err)
     gen = torch.Generator().manual_seed(args.seed)
-    out = model.generate(torch.tensor([ids]), args.tokens, temperature=args.temperature, top_k=args.top_k, generator=gen)
+    out = model.generate(
+        torch.tensor([ids]), args.tokens, temperature=args.temperature, top_k=args.top_k, generator=gen
+    )
     print(f"# {args.run_dir} @ step {step}", file=sys.stderr)
     print(data.tokenizer.decode(out[0].tolist()))
     return 0

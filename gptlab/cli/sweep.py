@@ -27,8 +27,10 @@ from gptlab.errors import ConfigError
 from gptlab.paths import SWEEPS_DIR
 
 # a sweep file's `command`: (console script, its module, its Hydra config, the file a finished run has written)
-COMMANDS = {"train": ("gptlab-train", "gptlab.cli.train", "train", "summary.json"),
-            "decode": ("gptlab-decode", "gptlab.cli.decode", "decode", "decode.json")}
+COMMANDS = {
+    "train": ("gptlab-train", "gptlab.cli.train", "train", "summary.json"),
+    "decode": ("gptlab-decode", "gptlab.cli.decode", "decode", "decode.json"),
+}
 
 
 def load_sweep(name: str) -> tuple[str, dict, Path]:
@@ -103,26 +105,38 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
     warnings, errors, seen = [], [], {}  # type: list[str], list[str], dict[str, tuple[str, dict]]
     for arm in spec["arms"]:
         try:
-            fingerprint, flat, noops = arm_identity(planned_overrides(name, spec, arm, extra), seed,
-                                                    spec.get("command", "train"))
+            fingerprint, flat, noops = arm_identity(
+                planned_overrides(name, spec, arm, extra), seed, spec.get("command", "train")
+            )
         except Exception as err:  # noqa: BLE001 - Hydra and build errors alike: name the arm, one line
             errors.append(f"[{name}] arm '{arm}' does not build: {str(err).strip().splitlines()[0]}")
             continue
         warnings += [f"[{name}] warning: arm '{arm}': {line}" for line in noops]
         for other, (their_print, their_flat) in seen.items():
-            differs = [k for k in set(flat) | set(their_flat)
-                       if flat.get(k, None) != their_flat.get(k, None) and not is_bookkeeping(k)]  # e.g. arm
+            differs = [
+                k
+                for k in set(flat) | set(their_flat)
+                if flat.get(k, None) != their_flat.get(k, None) and not is_bookkeeping(k)
+            ]  # e.g. arm
             if fingerprint == their_print and model_only(differs):
-                warnings.append(f"[{name}] warning: arms '{other}' and '{arm}' build the identical model "
-                                f"(fingerprint {fingerprint}): the same experiment twice, every difference is noise")
+                warnings.append(
+                    f"[{name}] warning: arms '{other}' and '{arm}' build the identical model "
+                    f"(fingerprint {fingerprint}): the same experiment twice, every difference is noise"
+                )
         seen[arm] = (fingerprint, flat)
     return warnings, errors
 
 
 def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str, command: str = "train") -> list[str]:
     """One `gptlab-train -m` (or gptlab-decode) over the arm's seeds, each into <sweep_dir>/<arm>/seed<k>."""
-    return [COMMANDS[command][0], "-m", *overrides, f"seed={','.join(map(str, seeds))}",
-            f"hydra.sweep.dir={sweep_dir}", f"hydra.sweep.subdir={arm}/seed${{seed}}"]
+    return [
+        COMMANDS[command][0],
+        "-m",
+        *overrides,
+        f"seed={','.join(map(str, seeds))}",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"hydra.sweep.subdir={arm}/seed${{seed}}",
+    ]
 
 
 HYDRA_DIR = re.compile(r"^\+{0,2}hydra\.sweep\.(dir|subdir)=(.*)$")
@@ -134,17 +148,23 @@ def take_sweep_dir(out: Path | None, extra: list[str]) -> tuple[Path | None, lis
     for override in extra:
         match = HYDRA_DIR.match(override)
         if match and match.group(1) == "subdir":
-            raise ConfigError(f"{override}: gptlab-sweep puts each run in <sweep dir>/<arm>/seed<k> (re-runs and "
-                              f"gptlab-compare rely on it); drop it, and choose the sweep dir with --out DIR")
+            raise ConfigError(
+                f"{override}: gptlab-sweep puts each run in <sweep dir>/<arm>/seed<k> (re-runs and "
+                f"gptlab-compare rely on it); drop it, and choose the sweep dir with --out DIR"
+            )
         (given if match else rest).append(match.group(2) if match else override)
     if not given:
         return out, rest
     if "${" in given[-1]:
-        raise ConfigError(f"hydra.sweep.dir={given[-1]}: gptlab-sweep needs the sweep dir before Hydra runs, so "
-                          f"no interpolation; give a plain path (hydra.sweep.dir=DIR or --out DIR)")
+        raise ConfigError(
+            f"hydra.sweep.dir={given[-1]}: gptlab-sweep needs the sweep dir before Hydra runs, so "
+            f"no interpolation; give a plain path (hydra.sweep.dir=DIR or --out DIR)"
+        )
     if out is not None and out.resolve() != Path(given[-1]).resolve():
-        raise ConfigError(f"hydra.sweep.dir={given[-1]} and --out {out} name two different sweep dirs; "
-                          f"give one of them (they mean the same)")
+        raise ConfigError(
+            f"hydra.sweep.dir={given[-1]} and --out {out} name two different sweep dirs; "
+            f"give one of them (they mean the same)"
+        )
     return Path(given[-1]), rest
 
 
@@ -175,9 +195,12 @@ def parse_seeds(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="a name in sweeps/ (e.g. attention) or a path to a sweep YAML")
-    parser.add_argument("overrides", nargs="*", help="extra overrides for every run (e.g. train.max_steps=50 launcher=slurm)")
-    parser.add_argument("--out", type=Path,
-                        help="sweep dir (default: outputs/sweeps/<name>; hydra.sweep.dir=DIR is the same)")
+    parser.add_argument(
+        "overrides", nargs="*", help="extra overrides for every run (e.g. train.max_steps=50 launcher=slurm)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="sweep dir (default: outputs/sweeps/<name>; hydra.sweep.dir=DIR is the same)"
+    )
     parser.add_argument("--seeds", help="comma-separated seeds instead of the file's")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed arm")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
@@ -217,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
                 break
     print(f"[{name}] sweep dir: {sweep_dir}  ({skipped} finished runs skipped)")
     for arm in failures:
-        print(f"[{name}] FAILED arm '{arm}': see the logs in {sweep_dir / arm}/seed*/ (*.log) and .submitit/", file=sys.stderr)
+        print(
+            f"[{name}] FAILED arm '{arm}': see the logs in {sweep_dir / arm}/seed*/ (*.log) and .submitit/",
+            file=sys.stderr,
+        )
     if not args.dry_run and not failures:
         print(f"[{name}] compare: gptlab-compare {sweep_dir}")
     return 1 if failures else 0

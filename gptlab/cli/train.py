@@ -36,11 +36,15 @@ log = logging.getLogger("gptlab")
 remember_launch_gpus()
 LOCK_FILE = ".gptlab.lock"
 OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None
-    errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk quota",
-    errno.EFBIG: "the file size limit (ulimit -f) is too small", errno.EROFS: "choose a writable hydra.run.dir",
-    errno.EACCES: "choose a writable hydra.run.dir", errno.EPERM: "choose a writable hydra.run.dir",
+    errno.ENOSPC: "free some disk space",
+    errno.EDQUOT: "free some disk quota",
+    errno.EFBIG: "the file size limit (ulimit -f) is too small",
+    errno.EROFS: "choose a writable hydra.run.dir",
+    errno.EACCES: "choose a writable hydra.run.dir",
+    errno.EPERM: "choose a writable hydra.run.dir",
     errno.EEXIST: "hydra.run.dir must name a directory, not a file",
-    errno.ENOTDIR: "hydra.run.dir must not be under a file"}
+    errno.ENOTDIR: "hydra.run.dir must not be under a file",
+}
 
 
 def one_line(err: BaseException) -> str:
@@ -54,8 +58,10 @@ def one_line(err: BaseException) -> str:
     if isinstance(err, ConfigCompositionException) and getattr(cause, "full_key", None):
         parent = cause.parent_node if OmegaConf.is_dict(cause.parent_node) else {}
         keys = [k for k in parent if not str(k).startswith("_") and k != "hydra"]
-        return (f"{cause.full_key}: no such key or group; allowed here: {', '.join(map(str, keys))} "
-                f"(add a new key with +{cause.full_key}=...)")
+        return (
+            f"{cause.full_key}: no such key or group; allowed here: {', '.join(map(str, keys))} "
+            f"(add a new key with +{cause.full_key}=...)"
+        )
     if isinstance(err, OSError) and not isinstance(err, HydraException):
         where = f" '{err.filename}'" if err.filename else ""
         hint = OS_HINTS.get(err.errno, "check the path and the disk")
@@ -86,8 +92,9 @@ def run_dir_lock(run_dir: Path):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConfigError(f"hydra.run.dir: '{run_dir}' is in use by another running gptlab-train; "
-                          f"give this run its own dir") from None
+        raise ConfigError(
+            f"hydra.run.dir: '{run_dir}' is in use by another running gptlab-train; give this run its own dir"
+        ) from None
     except OSError as err:  # a file system without flock (some NFS/Lustre mounts): run unguarded
         log.warning("cannot lock %s (%s); a second run in this dir would not be refused", run_dir, err.strerror)
     try:
@@ -110,8 +117,10 @@ def check_run_dir(run_dir: Path, ignore: set[str] | frozenset[str] = frozenset()
         return  # unreadable: the write that follows names the problem
     if names and not names & set(RUN_MARKERS):
         shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-        raise ConfigError(f"hydra.run.dir: '{run_dir}' holds files that are not a gptlab run ({shown}); "
-                          f"allowed: a new or empty dir, or a gptlab run dir to resume")
+        raise ConfigError(
+            f"hydra.run.dir: '{run_dir}' holds files that are not a gptlab run ({shown}); "
+            f"allowed: a new or empty dir, or a gptlab run dir to resume"
+        )
 
 
 def _writes_run_files(cfg: DictConfig) -> bool:
@@ -123,8 +132,10 @@ def _writes_run_files(cfg: DictConfig) -> bool:
 
 def _report(summary: dict, run_dir: Path) -> None:
     """The end-of-run table a new user reads: losses, speed, where the files are."""
+
     def fmt(v, spec):
         return "n/a" if v is None else format(v, spec)
+
     lines = [
         "",
         f"run finished: {summary['status']} after {summary['steps']} steps ({summary['tokens']:,} tokens, {summary['wall_s']:.0f}s)",
@@ -167,8 +178,10 @@ def train_app(cfg: DictConfig) -> float | None:
         fail(one_line(err), exit_code(err))
     if summary["status"] == "interrupted":
         stop.restore()
-        message = (f"interrupted (Ctrl-C) at step {summary['steps']}: checkpoint written; run the same command "
-                   f"to resume ({run_dir})")
+        message = (
+            f"interrupted (Ctrl-C) at step {summary['steps']}: checkpoint written; run the same command "
+            f"to resume ({run_dir})"
+        )
         print(message, file=sys.stderr, flush=True)
         console_log.warning(message)
         raise SystemExit(130)
@@ -233,9 +246,11 @@ def check_completion(args: list[str]) -> None:
     command, _, shell = rest[0].partition("=") if len(rest) == 1 else ("", "", "")
     if command not in ("install", "uninstall", "query") or shell not in SHELLS:
         got = " ".join(rest) or "nothing"
-        raise ConfigError(f"--shell-completion: got {got}; allowed: exactly one of install=SHELL or uninstall=SHELL "
-                          f"(SHELL: {', '.join(SHELLS)}), "
-                          f"e.g. eval \"$(gptlab-train --shell-completion install=bash)\"")
+        raise ConfigError(
+            f"--shell-completion: got {got}; allowed: exactly one of install=SHELL or uninstall=SHELL "
+            f"(SHELL: {', '.join(SHELLS)}), "
+            f'e.g. eval "$(gptlab-train --shell-completion install=bash)"'
+        )
 
 
 def main() -> None:

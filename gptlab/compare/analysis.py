@@ -70,10 +70,16 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json document (`targets`/`thresholds` only when asked for)."""
-        doc = {"step": self.step, "baseline": self.baseline, "alpha": ALPHA,
-               "rows": [asdict(r) for r in self.rows], "warnings": self.warnings}
-        doc.update({k: [x.to_json() for x in v] for k, v in (("targets", self.targets),
-                                                              ("thresholds", self.thresholds)) if v})
+        doc = {
+            "step": self.step,
+            "baseline": self.baseline,
+            "alpha": ALPHA,
+            "rows": [asdict(r) for r in self.rows],
+            "warnings": self.warnings,
+        }
+        doc.update(
+            {k: [x.to_json() for x in v] for k, v in (("targets", self.targets), ("thresholds", self.thresholds)) if v}
+        )
         if self.decode:
             from gptlab.compare.decode import to_json
 
@@ -113,11 +119,15 @@ def stop_warnings(runs: list[Run], step: int) -> list[str]:
     for run in runs:
         last = run.val_steps()[-1]
         if run.status != "finished":
-            out.append(f"warning: {run.path}: status {run.status}, last val/loss at step {last} "
-                       f"(others reach {reach}); compared at step {step}")
+            out.append(
+                f"warning: {run.path}: status {run.status}, last val/loss at step {last} "
+                f"(others reach {reach}); compared at step {step}"
+            )
         elif last < reach:
-            out.append(f"warning: {run.path}: stopped early, last val/loss at step {last} (others reach {reach}); "
-                       f"compared at step {step}")
+            out.append(
+                f"warning: {run.path}: stopped early, last val/loss at step {last} (others reach {reach}); "
+                f"compared at step {step}"
+            )
     return out
 
 
@@ -131,21 +141,37 @@ def _row(g: Group, step: int) -> Row:
     accs = [float(r.by_step[step]["val/acc"]) for r in runs if r.by_step[step].get("val/acc") is not None]
     peaks = [speed.run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max) for r in runs]
     tps = speed.per_run(runs, "tokens_per_s_median", "tokens_per_s")
-    (tps_mean, tps_std), (ms_mean, ms_std) = speed.spread(tps), speed.spread(
-        speed.per_run(runs, "step_ms_median", "step_ms"))
+    (tps_mean, tps_std), (ms_mean, ms_std) = (
+        speed.spread(tps),
+        speed.spread(speed.per_run(runs, "step_ms_median", "step_ms")),
+    )
     load = speed.outside_load(runs)
     return Row(
-        label=g.label, choices=dict(runs[0].choices), n_seeds=len(runs),
-        val_loss_mean=stats.mean(losses), val_loss_std=stats.std(losses), delta_val_loss=0.0, significant=None,
-        tokens_per_s=tps_mean, step_ms=ms_mean,
+        label=g.label,
+        choices=dict(runs[0].choices),
+        n_seeds=len(runs),
+        val_loss_mean=stats.mean(losses),
+        val_loss_std=stats.std(losses),
+        delta_val_loss=0.0,
+        significant=None,
+        tokens_per_s=tps_mean,
+        step_ms=ms_mean,
         mfu=stats.median(cast(list[float], [speed.run_speed(r, "mfu_median", "mfu", stats.median) for r in runs])),
         peak_mem_bytes=max((int(p) for p in peaks if p is not None), default=None),
-        speedup=None, params=_first(runs, "params"), flops_per_token=_first(runs, "flops_per_token"),
+        speedup=None,
+        params=_first(runs, "params"),
+        flops_per_token=_first(runs, "flops_per_token"),
         val_acc_mean=stats.mean(accs) if accs else None,
-        seeds=[r.config.get("seed") for r in runs], val_losses=losses, runs=[str(r.path) for r in runs],
-        tokens_per_s_std=tps_std, step_ms_std=ms_std, tokens_per_s_seeds=tps, outside_load=load,
+        seeds=[r.config.get("seed") for r in runs],
+        val_losses=losses,
+        runs=[str(r.path) for r in runs],
+        tokens_per_s_std=tps_std,
+        step_ms_std=ms_std,
+        tokens_per_s_seeds=tps,
+        outside_load=load,
         under_load=load is not None and load > speed.OUTSIDE_LOAD_LIMIT,
-        model_fingerprint=shared(g, "model_fingerprint"))
+        model_fingerprint=shared(g, "model_fingerprint"),
+    )
 
 
 def _speed_versus(row: Row, base: Row) -> None:
@@ -179,19 +205,33 @@ def _versus(row: Row, base: Row) -> None:
 
 def identity_warnings(rows: list[Row], groups: list[Group]) -> list[str]:
     """One line per identical pair, per group with mixed fingerprints, and per group timed under outside load."""
-    out = [f"warning: '{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) "
-           "and differ only in model config: every difference between them is noise"
-           for i, a in enumerate(rows) for b in rows[i + 1:] if b.label in a.identical_to]
-    out += [f"warning: '{g.label}': its runs recorded different model fingerprints (code changed between seeds?)"
-            for g in groups if mixed_fingerprints(g)]
-    out += [f"warning: '{row.label}': speed taken under outside load (other processes used up to "
-            f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}%)"
-            for row in rows if row.under_load]
+    out = [
+        f"warning: '{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) "
+        "and differ only in model config: every difference between them is noise"
+        for i, a in enumerate(rows)
+        for b in rows[i + 1 :]
+        if b.label in a.identical_to
+    ]
+    out += [
+        f"warning: '{g.label}': its runs recorded different model fingerprints (code changed between seeds?)"
+        for g in groups
+        if mixed_fingerprints(g)
+    ]
+    out += [
+        f"warning: '{row.label}': speed taken under outside load (other processes used up to "
+        f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}%)"
+        for row in rows
+        if row.under_load
+    ]
     return out
 
 
-def compare(runs: list[Run], baseline: str | None = None, step: int | None = None,
-            claims: dict[str, dict[str, float]] | None = None) -> Comparison:
+def compare(
+    runs: list[Run],
+    baseline: str | None = None,
+    step: int | None = None,
+    claims: dict[str, dict[str, float]] | None = None,
+) -> Comparison:
     """Group runs, choose the baseline and step, and compute one row per group (baseline first)."""
     check_same_task(runs)
     at = common_step(runs, step)
@@ -238,7 +278,8 @@ def attach_claims(rows: list[Row], groups: list[Group], claims: dict[str, dict[s
     for key, claim in claims.items():
         items = [s.strip() for s in key.split(",") if s.strip()]
         hits = [row for row in rows if row.label == key] or [
-            row for row, g in zip(rows, groups) if all("=" in i and matches(g, i) for i in items)]
+            row for row, g in zip(rows, groups) if all("=" in i and matches(g, i) for i in items)
+        ]
         if len(hits) != 1:
             labels = "; ".join(r.label for r in rows)
             raise ConfigError(f"--claims: '{key}' matches {len(hits)} groups (need exactly 1); labels: {labels}")

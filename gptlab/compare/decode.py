@@ -16,13 +16,28 @@ from gptlab.compare.group import Group, assign_labels, diff_items, find_baseline
 from gptlab.compare.identical import model_only
 from gptlab.compare.runs import Run
 
-HEADERS = ["label", "batch", "context", "cache", "decode tokens/s", "speed-up (95% CI)", "p50 ms/token",
-           "p50 latency speed-up (95% CI)", "p99 ms/token", "prefill ms", "KV measured", "KV predicted",
-           "measured/predicted", "peak Δ mem"]
-NOTE = ("decode: mean ± std over the timed repeats of each group's runs (gptlab-decode); speed-ups are vs the "
-        "baseline's same (batch, context, cache) point: ratio of geometric means with a 95% CI and a Welch verdict "
-        f"on the logs (p < {stats.ALPHA}); p50 latency speed-up = baseline latency / this latency; KV measured "
-        "from the cache tensors vs gptlab-flops' prediction.")
+HEADERS = [
+    "label",
+    "batch",
+    "context",
+    "cache",
+    "decode tokens/s",
+    "speed-up (95% CI)",
+    "p50 ms/token",
+    "p50 latency speed-up (95% CI)",
+    "p99 ms/token",
+    "prefill ms",
+    "KV measured",
+    "KV predicted",
+    "measured/predicted",
+    "peak Δ mem",
+]
+NOTE = (
+    "decode: mean ± std over the timed repeats of each group's runs (gptlab-decode); speed-ups are vs the "
+    "baseline's same (batch, context, cache) point: ratio of geometric means with a 95% CI and a Welch verdict "
+    f"on the logs (p < {stats.ALPHA}); p50 latency speed-up = baseline latency / this latency; KV measured "
+    "from the cache tensors vs gptlab-flops' prediction."
+)
 
 
 @dataclass
@@ -62,8 +77,14 @@ def _row(label: str, points: list[dict], loads: list[float]) -> DecodeRow:
     """A group's row at one point from its runs' point dicts (values pooled over runs)."""
     done = [p for p in points if p.get("status") == "measured"]
     first = (done or points)[0]
-    row = DecodeRow(label, *_key(first), status="measured" if done else "skipped", reason=first.get("reason"),
-                    n_runs=len(done), outside_load=max(loads, default=None))
+    row = DecodeRow(
+        label,
+        *_key(first),
+        status="measured" if done else "skipped",
+        reason=first.get("reason"),
+        n_runs=len(done),
+        outside_load=max(loads, default=None),
+    )
     for p in done:
         row.tokens_per_s += p["decode_tokens_per_s"]["values"]
         row.latency_p50_ms += p["latency_ms_p50"]["values"]
@@ -83,8 +104,12 @@ def _fingerprint(g: Group) -> str | None:
 
 def _identical(g: Group, base: Group) -> bool:
     fp = _fingerprint(g)
-    return g is not base and fp is not None and fp == _fingerprint(base) and model_only(
-        k for k, _ in diff_items(g, base, hide_implied=False))
+    return (
+        g is not base
+        and fp is not None
+        and fp == _fingerprint(base)
+        and model_only(k for k, _ in diff_items(g, base, hide_implied=False))
+    )
 
 
 def _versus(arm: list[float], base: list[float], identical: bool, loaded: bool) -> dict:
@@ -178,10 +203,21 @@ def cells(rows: list[DecodeRow]) -> list[list[str]]:
             body.append(head + [f"skipped: {r.reason}"] + ["–"] * (len(HEADERS) - 5))
             continue
         ratio = "–" if r.kv_bytes_ratio is None else f"{r.kv_bytes_ratio:.4f}"
-        body.append(head + [_pm(r.tokens_per_s, ",.0f"), _up(r.speedup), _pm(r.latency_p50_ms, ".2f"),
-                            _up(r.latency_speedup), _pm(r.latency_p99_ms, ".2f"), _pm(r.prefill_ms, ".1f"),
-                            _bytes(r.kv_bytes_measured), _bytes(r.kv_bytes_predicted), ratio,
-                            _bytes(r.peak_mem_delta_bytes)])
+        body.append(
+            head
+            + [
+                _pm(r.tokens_per_s, ",.0f"),
+                _up(r.speedup),
+                _pm(r.latency_p50_ms, ".2f"),
+                _up(r.latency_speedup),
+                _pm(r.latency_p99_ms, ".2f"),
+                _pm(r.prefill_ms, ".1f"),
+                _bytes(r.kv_bytes_measured),
+                _bytes(r.kv_bytes_predicted),
+                ratio,
+                _bytes(r.peak_mem_delta_bytes),
+            ]
+        )
     return body
 
 

@@ -14,11 +14,21 @@ from gptlab.errors import ConfigError
 SEED_KEYS = frozenset({"seed", "data_seed"})
 # Run bookkeeping: where/how a run was stored, resumed or logged says nothing about the model or data.
 # `sweep` names the sweep; `sample`/`profile` only act after or beside training.
-IGNORED_TOP = frozenset({"paths", "logger", "hydra", "wandb", "name", "run_name", "tags", "notes", "sweep", "arm",
-                         "sample", "profile"})
-IGNORED_KEYS = frozenset({"train.resume", "train.log_interval", "train.ckpt_interval",  # diagnostics only observe:
-                          "train.diagnostics", "train.spike_factor", "train.spike_window", "train.spike_dump",
-                          "train.detect_anomaly"})
+IGNORED_TOP = frozenset(
+    {"paths", "logger", "hydra", "wandb", "name", "run_name", "tags", "notes", "sweep", "arm", "sample", "profile"}
+)
+IGNORED_KEYS = frozenset(
+    {
+        "train.resume",
+        "train.log_interval",
+        "train.ckpt_interval",  # diagnostics only observe:
+        "train.diagnostics",
+        "train.spike_factor",
+        "train.spike_window",
+        "train.spike_dump",
+        "train.detect_anomaly",
+    }
+)
 IGNORED_CHOICES = frozenset({"logger", "launcher"})
 # Data-loader knobs change speed, not the task.
 _LOADER_KEYS = frozenset({"num_workers", "num_proc", "pin_memory", "prefetch_factor", "persistent_workers", "verify"})
@@ -102,8 +112,9 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 def diff_items(g: Group, base: Group, hide_implied: bool = True) -> list[tuple[str, str]]:
     """(key, g's value) where g differs from base: choices first, then leaves not implied by a changed choice."""
-    out = [(k, g.choices.get(k, "none")) for k in {**g.choices, **base.choices}
-           if g.choices.get(k) != base.choices.get(k)]
+    out = [
+        (k, g.choices.get(k, "none")) for k in {**g.choices, **base.choices} if g.choices.get(k) != base.choices.get(k)
+    ]
     changed = {k for k, _ in out}
     for key in sorted(set(g.leaves) | set(base.leaves)):
         mine, theirs = g.leaves.get(key, _MISSING), base.leaves.get(key, _MISSING)
@@ -143,8 +154,10 @@ def assign_labels(groups: list[Group], base: Group) -> None:
 
 def default_baseline(groups: list[Group]) -> Group:
     """Group with the fewest differences from all others summed; ties go to the group of the first run."""
+
     def score(g: Group) -> int:
         return sum(len(diff_items(g, h)) for h in groups if h is not g)
+
     return min(groups, key=score)  # min keeps the earliest on ties
 
 
@@ -176,7 +189,8 @@ def find_baseline(groups: list[Group], spec: str | None) -> Group:
     assign_labels(groups, default_baseline(groups))
     items = [s for s in (p.strip() for p in spec.split(",")) if s]
     hits = [g for g in groups if g.label == spec] or [
-        g for g in groups if items and all("=" in i and matches(g, i) for i in items)]
+        g for g in groups if items and all("=" in i and matches(g, i) for i in items)
+    ]
     if len(hits) == 1:
         return hits[0]
     labels = "; ".join(g.label for g in (hits or groups))
@@ -187,8 +201,13 @@ def find_baseline(groups: list[Group], spec: str | None) -> Group:
 def _task_keys(run: Run) -> dict[str, str]:
     """What defines the task: the data choice, data.* settings and any tokenizer setting (not loader knobs)."""
     flat = flatten(run.config)
-    keys = {k: show(v) for k, v in flat.items() if (k.startswith("data.") or "tokenizer" in k)
-            and not _path_like(k) and k.rsplit(".", 1)[-1] not in _LOADER_KEYS}
+    keys = {
+        k: show(v)
+        for k, v in flat.items()
+        if (k.startswith("data.") or "tokenizer" in k)
+        and not _path_like(k)
+        and k.rsplit(".", 1)[-1] not in _LOADER_KEYS
+    }
     if "data" in run.choices:
         keys["data"] = run.choices["data"]
     return keys
@@ -204,8 +223,11 @@ def check_same_task(runs: list[Run]) -> None:
             if ref.get(key) != keys.get(key):
                 raise ConfigError(
                     f"mixed tasks: {key} is {ref.get(key, 'unset')} in {first.path} but {keys.get(key, 'unset')} "
-                    f"in {run.path}; compare runs of one data/tokenizer setup")
+                    f"in {run.path}; compare runs of one data/tokenizer setup"
+                )
         if any("val/acc" in r for r in run.by_step.values()) != first_acc:
             has, lacks = (first, run) if first_acc else (run, first)
-            raise ConfigError(f"mixed tasks: {has.path} reports val/acc but {lacks.path} does not "
-                              "(e.g. data=assoc_recall vs a language-model run)")
+            raise ConfigError(
+                f"mixed tasks: {has.path} reports val/acc but {lacks.path} does not "
+                "(e.g. data=assoc_recall vs a language-model run)"
+            )

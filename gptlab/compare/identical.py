@@ -41,7 +41,7 @@ def identical_groups(groups: list[Group]) -> dict[int, list[Group]]:
     """id(group) -> the other groups that are the same experiment (only groups that have any)."""
     out: dict[int, list[Group]] = {}
     for i, a in enumerate(groups):
-        for b in groups[i + 1:]:
+        for b in groups[i + 1 :]:
             if same_experiment(a, b):
                 out.setdefault(id(a), []).append(b)
                 out.setdefault(id(b), []).append(a)

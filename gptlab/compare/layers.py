@@ -10,8 +10,12 @@ from statistics import mean
 from gptlab.compare.group import Group
 
 # (metric under diag/layerNN/, title): the per-layer curves drawn when at least one arm logged them
-METRICS = (("attn/max_logit", "max attention logit (pre-softmax)"), ("attn/entropy", "mean attention entropy (nats)"),
-           ("block/act_rms", "block output RMS"), ("attn/grad_norm", "attention grad norm"))
+METRICS = (
+    ("attn/max_logit", "max attention logit (pre-softmax)"),
+    ("attn/entropy", "mean attention entropy (nats)"),
+    ("block/act_rms", "block output RMS"),
+    ("attn/grad_norm", "attention grad norm"),
+)
 _LAYER = re.compile(r"diag/(layer\d+)/(.+)")
 
 
@@ -25,8 +29,10 @@ def layer_curves(g: Group, metric: str) -> dict[str, tuple[list[int], list[float
                 if m and m[2] == metric and isinstance(value, (int, float)):
                     per.setdefault(m[1], {}).setdefault(step, []).append(float(value))
     n = len(g.runs)
-    return {layer: ([s for s in sorted(by) if len(by[s]) == n], [mean(by[s]) for s in sorted(by) if len(by[s]) == n])
-            for layer, by in sorted(per.items())}
+    return {
+        layer: ([s for s in sorted(by) if len(by[s]) == n], [mean(by[s]) for s in sorted(by) if len(by[s]) == n])
+        for layer, by in sorted(per.items())
+    }
 
 
 def layer_figures(groups: list[Group], labels: list[str]) -> dict:
@@ -70,6 +76,8 @@ def layer_notes(groups: list[Group], labels: list[str], step: int) -> list[str]:
             if best is not None:
                 parts.append(f"{label} {best[0]:.3g} ({best[1]})")
         if len(parts) >= 2:
-            lines.append(f"{title}, largest over layers at the last diagnostics step <= {step} "
-                         f"(mean over seeds): " + ", ".join(parts) + ".")
+            lines.append(
+                f"{title}, largest over layers at the last diagnostics step <= {step} "
+                f"(mean over seeds): " + ", ".join(parts) + "."
+            )
     return lines

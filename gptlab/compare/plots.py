@@ -22,8 +22,11 @@ from gptlab.compare.report import BAND, BARS  # noqa: E402
 from gptlab.compare.runs import Run  # noqa: E402
 
 # x-axis key -> (axis label, file/plot name)
-CURVES = {"step": ("step", "val_loss_vs_step"), "wall_s": ("wall time", "val_loss_vs_wall_time"),
-          "tokens": ("tokens", "val_loss_vs_tokens")}
+CURVES = {
+    "step": ("step", "val_loss_vs_step"),
+    "wall_s": ("wall time", "val_loss_vs_wall_time"),
+    "tokens": ("tokens", "val_loss_vs_tokens"),
+}
 
 
 def _color(i: int):
@@ -156,14 +159,17 @@ def _speed_figure(cmp: Comparison):
 
 def _memory_figure(cmp: Comparison):
     """Peak memory of each run (the table shows each group's max)."""
-    values = [[float(p) for r in g.runs if (p := speed.run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max))]
-              for g in cmp.groups]
+    values = [
+        [float(p) for r in g.runs if (p := speed.run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max))]
+        for g in cmp.groups
+    ]
     if not any(values):
         return None
     scale, unit = _mem_unit(max(max(v) for v in values if v))
     values = [[p / scale for p in v] for v in values]
-    return _bar_figure([r.label for r in cmp.rows], values, "peak memory", f"peak memory ({unit})",
-                       FuncFormatter(_plain))
+    return _bar_figure(
+        [r.label for r in cmp.rows], values, "peak memory", f"peak memory ({unit})", FuncFormatter(_plain)
+    )
 
 
 def make_plots(cmp: Comparison, out: Path, figures: dict | None = None) -> dict[str, Path]:

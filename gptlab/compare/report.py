@@ -15,18 +15,41 @@ BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (
 BARS = "bar = mean ± std over seeds, dots = each run"
 # The honest-report flags: key -> (text in the table's "flags" column, what it means; legend and notes).
 FLAGS = {
-    "identical": ("identical model", "builds the same model as another arm (equal fingerprint): every "
-                  "difference between them is noise"),
-    "noise": ("speed within noise", f"no speed difference beyond seed noise (Welch p ≥ {ALPHA} on log tokens/s; "
-              "always so for two arms that build one model)"),
-    "load": ("under load", f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores while "
-             "it trained: its speed figures are not to be trusted"),
+    "identical": (
+        "identical model",
+        "builds the same model as another arm (equal fingerprint): every difference between them is noise",
+    ),
+    "noise": (
+        "speed within noise",
+        f"no speed difference beyond seed noise (Welch p ≥ {ALPHA} on log tokens/s; "
+        "always so for two arms that build one model)",
+    ),
+    "load": (
+        "under load",
+        f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores while "
+        "it trained: its speed figures are not to be trusted",
+    ),
 }
 # Columns a flag highlights in the HTML table (besides the flags column itself).
-FLAG_COLUMNS = {"identical": ("Δ val loss vs baseline", "identical model"), "noise": ("speed-up (95% CI)",),
-                "load": ("tokens/s", "step ms")}
-HEADERS = ["label", "seeds", "params", "FLOPs/token", "val loss @ {step}", "Δ val loss vs baseline",
-           "tokens/s", "step ms", "MFU", "peak mem", "speed-up (95% CI)", "flags"]
+FLAG_COLUMNS = {
+    "identical": ("Δ val loss vs baseline", "identical model"),
+    "noise": ("speed-up (95% CI)",),
+    "load": ("tokens/s", "step ms"),
+}
+HEADERS = [
+    "label",
+    "seeds",
+    "params",
+    "FLOPs/token",
+    "val loss @ {step}",
+    "Δ val loss vs baseline",
+    "tokens/s",
+    "step ms",
+    "MFU",
+    "peak mem",
+    "speed-up (95% CI)",
+    "flags",
+]
 
 
 def _si(x: float | None) -> str:
@@ -78,8 +101,11 @@ def speed_cell(row: Row) -> str:
 
 def row_flags(row: Row) -> list[str]:
     """Keys of FLAGS that apply to this row, in FLAGS order."""
-    found = {"identical": bool(row.identical_to), "noise": row.speed_verdict.startswith("within noise"),
-             "load": row.under_load}
+    found = {
+        "identical": bool(row.identical_to),
+        "noise": row.speed_verdict.startswith("within noise"),
+        "load": row.under_load,
+    }
     return [k for k in FLAGS if found[k]]
 
 
@@ -105,12 +131,20 @@ def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
     body = []
     for i, r in enumerate(cmp.rows):
         loaded = " (under load)" if r.under_load else ""
-        line = [r.label, str(r.n_seeds), _si(r.params), _si(r.flops_per_token),
-                _spread(r.val_loss_mean, r.val_loss_std, ".4f"), verdict(r, cmp.rows[0].label if i else None),
-                _spread(r.tokens_per_s, r.tokens_per_s_std, ",.0f") + loaded,
-                _spread(r.step_ms, r.step_ms_std, ".1f") + loaded,
-                f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–", _mem(r.peak_mem_bytes), speed_cell(r),
-                "; ".join(FLAGS[k][0] for k in row_flags(r)) or "–"]
+        line = [
+            r.label,
+            str(r.n_seeds),
+            _si(r.params),
+            _si(r.flops_per_token),
+            _spread(r.val_loss_mean, r.val_loss_std, ".4f"),
+            verdict(r, cmp.rows[0].label if i else None),
+            _spread(r.tokens_per_s, r.tokens_per_s_std, ",.0f") + loaded,
+            _spread(r.step_ms, r.step_ms_std, ".1f") + loaded,
+            f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–",
+            _mem(r.peak_mem_bytes),
+            speed_cell(r),
+            "; ".join(FLAGS[k][0] for k in row_flags(r)) or "–",
+        ]
         if extra_twin:
             line.append("; ".join(f"= {t}" for t in r.identical_to))
         if extra_acc:
@@ -123,23 +157,32 @@ def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
 
 def notes(cmp: Comparison) -> list[str]:
     """Plain-sentence footnotes shared by every output format."""
-    return [f"Compared at step {cmp.step} (the largest step every run evaluated, unless --step was given); "
-            f"baseline: {cmp.baseline}.",
-            f"Δ is mean val loss minus the baseline's; 'significant' means Welch's t-test p < {ALPHA} "
-            "over seeds (needs ≥ 2 seeds on both sides).",
-            "tokens/s and step ms are mean ± std over seeds of each run's median; speed-up = ratio of the geometric "
-            f"mean tokens/s with a 95% CI and a verdict (faster / slower / within noise) from Welch's t-test on "
-            f"log tokens/s, p < {ALPHA}; n/a with 1 seed.",
-            f"Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "
-            f"{BAND}; on the wall-time plot each point sits at the seeds' mean wall time at that step. "
-            f"Speed and memory bars: {BARS} (the table's peak mem is each group's max).",
-            *[f"'speed within noise': {FLAGS['noise'][1]}."] * any("noise" in row_flags(r) for r in cmp.rows),
-            *["'identical model': the arms build the same model (equal model fingerprint) and differ only in model "
-              "config, so they are one experiment run twice and every difference between them is noise."]
-            * any(r.identical_to for r in cmp.rows),
-            *[f"'under load': other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the machine's "
-              "cores while a run trained, so its speed figures are not to be trusted."] * any(r.under_load for r in cmp.rows),
-            *layer_notes(cmp.groups, [r.label for r in cmp.rows], cmp.step), *target_notes(cmp), *cmp.warnings]
+    return [
+        f"Compared at step {cmp.step} (the largest step every run evaluated, unless --step was given); "
+        f"baseline: {cmp.baseline}.",
+        f"Δ is mean val loss minus the baseline's; 'significant' means Welch's t-test p < {ALPHA} "
+        "over seeds (needs ≥ 2 seeds on both sides).",
+        "tokens/s and step ms are mean ± std over seeds of each run's median; speed-up = ratio of the geometric "
+        f"mean tokens/s with a 95% CI and a verdict (faster / slower / within noise) from Welch's t-test on "
+        f"log tokens/s, p < {ALPHA}; n/a with 1 seed.",
+        f"Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "
+        f"{BAND}; on the wall-time plot each point sits at the seeds' mean wall time at that step. "
+        f"Speed and memory bars: {BARS} (the table's peak mem is each group's max).",
+        *[f"'speed within noise': {FLAGS['noise'][1]}."] * any("noise" in row_flags(r) for r in cmp.rows),
+        *[
+            "'identical model': the arms build the same model (equal model fingerprint) and differ only in model "
+            "config, so they are one experiment run twice and every difference between them is noise."
+        ]
+        * any(r.identical_to for r in cmp.rows),
+        *[
+            f"'under load': other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the machine's "
+            "cores while a run trained, so its speed figures are not to be trusted."
+        ]
+        * any(r.under_load for r in cmp.rows),
+        *layer_notes(cmp.groups, [r.label for r in cmp.rows], cmp.step),
+        *target_notes(cmp),
+        *cmp.warnings,
+    ]
 
 
 def print_table(cmp: Comparison, console=None) -> None:
@@ -170,8 +213,7 @@ def _md_escape(text: str) -> str:
 def markdown(cmp: Comparison, images: dict[str, Path]) -> str:
     """comparison.md: title, the table, notes/warnings and links to the PNGs next to it."""
     headers, body = cells(cmp)
-    lines = [f"# Comparison at step {cmp.step}", "",
-             "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines = [f"# Comparison at step {cmp.step}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in body]
     lines += markdown_targets(cmp)
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
@@ -180,13 +222,15 @@ def markdown(cmp: Comparison, images: dict[str, Path]) -> str:
 
 
 _FLAG_COLORS = {"identical": "#dbe8ff", "noise": "#fff1c2", "load": "#ffd6d6"}
-_CSS = ("body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}"
-        "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
-        "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;display:block}"
-        ".warn{color:#a40}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:1em}"
-        "figure{margin:0}figcaption{font-weight:bold;margin:.5em 0}"
-        ".flag{padding:1px 6px;border-radius:3px;white-space:nowrap;display:inline-block;margin:1px}"
-        + "".join(f"table tr td.flag-{k},.flag-{k}{{background:{c}}}" for k, c in _FLAG_COLORS.items()))
+_CSS = (
+    "body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}"
+    "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
+    "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;display:block}"
+    ".warn{color:#a40}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:1em}"
+    "figure{margin:0}figcaption{font-weight:bold;margin:.5em 0}"
+    ".flag{padding:1px 6px;border-radius:3px;white-space:nowrap;display:inline-block;margin:1px}"
+    + "".join(f"table tr td.flag-{k},.flag-{k}{{background:{c}}}" for k, c in _FLAG_COLORS.items())
+)
 
 
 def _td(header: str, text: str, flags: list[str]) -> str:
@@ -211,17 +255,20 @@ def _html_rows(cmp: Comparison, headers: list[str], body: list[list[str]]) -> st
 
 def _legend() -> str:
     """What each flag colour means."""
-    items = "".join(f'<li><span class="flag flag-{k}">{html.escape(text)}</span> {html.escape(meaning)}</li>'
-                    for k, (text, meaning) in FLAGS.items())
+    items = "".join(
+        f'<li><span class="flag flag-{k}">{html.escape(text)}</span> {html.escape(meaning)}</li>'
+        for k, (text, meaning) in FLAGS.items()
+    )
     return f'<p>Flags, highlighted in the table:</p><ul class="legend">{items}</ul>\n'
 
 
 def _figures(images: dict[str, Path]) -> str:
     """Every PNG embedded as a base64 data URI, two columns on a wide page."""
     figs = "".join(
-        f"<figure><figcaption>{html.escape(name.replace('_', ' '))}</figcaption><img alt=\"{html.escape(name)}\" "
-        f"src=\"data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}\"></figure>\n"
-        for name, p in images.items())
+        f'<figure><figcaption>{html.escape(name.replace("_", " "))}</figcaption><img alt="{html.escape(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></figure>\n'
+        for name, p in images.items()
+    )
     return f'<div class="figs">\n{figs}</div>\n'
 
 
@@ -230,10 +277,12 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "") -> st
     more HTML placed before the figures (the decode table)."""
     headers, body = cells(cmp)
     esc = html.escape
-    note_items = "".join(f"<li class=\"{'warn' if n.startswith('warning') else ''}\">{esc(n)}</li>"
-                         for n in notes(cmp))
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>gptlab comparison at step {cmp.step}</title><style>{_CSS}</style></head><body>\n"
-            f"<h1>Comparison at step {cmp.step} (baseline: {esc(cmp.baseline)})</h1>\n<table>\n<tr>"
-            + "".join(f"<th>{esc(h)}</th>" for h in headers) + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
-            f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n")
+    note_items = "".join(f'<li class="{"warn" if n.startswith("warning") else ""}">{esc(n)}</li>' for n in notes(cmp))
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>gptlab comparison at step {cmp.step}</title><style>{_CSS}</style></head><body>\n"
+        f"<h1>Comparison at step {cmp.step} (baseline: {esc(cmp.baseline)})</h1>\n<table>\n<tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in headers)
+        + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
+        f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
+    )

@@ -149,9 +149,28 @@ def _choices(path: Path, summary: dict[str, Any]) -> dict[str, str]:
 
 
 # figures compare does arithmetic on: a non-number there is a damaged file, never a silently skipped value
-NUMERIC = ("final_val_loss", "best_val_loss", "steps", "tokens", "tokens_per_s_median", "step_ms_median", "mfu_median",
-           "peak_mem_bytes", "params", "flops_per_token", "wall_s", "outside_load", "val/loss", "train/loss",
-           "tokens_per_s", "step_ms", "mfu", "lr", "grad_norm", "val/acc")
+NUMERIC = (
+    "final_val_loss",
+    "best_val_loss",
+    "steps",
+    "tokens",
+    "tokens_per_s_median",
+    "step_ms_median",
+    "mfu_median",
+    "peak_mem_bytes",
+    "params",
+    "flops_per_token",
+    "wall_s",
+    "outside_load",
+    "val/loss",
+    "train/loss",
+    "tokens_per_s",
+    "step_ms",
+    "mfu",
+    "lr",
+    "grad_norm",
+    "val/acc",
+)
 
 
 def _check_numbers(where: str, values: dict[str, Any]) -> None:
@@ -174,16 +193,20 @@ def load_run(path: Path) -> Run:
     decode = _read_json(path / "decode.json")
     own = _read_json(path / "provenance.json") or decode  # gptlab-decode keeps its own config in decode.json
     config = own["config"] if isinstance(own.get("config"), dict) else _read_yaml(path / ".hydra" / "config.yaml", {})
-    overrides = own["overrides"] if isinstance(own.get("config"), dict) and isinstance(own.get("overrides"), list) \
+    overrides = (
+        own["overrides"]
+        if isinstance(own.get("config"), dict) and isinstance(own.get("overrides"), list)
         else _read_yaml(path / ".hydra" / "overrides.yaml", [])
+    )
     if not isinstance(config, dict) or not isinstance(overrides, list):
         raise ConfigError(f"{path}/.hydra: config.yaml must be a mapping and overrides.yaml a list")
     by_step: dict[int, dict[str, Any]] = {}
     for rec in records:
         # Train and eval records may share a step; merge them so wall_s/tokens sit next to val/loss.
         by_step.setdefault(int(rec["step"]), {}).update({k: v for k, v in rec.items() if v is not None})
-    return Run(path, records, summary, config, [str(o) for o in overrides], _choices(path, summary or decode), by_step,
-               decode)
+    return Run(
+        path, records, summary, config, [str(o) for o in overrides], _choices(path, summary or decode), by_step, decode
+    )
 
 
 # The file gptlab.sinks.wandb keeps a run's W&B id in (compare imports nothing of training, so named here too).

@@ -1,6 +1,6 @@
 """Render a comparison.html to a PNG with headless Chromium (offline), trimmed to the page's content.
 
-    python -m gptlab.compare.screenshot outputs/sweeps/attention/comparison/comparison.html report.png
+python -m gptlab.compare.screenshot outputs/sweeps/attention/comparison/comparison.html report.png
 """
 
 from __future__ import annotations
@@ -21,15 +21,24 @@ from gptlab.errors import ConfigError
 
 CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 # Offline, no first-run or update traffic, no sandbox (containers), no GPU (headless servers).
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
 MAX_HEIGHT = 16384  # Chromium refuses larger surfaces
 
 
 def find_chromium() -> str:
     """$GPTLAB_CHROMIUM, else the first Chromium on the usual paths; a one-line error when there is none."""
     wanted = os.environ.get("GPTLAB_CHROMIUM")
-    for name in ([wanted] if wanted else CANDIDATES):
+    for name in [wanted] if wanted else CANDIDATES:
         found = shutil.which(name)
         if found:
             return found
@@ -49,10 +58,15 @@ def estimate_height(page: str, width: int) -> int:
 def _run_chromium(binary: str, url: str, png: Path, width: int, height: int, timeout: float) -> None:
     """One headless capture of width x height pixels; kills Chromium's whole process group on timeout."""
     with tempfile.TemporaryDirectory(prefix="gptlab-chromium-") as profile:
-        cmd = [binary, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
-               f"--window-size={width},{height}", url]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        cmd = [
+            binary,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={png}",
+            f"--window-size={width},{height}",
+            url,
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

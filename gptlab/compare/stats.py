@@ -17,6 +17,7 @@ ALPHA = 0.05  # significance level of every Welch test in gptlab-compare
 
 def _scipy_stats():
     from scipy import stats as sps
+
     return sps
 
 

@@ -63,8 +63,10 @@ def parse_target(spec: str, flag: str = "--target") -> Target:
     if op == "=":
         op = direction(metric) or ""
         if not op:
-            raise ConfigError(f"{flag} '{spec}': cannot tell whether lower or higher {metric} is better; "
-                              f"write {metric}<={raw} or {metric}>={raw}")
+            raise ConfigError(
+                f"{flag} '{spec}': cannot tell whether lower or higher {metric} is better; "
+                f"write {metric}<={raw} or {metric}>={raw}"
+            )
     return Target(metric, op, value)
 
 
@@ -85,8 +87,10 @@ def check_metric(target: Target, runs: list[Run], flag: str = "--target") -> Non
         if not any(r.get(target.metric) is not None for r in run.by_step.values()):
             have = logged_metrics(runs)
             where = "no run logged it" if target.metric not in have else f"run {run.path} never logged it"
-            raise ConfigError(f"{flag} {target.text}: unknown metric '{target.metric}' ({where}); "
-                              f"metrics logged: {', '.join(have) or 'none'}")
+            raise ConfigError(
+                f"{flag} {target.text}: unknown metric '{target.metric}' ({where}); "
+                f"metrics logged: {', '.join(have) or 'none'}"
+            )
 
 
 def x_at(run: Run, step: int, key: str) -> float | None:
@@ -126,8 +130,9 @@ def first_hit(run: Run, target: Target) -> SeedHit:
     for s in steps:
         value = float(run.by_step[s][target.metric])
         if target.reached(value):
-            return SeedHit(seed, str(run.path), True, s, x_at(run, s, "tokens"), x_at(run, s, "wall_s"), value,
-                           steps[-1])
+            return SeedHit(
+                seed, str(run.path), True, s, x_at(run, s, "tokens"), x_at(run, s, "wall_s"), value, steps[-1]
+            )
     return SeedHit(seed, str(run.path), False, None, None, None, None, steps[-1] if steps else 0)
 
 
@@ -174,8 +179,9 @@ def target_row(g: Group, target: Target) -> TargetRow:
     ok = [h for h in hits if h.reached]
     steps = _spread([float(cast(int, h.step)) for h in ok])  # a seed that reached the target has its step
     tokens, wall = _spread([h.tokens for h in ok]), _spread([h.wall_s for h in ok])
-    return TargetRow(g.label, len(hits), len(ok), *steps, *tokens, *wall,
-                     [h.last_step for h in hits if not h.reached], seeds=hits)
+    return TargetRow(
+        g.label, len(hits), len(ok), *steps, *tokens, *wall, [h.last_step for h in hits if not h.reached], seeds=hits
+    )
 
 
 def _rates(hits: list[SeedHit], key: str) -> list[float]:
@@ -215,9 +221,14 @@ class TargetResult:
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json `targets` entry."""
-        return {"metric": self.target.metric, "op": self.target.op, "value": self.target.value,
-                "text": self.target.text, "resolution_steps": self.resolution,
-                "rows": [{**asdict(r), "all_reached": r.all_reached} for r in self.rows]}
+        return {
+            "metric": self.target.metric,
+            "op": self.target.op,
+            "value": self.target.value,
+            "text": self.target.text,
+            "resolution_steps": self.resolution,
+            "rows": [{**asdict(r), "all_reached": r.all_reached} for r in self.rows],
+        }
 
 
 def steps_to_target(groups: list[Group], target: Target) -> TargetResult:

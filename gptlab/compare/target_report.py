@@ -78,12 +78,23 @@ def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]
     """Title, headers and one line per group (baseline first) for one target."""
     body = []
     for i, row in enumerate(result.rows):
-        body.append([row.label, f"{row.n_reached}/{row.n_seeds}", steps_cell(row),
-                     _partial(row, _pm(row.tokens_mean, row.tokens_std, _si)),
-                     _partial(row, _wall(row.wall_s_mean, row.wall_s_std)),
-                     _ratio(row.speedup_steps, row.speedup_steps_ci, row.verdict_steps, i == 0),
-                     _ratio(row.speedup_wall, row.speedup_wall_ci, row.verdict_wall, i == 0,
-                            row.under_load or result.rows[0].under_load)])
+        body.append(
+            [
+                row.label,
+                f"{row.n_reached}/{row.n_seeds}",
+                steps_cell(row),
+                _partial(row, _pm(row.tokens_mean, row.tokens_std, _si)),
+                _partial(row, _wall(row.wall_s_mean, row.wall_s_std)),
+                _ratio(row.speedup_steps, row.speedup_steps_ci, row.verdict_steps, i == 0),
+                _ratio(
+                    row.speedup_wall,
+                    row.speedup_wall_ci,
+                    row.verdict_wall,
+                    i == 0,
+                    row.under_load or result.rows[0].under_load,
+                ),
+            ]
+        )
     return f"Steps to {result.target.text}", list(HEADERS), body
 
 
@@ -96,18 +107,23 @@ def target_notes(cmp: Any) -> list[str]:
     """The rule behind the steps-to-target tables and the threshold sentences, in plain sentences."""
     if not cmp.targets:
         return []
-    out = ["Steps to target: for each seed, the first step at which the metric was recorded at or past the target "
-           "(METRIC=X means ≤ X for a loss, ≥ X for an accuracy); mean ± std over the seeds that reached it, with "
-           "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
-           "— an unreached seed is never averaged away. Tokens and wall time are those of that step (interpolated "
-           "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
-           "extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or wall time) to "
-           "target and the arm's, with a 95% CI and a verdict (faster / slower / within noise: Welch's t-test on the "
-           "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed; wall-time speed-ups of "
-           "runs measured under outside load are marked so."]
-    out += [f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
-            "a step count is exact only to that interval: the target was crossed after the previous record, at "
-            "or before the reported step." for r in cmp.targets]
+    out = [
+        "Steps to target: for each seed, the first step at which the metric was recorded at or past the target "
+        "(METRIC=X means ≤ X for a loss, ≥ X for an accuracy); mean ± std over the seeds that reached it, with "
+        "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
+        "— an unreached seed is never averaged away. Tokens and wall time are those of that step (interpolated "
+        "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
+        "extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or wall time) to "
+        "target and the arm's, with a 95% CI and a verdict (faster / slower / within noise: Welch's t-test on the "
+        "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed; wall-time speed-ups of "
+        "runs measured under outside load are marked so."
+    ]
+    out += [
+        f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
+        "a step count is exact only to that interval: the target was crossed after the previous record, at "
+        "or before the reported step."
+        for r in cmp.targets
+    ]
     out += [f"Threshold: {t.sentence}." for t in cmp.thresholds]
     return out
 
@@ -125,9 +141,12 @@ def print_targets(cmp: Any, console) -> None:
             table.add_row(*line)
         console.print(table)
     if cmp.targets:
-        console.print("steps/tokens/wall: mean ± std over the seeds that reached the target, the others counted as "
-                      "not reached; speed-up only where both arms reached it in every seed (rule: comparison.md)",
-                      highlight=False, markup=False)
+        console.print(
+            "steps/tokens/wall: mean ± std over the seeds that reached the target, the others counted as "
+            "not reached; speed-up only where both arms reached it in every seed (rule: comparison.md)",
+            highlight=False,
+            markup=False,
+        )
     for t in cmp.thresholds:
         console.print(t.sentence, highlight=False, markup=False, soft_wrap=True)  # one line, never wrapped
 
@@ -151,9 +170,13 @@ def html_targets(cmp: Any) -> str:
     for result in cmp.targets:
         title, headers, body = target_cells(result)
         rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in body)
-        out.append(f"<h2>{esc(title)}</h2>\n<table class=\"target\">\n<tr>"
-                   + "".join(f"<th>{esc(h)}</th>" for h in headers) + f"</tr>\n{rows}</table>\n")
+        out.append(
+            f'<h2>{esc(title)}</h2>\n<table class="target">\n<tr>'
+            + "".join(f"<th>{esc(h)}</th>" for h in headers)
+            + f"</tr>\n{rows}</table>\n"
+        )
     if cmp.thresholds:
-        out.append("<h2>Threshold</h2>\n<ul>" + "".join(f"<li>{esc(t.sentence)}</li>" for t in cmp.thresholds)
-                   + "</ul>\n")
+        out.append(
+            "<h2>Threshold</h2>\n<ul>" + "".join(f"<li>{esc(t.sentence)}</li>" for t in cmp.thresholds) + "</ul>\n"
+        )
     return "".join(out)

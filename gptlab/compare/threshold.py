@@ -14,7 +14,7 @@ def varying_keys(groups: list[Group]) -> list[str]:
     """Config keys (choices first, then leaves) on which some pair of groups differs."""
     keys: dict[str, None] = {}
     for i, g in enumerate(groups):
-        for h in groups[i + 1:]:
+        for h in groups[i + 1 :]:
             for key, _ in diff_items(g, h) + diff_items(h, g):
                 keys.setdefault(key, None)
     return list(keys)
@@ -27,8 +27,10 @@ def pick_key(groups: list[Group], key: str | None) -> str:
         raise ConfigError("--threshold needs arms that differ in one config key; all runs share one configuration")
     if key is None:
         if len(varying) != 1:
-            raise ConfigError(f"--threshold: the arms differ in {len(varying)} keys ({', '.join(varying)}); "
-                              "name the one to minimise with --threshold-key KEY")
+            raise ConfigError(
+                f"--threshold: the arms differ in {len(varying)} keys ({', '.join(varying)}); "
+                "name the one to minimise with --threshold-key KEY"
+            )
         return varying[0]
     values = [g.value(key) for g in groups]
     if all(v is None for v in values):
@@ -36,8 +38,10 @@ def pick_key(groups: list[Group], key: str | None) -> str:
     seen: dict[str | None, Group] = {}
     for g, v in zip(groups, values):
         if v in seen:
-            raise ConfigError(f"--threshold-key {key}: arms '{seen[v].label}' and '{g.label}' both have {key}={v}; "
-                              f"compare them separately (keys that vary: {', '.join(varying)})")
+            raise ConfigError(
+                f"--threshold-key {key}: arms '{seen[v].label}' and '{g.label}' both have {key}={v}; "
+                f"compare them separately (keys that vary: {', '.join(varying)})"
+            )
         seen[v] = g
     return key
 
@@ -62,8 +66,14 @@ class Threshold:
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json `thresholds` entry."""
-        return {"target": self.target.text, "key": self.key, "answer": self.answer, "numeric": self.numeric,
-                "arms": self.arms, "sentence": self.sentence}
+        return {
+            "target": self.target.text,
+            "key": self.key,
+            "answer": self.answer,
+            "numeric": self.numeric,
+            "arms": self.arms,
+            "sentence": self.sentence,
+        }
 
 
 def threshold(groups: list[Group], result: TargetResult, key: str | None) -> Threshold:
@@ -72,8 +82,15 @@ def threshold(groups: list[Group], result: TargetResult, key: str | None) -> Thr
     values = [g.value(key) or "unset" for g in groups]
     nums = _numeric(values)
     order = sorted(range(len(groups)), key=lambda i: nums[i]) if nums else list(range(len(groups)))
-    arms: list[dict[str, Any]] = [{"value": values[i], "label": groups[i].label, "n_reached": result.rows[i].n_reached,
-             "n_seeds": result.rows[i].n_seeds} for i in order]
+    arms: list[dict[str, Any]] = [
+        {
+            "value": values[i],
+            "label": groups[i].label,
+            "n_reached": result.rows[i].n_reached,
+            "n_seeds": result.rows[i].n_seeds,
+        }
+        for i in order
+    ]
     full = [a for a in arms if a["n_reached"] == a["n_seeds"]]
     counts = ", ".join(f"{key}={a['value']}: {a['n_reached']}/{a['n_seeds']}" for a in arms)
     what = f"smallest {key}" if nums else f"first {key} in the table's order ({', '.join(a['value'] for a in arms)})"
@@ -82,9 +99,15 @@ def threshold(groups: list[Group], result: TargetResult, key: str | None) -> Thr
         sentence = f"none of the arms reaches {text} in every seed (seeds that reached it: {counts})"
         return Threshold(result.target, key, None, nums is not None, arms, sentence)
     win = full[0]
-    above = [a for a in arms[arms.index(win) + 1:] if a["n_reached"] < a["n_seeds"]]
-    caveat = "; larger but not in every seed: " + ", ".join(
-        f"{key}={a['value']} ({a['n_reached']}/{a['n_seeds']})" for a in above) if above else ""
-    sentence = (f"{what} reaching {text} in every seed ({win['n_reached']}/{win['n_seeds']}): {win['value']} "
-                f"(seeds that reached it: {counts}{caveat})")
+    above = [a for a in arms[arms.index(win) + 1 :] if a["n_reached"] < a["n_seeds"]]
+    caveat = (
+        "; larger but not in every seed: "
+        + ", ".join(f"{key}={a['value']} ({a['n_reached']}/{a['n_seeds']})" for a in above)
+        if above
+        else ""
+    )
+    sentence = (
+        f"{what} reaching {text} in every seed ({win['n_reached']}/{win['n_seeds']}): {win['value']} "
+        f"(seeds that reached it: {counts}{caveat})"
+    )
     return Threshold(result.target, key, win["value"], nums is not None, arms, sentence)

@@ -15,15 +15,37 @@ from gptlab.compare.analysis import Comparison
 from gptlab.compare.group import flatten
 from gptlab.compare.runs import Run, wandb_identity
 
-TABLE_COLUMNS = ["label", "n_seeds", "val_loss_mean", "val_loss_std", "delta_val_loss", "significant", "p_value",
-                 "tokens_per_s", "tokens_per_s_std", "step_ms", "step_ms_std", "mfu", "peak_mem_bytes", "speedup",
-                 "speedup_p", "speed_verdict", "outside_load", "under_load", "model_fingerprint", "identical_to",
-                 "params", "flops_per_token"]
+TABLE_COLUMNS = [
+    "label",
+    "n_seeds",
+    "val_loss_mean",
+    "val_loss_std",
+    "delta_val_loss",
+    "significant",
+    "p_value",
+    "tokens_per_s",
+    "tokens_per_s_std",
+    "step_ms",
+    "step_ms_std",
+    "mfu",
+    "peak_mem_bytes",
+    "speedup",
+    "speedup_p",
+    "speed_verdict",
+    "outside_load",
+    "under_load",
+    "model_fingerprint",
+    "identical_to",
+    "params",
+    "flops_per_token",
+]
 STAT_COLUMNS = ["label", "mean", "std", "min", "max", "n_seeds"]
 # Bar charts: metric -> (summary.json key, metrics.jsonl key, how one run's value is taken from its records).
-BAR_METRICS = {"tokens_per_s": ("tokens_per_s_median", "tokens_per_s", stats.median),
-               "mfu": ("mfu_median", "mfu", stats.median),
-               "peak_mem_bytes": ("peak_mem_bytes", "peak_mem_bytes", max)}
+BAR_METRICS = {
+    "tokens_per_s": ("tokens_per_s_median", "tokens_per_s", stats.median),
+    "mfu": ("mfu_median", "mfu", stats.median),
+    "peak_mem_bytes": ("peak_mem_bytes", "peak_mem_bytes", max),
+}
 MODES = ("auto", "online", "offline", "disabled")
 _SWEEP_CONTAINERS = {"sweeps", "multirun", "outputs", "runs"}
 
@@ -84,8 +106,16 @@ def linked_runs(cmp: Comparison) -> list[dict[str, Any]]:
     for g in cmp.groups:
         for run in g.runs:
             ident = wandb_identity(run)
-            out.append({"path": str(run.path), "wandb_id": ident["id"], "project": ident["project"],
-                        "entity": ident["entity"], "group": ident["group"], "label": g.label})
+            out.append(
+                {
+                    "path": str(run.path),
+                    "wandb_id": ident["id"],
+                    "project": ident["project"],
+                    "entity": ident["entity"],
+                    "group": ident["group"],
+                    "label": g.label,
+                }
+            )
     return out
 
 
@@ -147,7 +177,8 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
     data: dict[str, Any] = {"comparison": wandb.Table(columns=TABLE_COLUMNS, data=table_rows(cmp))}  # type: ignore[arg-type]  # wandb: invariant list[str | int]
     xs, ys, keys = curve_series(cmp)
     data["charts/val_loss_vs_step"] = wandb.plot.line_series(
-        xs, ys, keys, title="val/loss vs step: mean over seeds, min and max lines = seed band", xname="step")
+        xs, ys, keys, title="val/loss vs step: mean over seeds, min and max lines = seed band", xname="step"
+    )
     for metric in BAR_METRICS:
         rows = seed_stats(cmp, metric)
         if not rows:
@@ -156,7 +187,8 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
         data[f"charts/{metric}"] = wandb.plot.bar(table, "label", "mean", title=f"{metric}: mean over seeds")
         exs, eys, ekeys = error_bars(rows)
         data[f"charts/{metric}_error_bars"] = wandb.plot.line_series(
-            exs, eys, ekeys, title=f"{metric}: mean ± std over seeds (one bar per group)", xname="group")
+            exs, eys, ekeys, title=f"{metric}: mean ± std over seeds (one bar per group)", xname="group"
+        )
     data.update({f"plots/{name}": wandb.Image(str(p)) for name, p in images.items()})
     return data
 
@@ -202,26 +234,48 @@ def _start(out: Path, mode: str, **init: Any):
     if sink.run is None and failures:
         raise RuntimeError(_first_line(failures[-1]))
     if failures:
-        print(f"warning: W&B online start failed ({_first_line(failures[0])}); logging offline instead",
-              file=sys.stderr)
+        print(
+            f"warning: W&B online start failed ({_first_line(failures[0])}); logging offline instead", file=sys.stderr
+        )
     return sink
 
 
-def log_comparison(cmp: Comparison, images: dict[str, Path], runs: list[Run], out: Path,
-                   mode: str = "auto") -> Logged | None:
+def log_comparison(
+    cmp: Comparison, images: dict[str, Path], runs: list[Run], out: Path, mode: str = "auto"
+) -> Logged | None:
     """Log the comparison to W&B; None (with one warning) when it could not be logged."""
     try:
         group = sweep_group(runs)
-        config = {"step": cmp.step, "baseline": cmp.baseline, "sweep": group, "labels": [r.label for r in cmp.rows],
-                  "runs": linked_runs(cmp)}
-        sink = _start(out, mode, config=config, project=project_of(runs), entity=entity_of(runs), group=group,
-                      name=f"compare-{group}", tags=["comparison"])
+        config = {
+            "step": cmp.step,
+            "baseline": cmp.baseline,
+            "sweep": group,
+            "labels": [r.label for r in cmp.rows],
+            "runs": linked_runs(cmp),
+        }
+        sink = _start(
+            out,
+            mode,
+            config=config,
+            project=project_of(runs),
+            entity=entity_of(runs),
+            group=group,
+            name=f"compare-{group}",
+            tags=["comparison"],
+        )
         if sink.run is None:
             return Logged(sink.mode, None, None, None)
         try:
             sink.log(payload(cmp, images), cmp.step)
-            sink.summary({"step": cmp.step, "baseline": cmp.baseline, "warnings": len(cmp.warnings),
-                          "n_runs": len(runs), "n_groups": len(cmp.rows)})
+            sink.summary(
+                {
+                    "step": cmp.step,
+                    "baseline": cmp.baseline,
+                    "warnings": len(cmp.warnings),
+                    "n_runs": len(runs),
+                    "n_groups": len(cmp.rows),
+                }
+            )
         finally:
             sink.close("finished")
         return Logged(sink.mode, sink.run_dir_path, sink.run_id, sink.sync_command)

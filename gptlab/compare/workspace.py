@@ -38,11 +38,15 @@ def varying_leaves(runs: list[Run]) -> list[str]:
     """Dotted config keys whose value differs among the runs (seeds, bookkeeping and _target_ left out)."""
     flats = [flatten(r.config) for r in runs]
     keys = sorted(set().union(*flats))
+
     def differs(key: str) -> bool:
         return len({json.dumps(f.get(key), sort_keys=True, default=str) for f in flats}) > 1
 
-    return [k for k in keys if k not in SEED_KEYS and not is_bookkeeping(k)
-            and not k.endswith(("_target_", "_partial_")) and differs(k)]
+    return [
+        k
+        for k in keys
+        if k not in SEED_KEYS and not is_bookkeeping(k) and not k.endswith(("_target_", "_partial_")) and differs(k)
+    ]
 
 
 def group_keys(runs: list[Run]) -> list[str]:
@@ -63,11 +67,26 @@ def _loss_section(key: str, max_runs: int):
     import wandb_workspaces.workspaces as ws
 
     by = f"config.{config_path(key)}"
-    panels = [wr.LinePlot(title=f"val/loss vs {title} by {key}", x=x, y=["val/loss"], groupby=by,
-                          groupby_aggfunc="mean", groupby_rangefunc="minmax", max_runs_to_show=max_runs,
-                          title_x=title, title_y="val/loss") for x, title in LOSS_AXES.items()]
-    return ws.Section(name=f"val/loss by {key}", panels=panels, is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
-                      panel_settings=ws.SectionPanelSettings(x_axis="step"))
+    panels = [
+        wr.LinePlot(
+            title=f"val/loss vs {title} by {key}",
+            x=x,
+            y=["val/loss"],
+            groupby=by,
+            groupby_aggfunc="mean",
+            groupby_rangefunc="minmax",
+            max_runs_to_show=max_runs,
+            title_x=title,
+            title_y="val/loss",
+        )
+        for x, title in LOSS_AXES.items()
+    ]
+    return ws.Section(
+        name=f"val/loss by {key}",
+        panels=panels,
+        is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
+        panel_settings=ws.SectionPanelSettings(x_axis="step"),
+    )
 
 
 def _speed_section(key: str | None, max_runs: int):
@@ -77,12 +96,27 @@ def _speed_section(key: str | None, max_runs: int):
     import wandb_workspaces.workspaces as ws
 
     by = f"config.{config_path(key)}" if key else None
-    panels = [wr.LinePlot(title=f"{title} by {key or 'run set grouping'}", x="step", y=[metric], groupby=by,
-                          groupby_aggfunc="mean", groupby_rangefunc="stddev", aggregate=True,
-                          max_runs_to_show=max_runs, title_x="step", title_y=title)
-              for metric, title in SPEED_METRICS.items()]
-    return ws.Section(name="speed and memory", panels=panels, is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
-                      panel_settings=ws.SectionPanelSettings(x_axis="step"))
+    panels = [
+        wr.LinePlot(
+            title=f"{title} by {key or 'run set grouping'}",
+            x="step",
+            y=[metric],
+            groupby=by,
+            groupby_aggfunc="mean",
+            groupby_rangefunc="stddev",
+            aggregate=True,
+            max_runs_to_show=max_runs,
+            title_x="step",
+            title_y=title,
+        )
+        for metric, title in SPEED_METRICS.items()
+    ]
+    return ws.Section(
+        name="speed and memory",
+        panels=panels,
+        is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
+        panel_settings=ws.SectionPanelSettings(x_axis="step"),
+    )
 
 
 def build_workspace(runs: list[Run], group: str, project: str, entity: str | None):
@@ -95,13 +129,17 @@ def build_workspace(runs: list[Run], group: str, project: str, entity: str | Non
     max_runs = max(10, len(runs))
     speed = _speed_section(keys[0] if len(keys) == 1 else None, max_runs)
     return ws.Workspace(
-        entity=entity or "", project=project, name=f"gptlab sweep {group}",
+        entity=entity or "",
+        project=project,
+        name=f"gptlab sweep {group}",
         sections=[_loss_section(k, max_runs) for k in keys] + [speed],
         settings=ws.WorkspaceSettings(x_axis="step", max_runs=max_runs),
         runset_settings=ws.RunsetSettings(
             filters=expr.And(expr.Metric("Group") == group, expr.Metric("JobType") != "comparison"),
             groupby=[expr.Config(config_path(k)) for k in keys],
-            pinned_columns=[f"config:{k}" for k in keys] + ["summary:final_val_loss"]))
+            pinned_columns=[f"config:{k}" for k in keys] + ["summary:final_val_loss"],
+        ),
+    )
 
 
 def to_spec(workspace) -> dict[str, Any]:
@@ -158,8 +196,10 @@ def publish(runs: list[Run], out: Path, mode: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m gptlab.compare.workspace push FILE [--entity E]`: 0 saved, 2 bad input, 1 W&B refused it."""
-    p = argparse.ArgumentParser(prog="python -m gptlab.compare.workspace",
-                                description="Save a workspace view written by gptlab-compare --workspace to W&B.")
+    p = argparse.ArgumentParser(
+        prog="python -m gptlab.compare.workspace",
+        description="Save a workspace view written by gptlab-compare --workspace to W&B.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("push", help="save the view in FILE to W&B and print its URL")
     cmd.add_argument("file", type=Path, help="the workspace.json gptlab-compare --workspace wrote")

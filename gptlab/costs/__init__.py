@@ -10,4 +10,13 @@ from gptlab.costs.accounting import Accounting
 from gptlab.costs.report import MODES, CostReport, analyze, element_bytes, train_flops_per_token
 from gptlab.costs.structure import ModelShape, describe
 
-__all__ = ["MODES", "Accounting", "CostReport", "ModelShape", "analyze", "describe", "element_bytes", "train_flops_per_token"]
+__all__ = [
+    "MODES",
+    "Accounting",
+    "CostReport",
+    "ModelShape",
+    "analyze",
+    "describe",
+    "element_bytes",
+    "train_flops_per_token",
+]

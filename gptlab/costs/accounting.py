@@ -23,15 +23,16 @@ OP_CLASSES = ("matmul", "attention", "softmax", "norm", "elementwise", "embeddin
 class Accounting:
     """Which conventions the cost model counts with; `Accounting()` is the default (MFU's)."""
 
-    mask_pass: bool = False                 # the mask is its own pass over materialised scores
+    mask_pass: bool = False  # the mask is its own pass over materialised scores
     unfused: tuple[str, ...] = DEFAULT_UNFUSED  # element-wise classes that pay their own read+write pass
-    blocks_only: bool = False               # count the transformer blocks only
+    blocks_only: bool = False  # count the transformer blocks only
 
     def __post_init__(self):
         bad = [c for c in self.unfused if c not in ELEMENTWISE]
         if bad:
-            raise ConfigError(f"elementwise: unknown class {bad[0]!r}; allowed: fused, unfused, "
-                              f"or a list of {', '.join(ELEMENTWISE)}")
+            raise ConfigError(
+                f"elementwise: unknown class {bad[0]!r}; allowed: fused, unfused, or a list of {', '.join(ELEMENTWISE)}"
+            )
 
     def own_pass(self, elementwise_class: str | None) -> bool:
         """True when an op of this class moves its own bytes (None: not a fusable element-wise op)."""
@@ -44,8 +45,10 @@ def elementwise_classes(value) -> tuple[str, ...]:
         return SHORTHANDS[value]
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(c, str) and c in ELEMENTWISE for c in items):
-        raise ConfigError(f"elementwise={value!r}: not allowed; allowed: fused, unfused, "
-                          f"or a list of {', '.join(ELEMENTWISE)} (e.g. [norm,act])")
+        raise ConfigError(
+            f"elementwise={value!r}: not allowed; allowed: fused, unfused, "
+            f"or a list of {', '.join(ELEMENTWISE)} (e.g. [norm,act])"
+        )
     return tuple(c for c in ELEMENTWISE if c in items)
 
 
@@ -57,8 +60,11 @@ def _flag(key: str, value) -> bool:
 
 def from_options(mask_pass=False, elementwise=DEFAULT_UNFUSED, blocks_only=False) -> Accounting:
     """The Accounting of gptlab-flops' keys (plain values), checked with one-line errors."""
-    return Accounting(mask_pass=_flag("mask_pass", mask_pass), unfused=elementwise_classes(elementwise),
-                      blocks_only=_flag("blocks_only", blocks_only))
+    return Accounting(
+        mask_pass=_flag("mask_pass", mask_pass),
+        unfused=elementwise_classes(elementwise),
+        blocks_only=_flag("blocks_only", blocks_only),
+    )
 
 
 def op_class(op) -> str:
@@ -78,6 +84,7 @@ def _bound(flops: float, nbytes: float, ridge: float) -> str:
 
 def intensity(ops, fused: bool, ridge: float) -> dict:
     """Kernel FLOPs / bytes of the forward (loss and optimizer aside), whole and per op class, with verdicts."""
+
     def nbytes(op):
         return op.bytes_fused if fused else op.bytes_naive
 
@@ -89,5 +96,10 @@ def intensity(ops, fused: bool, ridge: float) -> dict:
         if members:
             f, b = sum(op.flops for op in members), sum(nbytes(op) for op in members)
             classes[name] = {"flops": f, "bytes": b, "intensity": f / b if b else None, "bound": _bound(f, b, ridge)}
-    return {"forward": flops / total if total else None, "forward_flops": flops, "forward_bytes": total,
-            "forward_bound": _bound(flops, total, ridge), "classes": classes}
+    return {
+        "forward": flops / total if total else None,
+        "forward_flops": flops,
+        "forward_bytes": total,
+        "forward_bound": _bound(flops, total, ridge),
+        "classes": classes,
+    }

@@ -7,8 +7,13 @@ from collections.abc import Callable
 import torch
 
 # isort: off
-from torch.utils.flop_counter import (FlopCounterMode, flop_registry, register_flop_formula,
-                                     sdpa_backward_flop_count, sdpa_flop_count)
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    flop_registry,
+    register_flop_formula,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
 # isort: on
 
 _registered = False
@@ -27,13 +32,17 @@ def register_cpu_sdpa_flops() -> None:
     fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
     if fwd is not None and fwd not in flop_registry:  # a newer torch may count them already
+
         @register_flop_formula(fwd)
         def _cpu_sdpa(query, key, value, *args, out_shape=None, **kwargs) -> int:
             return sdpa_flop_count(query, key, value)
+
     if bwd is not None and bwd not in flop_registry:
+
         @register_flop_formula(bwd)
         def _cpu_sdpa_bwd(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
             return sdpa_backward_flop_count(grad_out, query, key, value)
+
     _registered = True
 
 

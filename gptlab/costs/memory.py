@@ -33,8 +33,9 @@ def _layer_bytes(b: BlockShape, rotates: bool, batch: int, seq: int, s: int, mat
     return batch * per_seq
 
 
-def activation_bytes(m: ModelShape, batch: int, seq: int, s: int, materialized: bool,
-                     checkpointing: bool = False) -> float:
+def activation_bytes(
+    m: ModelShape, batch: int, seq: int, s: int, materialized: bool, checkpointing: bool = False
+) -> float:
     """Saved activations of one training micro-batch; checkpointing keeps only block inputs plus one block."""
     layers = [(_layer_bytes(b, m.position_rotates, batch, seq, s, materialized), c) for b, c in m.layers()]
     tokens = batch * seq
@@ -57,8 +58,11 @@ def kv_cache(m: ModelShape, batch: int, seq: int, s: int, quant: str | None = No
     per_layer = [(2 * b.attn.n_kv_head * per_head(b.attn.head_dim), b, c) for b, c in m.layers()]
     per_token = sum(p * c for p, _, c in per_layer)
     windowed = sum(p * c * (seq if b.attn.window is None else min(seq, b.attn.window)) for p, b, c in per_layer)
-    return {"bytes_per_token": per_token, "total_bytes": batch * seq * per_token,
-            "total_bytes_windowed": batch * windowed}
+    return {
+        "bytes_per_token": per_token,
+        "total_bytes": batch * seq * per_token,
+        "total_bytes_windowed": batch * windowed,
+    }
 
 
 def _members(optimizer) -> list:
@@ -88,14 +92,17 @@ def optimizer_state_bytes_per_param(model, optimizer) -> float:
     state_bytes = 0
     for opt in _members(optimizer):
         for p, state in opt.state.items():
-            state_bytes += weights.get(id(p), 1) * sum(t.numel() * t.element_size() for t in state.values()
-                                                       if isinstance(t, torch.Tensor) and t.shape == p.shape)
+            state_bytes += weights.get(id(p), 1) * sum(
+                t.numel() * t.element_size()
+                for t in state.values()
+                if isinstance(t, torch.Tensor) and t.shape == p.shape
+            )
     for p in params:
         p.grad = None
     return state_bytes / max(1, sum(weights[id(p)] * p.numel() for p in params))
 
 
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def available_memory(device: str) -> tuple[int, str] | None:
@@ -118,8 +125,9 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / GIB:.3g} GiB"
 
 
-def check_fits(report, device: str, available_bytes: int | None = None, *, label: str = "this run",
-               processes: int = 1) -> None:
+def check_fits(
+    report, device: str, available_bytes: int | None = None, *, label: str = "this run", processes: int = 1
+) -> None:
     """One-line ConfigError when the training-memory estimate (x processes sharing the device) exceeds what is free.
 
     `report` is a CostReport (or its dict); `available_bytes` defaults to what `device` has free now.
@@ -141,4 +149,5 @@ def check_fits(report, device: str, available_bytes: int | None = None, *, label
         f"(weights+grads {_gib(mem['weights_bytes'] + mem['grads_bytes'])}, optimizer {_gib(mem['optimizer_bytes'])}, "
         f"activations {_gib(mem['activations_bytes'])}); {_gib(available_bytes)} available on {device} ({source}); "
         "lower train.batch_size (or raise train.grad_accum), turn on hardware.activation_checkpointing, "
-        "or pick a smaller model")
+        "or pick a smaller model"
+    )

@@ -8,14 +8,14 @@ from gptlab.costs.accounting import Accounting
 from gptlab.costs.scores import score_pairs
 from gptlab.costs.structure import AttnShape, BlockShape, LinearShape, MLPShape, ModelShape, NormShape
 
-SOFTMAX_FLOPS = 5      # per score: mask, max, subtract, exp, sum, divide (~5 once amortised)
-MASK_FLOPS = 1         # per score, moved out of SOFTMAX_FLOPS when the mask is its own pass (mask_pass)
-MASK_BYTES = 1         # per (query, key) pair: the boolean (Tq, Tk) mask, shared by the batch and the heads
-RESIDUAL_FLOPS = 1     # per element of a residual add x + f(x)
-ACT_FLOPS = 4          # per activation input element (GELU-tanh ~8, SiLU·up ~5, ReLU² 2): an average
-ROTARY_FLOPS = 3       # per rotated element: x1·cos - x2·sin (2 mul + 1 add per output)
-LOSS_FLOPS = 4         # per logit: max, exp, sum, log-softmax gather
-OPTIMIZER_FLOPS = 10   # per parameter per step (Adam-like update)
+SOFTMAX_FLOPS = 5  # per score: mask, max, subtract, exp, sum, divide (~5 once amortised)
+MASK_FLOPS = 1  # per score, moved out of SOFTMAX_FLOPS when the mask is its own pass (mask_pass)
+MASK_BYTES = 1  # per (query, key) pair: the boolean (Tq, Tk) mask, shared by the batch and the heads
+RESIDUAL_FLOPS = 1  # per element of a residual add x + f(x)
+ACT_FLOPS = 4  # per activation input element (GELU-tanh ~8, SiLU·up ~5, ReLU² 2): an average
+ROTARY_FLOPS = 3  # per rotated element: x1·cos - x2·sin (2 mul + 1 add per output)
+LOSS_FLOPS = 4  # per logit: max, exp, sum, log-softmax gather
+OPTIMIZER_FLOPS = 10  # per parameter per step (Adam-like update)
 
 
 # Module kinds a step's time is broken down into (shared with gptlab.profile's measured breakdown).
@@ -33,17 +33,17 @@ class Op:
     """One op of the forward pass, summed over the layers it appears in (`layers`)."""
 
     name: str
-    kind: str                  # "matmul" | "elementwise" | "memory"
-    flops: float               # forward FLOPs the kernel executes
-    flops_dense: float         # ... if every masked score were computed too (FlopCounterMode's view)
-    flops_useful: float        # ... that change the result (causal- and window-aware)
-    bytes_naive: float         # bytes moved with the score matrix materialised (unfused attention)
-    bytes_fused: float         # bytes moved by a fused attention kernel (no Tq×Tk traffic)
+    kind: str  # "matmul" | "elementwise" | "memory"
+    flops: float  # forward FLOPs the kernel executes
+    flops_dense: float  # ... if every masked score were computed too (FlopCounterMode's view)
+    flops_useful: float  # ... that change the result (causal- and window-aware)
+    bytes_naive: float  # bytes moved with the score matrix materialised (unfused attention)
+    bytes_fused: float  # bytes moved by a fused attention kernel (no Tq×Tk traffic)
     backward_factor: float = 2.0  # backward FLOPs / forward FLOPs (fused attention recomputes Q·Kᵀ: 3)
     layers: int = 1
-    in_backward: bool = True      # has a backward pass (moving ~2x its forward bytes); the optimizer has none
-    in_block: bool = False        # inside a transformer block (recomputed under activation checkpointing)
-    group: str = "other"          # module kind for time breakdowns (see GROUPS)
+    in_backward: bool = True  # has a backward pass (moving ~2x its forward bytes); the optimizer has none
+    in_block: bool = False  # inside a transformer block (recomputed under activation checkpointing)
+    group: str = "other"  # module kind for time breakdowns (see GROUPS)
     elementwise_class: str | None = None  # fusable element-wise class (accounting.ELEMENTWISE), else None
 
     def merge(self, other: Op) -> None:
@@ -77,8 +77,9 @@ def linear_op(lin: LinearShape, tokens: int, s: int) -> Op:
 def norm_op(name: str, norm: NormShape, rows: int, s: int) -> Op:
     """Elementwise over rows × dim: read and write every element once."""
     elems = rows * norm.dim
-    return _same(name, "elementwise", elems * norm.flops_per_element, s * (2 * elems + norm.n_affine * norm.dim),
-                 cls="norm")
+    return _same(
+        name, "elementwise", elems * norm.flops_per_element, s * (2 * elems + norm.n_affine * norm.dim), cls="norm"
+    )
 
 
 @dataclass
@@ -114,8 +115,16 @@ def attention_ops(a: AttnShape, x: Shape, rotates: bool, mask_pass: bool = False
         f = B * H * per
         return Op(name, kind, f * pairs.kernel, f * pairs.dense, f * pairs.useful, naive, fused, backward)
 
-    ops.append(per_pair("attn.scores", "matmul", 2 * hd, q_bytes + kv_bytes + tt_bytes, q_bytes + kv_bytes,
-                        3.0 if a.traits.recomputes_scores else 2.0))
+    ops.append(
+        per_pair(
+            "attn.scores",
+            "matmul",
+            2 * hd,
+            q_bytes + kv_bytes + tt_bytes,
+            q_bytes + kv_bytes,
+            3.0 if a.traits.recomputes_scores else 2.0,
+        )
+    )
     if a.uses_score_bias:
         bias_bytes = s * H * pairs.dense  # the (H, Tq, Tk) bias, shared by the batch
         ops.append(per_pair("attn.score_bias", "elementwise", 1, bias_bytes + 2 * tt_bytes, bias_bytes))
@@ -134,8 +143,9 @@ def mlp_ops(m: MLPShape, x: Shape) -> list[Op]:
     """Every linear of the MLP (found generically) plus the activation on its hidden width."""
     n, s = x.tokens, x.s
     ops = [linear_op(lin, n, x.s) for lin in m.linears]
-    ops.append(_same("mlp.act", "elementwise", ACT_FLOPS * n * m.act_inputs, s * n * (m.act_inputs + m.hidden),
-                     cls="act"))
+    ops.append(
+        _same("mlp.act", "elementwise", ACT_FLOPS * n * m.act_inputs, s * n * (m.act_inputs + m.hidden), cls="act")
+    )
     return _grouped(ops, "mlp")
 
 

@@ -40,19 +40,19 @@ def _best_time(fn, device: str, repeats: int, budget_s: float) -> float:
     return best
 
 
-def measure_matmul_peak(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int = 2048,
-                        repeats: int = 8, budget_s: float = 1.5) -> float:
+def measure_matmul_peak(
+    dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int = 2048, repeats: int = 8, budget_s: float = 1.5
+) -> float:
     """FLOP/s of the best of a few (n×n)·(n×n) matmuls in `dtype` on `device` (2·n³ FLOPs each)."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
     seconds = _best_time(lambda: torch.mm(a, b, out=out), device, repeats, budget_s)
-    return 2.0 * n ** 3 / seconds
+    return 2.0 * n**3 / seconds
 
 
-def measure_bandwidth(device: str = "cpu", nbytes: int = 256 * 2 ** 20, repeats: int = 8,
-                      budget_s: float = 1.0) -> float:
+def measure_bandwidth(device: str = "cpu", nbytes: int = 256 * 2**20, repeats: int = 8, budget_s: float = 1.0) -> float:
     """Bytes/s of copying a large buffer (counts the read and the write), best of a few."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
@@ -92,8 +92,12 @@ def _cached(cache_dir, key: str, measure) -> float:
     value = float(measure())
     busy = load.mean()
     if busy is not None and busy > MAX_OUTSIDE_LOAD:
-        log.warning("%s measured while other processes used %.0f%% of the cores: used for this run only, not cached "
-                    "(MFU against it reads high)", key, 100 * busy)
+        log.warning(
+            "%s measured while other processes used %.0f%% of the cores: used for this run only, not cached "
+            "(MFU against it reads high)",
+            key,
+            100 * busy,
+        )
         return value
     table[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,8 +108,7 @@ def _cached(cache_dir, key: str, measure) -> float:
 def cached_peak(device: str, dtype: torch.dtype, cache_dir) -> float:
     """Matmul peak FLOP/s for (machine, torch version, dtype, thread count), measured once and cached."""
     dtype_name = str(dtype).replace("torch.", "")
-    return _cached(cache_dir, _cache_key(device, f"matmul {dtype_name}"),
-                   lambda: measure_matmul_peak(dtype, device))
+    return _cached(cache_dir, _cache_key(device, f"matmul {dtype_name}"), lambda: measure_matmul_peak(dtype, device))
 
 
 def forget_peak(device: str, dtype: torch.dtype, cache_dir) -> bool:

@@ -16,8 +16,18 @@ MODES = ("train", "prefill", "decode")
 # Placeholder roofline when no hardware profile is given (about this project's 2-core AMX CPU in bf16).
 DEFAULT_PEAK_FLOPS = 2.0e12
 DEFAULT_MEM_BANDWIDTH = 2.0e10
-_DTYPE_BYTES = {"fp32": 4, "float32": 4, "float": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
-                "half": 2, "fp8": 1, "float8": 1}
+_DTYPE_BYTES = {
+    "fp32": 4,
+    "float32": 4,
+    "float": 4,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "float8": 1,
+}
 
 
 def element_bytes(dtype) -> int:
@@ -84,7 +94,7 @@ class CostReport:
     time: dict
     bound: str
     ops: list[dict] = field(default_factory=list)
-    intensity: dict = field(default_factory=dict)   # forward FLOP/byte, whole and per op class (accounting.intensity)
+    intensity: dict = field(default_factory=dict)  # forward FLOP/byte, whole and per op class (accounting.intensity)
     accounting: dict = field(default_factory=dict)  # the conventions counted with (accounting.Accounting)
     sharding: dict | None = None  # per-rank memory and communication over N ranks (sharding.per_rank), when asked
 
@@ -99,17 +109,27 @@ def _op_rows(ops: list[Op], mode: str, fused: bool, ckpt: bool, peak: float, bw:
         step_flops, step_bytes = _step_cost(op, mode, fused, ckpt)
         nbytes = op.bytes_fused if fused else op.bytes_naive
         t_compute, t_memory = step_flops / peak, step_bytes / bw
-        rows.append({
-            "name": op.name, "kind": op.kind, "group": op.group, "layers": op.layers,
-            "flops": op.flops, "flops_dense": op.flops_dense, "flops_useful": op.flops_useful,
-            "flops_per_token": op.flops / tokens, "flops_step": step_flops,
-            "bytes_naive": op.bytes_naive, "bytes_fused": op.bytes_fused, "bytes_step": step_bytes,
-            "intensity": op.flops / nbytes if nbytes else None,
-            "intensity_naive": op.flops / op.bytes_naive if op.bytes_naive else None,
-            "intensity_fused": op.flops / op.bytes_fused if op.bytes_fused else None,
-            "time_lower_bound_s": max(t_compute, t_memory),
-            "bound": "compute" if t_compute >= t_memory else "memory",
-        })
+        rows.append(
+            {
+                "name": op.name,
+                "kind": op.kind,
+                "group": op.group,
+                "layers": op.layers,
+                "flops": op.flops,
+                "flops_dense": op.flops_dense,
+                "flops_useful": op.flops_useful,
+                "flops_per_token": op.flops / tokens,
+                "flops_step": step_flops,
+                "bytes_naive": op.bytes_naive,
+                "bytes_fused": op.bytes_fused,
+                "bytes_step": step_bytes,
+                "intensity": op.flops / nbytes if nbytes else None,
+                "intensity_naive": op.flops / op.bytes_naive if op.bytes_naive else None,
+                "intensity_fused": op.flops / op.bytes_fused if op.bytes_fused else None,
+                "time_lower_bound_s": max(t_compute, t_memory),
+                "bound": "compute" if t_compute >= t_memory else "memory",
+            }
+        )
     return rows
 
 
@@ -121,22 +141,48 @@ def _check(mode: str, batch_size: int, seq_len: int) -> None:
             raise ConfigError(f"{key}={value!r} must be a positive integer")
 
 
-def _memory(m: ModelShape, batch: int, seq: int, s: int, materialized: bool, checkpointing: bool,
-            param_bytes: int, state_bytes: float) -> dict:
+def _memory(
+    m: ModelShape,
+    batch: int,
+    seq: int,
+    s: int,
+    materialized: bool,
+    checkpointing: bool,
+    param_bytes: int,
+    state_bytes: float,
+) -> dict:
     """Training memory: weights, grads, optimizer state and saved activations (all three attention/ckpt cases)."""
-    acts = {f"activations_{k}_bytes": activation_bytes(m, batch, seq, s, mat, ck)
-            for k, mat, ck in (("naive", True, False), ("fused", False, False), ("checkpointed", materialized, True))}
-    act = acts["activations_checkpointed_bytes"] if checkpointing else (
-        acts["activations_naive_bytes"] if materialized else acts["activations_fused_bytes"])
-    state = {"weights_bytes": param_bytes * m.n_params, "grads_bytes": param_bytes * m.n_params,
-             "optimizer_bytes": state_bytes * m.n_params}
+    acts = {
+        f"activations_{k}_bytes": activation_bytes(m, batch, seq, s, mat, ck)
+        for k, mat, ck in (("naive", True, False), ("fused", False, False), ("checkpointed", materialized, True))
+    }
+    act = (
+        acts["activations_checkpointed_bytes"]
+        if checkpointing
+        else (acts["activations_naive_bytes"] if materialized else acts["activations_fused_bytes"])
+    )
+    state = {
+        "weights_bytes": param_bytes * m.n_params,
+        "grads_bytes": param_bytes * m.n_params,
+        "optimizer_bytes": state_bytes * m.n_params,
+    }
     return {**state, **acts, "activations_bytes": act, "train_estimate_bytes": sum(state.values()) + act}
 
 
-def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: str = "train",
-            dtype_bytes: int | str = 2, peak_flops: float | None = None, mem_bandwidth: float | None = None,
-            optimizer_state_bytes_per_param: float = 8, activation_checkpointing: bool = False,
-            param_bytes: int = 4, accounting: Accounting | None = None, kv_quant: str | None = None) -> CostReport:
+def analyze(
+    model: nn.Module | ModelShape,
+    batch_size: int,
+    seq_len: int,
+    mode: str = "train",
+    dtype_bytes: int | str = 2,
+    peak_flops: float | None = None,
+    mem_bandwidth: float | None = None,
+    optimizer_state_bytes_per_param: float = 8,
+    activation_checkpointing: bool = False,
+    param_bytes: int = 4,
+    accounting: Accounting | None = None,
+    kv_quant: str | None = None,
+) -> CostReport:
     """Cost of one step of `mode` on batch_size sequences of seq_len tokens (decode: 1 new token each).
 
     Activations and the KV cache are in `dtype_bytes` per element; training keeps `param_bytes` weights
@@ -161,33 +207,56 @@ def analyze(model: nn.Module | ModelShape, batch_size: int, seq_len: int, mode: 
     fwd_useful, per_token_train = _matmul(ops, "flops_useful"), train_flops_per_token(m, seq_len, acc)
     attn = [op for op in ops if op.name in ("attn.scores", "attn.av")]
     flops = {
-        "forward_per_token": fwd_useful / x.tokens, "forward_total": fwd_useful,
-        "train_per_token": per_token_train, "train_total": per_token_train * batch_size * seq_len,
-        "forward_total_kernel": _matmul(ops, "flops"), "forward_total_dense": _matmul(ops, "flops_dense"),
-        "attention_kernel": sum(op.flops for op in attn), "attention_useful": sum(op.flops_useful for op in attn),
+        "forward_per_token": fwd_useful / x.tokens,
+        "forward_total": fwd_useful,
+        "train_per_token": per_token_train,
+        "train_total": per_token_train * batch_size * seq_len,
+        "forward_total_kernel": _matmul(ops, "flops"),
+        "forward_total_dense": _matmul(ops, "flops_dense"),
+        "attention_kernel": sum(op.flops for op in attn),
+        "attention_useful": sum(op.flops_useful for op in attn),
         "elementwise_total": sum(op.flops for op in ops if op.kind != "matmul"),
         "step_total_kernel": sum(r["flops_step"] for r in rows),
     }
     naive, fused = sum(op.bytes_naive for op in ops), sum(op.bytes_fused for op in ops)
-    memory = _memory(m, batch_size, seq_len, s, materialized, activation_checkpointing, param_bytes,
-                     optimizer_state_bytes_per_param)
+    memory = _memory(
+        m, batch_size, seq_len, s, materialized, activation_checkpointing, param_bytes, optimizer_state_bytes_per_param
+    )
     kv = {**kv_cache(m, batch_size, seq_len, s, kv_quant), "quant": kv_quant}
     return CostReport(
-        mode=mode, batch_size=batch_size, seq_len=seq_len, tokens=x.tokens, dtype_bytes=s,
+        mode=mode,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        tokens=x.tokens,
+        dtype_bytes=s,
         attention_path="materialized" if materialized else "fused",
         params={"total": m.n_params, "non_embedding": non_embedding_params(m), "per_component": dict(m.params)},
         flops=flops,
-        bytes={"naive_total": naive, "fused_total": fused, "score_matrix_traffic": naive - fused,
-               "step_total": sum(r["bytes_step"] for r in rows)},
+        bytes={
+            "naive_total": naive,
+            "fused_total": fused,
+            "score_matrix_traffic": naive - fused,
+            "step_total": sum(r["bytes_step"] for r in rows),
+        },
         kv_cache=kv,
         weights={"bytes": s * m.n_params, "train_bytes": param_bytes * m.n_params},
         memory={**memory, "inference_estimate_bytes": s * m.n_params + kv["total_bytes"]},
-        hardware={"peak_flops": peak, "mem_bandwidth": bw, "ridge_point": peak / bw,
-                  "assumed": peak_flops is None or mem_bandwidth is None},
-        time={"lower_bound_s": sum(r["time_lower_bound_s"] for r in rows), "compute_s": compute_s,
-              "memory_s": memory_s},
+        hardware={
+            "peak_flops": peak,
+            "mem_bandwidth": bw,
+            "ridge_point": peak / bw,
+            "assumed": peak_flops is None or mem_bandwidth is None,
+        },
+        time={
+            "lower_bound_s": sum(r["time_lower_bound_s"] for r in rows),
+            "compute_s": compute_s,
+            "memory_s": memory_s,
+        },
         bound="compute" if compute_s >= memory_s else "memory",
-        ops=rows, intensity=intensity(ops, not materialized, peak / bw), accounting=asdict(acc))
+        ops=rows,
+        intensity=intensity(ops, not materialized, peak / bw),
+        accounting=asdict(acc),
+    )
 
 
 def layer_times(model: Contract, report: CostReport | dict, checkpointing: bool = False) -> list[float]:
@@ -200,6 +269,8 @@ def layer_times(model: Contract, report: CostReport | dict, checkpointing: bool 
     peak, bw, fused = d["hardware"]["peak_flops"], d["hardware"]["mem_bandwidth"], d["attention_path"] == "fused"
     out = []
     for block in model.blocks:
-        costs = [_step_cost(op, mode, fused, checkpointing) for op in block_ops(block_shape(block, m.d_model), m, x, acc)]
+        costs = [
+            _step_cost(op, mode, fused, checkpointing) for op in block_ops(block_shape(block, m.d_model), m, x, acc)
+        ]
         out.append(sum(max(f / peak, b / bw) for f, b in costs))
     return out

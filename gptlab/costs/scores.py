@@ -15,7 +15,7 @@ class KernelTraits:
 
     materializes_scores: bool  # writes the Tq×Tk score matrix to memory and reads it back (naive)
     skips_masked_blocks: bool  # never computes key tiles that are fully masked (flash, flex on GPU)
-    recomputes_scores: bool    # backward recomputes Q·Kᵀ instead of storing it (all fused kernels)
+    recomputes_scores: bool  # backward recomputes Q·Kᵀ instead of storing it (all fused kernels)
 
 
 # Per `attention.impl`. "sdpa" is costed as dense: that is what the math/efficient backends and

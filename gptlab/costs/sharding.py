@@ -47,7 +47,7 @@ class ParamLayout:
     """Every parameter tensor as (dim-0 rows, elements per row, layers it stands for, inside a block)."""
 
     tensors: tuple[tuple[int, int, int, bool], ...]
-    largest_block: int   # parameters of the largest transformer block: one FSDP2 unit
+    largest_block: int  # parameters of the largest transformer block: one FSDP2 unit
     matmul_weights: int  # elements of the nn.Linear weights (a tied LM head once): what autocast casts and saves
 
     @property
@@ -61,20 +61,25 @@ class ParamLayout:
 
     def sharded(self, n: int, blocks_only: bool = False) -> int:
         """Elements one rank keeps: ceil(rows / n) dim-0 rows of each tensor (FSDP2 pads dim 0 to a multiple of n)."""
-        return sum(-(-rows // n) * row * layers for rows, row, layers, inside in self.tensors
-                   if inside or not blocks_only)
+        return sum(
+            -(-rows // n) * row * layers for rows, row, layers, inside in self.tensors if inside or not blocks_only
+        )
 
 
 def param_layout(model: Contract) -> ParamLayout:
     """The ParamLayout of a GPT (a cost-model skeleton's blocks count once per layer they stand for)."""
     weights = param_weights(model)
     inside = {id(p) for block in model.blocks for p in block.parameters()}
-    tensors = tuple((p.shape[0] if p.dim() else 1, math.prod(p.shape[1:]), weights[id(p)], id(p) in inside)
-                    for p in model.parameters())
+    tensors = tuple(
+        (p.shape[0] if p.dim() else 1, math.prod(p.shape[1:]), weights[id(p)], id(p) in inside)
+        for p in model.parameters()
+    )
     linear = {id(m.weight): m.weight for m in model.modules() if isinstance(m, nn.Linear)}
-    return ParamLayout(tensors=tensors,
-                       largest_block=max((sum(p.numel() for p in b.parameters()) for b in model.blocks), default=0),
-                       matmul_weights=sum(weights[i] * w.numel() for i, w in linear.items()))
+    return ParamLayout(
+        tensors=tensors,
+        largest_block=max((sum(p.numel() for p in b.parameters()) for b in model.blocks), default=0),
+        matmul_weights=sum(weights[i] * w.numel() for i, w in linear.items()),
+    )
 
 
 def _unsharded(layout: ParamLayout, sh: Sharding, s: int) -> float:
@@ -92,8 +97,15 @@ def _unsharded(layout: ParamLayout, sh: Sharding, s: int) -> float:
     return max(during_blocks, (2 * s + r) * root)
 
 
-def memory_per_rank(layout: ParamLayout, sh: Sharding, activations: float, *, compute_bytes: int,
-                    state_bytes_per_param: float, param_bytes: int = 4) -> dict:
+def memory_per_rank(
+    layout: ParamLayout,
+    sh: Sharding,
+    activations: float,
+    *,
+    compute_bytes: int,
+    state_bytes_per_param: float,
+    param_bytes: int = 4,
+) -> dict:
     """Bytes one rank's device holds at its peak: weights, grads, optimizer state, compute copies, activations.
 
     gptlab runs fsdp on one rank unwrapped (gptlab.distributed.shard), so fsdp at N=1 costs what ddp at N=1 does.
@@ -103,16 +115,20 @@ def memory_per_rank(layout: ParamLayout, sh: Sharding, activations: float, *, co
     kept = layout.total if ddp else layout.sharded(sh.world_size)
     state = (2 * param_bytes + state_bytes_per_param) * kept
     on_device = 0 if sh.cpu_offload and not ddp else 1
-    rows = {"params_bytes": on_device * param_bytes * kept, "grads_bytes": on_device * param_bytes * kept,
-            "optimizer_bytes": on_device * state_bytes_per_param * kept,
-            "autocast_copy_bytes": compute_bytes * layout.matmul_weights if ddp and compute_bytes < param_bytes else 0,
-            "unsharded_bytes": 0 if ddp else _unsharded(layout, sh, compute_bytes),
-            "activations_bytes": activations}
+    rows = {
+        "params_bytes": on_device * param_bytes * kept,
+        "grads_bytes": on_device * param_bytes * kept,
+        "optimizer_bytes": on_device * state_bytes_per_param * kept,
+        "autocast_copy_bytes": compute_bytes * layout.matmul_weights if ddp and compute_bytes < param_bytes else 0,
+        "unsharded_bytes": 0 if ddp else _unsharded(layout, sh, compute_bytes),
+        "activations_bytes": activations,
+    }
     return {**rows, "total_bytes": sum(rows.values()), "params_per_rank": kept, "host_bytes": (1 - on_device) * state}
 
 
-def communication(layout: ParamLayout, sh: Sharding, *, compute_bytes: int, grad_accum: int,
-                  param_bytes: int = 4) -> list[dict]:
+def communication(
+    layout: ParamLayout, sh: Sharding, *, compute_bytes: int, grad_accum: int, param_bytes: int = 4
+) -> list[dict]:
     """Bytes one rank sends per optimizer step, per collective (ring algorithms; receives are the same)."""
     n, s, r = sh.world_size, compute_bytes, sh.reduce_bytes
     if sh.strategy == "ddp":  # the loop's no_sync: one all-reduce per step, on the last micro-step
@@ -120,16 +136,25 @@ def communication(layout: ParamLayout, sh: Sharding, *, compute_bytes: int, grad
         return [_collective("all-reduce grads", f"2·(N-1)/N · {param_bytes}·P", sent, 1, param_bytes)]
     sharded, blocks = layout.sharded(n), layout.sharded(n, blocks_only=True)
     # backward gathers the blocks again (the root is never resharded after forward), unless they were kept
-    regather = ((f"(N-1) · {s}·Ps_blocks", (n - 1) * s * blocks) if sh.reshard_after_forward
-                else ("0 (kept gathered)", 0))
-    return [_collective("all-gather params (forward)", f"(N-1) · {s}·Ps", (n - 1) * s * sharded, grad_accum, s),
-            _collective("all-gather params (backward)", *regather, grad_accum, s),
-            _collective("reduce-scatter grads", f"(N-1) · {r}·Ps", (n - 1) * r * sharded, grad_accum, r)]
+    regather = (
+        (f"(N-1) · {s}·Ps_blocks", (n - 1) * s * blocks) if sh.reshard_after_forward else ("0 (kept gathered)", 0)
+    )
+    return [
+        _collective("all-gather params (forward)", f"(N-1) · {s}·Ps", (n - 1) * s * sharded, grad_accum, s),
+        _collective("all-gather params (backward)", *regather, grad_accum, s),
+        _collective("reduce-scatter grads", f"(N-1) · {r}·Ps", (n - 1) * r * sharded, grad_accum, r),
+    ]
 
 
 def _collective(name: str, formula: str, nbytes: float, calls: int, dtype_bytes: int) -> dict:
-    return {"name": name, "formula": formula, "dtype_bytes": dtype_bytes, "bytes_per_call": nbytes,
-            "calls_per_step": calls, "bytes_per_step": nbytes * calls}
+    return {
+        "name": name,
+        "formula": formula,
+        "dtype_bytes": dtype_bytes,
+        "bytes_per_call": nbytes,
+        "calls_per_step": calls,
+        "bytes_per_step": nbytes * calls,
+    }
 
 
 def world_sizes(batch_size: int, grad_accum: int) -> list[int]:
@@ -140,8 +165,10 @@ def world_sizes(batch_size: int, grad_accum: int) -> list[int]:
 def micro_batch(batch_size: int, grad_accum: int, world_size: int) -> int:
     """Sequences per rank and micro-step, refused (one line) where training would refuse the split."""
     if batch_size % (grad_accum * world_size):
-        raise ConfigError(f"batch_size={batch_size} must be divisible by train.grad_accum x world_size = "
-                          f"{grad_accum} x {world_size}; allowed: a multiple of {grad_accum * world_size}")
+        raise ConfigError(
+            f"batch_size={batch_size} must be divisible by train.grad_accum x world_size = "
+            f"{grad_accum} x {world_size}; allowed: a multiple of {grad_accum * world_size}"
+        )
     return batch_size // (grad_accum * world_size)
 
 
@@ -151,9 +178,19 @@ def _activations(m: ModelShape, micro: int, seq: int, s: int, checkpointing: boo
     return activation_bytes(m, micro, seq, s, materialized, checkpointing)
 
 
-def per_rank(model: nn.Module, sh: Sharding, *, batch_size: int, grad_accum: int, seq_len: int, compute_bytes: int,
-             state_bytes_per_param: float, activation_checkpointing: bool = False, device: dict | None = None,
-             param_bytes: int = 4) -> dict:
+def per_rank(
+    model: nn.Module,
+    sh: Sharding,
+    *,
+    batch_size: int,
+    grad_accum: int,
+    seq_len: int,
+    compute_bytes: int,
+    state_bytes_per_param: float,
+    activation_checkpointing: bool = False,
+    device: dict | None = None,
+    param_bytes: int = 4,
+) -> dict:
     """Per-rank memory, the verdict against `device` and the smallest N that fits, and the bytes sent per step.
 
     `device`: {"name", "memory_bytes", "shared_by_ranks" (ranks on one host share it), "link_bandwidth"} or None.
@@ -162,24 +199,48 @@ def per_rank(model: nn.Module, sh: Sharding, *, batch_size: int, grad_accum: int
 
     def memory(n: int) -> dict:
         one = Sharding(sh.strategy, n, sh.reshard_after_forward, sh.reduce_bytes, sh.cpu_offload)
-        acts = _activations(shape, micro_batch(batch_size, grad_accum, n), seq_len, compute_bytes,
-                            activation_checkpointing)
-        return memory_per_rank(layout, one, acts, compute_bytes=compute_bytes,
-                               state_bytes_per_param=state_bytes_per_param, param_bytes=param_bytes)
+        acts = _activations(
+            shape, micro_batch(batch_size, grad_accum, n), seq_len, compute_bytes, activation_checkpointing
+        )
+        return memory_per_rank(
+            layout,
+            one,
+            acts,
+            compute_bytes=compute_bytes,
+            state_bytes_per_param=state_bytes_per_param,
+            param_bytes=param_bytes,
+        )
 
     mem = memory(sh.world_size)
     comm = communication(layout, sh, compute_bytes=compute_bytes, grad_accum=grad_accum, param_bytes=param_bytes)
     sent = sum(c["bytes_per_step"] for c in comm)
     link = (device or {}).get("link_bandwidth")
-    return {**asdict(sh), "batch_size": batch_size, "grad_accum": grad_accum, "seq_len": seq_len,
-            "micro_batch": micro_batch(batch_size, grad_accum, sh.world_size), "compute_bytes": compute_bytes,
-            "param_bytes": param_bytes, "state_bytes_per_param": state_bytes_per_param,
-            "params": {"total": layout.total, "root": layout.root, "largest_block": layout.largest_block,
-                       "matmul_weights": layout.matmul_weights, "sharded": layout.sharded(sh.world_size),
-                       "sharded_blocks": layout.sharded(sh.world_size, blocks_only=True)},
-            "memory": mem, "device": _verdict(device, mem, sh.world_size, memory, batch_size, grad_accum),
-            "communication": {"collectives": comm, "bytes_per_step": sent, "link_bandwidth": link,
-                              "time_s": sent / link if link else None}}
+    return {
+        **asdict(sh),
+        "batch_size": batch_size,
+        "grad_accum": grad_accum,
+        "seq_len": seq_len,
+        "micro_batch": micro_batch(batch_size, grad_accum, sh.world_size),
+        "compute_bytes": compute_bytes,
+        "param_bytes": param_bytes,
+        "state_bytes_per_param": state_bytes_per_param,
+        "params": {
+            "total": layout.total,
+            "root": layout.root,
+            "largest_block": layout.largest_block,
+            "matmul_weights": layout.matmul_weights,
+            "sharded": layout.sharded(sh.world_size),
+            "sharded_blocks": layout.sharded(sh.world_size, blocks_only=True),
+        },
+        "memory": mem,
+        "device": _verdict(device, mem, sh.world_size, memory, batch_size, grad_accum),
+        "communication": {
+            "collectives": comm,
+            "bytes_per_step": sent,
+            "link_bandwidth": link,
+            "time_s": sent / link if link else None,
+        },
+    }
 
 
 def _verdict(device: dict | None, mem: dict, n: int, memory, batch_size: int, grad_accum: int) -> dict | None:
@@ -192,6 +253,10 @@ def _verdict(device: dict | None, mem: dict, n: int, memory, batch_size: int, gr
 
     tried = world_sizes(batch_size, grad_accum)
     smallest = next((k for k in tried if need(k, memory(k)["total_bytes"]) <= device["memory_bytes"]), None)
-    return {**device, "need_bytes": need(n, mem["total_bytes"]),
-            "fits": need(n, mem["total_bytes"]) <= device["memory_bytes"],
-            "smallest_world_size": smallest, "world_sizes_tried": tried}
+    return {
+        **device,
+        "need_bytes": need(n, mem["total_bytes"]),
+        "fits": need(n, mem["total_bytes"]) <= device["memory_bytes"],
+        "smallest_world_size": smallest,
+        "world_sizes_tried": tried,
+    }

@@ -82,9 +82,9 @@ class ModelShape:
     norm_f: NormShape
     lm_head: LinearShape
     tied: bool
-    position_adds: bool     # the position choice adds a vector to the token embeddings (learned)
+    position_adds: bool  # the position choice adds a vector to the token embeddings (learned)
     position_rotates: bool  # the position choice rotates q and k (RoPE)
-    params: dict            # per component, shared tensors counted once
+    params: dict  # per component, shared tensors counted once
     n_params: int
 
     @property
@@ -97,8 +97,11 @@ class ModelShape:
 
 
 def _linears(module: nn.Module, prefix: str) -> tuple[LinearShape, ...]:
-    return tuple(LinearShape(f"{prefix}.{name}", m.in_features, m.out_features, m.bias is not None)
-                 for name, m in module.named_modules() if isinstance(m, nn.Linear))
+    return tuple(
+        LinearShape(f"{prefix}.{name}", m.in_features, m.out_features, m.bias is not None)
+        for name, m in module.named_modules()
+        if isinstance(m, nn.Linear)
+    )
 
 
 def _norm(module: Contract) -> NormShape:
@@ -115,10 +118,16 @@ def _overrides(obj, method: str) -> bool:
 
 def _attn(attn: Contract) -> AttnShape:
     q_norm = getattr(attn, "q_norm", None)
-    return AttnShape(n_head=attn.n_head, n_kv_head=attn.n_kv_head, head_dim=attn.head_dim,
-                     window=attn.window, traits=traits_for(attn),
-                     uses_score_bias=bool(attn.uses_score_bias),
-                     linears=_linears(attn, "attn"), qk_norm=None if q_norm is None else _norm(q_norm))
+    return AttnShape(
+        n_head=attn.n_head,
+        n_kv_head=attn.n_kv_head,
+        head_dim=attn.head_dim,
+        window=attn.window,
+        traits=traits_for(attn),
+        uses_score_bias=bool(attn.uses_score_bias),
+        linears=_linears(attn, "attn"),
+        qk_norm=None if q_norm is None else _norm(q_norm),
+    )
 
 
 def _mlp(mlp: Contract, d_model: int) -> MLPShape:
@@ -185,15 +194,20 @@ def describe(model: Contract) -> ModelShape:
     head = model.lm_head
     kinds = _grouped([block_shape(b, d) for b in model.blocks], layer_counts(model))
     return ModelShape(
-        d_model=d, vocab_size=head.out_features, block_size=cfg.block_size,
-        blocks=tuple(kinds), counts=tuple(kinds.values()),
+        d_model=d,
+        vocab_size=head.out_features,
+        block_size=cfg.block_size,
+        blocks=tuple(kinds),
+        counts=tuple(kinds.values()),
         norm_f=_norm(model.norm_f),
         lm_head=LinearShape("lm_head", head.in_features, head.out_features, head.bias is not None),
         tied=head.weight is model.wte.weight,
         position_adds=any(isinstance(m, nn.Embedding) for m in model.position.modules())
         or _overrides(model.position, "embed"),
         position_rotates=_overrides(model.position, "rotate"),
-        params=params, n_params=sum(params.values()))
+        params=params,
+        n_params=sum(params.values()),
+    )
 
 
 def non_embedding_params(shape: ModelShape) -> int:

@@ -51,22 +51,42 @@ class AssocRecallData:
     name = "assoc_recall"
     reports_accuracy = True
 
-    def __init__(self, *, seed: int, block_size: int, cache_dir: Path | str | None = None, num_keys: int = 128,
-                 num_values: int = 128, num_pairs: int = 16, num_queries: int = 16, seq_len: int = 64):
-        for key, value in (("num_keys", num_keys), ("num_values", num_values), ("num_pairs", num_pairs),
-                           ("num_queries", num_queries), ("seq_len", seq_len)):
+    def __init__(
+        self,
+        *,
+        seed: int,
+        block_size: int,
+        cache_dir: Path | str | None = None,
+        num_keys: int = 128,
+        num_values: int = 128,
+        num_pairs: int = 16,
+        num_queries: int = 16,
+        seq_len: int = 64,
+    ):
+        for key, value in (
+            ("num_keys", num_keys),
+            ("num_values", num_values),
+            ("num_pairs", num_pairs),
+            ("num_queries", num_queries),
+            ("seq_len", seq_len),
+        ):
             check_positive_int(f"data.{key}", value)
         if num_pairs > num_keys:
-            raise ConfigError(f"data.num_pairs: got {num_pairs}; allowed: <= data.num_keys ({num_keys}), "
-                              f"keys are distinct within a sequence")
+            raise ConfigError(
+                f"data.num_pairs: got {num_pairs}; allowed: <= data.num_keys ({num_keys}), "
+                f"keys are distinct within a sequence"
+            )
         if num_queries > num_pairs:
             raise ConfigError(f"data.num_queries: got {num_queries}; allowed: <= data.num_pairs ({num_pairs})")
         if 2 * (num_pairs + num_queries) > seq_len:
-            raise ConfigError(f"data.seq_len: got {seq_len}; needs >= 2*(num_pairs + num_queries) = "
-                              f"{2 * (num_pairs + num_queries)}")
+            raise ConfigError(
+                f"data.seq_len: got {seq_len}; needs >= 2*(num_pairs + num_queries) = {2 * (num_pairs + num_queries)}"
+            )
         if seq_len > check_positive_int("model.block_size", block_size):
-            raise ConfigError(f"data.seq_len: got {seq_len} > model.block_size={block_size}; allowed: "
-                              f"data.seq_len <= model.block_size")
+            raise ConfigError(
+                f"data.seq_len: got {seq_len} > model.block_size={block_size}; allowed: "
+                f"data.seq_len <= model.block_size"
+            )
         self.seed = int(seed)
         self.num_keys, self.num_values = num_keys, num_values
         self.num_pairs, self.num_queries, self.seq_len = num_pairs, num_queries, seq_len
@@ -83,11 +103,11 @@ class AssocRecallData:
         picks = torch.rand(P, generator=gen).argsort()[:Q]  # (Q,) which pairs are queried
         x = torch.full((self.seq_len,), self.pad_id, dtype=torch.int64)
         y = torch.full((self.seq_len,), IGNORE, dtype=torch.int64)
-        x[0:2 * P:2], x[1:2 * P:2] = keys, values
+        x[0 : 2 * P : 2], x[1 : 2 * P : 2] = keys, values
         q0 = 2 * P  # first query position
         answers = values[picks]  # (Q,)
-        x[q0:q0 + 2 * Q:2], x[q0 + 1:q0 + 2 * Q:2] = keys[picks], answers
-        y[q0:q0 + 2 * Q:2] = answers  # predict a_j at the position of q_j
+        x[q0 : q0 + 2 * Q : 2], x[q0 + 1 : q0 + 2 * Q : 2] = keys[picks], answers
+        y[q0 : q0 + 2 * Q : 2] = answers  # predict a_j at the position of q_j
         return x, y
 
     def _samples(self, stream: str, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,5 +125,7 @@ class AssocRecallData:
         return self._samples("recall-val", 0, count)
 
     def __repr__(self) -> str:
-        return (f"<AssocRecallData keys={self.num_keys} values={self.num_values} pairs={self.num_pairs} "
-                f"queries={self.num_queries} T={self.seq_len}>")
+        return (
+            f"<AssocRecallData keys={self.num_keys} values={self.num_values} pairs={self.num_pairs} "
+            f"queries={self.num_queries} T={self.seq_len}>"
+        )

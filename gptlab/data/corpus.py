@@ -92,10 +92,17 @@ def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: i
     from gptlab.data.tokenizers import ByteTokenizer, GPT2Tokenizer
 
     fixed = {"gpt2": GPT2Tokenizer, "byte": ByteTokenizer}
-    spec = {"format": CACHE_FORMAT, "source": source_key, "segment_chars": SEGMENT_CHARS, "chunk_chars": CHUNK_CHARS,
-            "tokenizer": fixed[tokenizer]().identity() if tokenizer in fixed else tokenizer,
-            "fit": {"limit": fit_limit, **({"vocab": bpe_vocab_size} if tokenizer == "bpe" else {})}
-            if tokenizer in FITTED else None, "max_tokens": max_tokens}
+    spec = {
+        "format": CACHE_FORMAT,
+        "source": source_key,
+        "segment_chars": SEGMENT_CHARS,
+        "chunk_chars": CHUNK_CHARS,
+        "tokenizer": fixed[tokenizer]().identity() if tokenizer in fixed else tokenizer,
+        "fit": {"limit": fit_limit, **({"vocab": bpe_vocab_size} if tokenizer == "bpe" else {})}
+        if tokenizer in FITTED
+        else None,
+        "max_tokens": max_tokens,
+    }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
@@ -113,6 +120,7 @@ def _load_tokenizer(name: str, folder: Path, state: dict, cache_dir: Path):
         return CharTokenizer(state["chars"])
     if name == "bpe":
         from tokenizers import Tokenizer
+
         return BPETokenizer(Tokenizer.from_file(str(folder / "tokenizer.json")), state["train_sha256"])
     return make_tokenizer(name, "", cache_dir)
 
@@ -161,10 +169,10 @@ class _Stream:
         skip = self.resume_skip if index == self.resume_chunk else 0
         start = self.writer.tokens - skip  # the stream offset of this chunk's first id
         if self.fit_end is None and first + len(counts) >= self.fit_segments:
-            self.fit_end = start + int(counts[:self.fit_segments - first].sum())
+            self.fit_end = start + int(counts[: self.fit_segments - first].sum())
         out = ids[skip:]
         if self.max_tokens is not None:
-            out = out[:max(0, self.max_tokens - self.writer.tokens)]
+            out = out[: max(0, self.max_tokens - self.writer.tokens)]
         self.writer.append(out, {"chunk": index, "base_skip": skip, "fit_end": self.fit_end})
         self.bar.update(nbytes, len(out))
 
@@ -200,29 +208,61 @@ def default_num_proc() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _build(source, folder: Path, partial: Path, *, tokenizer: str, fit: FitSample | None, bpe_vocab_size: int,
-           cache_dir: Path, num_proc: int, max_tokens) -> None:
+def _build(
+    source,
+    folder: Path,
+    partial: Path,
+    *,
+    tokenizer: str,
+    fit: FitSample | None,
+    bpe_vocab_size: int,
+    cache_dir: Path,
+    num_proc: int,
+    max_tokens,
+) -> None:
     """Fit the tokenizer, tokenize into `partial` (resuming what a killed build left), publish as `folder`."""
     partial.mkdir(parents=True, exist_ok=True)
     try:
         started = time.monotonic()
         tok = make_tokenizer(tokenizer, fit if fit is not None else "", cache_dir, bpe_vocab_size=bpe_vocab_size)
         if fit is not None:
-            log.info("fitted the %s tokenizer on %d segments (at most %s bytes, data.bpe_sample_bytes) in %.1f s",
-                     tokenizer, fit.segments, f"{fit.limit:,}", time.monotonic() - started)
+            log.info(
+                "fitted the %s tokenizer on %d segments (at most %s bytes, data.bpe_sample_bytes) in %.1f s",
+                tokenizer,
+                fit.segments,
+                f"{fit.limit:,}",
+                time.monotonic() - started,
+            )
         dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
         writer = ShardWriter(partial, dtype, shard_tokens())
         if writer.state.get("done"):  # killed after the last shard, before index.json
             meta = writer.state["meta"]
         else:
             if writer.lengths:
-                log.info("resuming tokenization at %s tokens (%d complete shards in %s)", f"{writer.tokens:,}",
-                         len(writer.lengths), partial)
-            fit_end = _tokenize(source, tok, writer, fit.segments if fit is not None else 0, num_proc, max_tokens,
-                                f"tokenizing ({tokenizer})")
-            meta = {"format": CACHE_FORMAT, "source": source.key, "tokenizer": tokenizer, "identity": tok.identity(),
-                    "tokenizer_state": _save_tokenizer(tok, partial), "fit_end": fit_end,
-                    "vocab_size": tok.vocab_size}
+                log.info(
+                    "resuming tokenization at %s tokens (%d complete shards in %s)",
+                    f"{writer.tokens:,}",
+                    len(writer.lengths),
+                    partial,
+                )
+            fit_end = _tokenize(
+                source,
+                tok,
+                writer,
+                fit.segments if fit is not None else 0,
+                num_proc,
+                max_tokens,
+                f"tokenizing ({tokenizer})",
+            )
+            meta = {
+                "format": CACHE_FORMAT,
+                "source": source.key,
+                "tokenizer": tokenizer,
+                "identity": tok.identity(),
+                "tokenizer_state": _save_tokenizer(tok, partial),
+                "fit_end": fit_end,
+                "vocab_size": tok.vocab_size,
+            }
     except ConfigError:  # bad input: nothing worth resuming (a kill or Ctrl-C keeps the complete shards)
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -235,9 +275,18 @@ def shard_tokens() -> int:
     return int(os.environ.get("GPTLAB_SHARD_TOKENS", SHARD_TOKENS))
 
 
-def build_token_splits(source, *, tokenizer: str, bpe_vocab_size: int, val_fraction: float, cache_dir: Path,
-                       num_proc: int | None = None, bpe_sample_bytes: int = 100_000_000, max_tokens: int | None = None,
-                       verify: bool = False) -> TokenSplits:
+def build_token_splits(
+    source,
+    *,
+    tokenizer: str,
+    bpe_vocab_size: int,
+    val_fraction: float,
+    cache_dir: Path,
+    num_proc: int | None = None,
+    bpe_sample_bytes: int = 100_000_000,
+    max_tokens: int | None = None,
+    verify: bool = False,
+) -> TokenSplits:
     """Tokenize `source` once into cached shards (or open them) and split the stream into train and val."""
     val_fraction = check_val_fraction(val_fraction)
     if tokenizer not in ("bpe", "byte", "char", "gpt2"):
@@ -257,22 +306,37 @@ def build_token_splits(source, *, tokenizer: str, bpe_vocab_size: int, val_fract
                 fcntl.flock(lock, fcntl.LOCK_EX)
             if not (folder / "index.json").is_file():
                 fit = FitSample(source, fit_limit) if tokenizer in FITTED else None
-                _build(source, folder, partial, tokenizer=tokenizer, fit=fit, bpe_vocab_size=bpe_vocab_size,
-                       cache_dir=Path(cache_dir), num_proc=num_proc or default_num_proc(), max_tokens=max_tokens)
+                _build(
+                    source,
+                    folder,
+                    partial,
+                    tokenizer=tokenizer,
+                    fit=fit,
+                    bpe_vocab_size=bpe_vocab_size,
+                    cache_dir=Path(cache_dir),
+                    num_proc=num_proc or default_num_proc(),
+                    max_tokens=max_tokens,
+                )
                 (tokens_dir / f"{key}.lock").unlink(missing_ok=True)  # waiters wake, find index.json
     shards, index = open_shards(folder)
     tok = _load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
     if verify:
         check_ids(folder, shards, tok.vocab_size)
     elif index.get("max_id", -1) >= tok.vocab_size:
-        raise ConfigError(f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
-                          f"has {tok.vocab_size} ids); delete that folder and run again to rebuild it")
+        raise ConfigError(
+            f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
+            f"has {tok.vocab_size} ids); delete that folder and run again to rebuild it"
+        )
     total = int(index["tokens"])
     n_train = total - int(total * val_fraction)
     if n_train < index.get("fit_end", 0):
-        log.warning("data: the validation tail would overlap the %s tokenizer's fitting text; train is extended to "
-                    "token %s, val keeps %s tokens (lower data.bpe_sample_bytes for a larger val split)", tokenizer,
-                    f"{index['fit_end']:,}", f"{total - index['fit_end']:,}")
+        log.warning(
+            "data: the validation tail would overlap the %s tokenizer's fitting text; train is extended to "
+            "token %s, val keeps %s tokens (lower data.bpe_sample_bytes for a larger val split)",
+            tokenizer,
+            f"{index['fit_end']:,}",
+            f"{total - index['fit_end']:,}",
+        )
         n_train = int(index["fit_end"])
     train, val = TokenStream(shards, 0, n_train), TokenStream(shards, n_train, total)
     return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}")

@@ -18,8 +18,13 @@ SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 TEXT_SUFFIXES = {".txt", ".jsonl", ".json"}  # files that must be UTF-8
 _CHUNK = 1 << 20
 # what a path that is not a regular file is (reading a FIFO blocks forever, /dev/zero never ends)
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO, i.e. a named pipe"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO, i.e. a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 _ALLOWED = "regular .txt, .jsonl/.json or .parquet files"
 
 
@@ -35,11 +40,13 @@ def check_regular(path: Path) -> None:
         mode = os.stat(path).st_mode
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise ConfigError(f"data.paths: '{path}' is a symlink loop (it never reaches a file); point it at a "
-                              f"file") from None
+            raise ConfigError(
+                f"data.paths: '{path}' is a symlink loop (it never reaches a file); point it at a file"
+            ) from None
         if os.path.islink(path):
-            raise ConfigError(f"data.paths: '{path}' is a broken symlink (its target '{os.readlink(path)}' does "
-                              f"not exist)") from None
+            raise ConfigError(
+                f"data.paths: '{path}' is a broken symlink (its target '{os.readlink(path)}' does not exist)"
+            ) from None
         raise ConfigError(f"data.paths: cannot read '{path}' ({err.strerror})") from None
     _refuse_mode(path, mode)
 
@@ -49,8 +56,9 @@ def resolve_paths(paths) -> list[Path]:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
-        raise ConfigError("data.paths: no files given; set data.paths=[...] to .txt, .jsonl/.json or .parquet "
-                          "files or globs")
+        raise ConfigError(
+            "data.paths: no files given; set data.paths=[...] to .txt, .jsonl/.json or .parquet files or globs"
+        )
     files: list[Path] = []
     for pattern in map(str, paths):
         expanded = str(Path(pattern).expanduser())
@@ -61,8 +69,9 @@ def resolve_paths(paths) -> list[Path]:
         if not found:
             raise ConfigError(f"data.paths: no file matches {pattern!r}")
         if found[0].is_dir():
-            raise ConfigError(f"data.paths: {pattern!r} is a directory; name files or a glob like "
-                              f"'{pattern.rstrip('/')}/*.txt'")
+            raise ConfigError(
+                f"data.paths: {pattern!r} is a directory; name files or a glob like '{pattern.rstrip('/')}/*.txt'"
+            )
         for path in found:
             check_regular(path)
         files.extend(p.resolve() for p in found)
@@ -73,8 +82,9 @@ def check_file(path: Path) -> str:
     """sha256 of the file's bytes, after checking its type, that it is not empty and (text types) valid UTF-8."""
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise ConfigError(f"data.paths: unsupported file type {suffix or '(none)'!r} for '{path}'; "
-                          f"allowed: {', '.join(SUFFIXES)}")
+        raise ConfigError(
+            f"data.paths: unsupported file type {suffix or '(none)'!r} for '{path}'; allowed: {', '.join(SUFFIXES)}"
+        )
     decoder = codecs.getincrementaldecoder("utf-8")() if suffix in TEXT_SUFFIXES else None
     digest, offset, has_text, only_nul = hashlib.sha256(), 0, False, True
     with _open_regular(path) as f:
@@ -82,22 +92,26 @@ def check_file(path: Path) -> str:
             digest.update(chunk)
             only_nul = only_nul and chunk.count(0) == len(chunk)
             if only_nul and decoder is not None and len(chunk) == _CHUNK:  # a text file never starts with 1 MiB of NULs
-                raise ConfigError(f"data.paths: file '{path}' contains no text in its first MiB (only NUL bytes); "
-                                  f"allowed: {_ALLOWED}")
+                raise ConfigError(
+                    f"data.paths: file '{path}' contains no text in its first MiB (only NUL bytes); allowed: {_ALLOWED}"
+                )
             if decoder is not None:
                 pending = len(decoder.getstate()[0])
                 try:
                     has_text = bool(decoder.decode(chunk).strip()) or has_text
                 except UnicodeDecodeError as e:
-                    raise ConfigError(f"data.paths: file '{path}' is not valid UTF-8 (bad byte near offset "
-                                      f"{offset - pending + e.start}); convert it to UTF-8") from None
+                    raise ConfigError(
+                        f"data.paths: file '{path}' is not valid UTF-8 (bad byte near offset "
+                        f"{offset - pending + e.start}); convert it to UTF-8"
+                    ) from None
             offset += len(chunk)
     if decoder is not None:
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise ConfigError(f"data.paths: file '{path}' is not valid UTF-8 (truncated character at the end); "
-                              f"convert it to UTF-8") from None
+            raise ConfigError(
+                f"data.paths: file '{path}' is not valid UTF-8 (truncated character at the end); convert it to UTF-8"
+            ) from None
     if offset == 0:
         raise ConfigError(f"data.paths: file '{path}' is empty")
     if only_nul:
@@ -115,8 +129,9 @@ def _open_regular(path: Path):
         info = os.fstat(fd)
         _refuse_mode(path, info.st_mode)
         if info.st_size and not _has_data(fd):
-            raise ConfigError(f"data.paths: file '{path}' contains no text (only NUL bytes: a sparse file of "
-                              f"{info.st_size:,} bytes)")
+            raise ConfigError(
+                f"data.paths: file '{path}' contains no text (only NUL bytes: a sparse file of {info.st_size:,} bytes)"
+            )
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

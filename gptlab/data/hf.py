@@ -53,12 +53,14 @@ def load_hub_source(name: str, config_name: str | None, split: str, column: str,
     """The dataset's `column` as a HubSource; fails at once when offline and absent."""
     from datasets import load_dataset
     from datasets.utils.logging import disable_progress_bar
+
     if not sys.stderr.isatty():
         disable_progress_bar()  # datasets' download bars on a terminal only; gptlab logs tokenizing progress
 
     offline = _offline_var()
-    unavailable = ConfigError(f"data.name: hub dataset {name!r} is not available offline ({offline}=1); "
-                              f"use data=text with local files")
+    unavailable = ConfigError(
+        f"data.name: hub dataset {name!r} is not available offline ({offline}=1); use data=text with local files"
+    )
     if offline and not _is_cached(name):
         raise unavailable
     local = Path(name).expanduser()
@@ -67,7 +69,9 @@ def load_hub_source(name: str, config_name: str | None, split: str, column: str,
     except (ConnectionError, FileNotFoundError) as e:
         if offline:
             raise unavailable from None
-        raise ConfigError(f"data.name: cannot load hub dataset {name!r}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+        raise ConfigError(
+            f"data.name: cannot load hub dataset {name!r}: {str(e).splitlines()[0] if str(e) else e!r}"
+        ) from None
     names = list(ds.column_names or ds.features or [])
     if column not in names:
         raise ConfigError(f"data.column: column {column!r} not found in {name!r}; columns: {', '.join(names)}")
@@ -83,21 +87,50 @@ def load_hub_source(name: str, config_name: str | None, split: str, column: str,
 class HFData(LMData):
     """Dataset `name` (config, split, column) -> token shards -> last `val_fraction` of tokens is val."""
 
-    def __init__(self, *, seed: int, block_size: int, cache_dir: Path | str | None = None, name: str | None = None,
-                 config_name: str | None = None, split: str = "train", column: str = "text",
-                 tokenizer: str = "gpt2", bpe_vocab_size: int = 8192, val_fraction: float = 0.01,
-                 num_proc: int | None = None, streaming: bool = False, max_tokens: int | None = None,
-                 bpe_sample_bytes: int = 100_000_000, verify: bool = False):
+    def __init__(
+        self,
+        *,
+        seed: int,
+        block_size: int,
+        cache_dir: Path | str | None = None,
+        name: str | None = None,
+        config_name: str | None = None,
+        split: str = "train",
+        column: str = "text",
+        tokenizer: str = "gpt2",
+        bpe_vocab_size: int = 8192,
+        val_fraction: float = 0.01,
+        num_proc: int | None = None,
+        streaming: bool = False,
+        max_tokens: int | None = None,
+        bpe_sample_bytes: int = 100_000_000,
+        verify: bool = False,
+    ):
         if not name or not isinstance(name, str):
-            raise ConfigError(f"data.name: got {name!r}; allowed: a hub dataset name like 'roneneldan/TinyStories' "
-                              f"or a local dataset folder")
+            raise ConfigError(
+                f"data.name: got {name!r}; allowed: a hub dataset name like 'roneneldan/TinyStories' "
+                f"or a local dataset folder"
+            )
         source = load_hub_source(name, config_name, split, column, streaming)
         splits = build_token_splits(
-            source, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
-            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(), num_proc=num_proc,
-            bpe_sample_bytes=bpe_sample_bytes, max_tokens=max_tokens, verify=verify,
+            source,
+            tokenizer=tokenizer,
+            bpe_vocab_size=bpe_vocab_size,
+            val_fraction=val_fraction,
+            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+            num_proc=num_proc,
+            bpe_sample_bytes=bpe_sample_bytes,
+            max_tokens=max_tokens,
+            verify=verify,
         )
         self.dataset_name = name
         self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
-        super().__init__(name="hf", tokenizer=splits.tokenizer, train=splits.train, val=splits.val,
-                         seed=seed, block_size=block_size, fingerprint=splits.fingerprint)
+        super().__init__(
+            name="hf",
+            tokenizer=splits.tokenizer,
+            train=splits.train,
+            val=splits.val,
+            seed=seed,
+            block_size=block_size,
+            fingerprint=splits.fingerprint,
+        )

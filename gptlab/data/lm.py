@@ -26,8 +26,17 @@ class LMData:
 
     reports_accuracy = False
 
-    def __init__(self, *, name: str, tokenizer, train: np.ndarray | TokenStream, val: np.ndarray | TokenStream,
-                 seed: int, block_size: int, fingerprint: str):
+    def __init__(
+        self,
+        *,
+        name: str,
+        tokenizer,
+        train: np.ndarray | TokenStream,
+        val: np.ndarray | TokenStream,
+        seed: int,
+        block_size: int,
+        fingerprint: str,
+    ):
         self.name = name
         self.fingerprint = f"{name}:{fingerprint}"  # the token arrays' cache key: changes with content or tokenizer
         self.tokenizer = tokenizer
@@ -44,8 +53,9 @@ class LMData:
                     f"or change data.val_fraction"
                 )
 
-    def _windows(self, tokens: np.ndarray | TokenStream, stream: str, first: int,
-                 count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _windows(
+        self, tokens: np.ndarray | TokenStream, stream: str, first: int, count: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples first..first+count-1 of `stream`: windows of T+1 tokens -> (x, y), each (count, T) int64."""
         check_positive_int("sample count", count)
         T = self.seq_len
@@ -71,5 +81,7 @@ class LMData:
         return lines[0] if lines else head
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} {self.name} tokenizer={self.tokenizer.identity()} "
-                f"train={len(self.train_tokens):,} val={len(self.val_tokens):,} tokens T={self.seq_len}>")
+        return (
+            f"<{type(self).__name__} {self.name} tokenizer={self.tokenizer.identity()} "
+            f"train={len(self.train_tokens):,} val={len(self.val_tokens):,} tokens T={self.seq_len}>"
+        )

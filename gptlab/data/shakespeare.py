@@ -23,16 +23,36 @@ def load_shakespeare_text() -> str:
 class ShakespeareData(LMData):
     """Bundled corpus as one document; val = the last `val_fraction` of its tokens."""
 
-    def __init__(self, *, seed: int, block_size: int, cache_dir: Path | str | None = None, tokenizer: str = "char",
-                 bpe_vocab_size: int = 2048, val_fraction: float = 0.1, num_proc: int | None = None,
-                 verify: bool = False):
+    def __init__(
+        self,
+        *,
+        seed: int,
+        block_size: int,
+        cache_dir: Path | str | None = None,
+        tokenizer: str = "char",
+        bpe_vocab_size: int = 2048,
+        val_fraction: float = 0.1,
+        num_proc: int | None = None,
+        verify: bool = False,
+    ):
         raw = ASSET.read_bytes()
         source = TextSource(gzip.decompress(raw).decode("utf-8"), f"shakespeare:{hashlib.sha256(raw).hexdigest()}")
         splits = build_token_splits(
-            source, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
-            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(), num_proc=num_proc,
+            source,
+            tokenizer=tokenizer,
+            bpe_vocab_size=bpe_vocab_size,
+            val_fraction=val_fraction,
+            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+            num_proc=num_proc,
             verify=verify,
         )
         self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
-        super().__init__(name="shakespeare", tokenizer=splits.tokenizer, train=splits.train, val=splits.val,
-                         seed=seed, block_size=block_size, fingerprint=splits.fingerprint)
+        super().__init__(
+            name="shakespeare",
+            tokenizer=splits.tokenizer,
+            train=splits.train,
+            val=splits.val,
+            seed=seed,
+            block_size=block_size,
+            fingerprint=splits.fingerprint,
+        )

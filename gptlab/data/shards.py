@@ -70,7 +70,7 @@ class ShardWriter:
             if self._file is None:
                 self._file = open(self._tmp_path(), "wb")
             take = min(ids.size - pos, self.shard_tokens - self._fill)
-            self._file.write(ids[pos:pos + take].tobytes())
+            self._file.write(ids[pos : pos + take].tobytes())
             self._fill, pos = self._fill + take, pos + take
             if self._fill == self.shard_tokens:
                 self._flush({**marker, "skip": pos})
@@ -87,15 +87,29 @@ class ShardWriter:
         self._file = None
         self.lengths.append(self._fill)
         self._fill = 0
-        write_json_atomic(self.folder / "progress.json", {"dtype": self.dtype.name, "shard_tokens": self.shard_tokens,
-                                                          "lengths": self.lengths, "high": self.high, "state": state})
+        write_json_atomic(
+            self.folder / "progress.json",
+            {
+                "dtype": self.dtype.name,
+                "shard_tokens": self.shard_tokens,
+                "lengths": self.lengths,
+                "high": self.high,
+                "state": state,
+            },
+        )
 
     def finish(self, meta: dict) -> dict:
         """Save the last partial shard, then index.json (last); returns the index."""
         if self._fill:  # a kill after this flush finds {"done"} and only writes index.json
             self._flush({"done": True, "meta": meta})
-        index = {**meta, "dtype": self.dtype.name, "shard_tokens": self.shard_tokens, "lengths": self.lengths,
-                 "tokens": sum(self.lengths), "max_id": self.high}
+        index = {
+            **meta,
+            "dtype": self.dtype.name,
+            "shard_tokens": self.shard_tokens,
+            "lengths": self.lengths,
+            "tokens": sum(self.lengths),
+            "max_id": self.high,
+        }
         (self.folder / "progress.json").unlink(missing_ok=True)
         write_json_atomic(self.folder / "index.json", index)
         return index
@@ -137,7 +151,7 @@ class TokenStream:
             k = int(np.searchsorted(self.ends, pos, side="right"))
             base = int(self.ends[k]) - len(self.shards[k])
             stop = min(end, int(self.ends[k]))
-            parts.append(self.shards[k][pos - base:stop - base])
+            parts.append(self.shards[k][pos - base : stop - base])
             pos = stop
         return np.concatenate(parts) if parts else np.empty(0, dtype=self.dtype)
 
@@ -164,8 +178,9 @@ def open_shards(folder: Path) -> tuple[list[np.ndarray], dict]:
     folder = Path(folder)
 
     def corrupt(why: str) -> ConfigError:
-        return ConfigError(f"data: the token cache '{folder}' is corrupt ({why}); delete that folder and run again "
-                           f"to rebuild it")
+        return ConfigError(
+            f"data: the token cache '{folder}' is corrupt ({why}); delete that folder and run again to rebuild it"
+        )
 
     try:
         index = json.loads((folder / "index.json").read_text())
@@ -177,8 +192,14 @@ def open_shards(folder: Path) -> tuple[list[np.ndarray], dict]:
         path = folder / shard_name(i)
         size = path.stat().st_size if path.is_file() else -1
         if size != n * dtype.itemsize:
-            raise corrupt(f"{shard_name(i)} " + ("is missing" if size < 0 else f"has {size} bytes, index.json says "
-                                                 f"{n} {dtype} ids = {n * dtype.itemsize} bytes"))
+            raise corrupt(
+                f"{shard_name(i)} "
+                + (
+                    "is missing"
+                    if size < 0
+                    else f"has {size} bytes, index.json says {n} {dtype} ids = {n * dtype.itemsize} bytes"
+                )
+            )
         shards.append(np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.empty(0, dtype))
     return shards, index
 
@@ -186,7 +207,9 @@ def open_shards(folder: Path) -> tuple[list[np.ndarray], dict]:
 def check_ids(folder: Path, shards: list[np.ndarray], vocab_size: int) -> None:
     """Full scan: every id < vocab_size (data.verify=true), else a one-line error naming the cache folder."""
     for i, arr in enumerate(shards):
-        high = max((int(arr[j:j + (1 << 24)].max()) for j in range(0, len(arr), 1 << 24)), default=-1)
+        high = max((int(arr[j : j + (1 << 24)].max()) for j in range(0, len(arr), 1 << 24)), default=-1)
         if high >= vocab_size:
-            raise ConfigError(f"data: the token cache '{folder}' is corrupt ({shard_name(i)} holds token id {high}, "
-                              f"the tokenizer has {vocab_size} ids); delete that folder and run again to rebuild it")
+            raise ConfigError(
+                f"data: the token cache '{folder}' is corrupt ({shard_name(i)} holds token id {high}, "
+                f"the tokenizer has {vocab_size} ids); delete that folder and run again to rebuild it"
+            )

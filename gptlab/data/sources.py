@@ -50,8 +50,9 @@ def _row_text(row, column: str, path: Path, line: int):
         raise ConfigError(f"data.column: column {column!r} not found in {path.name}; columns: {keys}")
     text = row[column]
     if text is not None and not isinstance(text, str):
-        raise ConfigError(f"data.column: column {column!r} holds {type(text).__name__} in {path.name} row {line}, "
-                          f"not text")
+        raise ConfigError(
+            f"data.column: column {column!r} holds {type(text).__name__} in {path.name} row {line}, not text"
+        )
     return text or ""
 
 

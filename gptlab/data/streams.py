@@ -26,8 +26,9 @@ def indexed_ints(seed: int, stream: str, indices: np.ndarray, high: int) -> np.n
     Counter-based, so sample i is the same whichever batch, micro-batch or rank asks for it.
     """
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
-        z = np.uint64(stream_seed(seed, stream)) + (np.asarray(indices, dtype=np.uint64) + np.uint64(1)) \
-            * np.uint64(0x9E3779B97F4A7C15)
+        z = np.uint64(stream_seed(seed, stream)) + (np.asarray(indices, dtype=np.uint64) + np.uint64(1)) * np.uint64(
+            0x9E3779B97F4A7C15
+        )
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))

@@ -14,18 +14,45 @@ from gptlab.data.sources import FileSource
 class TextData(LMData):
     """Files in order -> one token stream -> last `val_fraction` of tokens is val; cache keyed by file contents."""
 
-    def __init__(self, *, seed: int, block_size: int, cache_dir: Path | str | None = None, paths=None,
-                 column: str = "text", tokenizer: str = "gpt2", bpe_vocab_size: int = 8192,
-                 val_fraction: float = 0.1, num_proc: int | None = None, bpe_sample_bytes: int = 100_000_000,
-                 max_tokens: int | None = None, verify: bool = False):
+    def __init__(
+        self,
+        *,
+        seed: int,
+        block_size: int,
+        cache_dir: Path | str | None = None,
+        paths=None,
+        column: str = "text",
+        tokenizer: str = "gpt2",
+        bpe_vocab_size: int = 8192,
+        val_fraction: float = 0.1,
+        num_proc: int | None = None,
+        bpe_sample_bytes: int = 100_000_000,
+        max_tokens: int | None = None,
+        verify: bool = False,
+    ):
         cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         files = resolve_paths(list(paths) if paths is not None and not isinstance(paths, str) else paths)
         hashes = content_hashes(files, cache_dir, verify)  # validates each file version once, before any tokenizing
         source = FileSource(files, column, source_key(files, hashes, column))
-        splits = build_token_splits(source, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size,
-                                    val_fraction=val_fraction, cache_dir=cache_dir, num_proc=num_proc,
-                                    bpe_sample_bytes=bpe_sample_bytes, max_tokens=max_tokens, verify=verify)
+        splits = build_token_splits(
+            source,
+            tokenizer=tokenizer,
+            bpe_vocab_size=bpe_vocab_size,
+            val_fraction=val_fraction,
+            cache_dir=cache_dir,
+            num_proc=num_proc,
+            bpe_sample_bytes=bpe_sample_bytes,
+            max_tokens=max_tokens,
+            verify=verify,
+        )
         self.files = files
         self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
-        super().__init__(name="text", tokenizer=splits.tokenizer, train=splits.train, val=splits.val,
-                         seed=seed, block_size=block_size, fingerprint=splits.fingerprint)
+        super().__init__(
+            name="text",
+            tokenizer=splits.tokenizer,
+            train=splits.train,
+            val=splits.val,
+            seed=seed,
+            block_size=block_size,
+            fingerprint=splits.fingerprint,
+        )

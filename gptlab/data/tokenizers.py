@@ -134,12 +134,17 @@ def _gpt2_encoding():
 
     files = _gpt2_files()
     ranks = data_gym_to_mergeable_bpe_ranks(
-        str(files["vocab.bpe"]), str(files["encoder.json"]),
-        vocab_bpe_hash=GPT2_SHA256["vocab.bpe"], encoder_json_hash=GPT2_SHA256["encoder.json"],
+        str(files["vocab.bpe"]),
+        str(files["encoder.json"]),
+        vocab_bpe_hash=GPT2_SHA256["vocab.bpe"],
+        encoder_json_hash=GPT2_SHA256["encoder.json"],
     )
     return tiktoken.Encoding(
-        "gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-        special_tokens={END_OF_TEXT: 50256}, explicit_n_vocab=50257,
+        "gpt2",
+        pat_str=GPT2_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens={END_OF_TEXT: 50256},
+        explicit_n_vocab=50257,
     )
 
 
@@ -224,8 +229,10 @@ def _train_bpe(text: Text, vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[END_OF_TEXT],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=sys.stderr.isatty(),
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=sys.stderr.isatty(),
     )
     tok.train_from_iterator(_pieces(text), trainer=trainer)
     return tok
@@ -251,7 +258,10 @@ def _make_bpe(text: Text, cache_dir: Path, bpe_vocab_size: int) -> BPETokenizer:
 
 
 _BUILDERS: dict[str, Callable[..., _Base]] = {
-    "bpe": _make_bpe, "byte": _make_byte, "char": _make_char, "gpt2": _make_gpt2,
+    "bpe": _make_bpe,
+    "byte": _make_byte,
+    "char": _make_char,
+    "gpt2": _make_gpt2,
 }
 
 
@@ -268,6 +278,12 @@ def tokenizer_names() -> list[str]:
 
 
 __all__ = [
-    "BPETokenizer", "ByteTokenizer", "CharTokenizer", "GPT2Tokenizer", "END_OF_TEXT",
-    "make_tokenizer", "text_sha256", "tokenizer_names",
+    "BPETokenizer",
+    "ByteTokenizer",
+    "CharTokenizer",
+    "GPT2Tokenizer",
+    "END_OF_TEXT",
+    "make_tokenizer",
+    "text_sha256",
+    "tokenizer_names",
 ]

@@ -61,8 +61,17 @@ class _Store:
 class StaticCache:
     """Every position of one layer up to max_len, preallocated and written in place."""
 
-    def __init__(self, batch: int, n_kv_head: int, max_len: int, head_dim: int, *, dtype=torch.float32,
-                 device="cpu", quant: str | None = None):
+    def __init__(
+        self,
+        batch: int,
+        n_kv_head: int,
+        max_len: int,
+        head_dim: int,
+        *,
+        dtype=torch.float32,
+        device="cpu",
+        quant: str | None = None,
+    ):
         shape = (batch, n_kv_head, max_len, head_dim)
         self.k, self.v = _Store(shape, dtype, device, quant), _Store(shape, dtype, device, quant)
         self.max_len, self.length = max_len, 0
@@ -84,8 +93,17 @@ class StaticCache:
 class RingCache:
     """The last `window` positions of a sliding-window layer (memory bounded by the window)."""
 
-    def __init__(self, batch: int, n_kv_head: int, window: int, head_dim: int, *, dtype=torch.float32,
-                 device="cpu", quant: str | None = None):
+    def __init__(
+        self,
+        batch: int,
+        n_kv_head: int,
+        window: int,
+        head_dim: int,
+        *,
+        dtype=torch.float32,
+        device="cpu",
+        quant: str | None = None,
+    ):
         shape = (batch, n_kv_head, window, head_dim)
         self.k, self.v = _Store(shape, dtype, device, quant), _Store(shape, dtype, device, quant)
         self.window, self.length = window, 0  # length: positions seen so far (the next one's absolute position)
@@ -99,8 +117,8 @@ class RingCache:
         tail = min(self.window, k.size(2))  # only the new positions need a slot; older ones already hold theirs
         for pos in range(self.length - tail, self.length):  # slot by slot: at most `window` (usually 1) writes
             j = pos - k_start
-            self.k.write(pos % self.window, keys[:, :, j:j + 1])
-            self.v.write(pos % self.window, values[:, :, j:j + 1])
+            self.k.write(pos % self.window, keys[:, :, j : j + 1])
+            self.v.write(pos % self.window, values[:, :, j : j + 1])
         return keys, values, k_start
 
     def _ordered(self, kept: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,8 +129,10 @@ class RingCache:
             empty = self.k.read(0, 0)
             return empty, empty
         order = torch.tensor(idx, device=self.k.data.device)
-        return (torch.index_select(self.k.read(0, self.window), 2, order),
-                torch.index_select(self.v.read(0, self.window), 2, order))
+        return (
+            torch.index_select(self.k.read(0, self.window), 2, order),
+            torch.index_select(self.v.read(0, self.window), 2, order),
+        )
 
     def nbytes(self) -> int:
         return self.k.nbytes() + self.v.nbytes()
@@ -127,11 +147,13 @@ def make_caches(model, batch: int, max_len: int, *, dtype=None, device=None, qua
     for block in model.blocks:
         attn = block.attn
         if attn.window is not None and attn.window < max_len:
-            caches.append(RingCache(batch, attn.n_kv_head, attn.window, attn.head_dim, dtype=dtype, device=device,
-                                    quant=quant))
+            caches.append(
+                RingCache(batch, attn.n_kv_head, attn.window, attn.head_dim, dtype=dtype, device=device, quant=quant)
+            )
         else:
-            caches.append(StaticCache(batch, attn.n_kv_head, max_len, attn.head_dim, dtype=dtype, device=device,
-                                      quant=quant))
+            caches.append(
+                StaticCache(batch, attn.n_kv_head, max_len, attn.head_dim, dtype=dtype, device=device, quant=quant)
+            )
     return caches
 
 

@@ -112,8 +112,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def spread(values: list[float]) -> dict:
     """{"mean", "std" (sample; null for one value), "values"}."""
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-            "values": values}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else None,
+        "values": values,
+    }
 
 
 def predicted_kv_bytes(model, batch: int, max_len: int, quant: str | None = None) -> int:
@@ -138,14 +141,17 @@ def misfit(model, batch: int, context: int, cache: str, grid: Grid, free: int | 
     """Why the point cannot run (too long for the model, or an estimate beyond free memory), else None."""
     total, block = context + grid.new_tokens, model.cfg.block_size
     if total > block and not model._extrapolates():
-        return (f"context + new_tokens = {total} > model.block_size = {block}, and the position choice has no "
-                f"embedding past block_size")
+        return (
+            f"context + new_tokens = {total} > model.block_size = {block}, and the position choice has no "
+            f"embedding past block_size"
+        )
     kv = predicted_kv_bytes(model, batch, total, grid.kv_quant) if cache == "static" else 0
     longest = context if cache == "static" else total - 1  # tokens of the largest forward pass
     need = kv + batch * longest * model.cfg.vocab_size * next(model.parameters()).element_size()
     if free is not None and need > free:
-        return (f"estimated {need / 2**30:.2f} GiB (KV cache + logits of the largest forward) > "
-                f"{free / 2**30:.2f} GiB free")
+        return (
+            f"estimated {need / 2**30:.2f} GiB (KV cache + logits of the largest forward) > {free / 2**30:.2f} GiB free"
+        )
     return None
 
 
@@ -154,8 +160,11 @@ def peak_method(device: torch.device) -> str:
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated (reset per generation)"
     meter = PeakMemory("cpu")
-    return ("process VmHWM (reset per generation through /proc/self/clear_refs)" if meter.hwm_reset
-            else "process VmRSS sampled before and after each generation (clear_refs refused)")
+    return (
+        "process VmHWM (reset per generation through /proc/self/clear_refs)"
+        if meter.hwm_reset
+        else "process VmRSS sampled before and after each generation (clear_refs refused)"
+    )
 
 
 def _timed(model, prompt: torch.Tensor, grid: Grid, cache: str) -> tuple[Generation, int, int]:
@@ -183,17 +192,27 @@ def measure_point(model, batch: int, context: int, cache: str, grid: Grid) -> di
     steps = [g.step_s for g, _, _ in runs]
     measured = first.kv_bytes
     predicted = None if measured is None else predicted_kv_bytes(model, batch, context + grid.new_tokens, grid.kv_quant)
-    point = {"batch": batch, "context": context, "cache": cache, "status": "measured", "reason": None,
-             "forward_tokens": first.forward_tokens,
-             "prefill_ms": spread([1e3 * g.prefill_s for g, _, _ in runs]),
-             "decode_tokens_per_s": spread([batch * len(s) / sum(s) for s in steps])}
+    point = {
+        "batch": batch,
+        "context": context,
+        "cache": cache,
+        "status": "measured",
+        "reason": None,
+        "forward_tokens": first.forward_tokens,
+        "prefill_ms": spread([1e3 * g.prefill_s for g, _, _ in runs]),
+        "decode_tokens_per_s": spread([batch * len(s) / sum(s) for s in steps]),
+    }
     point |= {f"latency_ms_p{q}": spread([1e3 * percentile(s, q) for s in steps]) for q in PERCENTILES}
-    point |= {"peak_mem_bytes": spread([p for _, p, _ in runs]),
-              "peak_mem_delta_bytes": spread([d for _, _, d in runs]),
-              "kv_bytes_measured": measured, "kv_bytes_predicted": predicted,
-              "kv_bytes_ratio": None if measured is None else measured / cast(int, predicted),  # set with measured
-              "tokens_digest": hashlib.sha1(first.tokens.cpu().numpy().tobytes()).hexdigest()[:12],
-              "same_tokens_as_none": None, "outside_load": load.mean()}
+    point |= {
+        "peak_mem_bytes": spread([p for _, p, _ in runs]),
+        "peak_mem_delta_bytes": spread([d for _, _, d in runs]),
+        "kv_bytes_measured": measured,
+        "kv_bytes_predicted": predicted,
+        "kv_bytes_ratio": None if measured is None else measured / cast(int, predicted),  # set with measured
+        "tokens_digest": hashlib.sha1(first.tokens.cpu().numpy().tobytes()).hexdigest()[:12],
+        "same_tokens_as_none": None,
+        "outside_load": load.mean(),
+    }
     return point
 
 
@@ -203,8 +222,11 @@ def skipped(batch: int, context: int, cache: str, reason: str) -> dict:
 
 def _match_none(points: list[dict]) -> None:
     """Mark each measured static point with whether its greedy tokens equal cache=none's at the same shape."""
-    none = {(p["batch"], p["context"]): p["tokens_digest"] for p in points
-            if p["cache"] == "none" and p["status"] == "measured"}
+    none = {
+        (p["batch"], p["context"]): p["tokens_digest"]
+        for p in points
+        if p["cache"] == "none" and p["status"] == "measured"
+    }
     for p in points:
         if p["cache"] == "static" and p["status"] == "measured" and (p["batch"], p["context"]) in none:
             p["same_tokens_as_none"] = p["tokens_digest"] == none[(p["batch"], p["context"])]
@@ -219,8 +241,11 @@ def measure(model, grid: Grid, on_point: Callable[[dict], None] | None = None) -
             for cache in grid.caches:
                 reason = misfit(model, batch, context, cache, grid, free_memory(device))
                 try:
-                    point = skipped(batch, context, cache, reason) if reason else \
-                        measure_point(model, batch, context, cache, grid)
+                    point = (
+                        skipped(batch, context, cache, reason)
+                        if reason
+                        else measure_point(model, batch, context, cache, grid)
+                    )
                 except RuntimeError as err:  # torch.OutOfMemoryError on a GPU; the CPU allocator's is a RuntimeError
                     if not isinstance(err, torch.OutOfMemoryError) and "can't allocate memory" not in str(err):
                         raise

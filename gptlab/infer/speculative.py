@@ -44,8 +44,10 @@ def rollback(caches: list, length: int) -> None:
     """Forget every position >= length: exact for a StaticCache (written in place, read as a prefix)."""
     for cache in caches:
         if not isinstance(cache, StaticCache):
-            raise ConfigError(f"speculative decoding rolls back StaticCache only, not {type(cache).__name__} "
-                              "(a ring cannot forget positions once it wrapped)")
+            raise ConfigError(
+                f"speculative decoding rolls back StaticCache only, not {type(cache).__name__} "
+                "(a ring cannot forget positions once it wrapped)"
+            )
         if not 0 <= length <= cache.length:
             raise ConfigError(f"cache rollback to {length}: must be in [0, {cache.length}] (its current length)")
         cache.length = length
@@ -54,8 +56,10 @@ def rollback(caches: list, length: int) -> None:
 def static_caches(model, batch: int, max_len: int) -> list[StaticCache]:
     """One StaticCache per block, sliding-window layers included (so rollback is always exact)."""
     param = next(model.parameters())
-    return [StaticCache(batch, b.attn.n_kv_head, max_len, b.attn.head_dim, dtype=param.dtype, device=param.device)
-            for b in model.blocks]
+    return [
+        StaticCache(batch, b.attn.n_kv_head, max_len, b.attn.head_dim, dtype=param.dtype, device=param.device)
+        for b in model.blocks
+    ]
 
 
 def probs(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
@@ -70,6 +74,7 @@ def probs(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.
 @dataclass
 class Sampler:
     """Drafting and verification for one temperature / top_k; temperature 0 = greedy (argmax, exact match)."""
+
     temperature: float
     top_k: int | None
     generator: torch.Generator | None
@@ -119,15 +124,18 @@ class Stats:
         rows > 1 each row keeps the batch's shortest accepted prefix: fewer tokens per forward than the formula."""
         tested, nan = self.accepted + self.rejected, float("nan")
         alpha = self.accepted / tested if tested else nan
-        return {**asdict(self), "acceptance_rate": alpha,
-                "accepted_fraction": self.accepted / self.proposed if self.proposed else nan,
-                "tokens_per_target_forward": self.new_tokens / self.target_forwards if self.target_forwards else nan,
-                "expected_tokens_per_target_forward": expected_tokens_per_forward(alpha, self.k) if tested else nan}
+        return {
+            **asdict(self),
+            "acceptance_rate": alpha,
+            "accepted_fraction": self.accepted / self.proposed if self.proposed else nan,
+            "tokens_per_target_forward": self.new_tokens / self.target_forwards if self.target_forwards else nan,
+            "expected_tokens_per_target_forward": expected_tokens_per_forward(alpha, self.k) if tested else nan,
+        }
 
 
 def propose(draft, dcaches: list, seq: torch.Tensor, k: int, sampler: Sampler):
     """k draft tokens after seq (B, L) -> (proposal (B, k), q (B, k, V) or None); the draft cache ends at L + k - 1."""
-    feed, qs, drafts = seq[:, dcaches[0].length:], [], []  # the draft first catches up on what it has not seen
+    feed, qs, drafts = seq[:, dcaches[0].length :], [], []  # the draft first catches up on what it has not seen
     for _ in range(k):
         q, token = sampler.draw(draft(feed, caches=dcaches)[0][:, -1])  # (B, V) -> q, (B, 1)
         qs.append(q)
@@ -140,13 +148,14 @@ def propose(draft, dcaches: list, seq: torch.Tensor, k: int, sampler: Sampler):
 def verify(target, tcaches: list, seq: torch.Tensor, proposal: torch.Tensor, q, sampler: Sampler):
     """ONE target forward over the tokens its cache lacks + the k proposals -> Sampler.verify's (out, n)."""
     k = proposal.size(1)
-    logits = target(torch.cat([seq[:, tcaches[0].length:], proposal], dim=1), caches=tcaches)[0]
-    return sampler.verify(logits[:, -(k + 1):], proposal, q)  # predictions for positions L .. L+k
+    logits = target(torch.cat([seq[:, tcaches[0].length :], proposal], dim=1), caches=tcaches)[0]
+    return sampler.verify(logits[:, -(k + 1) :], proposal, q)  # predictions for positions L .. L+k
 
 
 @torch.no_grad()
-def speculative_round(target, draft, tcaches: list, dcaches: list, seq: torch.Tensor, k: int, sampler: Sampler,
-                      stats: Stats) -> torch.Tensor:
+def speculative_round(
+    target, draft, tcaches: list, dcaches: list, seq: torch.Tensor, k: int, sampler: Sampler, stats: Stats
+) -> torch.Tensor:
     """seq (B, L), the caches holding at most seq[:, :L-1] -> seq (B, L + n + 1), caches rolled back to L + n."""
     L = seq.size(1)
     proposal, q = propose(draft, dcaches, seq, k, sampler)
@@ -158,7 +167,7 @@ def speculative_round(target, draft, tcaches: list, dcaches: list, seq: torch.Te
     stats.rejected, stats.new_tokens = stats.rejected + int((accepted < k).sum()), stats.new_tokens + n + 1
     rollback(tcaches, L + n)  # held: seq[:L] + n accepted drafts; the round's last token is fed next round
     rollback(dcaches, min(L + n, dcaches[0].length))
-    return torch.cat([seq, out[:, :n + 1]], dim=1)
+    return torch.cat([seq, out[:, : n + 1]], dim=1)
 
 
 def check_inputs(target, draft, idx: torch.Tensor, max_new_tokens: int, k: int, temperature: float, top_k) -> None:
@@ -168,20 +177,34 @@ def check_inputs(target, draft, idx: torch.Tensor, max_new_tokens: int, k: int, 
     if k < 1 or max_new_tokens < 0:
         raise ConfigError(f"speculative decoding: k={k} must be >= 1 and max_new_tokens={max_new_tokens} >= 0")
     if temperature < 0 or (top_k is not None and top_k < 1):
-        raise ConfigError(f"speculative decoding: temperature={temperature} must be >= 0 (0 = greedy), top_k={top_k} >= 1 or None")
+        raise ConfigError(
+            f"speculative decoding: temperature={temperature} must be >= 0 (0 = greedy), top_k={top_k} >= 1 or None"
+        )
     if target.cfg.vocab_size != draft.cfg.vocab_size:
-        raise ConfigError(f"target vocab_size={target.cfg.vocab_size} != draft vocab_size={draft.cfg.vocab_size}: "
-                          "the draft must share the target's tokenizer")
+        raise ConfigError(
+            f"target vocab_size={target.cfg.vocab_size} != draft vocab_size={draft.cfg.vocab_size}: "
+            "the draft must share the target's tokenizer"
+        )
     need = idx.size(1) + max_new_tokens - 1  # positions fed through the caches
     for name, model in (("target", target), ("draft", draft)):
         if need > model.cfg.block_size:
-            raise ConfigError(f"speculative decoding: a {idx.size(1)}-token prompt + {max_new_tokens} new tokens needs "
-                              f"{need} positions > the {name}'s model.block_size={model.cfg.block_size}")
+            raise ConfigError(
+                f"speculative decoding: a {idx.size(1)}-token prompt + {max_new_tokens} new tokens needs "
+                f"{need} positions > the {name}'s model.block_size={model.cfg.block_size}"
+            )
 
 
 @torch.no_grad()
-def speculative_generate(target, draft, idx: torch.Tensor, max_new_tokens: int, k: int, temperature: float = 0.0,
-                         top_k: int | None = None, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
+def speculative_generate(
+    target,
+    draft,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    k: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, dict]:
     """idx (B, T) -> (tokens (B, T + max_new_tokens), stats): target.generate's law (its very tokens when greedy)."""
     check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k)
     start, end, B = time.perf_counter(), idx.size(1) + max_new_tokens, idx.size(0)
@@ -206,9 +229,18 @@ def decode_ms_per_token(model, idx: torch.Tensor, n: int) -> float:
 
 def same_tokenizer(ta, tb, target_dir, draft_dir) -> None:
     """Refuse two runs' tokenizers that differ (vocab size, or what any id decodes to)."""
-    why = f"vocab {ta.vocab_size} vs {tb.vocab_size}" if ta.vocab_size != tb.vocab_size else next(
-        (f"id {i} decodes to {ta.decode([i])!r} vs {tb.decode([i])!r}" for i in range(ta.vocab_size)
-         if ta.decode([i]) != tb.decode([i])), None)
+    why = (
+        f"vocab {ta.vocab_size} vs {tb.vocab_size}"
+        if ta.vocab_size != tb.vocab_size
+        else next(
+            (
+                f"id {i} decodes to {ta.decode([i])!r} vs {tb.decode([i])!r}"
+                for i in range(ta.vocab_size)
+                if ta.decode([i]) != tb.decode([i])
+            ),
+            None,
+        )
+    )
     if why:
         raise ConfigError(f"--target {target_dir} and --draft {draft_dir} do not share a tokenizer ({why})")
 
@@ -228,31 +260,50 @@ def measure(target, draft, idx: torch.Tensor, args: argparse.Namespace) -> tuple
         return speculative_generate(target, draft, idx, n, k, temp, top_k, torch.Generator().manual_seed(args.seed))
 
     def own():
-        return target.generate(idx, n, temperature=temp, top_k=top_k, generator=torch.Generator().manual_seed(args.seed))
+        return target.generate(
+            idx, n, temperature=temp, top_k=top_k, generator=torch.Generator().manual_seed(args.seed)
+        )
+
     for i in range(args.repeats + 1):
         (s, (out, stats)), (p, plain) = timed(spec), timed(own)
         if i:  # the first repeat is a warm-up
             rows.append((s, p, decode_ms_per_token(target, idx, n), decode_ms_per_token(draft, idx, n)))
     spec_s, plain_s, t_ms, d_ms = (statistics.median(col) for col in zip(*rows))
     c = statistics.median(d / t for _, _, t, d in rows)
-    return {**stats, "tokens": n, "prompt_tokens": idx.size(1), "temperature": temp, "top_k": top_k, "seed": args.seed,
-            "repeats": args.repeats, "threads": torch.get_num_threads(), "speculative_s": spec_s, "target_s": plain_s,
-            "speedup": statistics.median(p / s for s, p, _, _ in rows), "target_ms_per_token": t_ms,
-            "draft_ms_per_token": d_ms, "cost_ratio": c, "expected_speedup": expected_speedup(stats["acceptance_rate"], k, c),
-            "matches_target_greedy": bool(torch.equal(out, plain)) if temp == 0 else None}, out
+    return {
+        **stats,
+        "tokens": n,
+        "prompt_tokens": idx.size(1),
+        "temperature": temp,
+        "top_k": top_k,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "speculative_s": spec_s,
+        "target_s": plain_s,
+        "speedup": statistics.median(p / s for s, p, _, _ in rows),
+        "target_ms_per_token": t_ms,
+        "draft_ms_per_token": d_ms,
+        "cost_ratio": c,
+        "expected_speedup": expected_speedup(stats["acceptance_rate"], k, c),
+        "matches_target_greedy": bool(torch.equal(out, plain)) if temp == 0 else None,
+    }, out
 
 
 def report(r: dict) -> str:
-    return "\n".join([
-        f"# speculative decoding: k={r['k']}, {r['tokens']} tokens after a {r['prompt_tokens']}-token prompt, "
-        f"temperature {r['temperature']}, {r['threads']} thread(s), median of {r['repeats']}",
-        f"acceptance rate α          {r['acceptance_rate']:.3f}   ({r['accepted']} accepted / {r['accepted'] + r['rejected']} tested;"
-        f" {r['proposed']} proposed)",
-        f"tokens per target forward  {r['tokens_per_target_forward']:.2f}   expected from α: {r['expected_tokens_per_target_forward']:.2f}",
-        f"cost ratio c (draft/target) {r['cost_ratio']:.3f}  ({r['draft_ms_per_token']:.2f} / {r['target_ms_per_token']:.2f} ms per token)",
-        f"speed-up vs plain target   {r['speedup']:.2f}x   expected from α, k, c: {r['expected_speedup']:.2f}x"
-        f"   ({r['speculative_s']:.3f} s vs {r['target_s']:.3f} s)" + (f"; same tokens as the target's greedy: "
-                                                                   f"{r['matches_target_greedy']}" if r["temperature"] == 0 else "")])
+    return "\n".join(
+        [
+            f"# speculative decoding: k={r['k']}, {r['tokens']} tokens after a {r['prompt_tokens']}-token prompt, "
+            f"temperature {r['temperature']}, {r['threads']} thread(s), median of {r['repeats']}",
+            f"acceptance rate α          {r['acceptance_rate']:.3f}   ({r['accepted']} accepted / {r['accepted'] + r['rejected']} tested;"
+            f" {r['proposed']} proposed)",
+            f"tokens per target forward  {r['tokens_per_target_forward']:.2f}   expected from α: {r['expected_tokens_per_target_forward']:.2f}",
+            f"cost ratio c (draft/target) {r['cost_ratio']:.3f}  ({r['draft_ms_per_token']:.2f} / {r['target_ms_per_token']:.2f} ms per token)",
+            f"speed-up vs plain target   {r['speedup']:.2f}x   expected from α, k, c: {r['expected_speedup']:.2f}x"
+            f"   ({r['speculative_s']:.3f} s vs {r['target_s']:.3f} s)"
+            + (f"; same tokens as the target's greedy: {r['matches_target_greedy']}" if r["temperature"] == 0 else ""),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,7 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("speculative.json"))
     args = parser.parse_args(argv)
     try:
-        for flag, value, least in (("--tokens", args.tokens, 2), ("--repeats", args.repeats, 1), ("--threads", args.threads or 1, 1)):
+        for flag, value, least in (
+            ("--tokens", args.tokens, 2),
+            ("--repeats", args.repeats, 1),
+            ("--threads", args.threads or 1, 1),
+        ):
             if value < least:
                 raise ConfigError(f"{flag}={value}: must be >= {least}")
         torch.set_num_threads(args.threads or torch.get_num_threads())
@@ -282,17 +337,24 @@ def main(argv: list[str] | None = None) -> int:
         same_tokenizer(data.tokenizer, d_data.tokenizer, args.target, args.draft)
         prompt = args.prompt if args.prompt is not None else getattr(data, "sample_prompt", lambda: "\n")()
         room = min(target.cfg.block_size, draft.cfg.block_size) + 1 - args.tokens  # prompt tokens that fit
-        ids = data.tokenizer.encode(prompt)[-max(room, 1):] or [0]
+        ids = data.tokenizer.encode(prompt)[-max(room, 1) :] or [0]
         idx = torch.tensor([ids], device=next(target.parameters()).device)
         result, out = measure(target, draft, idx, args)
     except ConfigError as err:
         fail(err)
-    result = {"target": str(args.target), "draft": str(args.draft), "target_step": t_step, "draft_step": d_step,
-              "target_n_layer": target.cfg.n_layer, "draft_n_layer": draft.cfg.n_layer, **result}
+    result = {
+        "target": str(args.target),
+        "draft": str(args.draft),
+        "target_step": t_step,
+        "draft_step": d_step,
+        "target_n_layer": target.cfg.n_layer,
+        "draft_n_layer": draft.cfg.n_layer,
+        **result,
+    }
     result = {key: None if isinstance(v, float) and v != v else v for key, v in result.items()}  # NaN -> null
     args.out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     print(report(result))
-    print(f"# wrote {args.out}; sample: {data.tokenizer.decode(out[0, idx.size(1):].tolist())!r}", file=sys.stderr)
+    print(f"# wrote {args.out}; sample: {data.tokenizer.decode(out[0, idx.size(1) :].tolist())!r}", file=sys.stderr)
     return 0
 
 

@@ -42,7 +42,9 @@ class KVCache:
 def check_heads(d_model: int, n_head: int, n_kv_head: int | None, window: int | None, dropout: float) -> None:
     """One-line ConfigErrors for impossible head, window or dropout settings."""
     if d_model % n_head:
-        raise ConfigError(f"model.d_model={d_model} is not divisible by model.n_head={n_head}; pick n_head dividing d_model")
+        raise ConfigError(
+            f"model.d_model={d_model} is not divisible by model.n_head={n_head}; pick n_head dividing d_model"
+        )
     if n_kv_head is not None and (n_kv_head < 1 or n_head % n_kv_head):
         raise ConfigError(f"attention.n_kv_head={n_kv_head} must be >= 1 and divide model.n_head={n_head}")
     if window is not None and window < 1:
@@ -54,8 +56,18 @@ def check_heads(d_model: int, n_head: int, n_kv_head: int | None, window: int | 
 class Attention(nn.Module, abc.ABC):
     """Causal self-attention: `forward(x, position, cache=None)` maps (B, T, d_model) -> (B, T, d_model)."""
 
-    def __init__(self, d_model: int, n_head: int, block_size: int, layer_idx: int, *, n_kv_head: int | None = None,
-                 window: int | None = None, impl: str = "sdpa", dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        block_size: int,
+        layer_idx: int,
+        *,
+        n_kv_head: int | None = None,
+        window: int | None = None,
+        impl: str = "sdpa",
+        dropout: float = 0.0,
+    ):
         super().__init__()
         check_heads(d_model, n_head, n_kv_head, window, dropout)
         self.d_model = d_model
@@ -85,8 +97,9 @@ class Attention(nn.Module, abc.ABC):
     def forward(self, x: torch.Tensor, position: Position, cache: KVCache | None = None) -> torch.Tensor:
         """(B, T, d_model) -> (B, T, d_model), causal."""
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: Position,
-               cache: KVCache | None = None) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: Position, cache: KVCache | None = None
+    ) -> torch.Tensor:
         """q (B, n_head, T, hd), k/v (B, n_kv_head, T, hd) -> (B, n_head, T, hd): positions, cache, mask, dropout."""
         offset = 0 if cache is None else cache.length
         pos = torch.arange(offset, offset + q.size(2), device=q.device)
@@ -180,8 +193,10 @@ class Position(nn.Module):
 
 # family -> (base class, attributes the rest of gptlab reads)
 CONTRACTS: dict[str, tuple[type, tuple[str, ...]]] = {
-    "attention": (Attention, ("n_head", "n_kv_head", "head_dim", "window", "impl", "kernel", "dropout",
-                              "uses_score_bias")),
+    "attention": (
+        Attention,
+        ("n_head", "n_kv_head", "head_dim", "window", "impl", "kernel", "dropout", "uses_score_bias"),
+    ),
     "mlp": (MLP, ("hidden", "dropout")),
     "norm": (Norm, ("dim", "eps", "centered")),
     "position": (Position, ("has_score_bias", "block_size")),
@@ -193,12 +208,16 @@ def check_contract(family: str, module: object) -> None:
     base, names = CONTRACTS[family]
     name = f"{type(module).__module__}.{type(module).__qualname__}"
     if not isinstance(module, base):
-        raise ConfigError(f"{family}: {name} is not a {base.__module__}.{base.__qualname__}; subclass it and call "
-                          f"super().__init__ (contract: gptlab/model/__init__.py)")
+        raise ConfigError(
+            f"{family}: {name} is not a {base.__module__}.{base.__qualname__}; subclass it and call "
+            f"super().__init__ (contract: gptlab/model/__init__.py)"
+        )
     missing = [n for n in names if not hasattr(module, n)]
     if missing:
-        raise ConfigError(f"{family}: {name} has no {', '.join(missing)}; call {base.__qualname__}.__init__ "
-                          f"from its constructor (contract: gptlab/model/__init__.py)")
+        raise ConfigError(
+            f"{family}: {name} has no {', '.join(missing)}; call {base.__qualname__}.__init__ "
+            f"from its constructor (contract: gptlab/model/__init__.py)"
+        )
 
 
 def layer_kinds(attention: Callable, n_layer: int) -> dict[int, int]:

@@ -8,13 +8,23 @@ from gptlab.errors import ConfigError
 from gptlab.model.attention.kernels import check_impl
 
 
-def check_model(model, *, vocab_size: int, seq_len: int, device: str, dtype: torch.dtype, data_name: str = "data",
-                training: bool = True) -> None:
+def check_model(
+    model,
+    *,
+    vocab_size: int,
+    seq_len: int,
+    device: str,
+    dtype: torch.dtype,
+    data_name: str = "data",
+    training: bool = True,
+) -> None:
     """One-line ConfigErrors when `model` cannot train on this data/device: vocabulary, sequence length, kernels."""
     cfg = model.cfg
     if cfg.vocab_size < vocab_size:
-        raise ConfigError(f"model.vocab_size={cfg.vocab_size} is smaller than the {data_name} tokenizer's vocabulary "
-                          f"({vocab_size}); set model.vocab_size=null")
+        raise ConfigError(
+            f"model.vocab_size={cfg.vocab_size} is smaller than the {data_name} tokenizer's vocabulary "
+            f"({vocab_size}); set model.vocab_size=null"
+        )
     if seq_len > cfg.block_size:
         raise ConfigError(f"data sequences of {seq_len} tokens exceed model.block_size={cfg.block_size}")
     seen = set()
@@ -23,5 +33,12 @@ def check_model(model, *, vocab_size: int, seq_len: int, device: str, dtype: tor
         kind = (a.impl, a.window, a.uses_score_bias, a.dropout)
         if kind not in seen:  # the kernel probes run once per distinct layer kind
             seen.add(kind)
-            check_impl(a.impl, device=device, dtype=dtype, window=a.window, uses_bias=a.uses_score_bias,
-                       dropout=a.dropout, training=training)
+            check_impl(
+                a.impl,
+                device=device,
+                dtype=dtype,
+                window=a.window,
+                uses_bias=a.uses_score_bias,
+                dropout=a.dropout,
+                training=training,
+            )

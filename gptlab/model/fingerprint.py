@@ -28,8 +28,10 @@ def _hyper_parameters(module: nn.Module) -> dict:
 
 def describe(model: nn.Module) -> list:
     """What the fingerprint hashes: per module its class and hyper-parameters, per tensor its shape and dtype."""
-    parts: list = [[name, type(m).__module__ + "." + type(m).__qualname__, _hyper_parameters(m)]
-                   for name, m in model.named_modules()]
+    parts: list = [
+        [name, type(m).__module__ + "." + type(m).__qualname__, _hyper_parameters(m)]
+        for name, m in model.named_modules()
+    ]
     parts += [[name, list(p.shape), str(p.dtype), p.requires_grad] for name, p in model.named_parameters()]
     parts += [[name, list(b.shape), str(b.dtype)] for name, b in model.named_buffers()]
     return parts

@@ -58,9 +58,17 @@ class GPT(nn.Module):
     one block per distinct layer kind (see gptlab.model.base.layer_kinds); it can be costed, not run.
     """
 
-    def __init__(self, cfg: GPTConfig, attention: Callable, mlp: Callable, norm: Callable,
-                 position: Callable, norm_placement: str = "pre", layer_counts: dict[int, int] | None = None,
-                 activation_checkpointing: bool = False):
+    def __init__(
+        self,
+        cfg: GPTConfig,
+        attention: Callable,
+        mlp: Callable,
+        norm: Callable,
+        position: Callable,
+        norm_placement: str = "pre",
+        layer_counts: dict[int, int] | None = None,
+        activation_checkpointing: bool = False,
+    ):
         super().__init__()
         if norm_placement not in ("pre", "post"):
             raise ConfigError(f"norm.placement: '{norm_placement}' is not allowed; allowed: pre, post")
@@ -109,10 +117,11 @@ class GPT(nn.Module):
             total -= sum(p.numel() for p in self.position.parameters())
         return total
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                caches: list[KVCache] | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, caches: list[KVCache] | None = None):
         if self.layer_counts is not None:
-            raise RuntimeError("this GPT is a cost-model skeleton (one block per layer kind); build it without layer_counts to run it")
+            raise RuntimeError(
+                "this GPT is a cost-model skeleton (one block per layer kind); build it without layer_counts to run it"
+            )
         B, T = idx.shape
         offset = 0 if caches is None else caches[0].length
         if offset + T > self.cfg.block_size and not self._extrapolates():
@@ -135,9 +144,16 @@ class GPT(nn.Module):
         return not any(isinstance(m, nn.Embedding) for m in self.position.modules())
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, use_cache: bool = True, generator: torch.Generator | None = None,
-                 kv_quant: str | None = None):
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+        kv_quant: str | None = None,
+    ):
         """Append max_new_tokens sampled tokens to idx (B, T); temperature 0 = greedy.
 
         With use_cache, K/V live in preallocated caches (a ring of `window` positions on sliding-window layers;
@@ -152,7 +168,7 @@ class GPT(nn.Module):
             if use_cache and fits and caches is not None:
                 logits, _ = self(idx[:, -1:], caches=caches)  # one new token against the cache
             else:
-                context = idx[:, -self.cfg.block_size:]
+                context = idx[:, -self.cfg.block_size :]
                 max_len = min(self.cfg.block_size, idx.size(1) + max_new_tokens - i)
                 caches = make_caches(self, idx.size(0), max_len, quant=kv_quant) if use_cache and fits else None
                 logits, _ = self(context, caches=caches)

@@ -44,8 +44,15 @@ def _hidden_matrices(model: nn.Module) -> set[int]:
     return {id(p) for p in model.parameters() if p.dim() == 2 and id(p) not in embeds}
 
 
-def muon(model, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0,
-         adamw_lr: float = 1e-3, adamw_betas=(0.9, 0.95), adamw_weight_decay: float = 0.1) -> OptimizerSet:
+def muon(
+    model,
+    lr: float = 0.02,
+    momentum: float = 0.95,
+    weight_decay: float = 0.0,
+    adamw_lr: float = 1e-3,
+    adamw_betas=(0.9, 0.95),
+    adamw_weight_decay: float = 0.1,
+) -> OptimizerSet:
     """Muon on hidden matrices (torch's default shape scaling of lr), AdamW on the rest."""
     hidden = _hidden_matrices(model)
     mats = [p for p in model.parameters() if id(p) in hidden]
@@ -53,6 +60,9 @@ def muon(model, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 
     muon_opt = torch.optim.Muon(mats, lr=lr, momentum=momentum, weight_decay=weight_decay)
     decay = [p for p in rest if p.dim() >= 2]
     no_decay = [p for p in rest if p.dim() < 2]
-    adam = torch.optim.AdamW([{"params": decay, "weight_decay": adamw_weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=adamw_lr, betas=tuple(adamw_betas))
+    adam = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": adamw_weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=adamw_lr,
+        betas=tuple(adamw_betas),
+    )
     return OptimizerSet([muon_opt, adam])

@@ -7,7 +7,8 @@ import torch
 from gptlab.optim import param_groups
 
 
-def sgd(model, lr: float = 0.1, momentum: float = 0.9, nesterov: bool = True,
-        weight_decay: float = 0.0) -> torch.optim.SGD:
+def sgd(
+    model, lr: float = 0.1, momentum: float = 0.9, nesterov: bool = True, weight_decay: float = 0.0
+) -> torch.optim.SGD:
     """torch.optim.SGD over decay/no-decay groups."""
     return torch.optim.SGD(param_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov)

@@ -66,8 +66,9 @@ class CsvSink:
     it, and the loop then calls `truncate_after(step)`. summary() is a no-op (summary.json has it).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, filename: str = "metrics.csv", resumed: bool = False,
-                 **_ignored: Any) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike, filename: str = "metrics.csv", resumed: bool = False, **_ignored: Any
+    ) -> None:
         # _ignored: build code passes config, name, group, tags, ... to every logger partial.
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)

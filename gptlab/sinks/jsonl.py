@@ -91,7 +91,9 @@ class JsonlSink:
             with contextlib.suppress(OSError):
                 os.truncate(self.metrics_path, end)
             self._file = None
-            raise OSError(err.errno, f"cannot append to the metrics file ({err.strerror})", str(self.metrics_path)) from None
+            raise OSError(
+                err.errno, f"cannot append to the metrics file ({err.strerror})", str(self.metrics_path)
+            ) from None
 
     def summary(self, values: dict) -> None:
         """Merge `values` into summary.json and rewrite it atomically."""

@@ -136,8 +136,13 @@ class WandbSink:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id_for(self.run_dir)
         init_args = dict(
-            project=project, entity=entity, group=group, name=name, tags=_clean_tags(tags),
-            job_type=job_type, config=dict(config or {}),
+            project=project,
+            entity=entity,
+            group=group,
+            name=name,
+            tags=_clean_tags(tags),
+            job_type=job_type,
+            config=dict(config or {}),
         )
         self.run = self._start(init_args)
         if self.run is not None:
@@ -151,8 +156,11 @@ class WandbSink:
         if "WANDB_MODE" in os.environ and not os.environ["WANDB_MODE"].strip():
             del os.environ["WANDB_MODE"]  # set but empty = unset (resolve_mode read it so); wandb's Settings refuse ""
         run = wandb.init(
-            dir=str(self.run_dir), mode=mode, id=self.run_id,  # type: ignore[arg-type]  # mode: resolve_mode's value resume="allow", reinit="create_new",
-            settings=wandb.Settings(silent=True), **init_args,
+            dir=str(self.run_dir),
+            mode=mode,
+            id=self.run_id,  # type: ignore[arg-type]  # mode: resolve_mode's value resume="allow", reinit="create_new",
+            settings=wandb.Settings(silent=True),
+            **init_args,
         )
         for axis in X_AXES:  # every row carries all three, so any panel can switch its x-axis
             run.define_metric(axis)
@@ -200,8 +208,14 @@ class WandbSink:
 
     def where(self) -> dict:
         """The W&B run's identity for summary.json: what gptlab-compare links to."""
-        return {"id": self.run_id, "project": self.project, "entity": self.entity, "group": self.group,
-                "mode": self.mode, "folders": [str(f) for f in self.offline_folders()] if self.mode == "offline" else []}
+        return {
+            "id": self.run_id,
+            "project": self.project,
+            "entity": self.entity,
+            "group": self.group,
+            "mode": self.mode,
+            "folders": [str(f) for f in self.offline_folders()] if self.mode == "offline" else [],
+        }
 
     def _guarded(self, call, *args) -> None:
         """Run a W&B call; if the W&B backend broke (its wandb-core process died, ...), let go of it and re-raise."""

@@ -27,16 +27,36 @@ def layer_window(layer_idx: int, window, global_every, global_layers) -> int | N
 class GroupedQueryAttention(Attention):
     """Causal attention with n_kv_head K/V heads, an optional sliding window and an optional QK-norm."""
 
-    def __init__(self, d_model: int, n_head: int, block_size: int, layer_idx: int, norm,
-                 n_kv_head: int | None = None, impl: str = "sdpa", window: int | None = None,
-                 global_every: int | None = None, global_layers: list[int] | None = None,
-                 qk_norm: bool = False, dropout: float = 0.0, bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        block_size: int,
+        layer_idx: int,
+        norm,
+        n_kv_head: int | None = None,
+        impl: str = "sdpa",
+        window: int | None = None,
+        global_every: int | None = None,
+        global_layers: list[int] | None = None,
+        qk_norm: bool = False,
+        dropout: float = 0.0,
+        bias: bool = False,
+    ):
         if global_every is not None and global_every < 1:
             raise ConfigError(f"attention.global_every={global_every} must be >= 1 (or null)")
         if window is not None and window < 1:
             raise ConfigError(f"attention.window={window} must be >= 1 (or null for full causal attention)")
-        super().__init__(d_model, n_head, block_size, layer_idx, n_kv_head=n_kv_head, impl=impl, dropout=dropout,
-                         window=layer_window(layer_idx, window, global_every, global_layers))
+        super().__init__(
+            d_model,
+            n_head,
+            block_size,
+            layer_idx,
+            n_kv_head=n_kv_head,
+            impl=impl,
+            dropout=dropout,
+            window=layer_window(layer_idx, window, global_every, global_layers),
+        )
         self.qkv = nn.Linear(d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=bias)
         self.proj = nn.Linear(self.n_head * self.head_dim, d_model, bias=bias)
         self.q_norm = norm(self.head_dim) if qk_norm else None

@@ -87,8 +87,9 @@ def _sdpa_call(q, k, v, window, q_offset, bias, dropout_p):
     gqa = k.size(1) != q.size(1)
     if gqa and not native_gqa(q, masked=mask is not None):
         k, v, gqa = expand_kv(k, q.size(1)), expand_kv(v, q.size(1)), False  # (B, H, Tk, hd)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p,
-                                          enable_gqa=gqa)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p, enable_gqa=gqa
+    )
 
 
 def sdpa(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
@@ -165,8 +166,10 @@ def flex(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
     mask = block_mask(tq, tk, q_offset, window, q.device)
     score_mod = None
     if bias is not None:
+
         def score_mod(score, b, h, qi, kj):
             return score + bias[h, qi, kj]
+
     attend = _flex_function(q.device, square=tq == tk and q_offset == 0)
     return attend(q, k, v, score_mod=score_mod, block_mask=mask, enable_gqa=True)
 
@@ -181,20 +184,29 @@ def check_impl_name(impl: str) -> str:
     return impl
 
 
-def check_impl(impl: str, *, device: str, dtype: torch.dtype, window, uses_bias: bool, dropout: float,
-               training: bool = True) -> None:
+def check_impl(
+    impl: str, *, device: str, dtype: torch.dtype, window, uses_bias: bool, dropout: float, training: bool = True
+) -> None:
     """Fail at build time, in one line, when `impl` cannot run this attention on this device/dtype."""
     check_impl_name(impl)
     if impl == "flash":
         if window is not None or uses_bias:
             what = "a sliding window" if window is not None else "an ALiBi score bias"
-            raise ConfigError(f"attention.impl=flash: the flash backend takes no mask, so it cannot run {what}; use attention.impl=flex or sdpa")
+            raise ConfigError(
+                f"attention.impl=flash: the flash backend takes no mask, so it cannot run {what}; use attention.impl=flex or sdpa"
+            )
         if not flash_available(device, dtype):
-            raise ConfigError(f"attention.impl=flash: the flash SDPA backend is not available on {device}/{str(dtype).replace('torch.', '')}; use attention.impl=sdpa")
+            raise ConfigError(
+                f"attention.impl=flash: the flash SDPA backend is not available on {device}/{str(dtype).replace('torch.', '')}; use attention.impl=sdpa"
+            )
     if impl == "flex" and dropout > 0:
-        raise ConfigError("attention.impl=flex: flex_attention has no attention dropout; set attention.dropout=0 or use impl=sdpa")
+        raise ConfigError(
+            "attention.impl=flex: flex_attention has no attention dropout; set attention.dropout=0 or use impl=sdpa"
+        )
     if impl == "flex" and training and not flex_trainable(device, dtype):
-        raise ConfigError(f"attention.impl=flex: this torch has no flex_attention backward on {device}; train with attention.impl=sdpa (flex runs forward-only here)")
+        raise ConfigError(
+            f"attention.impl=flex: this torch has no flex_attention backward on {device}; train with attention.impl=sdpa (flex runs forward-only here)"
+        )
 
 
 def flash_available(device: str, dtype: torch.dtype) -> bool:

@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 def swiglu_hidden(d_model: int, ratio: float, match_params: bool, multiple_of: int) -> int:
     """Hidden width: ratio·d, or 2/3 of it (rounded up to multiple_of) to match a 2-matrix MLP's params."""
     if isinstance(multiple_of, bool) or not isinstance(multiple_of, int) or multiple_of < 1:
-        raise ConfigError(f"mlp.multiple_of={multiple_of!r} must be a positive integer (the hidden width is rounded up to it)")
+        raise ConfigError(
+            f"mlp.multiple_of={multiple_of!r} must be a positive integer (the hidden width is rounded up to it)"
+        )
     hidden = ratio * d_model
     if match_params:
         hidden = 2 * hidden / 3
@@ -28,8 +30,15 @@ def swiglu_hidden(d_model: int, ratio: float, match_params: bool, multiple_of: i
 class SwiGLU(MLP):
     """Gated MLP; with match_params it keeps the parameter count of the GELU MLP of the same ratio."""
 
-    def __init__(self, d_model: int, bias: bool = False, ratio: float = 4, match_params: bool = True,
-                 multiple_of: int = 64, dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        bias: bool = False,
+        ratio: float = 4,
+        match_params: bool = True,
+        multiple_of: int = 64,
+        dropout: float = 0.0,
+    ):
         check_ratio(ratio)
         super().__init__(d_model, swiglu_hidden(d_model, ratio, match_params, multiple_of), dropout)
         self.invariant = "params (hidden = 2/3·ratio·d_model)" if match_params else "hidden width (ratio·d_model)"

@@ -11,9 +11,11 @@ from gptlab.model.position import Position
 
 def alibi_slopes(n_head: int) -> torch.Tensor:
     """Geometric slopes 2^(-8i/n) for i = 1..n (interleaved for non-powers of two, as in the paper)."""
+
     def pow2(n):
         start = 2 ** (-8 / n)
         return [start ** (i + 1) for i in range(n)]
+
     if math.log2(n_head).is_integer():
         return torch.tensor(pow2(n_head))
     closest = 2 ** math.floor(math.log2(n_head))
