@@ -17,7 +17,7 @@ import torch
 
 from gptlab import build
 from gptlab.diagnostics import Diagnostics, group_of
-from gptlab.loop import TrainingDiverged
+from gptlab.step import TrainingDiverged
 from train_helpers import FAST, cli, rows, run_inprocess
 
 GROUPS = ("attn", "mlp", "norm")

@@ -154,7 +154,7 @@ def test_the_thread_draws_ahead_by_at_most_its_depth(tmp_path, monkeypatch, one_
 
 def test_a_skipped_step_goes_on_to_the_next_steps_batch(tmp_path, monkeypatch, one_thread):
     """A non-finite step is dropped (train.nan_skip) and the loop trains the next step's batch, as before prefetch."""
-    real_step, seen = loop._train_step, {}
+    real_step, seen = loop.train_step, {}
 
     def nan_on_third(model, ddp_model, optimizer, scaler, batches, *rest):
         calls = seen.setdefault(depth, [])
@@ -162,7 +162,7 @@ def test_a_skipped_step_goes_on_to_the_next_steps_batch(tmp_path, monkeypatch, o
         loss, grad_norm = real_step(model, ddp_model, optimizer, scaler, batches, *rest)
         return (math.nan if len(calls) == 3 else loss), grad_norm
 
-    monkeypatch.setattr(loop, "_train_step", nan_on_third)
+    monkeypatch.setattr(loop, "train_step", nan_on_third)
     for depth in (0, 2):
         run_inprocess(tmp_path / str(depth), f"train.prefetch={depth}", "train.nan_skip=1", *ARGS)
     assert [r["step"] for r in rows(tmp_path / "2") if "train/loss" in r] == [1, 2, 4, 5, 6]

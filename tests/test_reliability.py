@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from gptlab import checkpoint
-from gptlab.loop import TrainingDiverged
+from gptlab.step import TrainingDiverged
 from gptlab.sinks.jsonl import read_rows
 from train_helpers import FAST, rows, run_inprocess
 

@@ -71,14 +71,14 @@ def one_line(err: BaseException) -> str:
 
 def run_errors() -> tuple[type[BaseException], ...]:
     """What a run raises for bad input or a failed run (imported late: --help and completion skip torch)."""
-    from gptlab.loop import TrainingDiverged
+    from gptlab.step import TrainingDiverged
 
     return ConfigError, TrainingDiverged, OSError, OmegaConfBaseException
 
 
 def exit_code(err: BaseException) -> int:
     """1 when the run failed (diverged, I/O), 2 for bad input."""
-    from gptlab.loop import TrainingDiverged
+    from gptlab.step import TrainingDiverged
 
     return 1 if isinstance(err, (TrainingDiverged, OSError)) and not isinstance(err, HydraException) else 2
 

@@ -83,8 +83,8 @@ def _loss_section(key: str, max_runs: int):
     ]
     return ws.Section(
         name=f"val/loss by {key}",
-        panels=panels,
-        is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
+        panels=panels,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
+        is_open=True,
         panel_settings=ws.SectionPanelSettings(x_axis="step"),
     )
 
@@ -113,8 +113,8 @@ def _speed_section(key: str | None, max_runs: int):
     ]
     return ws.Section(
         name="speed and memory",
-        panels=panels,
-        is_open=True,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
+        panels=panels,  # type: ignore[arg-type]  # invariant list in wandb_workspaces
+        is_open=True,
         panel_settings=ws.SectionPanelSettings(x_axis="step"),
     )
 

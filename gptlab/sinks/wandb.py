@@ -157,8 +157,10 @@ class WandbSink:
             del os.environ["WANDB_MODE"]  # set but empty = unset (resolve_mode read it so); wandb's Settings refuse ""
         run = wandb.init(
             dir=str(self.run_dir),
-            mode=mode,
-            id=self.run_id,  # type: ignore[arg-type]  # mode: resolve_mode's value resume="allow", reinit="create_new",
+            mode=mode,  # type: ignore[arg-type]  # resolve_mode's value: one of wandb's literals
+            id=self.run_id,
+            resume="allow",
+            reinit="create_new",
             settings=wandb.Settings(silent=True),
             **init_args,
         )
