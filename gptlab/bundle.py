@@ -57,23 +57,7 @@ def build_bundle(cfg: DictConfig, run_dir: Path, choices: dict) -> Bundle:
     _check_batch(settings, world)
     data = build.build_data(cfg, int(cfg.model.block_size))
     _check_memory(cfg, hardware, settings, data, world, choices)
-    torch.manual_seed(settings.seed)
-    model = build.build_model(
-        cfg,
-        vocab_size=data.vocab_size,
-        device=hardware.device,
-        activation_checkpointing=hardware.activation_checkpointing,
-    )
-    check_model(
-        model,
-        vocab_size=data.vocab_size,
-        seq_len=data.seq_len,
-        device=hardware.device,
-        dtype=hardware.torch_dtype,
-        data_name=data.name,
-    )  # the same checks the contract tests run
-    for line in noop_choices(cfg, choices):  # e.g. GQA with n_kv_head == n_head is MHA: say so before training it
-        log.warning("no-op choice: %s", line)
+    model = _model(cfg, hardware, data, settings.seed, choices)
     identity = {
         "config": build.plain_config(cfg),
         "choices": choices,
@@ -111,6 +95,28 @@ def build_bundle(cfg: DictConfig, run_dir: Path, choices: dict) -> Bundle:
         identity=identity,
         lr_factors=lr_factors,
     )
+
+
+def _model(cfg: DictConfig, hardware: Hardware, data, seed: int, choices: dict):
+    """The model on its device from `seed`, checked as the contract tests check it; no-op choices said out loud."""
+    torch.manual_seed(seed)
+    model = build.build_model(
+        cfg,
+        vocab_size=data.vocab_size,
+        device=hardware.device,
+        activation_checkpointing=hardware.activation_checkpointing,
+    )
+    check_model(
+        model,
+        vocab_size=data.vocab_size,
+        seq_len=data.seq_len,
+        device=hardware.device,
+        dtype=hardware.torch_dtype,
+        data_name=data.name,
+    )  # the same checks the contract tests run
+    for line in noop_choices(cfg, choices):  # e.g. GQA with n_kv_head == n_head is MHA: say so before training it
+        log.warning("no-op choice: %s", line)
+    return model
 
 
 def _hardware(cfg: DictConfig) -> tuple[Hardware, int, int]:

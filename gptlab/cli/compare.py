@@ -34,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, help="compare at this step (every run must have val/loss there)")
     p.add_argument("--out", help="output directory (default: <sweep dir>/comparison, else ./comparison)")
     p.add_argument("--claims", help="YAML: label or choice string -> {speedup: 1.25, delta_val_loss: -0.01}")
+    _add_target_args(p)
+    _add_wandb_args(p)
+    return p
+
+
+def _add_target_args(p: argparse.ArgumentParser) -> None:
+    """--target, --threshold and --threshold-key: steps to a target, the smallest arm that reaches it."""
     p.add_argument(
         "--target",
         action="append",
@@ -57,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the config key or group --threshold minimises when the arms differ in several keys "
         "(e.g. model.n_layer); each arm must have its own value",
     )
+
+
+def _add_wandb_args(p: argparse.ArgumentParser) -> None:
+    """--wandb, --wandb-mode and --workspace: the comparison as a W&B run and workspace."""
     p.add_argument(
         "--wandb",
         action=argparse.BooleanOptionalAction,
@@ -77,7 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write a W&B workspace view of the sweep (<out>/workspace.json); saved to W&B "
         "and its URL printed when online",
     )
-    return p
 
 
 def _is_run_dir(path: Path) -> bool:

@@ -169,6 +169,26 @@ def _memory(
     return {**state, **acts, "activations_bytes": act, "train_estimate_bytes": sum(state.values()) + act}
 
 
+def _flops(
+    ops: list, rows: list[dict], m: ModelShape, x: Shape, batch_size: int, seq_len: int, acc: Accounting
+) -> dict:
+    """CostReport.flops: useful, kernel and dense matmul FLOPs of the forward, training per token, attention's share."""
+    fwd_useful, per_token_train = _matmul(ops, "flops_useful"), train_flops_per_token(m, seq_len, acc)
+    attn = [op for op in ops if op.name in ("attn.scores", "attn.av")]
+    return {
+        "forward_per_token": fwd_useful / x.tokens,
+        "forward_total": fwd_useful,
+        "train_per_token": per_token_train,
+        "train_total": per_token_train * batch_size * seq_len,
+        "forward_total_kernel": _matmul(ops, "flops"),
+        "forward_total_dense": _matmul(ops, "flops_dense"),
+        "attention_kernel": sum(op.flops for op in attn),
+        "attention_useful": sum(op.flops_useful for op in attn),
+        "elementwise_total": sum(op.flops for op in ops if op.kind != "matmul"),
+        "step_total_kernel": sum(r["flops_step"] for r in rows),
+    }
+
+
 def analyze(
     model: nn.Module | ModelShape,
     batch_size: int,
@@ -202,23 +222,7 @@ def analyze(
         ops += [loss_op(m, x.tokens, s), optimizer_op(m.n_params, param_bytes, optimizer_state_bytes_per_param)]
     materialized = any(b.attn.traits.materializes_scores for b in m.blocks)
     rows = _op_rows(ops, mode, not materialized, activation_checkpointing, peak, bw, x.tokens)
-    compute_s = sum(r["flops_step"] for r in rows) / peak
-    memory_s = sum(r["bytes_step"] for r in rows) / bw
-    fwd_useful, per_token_train = _matmul(ops, "flops_useful"), train_flops_per_token(m, seq_len, acc)
-    attn = [op for op in ops if op.name in ("attn.scores", "attn.av")]
-    flops = {
-        "forward_per_token": fwd_useful / x.tokens,
-        "forward_total": fwd_useful,
-        "train_per_token": per_token_train,
-        "train_total": per_token_train * batch_size * seq_len,
-        "forward_total_kernel": _matmul(ops, "flops"),
-        "forward_total_dense": _matmul(ops, "flops_dense"),
-        "attention_kernel": sum(op.flops for op in attn),
-        "attention_useful": sum(op.flops_useful for op in attn),
-        "elementwise_total": sum(op.flops for op in ops if op.kind != "matmul"),
-        "step_total_kernel": sum(r["flops_step"] for r in rows),
-    }
-    naive, fused = sum(op.bytes_naive for op in ops), sum(op.bytes_fused for op in ops)
+    flops = _flops(ops, rows, m, x, batch_size, seq_len, acc)
     memory = _memory(
         m, batch_size, seq_len, s, materialized, activation_checkpointing, param_bytes, optimizer_state_bytes_per_param
     )
@@ -232,31 +236,41 @@ def analyze(
         attention_path="materialized" if materialized else "fused",
         params={"total": m.n_params, "non_embedding": non_embedding_params(m), "per_component": dict(m.params)},
         flops=flops,
-        bytes={
-            "naive_total": naive,
-            "fused_total": fused,
-            "score_matrix_traffic": naive - fused,
-            "step_total": sum(r["bytes_step"] for r in rows),
-        },
+        bytes=_traffic(ops, rows),
         kv_cache=kv,
         weights={"bytes": s * m.n_params, "train_bytes": param_bytes * m.n_params},
         memory={**memory, "inference_estimate_bytes": s * m.n_params + kv["total_bytes"]},
-        hardware={
-            "peak_flops": peak,
-            "mem_bandwidth": bw,
-            "ridge_point": peak / bw,
-            "assumed": peak_flops is None or mem_bandwidth is None,
-        },
-        time={
+        ops=rows,
+        intensity=intensity(ops, not materialized, peak / bw),
+        accounting=asdict(acc),
+        **_roofline(rows, peak, bw, assumed=peak_flops is None or mem_bandwidth is None),
+    )
+
+
+def _traffic(ops: list, rows: list[dict]) -> dict:
+    """CostReport.bytes: the forward's traffic unfused vs fused (their difference is the score matrix's) and the step's."""
+    naive, fused = sum(op.bytes_naive for op in ops), sum(op.bytes_fused for op in ops)
+    return {
+        "naive_total": naive,
+        "fused_total": fused,
+        "score_matrix_traffic": naive - fused,
+        "step_total": sum(r["bytes_step"] for r in rows),
+    }
+
+
+def _roofline(rows: list[dict], peak: float, bw: float, assumed: bool) -> dict:
+    """CostReport's hardware, time and bound: the step's FLOPs over the peak vs its bytes over the bandwidth."""
+    compute_s = sum(r["flops_step"] for r in rows) / peak
+    memory_s = sum(r["bytes_step"] for r in rows) / bw
+    return {
+        "hardware": {"peak_flops": peak, "mem_bandwidth": bw, "ridge_point": peak / bw, "assumed": assumed},
+        "time": {
             "lower_bound_s": sum(r["time_lower_bound_s"] for r in rows),
             "compute_s": compute_s,
             "memory_s": memory_s,
         },
-        bound="compute" if compute_s >= memory_s else "memory",
-        ops=rows,
-        intensity=intensity(ops, not materialized, peak / bw),
-        accounting=asdict(acc),
-    )
+        "bound": "compute" if compute_s >= memory_s else "memory",
+    }
 
 
 def layer_times(model: Contract, report: CostReport | dict, checkpointing: bool = False) -> list[float]:

@@ -178,6 +178,18 @@ def _activations(m: ModelShape, micro: int, seq: int, s: int, checkpointing: boo
     return activation_bytes(m, micro, seq, s, materialized, checkpointing)
 
 
+def _param_counts(layout, world_size: int) -> dict:
+    """per_rank's parameter counts: the whole model, its root and largest block, and one rank's sharded share."""
+    return {
+        "total": layout.total,
+        "root": layout.root,
+        "largest_block": layout.largest_block,
+        "matmul_weights": layout.matmul_weights,
+        "sharded": layout.sharded(world_size),
+        "sharded_blocks": layout.sharded(world_size, blocks_only=True),
+    }
+
+
 def per_rank(
     model: nn.Module,
     sh: Sharding,
@@ -224,14 +236,7 @@ def per_rank(
         "compute_bytes": compute_bytes,
         "param_bytes": param_bytes,
         "state_bytes_per_param": state_bytes_per_param,
-        "params": {
-            "total": layout.total,
-            "root": layout.root,
-            "largest_block": layout.largest_block,
-            "matmul_weights": layout.matmul_weights,
-            "sharded": layout.sharded(sh.world_size),
-            "sharded_blocks": layout.sharded(sh.world_size, blocks_only=True),
-        },
+        "params": _param_counts(layout, sh.world_size),
         "memory": mem,
         "device": _verdict(device, mem, sh.world_size, memory, batch_size, grad_accum),
         "communication": {
