@@ -116,6 +116,8 @@ def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     again.close("failed")
     records = inspect_records(again.run_dir_path)
     assert of_type(records, "run")[0]["run_id"] == run_id
+    # opened with resume="allow" (recorded as resume: true): online, W&B reopens the run id instead of refusing it
+    assert of_type(records, "run")[0].get("resume") is True
     assert [h["item"]["step"] for h in of_type(records, "history")] == [40]
     assert of_type(records, "exit")[-1]["exit_code"] == 1
 
