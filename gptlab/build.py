@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -15,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab import resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
+from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
 from gptlab.hardware import Hardware
 from gptlab.model import GPT, GPTConfig
@@ -175,8 +175,8 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
 
 
 def cache_dir() -> Path:
-    """Token/tokenizer/peak caches: $GPTLAB_CACHE or ~/.cache/gptlab."""
-    return Path(os.environ.get("GPTLAB_CACHE", "~/.cache/gptlab")).expanduser()
+    """Token/tokenizer/peak caches: $GPTLAB_CACHE or ~/.cache/gptlab (gptlab.data.default_cache_dir)."""
+    return default_cache_dir()
 
 
 def build_data(cfg: DictConfig, block_size: int):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from gptlab.resume import flat
+from gptlab.tree import flatten
 
 HIDDEN_LEAVES = ("_target_", "_partial_")  # instantiate's wiring, not a setting anyone groups by
 
@@ -98,7 +98,7 @@ def flat_config(config: dict, choices: dict[str, str], extras: dict) -> dict:
     out: dict = {f"choice/{g}": str(v) for g, v in sorted(choices.items())}
     out |= {k: config.get(k) for k in ("sweep", "arm", "seed", "data_seed")}
     out |= extras
-    for key, value in flat(config).items():
+    for key, value in flatten(config).items():
         if key.split(".")[0] == "logger" or key.rsplit(".", 1)[-1] in HIDDEN_LEAVES:
             continue
         out.setdefault(key, value)

@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+from gptlab.costs.peak import machine_name
 from gptlab.paths import PACKAGE_DIR
 
 PACKAGES = (
@@ -39,17 +40,6 @@ def code_diff() -> str | None:
     return _git("diff", "HEAD", "--no-color") or None
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def collect(overrides: list[str], hardware) -> dict:
     """Provenance record for the run directory."""
     versions: dict[str, str | None] = {}
@@ -67,7 +57,7 @@ def collect(overrides: list[str], hardware) -> dict:
         "hardware": {
             "device": hardware.device,
             "dtype": hardware.dtype,
-            "cpu": _cpu_name(),
+            "cpu": machine_name("cpu"),
             "cpu_threads": torch.get_num_threads(),
             "cpu_cores": sorted(os.sched_getaffinity(0)),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

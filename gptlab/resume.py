@@ -21,6 +21,7 @@ import torch
 
 from gptlab import checkpoint
 from gptlab.errors import ConfigError
+from gptlab.tree import flatten
 
 log = logging.getLogger(__name__)
 
@@ -86,17 +87,6 @@ class Start:
     optimizer_state: bool = True  # init_from: load the moments only when the optimizer choice is the same
 
 
-def flat(tree, prefix: str = "") -> dict:
-    """{"model": {"d_model": 64}} -> {"model.d_model": 64}; lists stay values."""
-    out: dict = {}
-    for key, value in (tree or {}).items():
-        if isinstance(value, dict):
-            out |= flat(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _allowed(key: str) -> bool:
     return any(key.startswith(a) if a.endswith(".") else key == a for a in ALLOWED)
 
@@ -106,7 +96,7 @@ def differences(saved: dict, current: dict) -> list[str]:
     have_c, want_c = saved.get("choices", {}), current.get("choices", {})
     groups = sorted(g for g in set(have_c) | set(want_c) if have_c.get(g) != want_c.get(g) and not _allowed(g + "."))
     out = [f"{g}={have_c.get(g)} there, {want_c.get(g)} here" for g in groups]
-    have, want = flat(saved.get("config")), flat(current.get("config"))
+    have, want = flatten(saved.get("config")), flatten(current.get("config"))
     for key in sorted(set(have) | set(want)):
         if key == "train.max_steps" or _allowed(key) or key.split(".")[0] in groups or have.get(key) == want.get(key):
             continue
@@ -127,7 +117,7 @@ def differences(saved: dict, current: dict) -> list[str]:
 
 def _reshards(identity: dict) -> bool:
     """True for a run whose checkpoints are sharded (hardware.strategy=fsdp): they resume on any world size."""
-    return flat(identity.get("config")).get("hardware.strategy") == "fsdp"
+    return flatten(identity.get("config")).get("hardware.strategy") == "fsdp"
 
 
 def _check_max_steps(saved_max: int, max_steps: int, done: int, lr_factors: Callable, source: str) -> None:
@@ -161,8 +151,8 @@ def check(state: dict, current: dict, source: str, lr_factors: Callable) -> None
             f"{'; '.join(diffs)}; use a new hydra.run.dir (train.init_from=<checkpoint> starts a new "
             f"run from it) or train.resume=never in an empty dir"
         )
-    saved_max = flat(saved["config"]).get("train.max_steps")
-    max_steps = flat(current["config"])["train.max_steps"]
+    saved_max = flatten(saved["config"]).get("train.max_steps")
+    max_steps = flatten(current["config"])["train.max_steps"]
     if saved_max != max_steps:
         _check_max_steps(int(cast(int, saved_max)), int(max_steps), int(state["step"]), lr_factors, source)
 

@@ -16,7 +16,7 @@ from compare_fixtures import write_run
 from gptlab.build import build_model, compose, group_choices
 from gptlab.cli.sweep import load_sweep, planned_overrides
 from gptlab.compare.analysis import compare, load_claims
-from gptlab.compare.group import flatten
+from gptlab.tree import flatten
 from gptlab.compare.runs import load_run
 from gptlab.paths import CONF_DIR, SWEEPS_DIR
 
@@ -65,7 +65,7 @@ def test_each_experiment_composes_to_gpt2_small_plus_its_one_change(name):
     choices = group_choices(cfg)
     assert choices["experiment"] == name and choices["model"] == "gpt2"
     assert {g: choices[g] for g in ARCH_GROUPS} == {**GPT2, **changed_choices}
-    flat = flatten(resolved(cfg))
+    flat = flatten(resolved(cfg), empty_as_leaf=True)
     for key, want in {**D12_KEYS, **changed_keys}.items():
         assert flat[key] == want, (name, key)
     sizes = {k: cfg.model[k] for k in ("n_layer", "n_head", "d_model", "block_size")}
@@ -137,7 +137,7 @@ def _fake_sweep(root: Path, sweep: str) -> list[Path]:
         cfg = compose(planned_overrides(name, spec, arm, []))
         choices = {k: v for k, v in group_choices(cfg).items() if k != "logger"}
         plain = resolved(cfg)
-        leaves = {k: v for k, v in flatten({g: plain[g] for g in (*ARCH_GROUPS, "model")}).items()
+        leaves = {k: v for k, v in flatten({g: plain[g] for g in (*ARCH_GROUPS, "model")}, empty_as_leaf=True).items()
                   if not k.rsplit(".", 1)[-1].startswith("_")}
         for seed in (0, 1):
             paths.append(write_run(root / arm / f"seed{seed}", seed=seed, choices=choices, leaves=leaves,

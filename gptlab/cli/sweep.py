@@ -86,15 +86,15 @@ def arm_identity(overrides: list[str], seed: int, command: str = "train") -> tup
     from omegaconf import OmegaConf
 
     from gptlab.build import build_model, compose
-    from gptlab.compare.group import flatten
     from gptlab.model.fingerprint import model_fingerprint
     from gptlab.noop import noop_choices
+    from gptlab.tree import flatten
 
     cfg = compose([*overrides, f"seed={seed}"], COMMANDS[command][2])
     # The vocabulary comes from the tokenizer at run time; arms of one data setup share it, so any size compares.
     model = build_model(cfg, vocab_size=256, device="meta")
     plain = {k: v for k, v in cast(dict, OmegaConf.to_container(cfg, resolve=False)).items() if k != "hydra"}
-    return model_fingerprint(model), flatten(plain), noop_choices(cfg)
+    return model_fingerprint(model), flatten(plain, empty_as_leaf=True), noop_choices(cfg)
 
 
 def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tuple[list[str], list[str]]:

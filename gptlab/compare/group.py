@@ -9,6 +9,7 @@ from typing import Any
 
 from gptlab.compare.runs import Run
 from gptlab.errors import ConfigError
+from gptlab.tree import flatten
 
 # Keys that vary between seeds of one configuration: runs differing only here form one group.
 SEED_KEYS = frozenset({"seed", "data_seed"})
@@ -33,18 +34,6 @@ IGNORED_CHOICES = frozenset({"logger", "launcher"})
 # Data-loader knobs change speed, not the task.
 _LOADER_KEYS = frozenset({"num_workers", "num_proc", "pin_memory", "prefetch_factor", "persistent_workers", "verify"})
 _MISSING = object()
-
-
-def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mapping -> {"a.b.c": leaf}; lists stay whole leaves."""
-    out: dict[str, Any] = {}
-    for key, value in cfg.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, full + "."))
-        else:
-            out[full] = value
-    return out
 
 
 def _path_like(key: str) -> bool:
@@ -94,7 +83,9 @@ class Group:
 
 def _signature(run: Run) -> tuple[dict[str, str], dict[str, Any]]:
     choices = {k: v for k, v in run.choices.items() if k not in IGNORED_CHOICES}
-    leaves = {k: v for k, v in flatten(run.config).items() if k not in SEED_KEYS and not is_bookkeeping(k)}
+    leaves = {
+        k: v for k, v in flatten(run.config, empty_as_leaf=True).items() if k not in SEED_KEYS and not is_bookkeeping(k)
+    }
     return choices, leaves
 
 
@@ -200,7 +191,7 @@ def find_baseline(groups: list[Group], spec: str | None) -> Group:
 
 def _task_keys(run: Run) -> dict[str, str]:
     """What defines the task: the data choice, data.* settings and any tokenizer setting (not loader knobs)."""
-    flat = flatten(run.config)
+    flat = flatten(run.config, empty_as_leaf=True)
     keys = {
         k: show(v)
         for k, v in flat.items()

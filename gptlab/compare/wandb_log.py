@@ -12,8 +12,8 @@ from typing import Any
 
 from gptlab.compare import speed, stats
 from gptlab.compare.analysis import Comparison
-from gptlab.compare.group import flatten
 from gptlab.compare.runs import Run, wandb_identity
+from gptlab.tree import flatten
 
 TABLE_COLUMNS = [
     "label",
@@ -72,7 +72,7 @@ def _shared(values: list[Any]) -> str | None:
 def _common(runs: list[Run], keys: tuple[str, ...]) -> str | None:
     values = set()
     for run in runs:
-        flat = flatten(run.config)
+        flat = flatten(run.config, empty_as_leaf=True)
         values.add(next((str(flat[k]) for k in keys if flat.get(k) not in (None, "")), None))
     return values.pop() if len(values) == 1 else None
 

@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gptlab.compare.group import IGNORED_CHOICES, SEED_KEYS, flatten, is_bookkeeping
+from gptlab.compare.group import IGNORED_CHOICES, SEED_KEYS, is_bookkeeping
 from gptlab.compare.runs import Run
 from gptlab.compare.wandb_log import entity_of, project_of, sweep_group
 from gptlab.errors import ConfigError
+from gptlab.tree import flatten
 
 SPEC_FILE = "workspace.json"
 LOSS_AXES = {"step": "step", "tokens": "tokens", "wall_s": "wall time (s)"}  # x-axis key -> its title
@@ -36,7 +37,7 @@ def varying_choices(runs: list[Run]) -> list[str]:
 
 def varying_leaves(runs: list[Run]) -> list[str]:
     """Dotted config keys whose value differs among the runs (seeds, bookkeeping and _target_ left out)."""
-    flats = [flatten(r.config) for r in runs]
+    flats = [flatten(r.config, empty_as_leaf=True) for r in runs]
     keys = sorted(set().union(*flats))
 
     def differs(key: str) -> bool:

@@ -99,7 +99,7 @@ class CostReport:
     sharding: dict | None = None  # per-rank memory and communication over N ranks (sharding.per_rank), when asked
 
     def to_dict(self) -> dict:
-        """The JSON contract (issue 6): nested dicts plus the per-op list."""
+        """The JSON contract (gptlab-flops --json, docs/COSTS.md): nested dicts plus the per-op list."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 

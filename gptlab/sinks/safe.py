@@ -8,7 +8,7 @@ from typing import Any
 log = logging.getLogger("gptlab.sinks")
 
 
-def one_line(error: BaseException) -> str:
+def error_summary(error: BaseException) -> str:
     """`TypeName: message` squeezed onto one line and cut to a readable length."""
     text = " ".join(f"{type(error).__name__}: {error}".split())
     return text if len(text) <= 300 else text[:297] + "..."
@@ -38,7 +38,7 @@ class SafeSink:
         try:
             getattr(self.inner, method)(*args)
         except Exception as exc:  # any sink bug or I/O failure; KeyboardInterrupt still propagates
-            self.error = one_line(exc)
+            self.error = error_summary(exc)
             log.warning("logging sink %r disabled after %s() failed: %s", self.name, method, self.error)
 
     def log(self, metrics: dict[str, float], step: int) -> None:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gptlab.tree import flatten
+
 EVENT_PREFIX = "events.out.tfevents."
 _STAMP = re.compile(r"^events\.out\.tfevents\.(\d+)\.")
 
@@ -20,18 +22,6 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
-
-
-def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one level of dotted keys: {"choices": {"mlp": "gelu"}} -> {"choices.mlp": "gelu"}."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
 
 
 def markdown_table(values: Mapping[str, Any]) -> str:
