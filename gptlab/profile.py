@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from gptlab.costs.ops import GROUPS
+from gptlab.profile_state import restore_state, snapshot_state
 from gptlab.profile_table import format_breakdown, format_layers
 
 __all__ = [
@@ -103,9 +104,9 @@ def _hook(model: nn.Module, timer: _Timer) -> list:
             continue
         handles.append(
             module.register_full_backward_pre_hook(
-                lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)
+                lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)  # type: ignore[misc]
             )
-        )  # type: ignore[misc]  # torch hook typing
+        )  # (the ignore: torch's hook typing cannot infer a lambda with default arguments)
         handles.append(module.register_full_backward_hook(lambda m, gi, go: timer.close()))
     return handles
 
@@ -208,40 +209,13 @@ def _timed_step(model, optimizer, x, y, autocast, timer: _Timer) -> None:
     timer.seconds["optimizer"] += time.perf_counter() - t0
 
 
-def _to_cpu(value):
-    """A copy of value with every tensor moved (copied) to the CPU; dicts, lists and tuples recursed."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value)
-    return value
-
-
-def snapshot_state(model: nn.Module, optimizer) -> dict:
-    """Weights, optimizer state and RNG states, copied to the CPU.
-
-    A copy kept on the GPU would hold another model + optimizer state (~19 GB for gpt2-xl) through the whole
-    run and show up in every later peak-memory figure. The CUDA RNG is saved too: dropout on the GPU draws from it.
-    """
-    saved = {
-        "model": _to_cpu(model.state_dict()),
-        "optimizer": _to_cpu(optimizer.state_dict()),
-        "cpu_rng": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        saved["cuda_rng"] = torch.cuda.get_rng_state_all()
-    return saved
-
-
-def restore_state(model: nn.Module, optimizer, saved: dict) -> None:
-    """Put back what snapshot_state() saved (load_state_dict copies into the tensors on their own devices)."""
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
-    torch.set_rng_state(saved["cpu_rng"])
-    if "cuda_rng" in saved:
-        torch.cuda.set_rng_state_all(saved["cuda_rng"])
+def _timed(model, optimizer, xy: tuple[torch.Tensor, torch.Tensor], autocast, timer: _Timer, sync) -> float:
+    """One hooked training step on batch xy; its wall time in seconds (synchronised on CUDA)."""
+    sync()
+    t0 = time.perf_counter()
+    _timed_step(model, optimizer, *xy, autocast, timer)
+    sync()
+    return time.perf_counter() - t0
 
 
 def profile_steps(
@@ -268,7 +242,7 @@ def profile_steps(
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     was_training = model.training
     model.train()
-    timer, step_times, handles = _Timer(sync, len(model.blocks)), [], []
+    timer, handles = _Timer(sync, len(model.blocks)), []
     activities = [torch.profiler.ProfilerActivity.CPU]
     if str(device).startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -277,13 +251,9 @@ def profile_steps(
             _plain_step(model, optimizer, *batch(i), autocast)
         handles = _hook(model, timer)
         with torch.profiler.profile(activities=activities) as prof:
-            for i in range(warmup, warmup + steps):
-                x, y = batch(i)
-                sync()
-                t0 = time.perf_counter()
-                _timed_step(model, optimizer, x, y, autocast, timer)
-                sync()
-                step_times.append(time.perf_counter() - t0)
+            step_times = [
+                _timed(model, optimizer, batch(i), autocast, timer, sync) for i in range(warmup, warmup + steps)
+            ]
     finally:
         for h in handles:
             h.remove()

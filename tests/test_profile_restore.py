@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptlab import profile
+from gptlab import profile_state
 from model_helpers import tiny_model
 from train_helpers import rows, run_inprocess
 
@@ -28,7 +28,7 @@ def test_snapshot_is_a_cpu_copy_and_restores_everything():
     idx = torch.randint(0, 61, (2, 17))
     model(idx[:, :-1], idx[:, 1:])[1].backward()
     optimizer.step()
-    saved = profile.snapshot_state(model, optimizer)
+    saved = profile_state.snapshot_state(model, optimizer)
     tensors = list(saved["model"].values()) + [t for s in saved["optimizer"]["state"].values() for t in s.values()]
     assert all(t.device.type == "cpu" for t in tensors) and len(tensors) > len(saved["model"])
     live = {t.untyped_storage().data_ptr() for t in model.state_dict().values()}
@@ -39,7 +39,7 @@ def test_snapshot_is_a_cpu_copy_and_restores_everything():
             p.add_(1.0)
     optimizer.step()
     torch.rand(5)
-    profile.restore_state(model, optimizer, saved)
+    profile_state.restore_state(model, optimizer, saved)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved["model"].items())
     assert torch.equal(torch.rand(3), expected)
 
@@ -54,9 +54,9 @@ def test_cuda_rng_is_saved_and_restored(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    saved = profile.snapshot_state(model, optimizer)
+    saved = profile_state.snapshot_state(model, optimizer)
     assert saved["cuda_rng"] is state
-    profile.restore_state(model, optimizer, saved)
+    profile_state.restore_state(model, optimizer, saved)
     assert restored == [state]
 
 
@@ -70,7 +70,7 @@ def _leaves(value) -> list:
 
 @pytest.mark.parametrize("value", [{"a": [torch.ones(2), (torch.zeros(1), 3)]}, torch.arange(3)])
 def test_to_cpu_copies_nested_tensors(value):
-    out = profile._to_cpu(value)
+    out = profile_state.to_cpu(value)
     pairs = list(zip(_leaves(value), _leaves(out)))
     assert len(pairs) == len(_leaves(value)) and type(out) is type(value)
     for a, b in pairs:

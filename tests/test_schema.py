@@ -13,7 +13,8 @@ import yaml
 from gptlab.build import compose
 from gptlab.errors import ConfigError
 from gptlab.hardware import COMPILE_MODES, Hardware, compile_mode
-from gptlab.schema import REQUIRED, SCHEMA, SEED, Auto, Bool, Number, OneOf, Seq, Text, check_schema, show
+from gptlab.schema import REQUIRED, SCHEMA, SEED, check_schema
+from gptlab.schema_checks import Auto, Bool, Number, OneOf, Seq, Text, show
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GLOBAL_PACKAGES = {"launcher", "tune"}  # `# @package _global_`: Hydra/launcher settings, no run keys
