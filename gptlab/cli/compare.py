@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from gptlab.compare import decode, wandb_log
-from gptlab.compare.analysis import ALPHA, Comparison, add_targets, compare, load_claims
+from gptlab.compare.analysis import ALPHA, Comparison, add_targets, compare
+from gptlab.compare.claims import load_claims
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
