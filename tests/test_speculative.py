@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 from gptlab.build import compose
 from gptlab.errors import ConfigError
 from gptlab.infer.cache import make_caches
-from gptlab.infer.speculative import (Sampler, Stats, expected_speedup, expected_tokens_per_forward, main, probs,
-                                      propose, rollback, same_tokenizer, speculative_generate, speculative_round,
-                                      static_caches, verify)
+from gptlab.infer.speculative import (Sampler, Stats, expected_speedup, expected_tokens_per_forward, probs, propose,
+                                      rollback, speculative_generate, speculative_round, static_caches, verify)
+from gptlab.infer.speculative_cli import main, same_tokenizer
 from model_helpers import tiny_model, tokens
 from train_helpers import FAST, run_inprocess
 
