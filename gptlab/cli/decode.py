@@ -13,7 +13,6 @@ through gptlab-sweep. A user mistake is one line on stderr and exit 2.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import asdict
@@ -29,8 +28,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gptlab import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.cli import fail
+from gptlab.cli.decode_table import progress, table
 from gptlab.cli.train import one_line
 from gptlab.errors import ConfigError
+from gptlab.io import strict_json
 from gptlab.paths import CONF_DIR
 from gptlab.sinks.progress import console_log
 
@@ -140,17 +141,6 @@ def model_record(model) -> dict:
     }
 
 
-def finite(obj):
-    """A strict-JSON copy: NaN/inf become null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
-
-
 def execute(cfg: DictConfig, choices: dict, overrides: list[str]) -> dict:
     """Measure the grid the config asks for; returns decode.json's document."""
     from gptlab.build import build_hardware, plain_config
@@ -168,7 +158,7 @@ def execute(cfg: DictConfig, choices: dict, overrides: list[str]) -> dict:
     load, start = LoadSampler(), time.perf_counter()
     load.start()
     points = measure(model, grid, on_point=lambda p: say(progress(p)))
-    return finite(
+    return strict_json(
         {
             "version": 1,
             "command": "gptlab-decode",
@@ -192,75 +182,6 @@ def say(text: str) -> None:
     """Print a line for the user and copy it to the run's decode.log."""
     print(text, flush=True)
     console_log.info(text)
-
-
-def progress(p: dict) -> str:
-    head = f"[decode] batch {p['batch']} context {p['context']} cache={p['cache']}:"
-    if p["status"] != "measured":
-        return f"{head} skipped ({p['reason']})"
-    return f"{head} {p['decode_tokens_per_s']['mean']:,.0f} tokens/s, p50 {p['latency_ms_p50']['mean']:.2f} ms/token"
-
-
-def _pm(fig: dict | None, fmt: str) -> str:
-    if not fig:
-        return "–"
-    return format(fig["mean"], fmt) + ("" if fig["std"] is None else f" ± {format(fig['std'], fmt)}")
-
-
-def _mib(x) -> str:
-    return "–" if x is None else f"{x / 2**20:,.2f}"
-
-
-TABLE = [
-    "batch",
-    "context",
-    "cache",
-    "prefill ms",
-    "decode tokens/s",
-    "p50 ms",
-    "p90 ms",
-    "p99 ms",
-    "KV MiB measured",
-    "KV MiB predicted",
-    "ratio",
-    "peak Δ MiB",
-]
-
-
-def table(doc: dict) -> str:
-    """The points as an aligned text table (mean ± std over repeats), skipped points with their reason."""
-    rows = [TABLE]
-    for p in doc["points"]:
-        head = [str(p["batch"]), str(p["context"]), p["cache"]]
-        if p["status"] != "measured":
-            rows.append(head + [f"skipped: {p['reason']}"])
-            continue
-        ratio = "–" if p["kv_bytes_ratio"] is None else f"{p['kv_bytes_ratio']:.4f}"
-        rows.append(
-            head
-            + [_pm(p["prefill_ms"], ".1f"), _pm(p["decode_tokens_per_s"], ",.0f")]
-            + [_pm(p[f"latency_ms_p{q}"], ".2f") for q in (50, 90, 99)]
-            + [
-                _mib(p["kv_bytes_measured"]),
-                _mib(p["kv_bytes_predicted"]),
-                ratio,
-                _mib(p["peak_mem_delta_bytes"]["mean"]),
-            ]
-        )
-    widths = [max(len(r[i]) for r in rows if len(r) > i and len(r) == len(TABLE)) for i in range(len(TABLE))]
-    lines = [
-        "  ".join(c.rjust(w) for c, w in zip(r, widths))
-        if len(r) == len(TABLE)
-        else "  ".join(c.rjust(w) for c, w in zip(r[:3], widths)) + "  " + r[3]
-        for r in rows
-    ]
-    load = doc.get("outside_load")
-    foot = [
-        f"mean ± std over {doc['settings']['repeats']} repeats; {doc['hardware']['device']} "
-        f"{doc['hardware']['dtype']}, {doc['hardware']['threads']} threads; peak memory: {doc['peak_mem_method']}",
-        "outside load: " + ("n/a" if load is None else f"{100 * load:.0f}% of the cores used by other processes"),
-    ]
-    return "\n".join(lines + foot)
 
 
 def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
