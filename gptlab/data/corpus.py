@@ -30,17 +30,17 @@ from pathlib import Path
 
 import numpy as np
 
+from gptlab.data.fitting import FITTED, FitSample, check_val_fraction, fit_limit, load_tokenizer, save_tokenizer
 from gptlab.data.progress import DataProgress
 from gptlab.data.shards import ShardWriter, TokenStream, check_ids, open_shards
 from gptlab.data.sources import SEGMENT_CHARS
-from gptlab.data.tokenizers import BPETokenizer, CharTokenizer, make_tokenizer
+from gptlab.data.tokenizers import make_tokenizer
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 2  # bump when the on-disk layout, the segment rule or the split rule changes
 CHUNK_CHARS = 1 << 22  # characters per tokenization task (~4 MB of text)
 SHARD_TOKENS = 1 << 27  # ids per shard (256 MiB as uint16)
-FITTED = ("char", "bpe")  # tokenizers fitted on the corpus (on the fit sample)
 
 
 @dataclass
@@ -53,38 +53,6 @@ class TokenSplits:
     cache_path: Path
     from_cache: bool
     fingerprint: str  # the entry's key plus the split point: changes whenever any sample could change
-
-
-def check_val_fraction(val_fraction) -> float:
-    """`val_fraction` as a float in (0, 1), else a ConfigError."""
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
-        raise ConfigError(f"data.val_fraction: got {val_fraction!r}; allowed: a number strictly between 0 and 1")
-    return float(val_fraction)
-
-
-class FitSample:
-    """The text a char/bpe tokenizer is fitted on: whole segments from the start, up to `limit` UTF-8 bytes.
-
-    Lazy and re-iterable (BPE hashes it, then trains on it); `segments` is how many segments it holds.
-    """
-
-    def __init__(self, source, limit: int):
-        self.source, self.limit, self.segments = source, limit, 0
-
-    def __iter__(self):
-        used, n = 0, 0
-        for text, _ in self.source.segments():
-            size = len(text.encode("utf-8"))
-            if used + size > self.limit:
-                break
-            used, n = used + size, n + 1
-            yield text
-        self.segments = n
-
-
-def _fit_limit(source, bpe_sample_bytes: int, val_fraction: float) -> int:
-    total = source.total_bytes
-    return bpe_sample_bytes if total is None else min(bpe_sample_bytes, int(total * (1 - val_fraction)))
 
 
 def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: int, max_tokens) -> str:
@@ -104,25 +72,6 @@ def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: i
         "max_tokens": max_tokens,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-
-
-def _save_tokenizer(tok, folder: Path) -> dict:
-    if isinstance(tok, CharTokenizer):
-        return {"chars": tok.chars}
-    if isinstance(tok, BPETokenizer):
-        tok._tok.save(str(folder / "tokenizer.json"))
-        return {"train_sha256": tok.train_sha256}
-    return {}
-
-
-def _load_tokenizer(name: str, folder: Path, state: dict, cache_dir: Path):
-    if name == "char":
-        return CharTokenizer(state["chars"])
-    if name == "bpe":
-        from tokenizers import Tokenizer
-
-        return BPETokenizer(Tokenizer.from_file(str(folder / "tokenizer.json")), state["train_sha256"])
-    return make_tokenizer(name, "", cache_dir)
 
 
 def _chunks(source, skip_chunks: int) -> Generator[tuple[int, int, list[tuple[str, bool]]], None, None]:
@@ -259,7 +208,7 @@ def _build(
                 "source": source.key,
                 "tokenizer": tokenizer,
                 "identity": tok.identity(),
-                "tokenizer_state": _save_tokenizer(tok, partial),
+                "tokenizer_state": save_tokenizer(tok, partial),
                 "fit_end": fit_end,
                 "vocab_size": tok.vocab_size,
             }
@@ -268,6 +217,20 @@ def _build(
         raise
     writer.finish(meta)
     os.rename(partial, folder)  # atomic publish
+
+
+def _build_once(source, tokens_dir: Path, key: str, **build) -> None:
+    """_build under the entry's lock: one run of a sweep tokenizes, the others wait and then find index.json."""
+    folder, partial = tokens_dir / key, tokens_dir / f"{key}.partial"
+    with open(tokens_dir / f"{key}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another run that is tokenizing the same corpus (%s)", partial)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "index.json").is_file():
+            _build(source, folder, partial, **build)
+            (tokens_dir / f"{key}.lock").unlink(missing_ok=True)  # waiters wake, find index.json
 
 
 def shard_tokens() -> int:
@@ -291,35 +254,26 @@ def build_token_splits(
     val_fraction = check_val_fraction(val_fraction)
     if tokenizer not in ("bpe", "byte", "char", "gpt2"):
         make_tokenizer(tokenizer, "", cache_dir)  # the one-line unknown-tokenizer error
-    fit_limit = _fit_limit(source, bpe_sample_bytes, val_fraction)
-    key = cache_key(source.key, tokenizer, bpe_vocab_size, fit_limit, max_tokens)
+    limit = fit_limit(source, bpe_sample_bytes, val_fraction)
+    key = cache_key(source.key, tokenizer, bpe_vocab_size, limit, max_tokens)
     tokens_dir = Path(cache_dir) / "tokens"
-    folder, partial = tokens_dir / key, tokens_dir / f"{key}.partial"
+    folder = tokens_dir / key
     tokens_dir.mkdir(parents=True, exist_ok=True)
     from_cache = (folder / "index.json").is_file()
     if not from_cache:
-        with open(tokens_dir / f"{key}.lock", "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("waiting for another run that is tokenizing the same corpus (%s)", partial)
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (folder / "index.json").is_file():
-                fit = FitSample(source, fit_limit) if tokenizer in FITTED else None
-                _build(
-                    source,
-                    folder,
-                    partial,
-                    tokenizer=tokenizer,
-                    fit=fit,
-                    bpe_vocab_size=bpe_vocab_size,
-                    cache_dir=Path(cache_dir),
-                    num_proc=num_proc or default_num_proc(),
-                    max_tokens=max_tokens,
-                )
-                (tokens_dir / f"{key}.lock").unlink(missing_ok=True)  # waiters wake, find index.json
+        _build_once(
+            source,
+            tokens_dir,
+            key,
+            tokenizer=tokenizer,
+            fit=FitSample(source, limit) if tokenizer in FITTED else None,
+            bpe_vocab_size=bpe_vocab_size,
+            cache_dir=Path(cache_dir),
+            num_proc=num_proc or default_num_proc(),
+            max_tokens=max_tokens,
+        )
     shards, index = open_shards(folder)
-    tok = _load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
+    tok = load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
     if verify:
         check_ids(folder, shards, tok.vocab_size)
     elif index.get("max_id", -1) >= tok.vocab_size:
