@@ -27,8 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 # isort: off
 from benchmarks.common import (
     REPO,
@@ -44,25 +42,12 @@ from benchmarks.common import (
 )
 
 # isort: on
+from benchmarks.corpus_gen import generate
+from benchmarks.data_scale_report import ISSUE_BEFORE, extrapolate, markdown
 from benchmarks.startup import first_step
 from gptlab.io import strict_json
 
-WORDS = (
-    "the of and to a in is it you that he was for on are with as I his they be at one have this from or had by "
-    "not word but what some we can out other were all there when up use your how said an each she which do their "
-    "time if will way about many then them write would like so these her long make thing see him two has look "
-    "more day could go come did number sound no most people my over know water than call first who may down "
-    "side been now find any new work part take get place made live where after back little only round man year "
-    "came show every good me give our under name very through just form sentence great think say help"
-).split()
-TABLE = [w + " " for w in WORDS] + [w + "\n" for w in WORDS]  # the last word of a line carries the newline
-WORDS_PER_LINE, BLOCK_LINES, DOC_BYTES, SEED = 12, 20_000, 4096, 0
-UNITS, TEN_GB, PINNED = {"KB": 10**3, "MB": 10**6, "GB": 10**9}, 10 * 10**9, "null, pinned to 1 core"
-ISSUE_BEFORE = {
-    "50 MB .txt": {"tokenize_s": 7.6, "peak_rss_mib": 934},  # issue 16, same machine, before the rewrite
-    "100 MB .txt": {"tokenize_s": 14.5, "peak_rss_mib": 1651},
-    "100 MB .jsonl": {"tokenize_s": 16.5, "peak_rss_mib": 361},
-}
+UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
 def parse_size(text: str) -> int:
@@ -70,47 +55,6 @@ def parse_size(text: str) -> int:
     if not m:
         raise BenchError(f"--sizes: cannot read {text!r}; give sizes like 100MB,1GB")
     return int(float(m[1]) * UNITS[m[2].upper()])
-
-
-def generate(folder: Path, label: str, nbytes: int) -> dict:
-    """<label>.txt and <label>.jsonl with the same text, the .txt nbytes long (to the end of a line); kept if there."""
-    txt, jsonl, stamp = folder / f"{label}.txt", folder / f"{label}.jsonl", folder / f"{label}.json"
-    spec = {"bytes": nbytes, "seed": SEED, "words": len(WORDS), "words_per_line": WORDS_PER_LINE, "v": 1}
-    if stamp.is_file() and txt.is_file() and jsonl.is_file() and json.loads(stamp.read_text())["spec"] == spec:
-        return json.loads(stamp.read_text())
-    rng = np.random.default_rng(SEED)
-    p = 1 / np.arange(1, len(WORDS) + 1)  # Zipf: "the" is the commonest word
-    p /= p.sum()
-    t0, written, docs, per_doc = time.perf_counter(), 0, 0, None
-    with open(txt, "w") as ft, open(jsonl, "w") as fj:
-        while written < nbytes:
-            idx = rng.choice(len(WORDS), size=(BLOCK_LINES, WORDS_PER_LINE), p=p)  # (lines, words)
-            idx[:, -1] += len(WORDS)
-            text = "".join(map(TABLE.__getitem__, idx.ravel().tolist()))  # ASCII: characters = bytes
-            per_doc = per_doc or max(1, round(DOC_BYTES * BLOCK_LINES / len(text)))  # lines per ~4 KB document
-            if written + len(text) > nbytes:
-                text = text[: text.find("\n", nbytes - written - 1) + 1]
-            ft.write(text)
-            written += len(text)
-            lines = text.splitlines()
-            fj.write(
-                "".join(
-                    json.dumps({"text": "\n".join(lines[i : i + per_doc])}) + "\n"
-                    for i in range(0, len(lines), per_doc)
-                )
-            )
-            docs += -(-len(lines) // per_doc)
-    info = {
-        "spec": spec,
-        "txt": str(txt),
-        "jsonl": str(jsonl),
-        "txt_bytes": txt.stat().st_size,
-        "jsonl_bytes": jsonl.stat().st_size,
-        "jsonl_docs": docs,
-        "generate_s": time.perf_counter() - t0,
-    }
-    stamp.write_text(json.dumps(info))
-    return info
 
 
 def _status_kib(field: str) -> int:
@@ -260,22 +204,6 @@ def train_runs(bench: Bench, corpus: str, cache: Path, repeats: int, steps: int,
     }
 
 
-def extrapolate(rows: list[dict]) -> list[dict]:
-    """10 GB from the largest size: time, tokens and cache linear in text bytes; peak RSS as measured (flat)."""
-    label = max(rows, key=lambda r: r["text_bytes"])["label"]
-    return [
-        {
-            "corpus": f"10GB .{r['format']}",
-            "num_proc": r["num_proc"],
-            "from": r["corpus"],
-            **{key: r[key] * TEN_GB / r["text_bytes"] for key in ("tokenize_s", "hash_s", "tokens", "cache_bytes")},
-            "peak_rss_mib": r["peak_rss_mib"],
-        }
-        for r in rows
-        if r["label"] == label
-    ]
-
-
 def measure(
     bench: Bench,
     sizes: list[tuple[str, int]],
@@ -306,71 +234,6 @@ def measure(
         "foreign_cpu": median(foreign),
         "foreign_cpu_max": max(foreign),
     }
-
-
-def _mb(b: float) -> str:  # MB (decimal)
-    return f"{b / 1e6:,.0f}" if b >= 1e7 else f"{b / 1e6:,.1f}"
-
-
-def _f(v, fmt: str = "{:.2f}") -> str:
-    return "n/a" if v is None else fmt.format(v)
-
-
-def _pct(v) -> str:
-    return "n/a" if v is None else f"{100 * v:.0f} %"
-
-
-def markdown(res: dict) -> str:
-    out = [
-        "| corpus | num_proc | full hash s | tokenize s | MB/s | cores used | peak RSS MiB | tokens | "
-        "cache MB (× text) | progress lines | outside load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    out += [
-        f"| {r['corpus']} ({_mb(r['text_bytes'])} MB) | {r['num_proc'] or PINNED} | {r['hash_s']:.1f} | "
-        f"{r['tokenize_s']:.1f} | {r['mb_per_s']:.1f} | {r['cores_used']:.2f} | {r['peak_rss_mib']:,.0f} | "
-        f"{r['tokens']:,} | {_mb(r['cache_bytes'])} ({r['cache_over_text']:.2f}×) | {r['progress_lines']} | "
-        f"{_pct(r['foreign'])} |"
-        for r in res["tokenize"]
-    ]
-    out += [
-        "",
-        "| cached corpus | TextData on a hit s | command → first step s: median (runs) | of it: launch → "
-        "loop | of it: eval at step 0 + step 1 | whole command s | outside load |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for t in res["train"]:
-        runs = ", ".join(_f(r["first_step_s"]) for r in t["first_step"])
-        out.append(
-            f"| {Path(t['corpus']).name}{'' if t['cache_hit'] else ' (NOT a cache hit)'} | "
-            f"{t['data_ready_s']:.2f} | {_f(t['first_step_s'])} ({runs}) | {_f(t['setup_s'])} | "
-            f"{_f(t['loop_s'])} | {_f(t['total_s'])} | {_pct(t['foreign'])} |"
-        )
-    out += [
-        "",
-        "| cached corpus | train.prefetch | batch wait ms/step (median) | step ms (median) | data share | "
-        "outside load (the run's own figure) |",
-        "|---|---|---|---|---|---|",
-    ]
-    out += [
-        f"| {Path(t['corpus']).name} | {_f(s['prefetch'], '{}')} | {_f(s['data_ms_median'], '{:.3f}')} | "
-        f"{_f(s['step_ms_median'], '{:.1f}')} | {_f(s['data_share'] and 100 * s['data_share'], '{:.2f} %')} | "
-        f"{_pct(s['run_outside_load'])} |"
-        for t in res["train"]
-        for s in t["data_share"]
-    ]
-    out += [
-        "",
-        "| 10 GB (extrapolated from) | num_proc | tokenize | full hash | peak RSS MiB | tokens | cache GB |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    out += [
-        f"| {e['corpus']} ({e['from']}) | {e['num_proc'] or PINNED} | {e['tokenize_s'] / 60:.0f} min | "
-        f"{e['hash_s'] / 60:.1f} min | {e['peak_rss_mib']:,.0f} | {e['tokens'] / 1e9:.2f} B | "
-        f"{e['cache_bytes'] / 1e9:.1f} |"
-        for e in res["extrapolation_10GB"]
-    ]
-    return "\n".join(out)
 
 
 def parse(argv):
