@@ -8,6 +8,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -100,52 +101,43 @@ def train(
             stop.restore()
 
 
+@dataclass(eq=False)
 class _Loop:
     """One call of train(): the objects it drives, its progress `p`, its clocks and its load sampler."""
 
-    def __init__(
-        self,
-        model,
-        ddp_model,
-        data,
-        optimizer,
-        schedule,
-        hardware,
-        settings,
-        sinks,
-        ctx,
-        p,
-        resumed,
-        scaler,
-        stop,
-        source,
-    ):
-        self.model, self.ddp_model, self.data, self.optimizer, self.schedule = (
-            model,
-            ddp_model,
-            data,
-            optimizer,
-            schedule,
-        )
-        self.hardware, self.settings, self.sinks, self.ctx, self.p = hardware, settings, sinks, ctx, p
-        self.resumed, self.scaler, self.stop, self.source = resumed, scaler, stop, source
-        self.device = hardware.device
+    model: Any
+    ddp_model: Any
+    data: Any
+    optimizer: Any
+    schedule: Any
+    hardware: Any
+    settings: Any
+    sinks: list
+    ctx: Context
+    p: Progress
+    resumed: bool
+    scaler: Any
+    stop: StopFlag
+    source: Any
+
+    def __post_init__(self) -> None:
+        settings, p = self.settings, self.p
+        self.device = self.hardware.device
         self.peak = PeakMemory(
             self.device
         )  # this run's own peak: nothing carried over from earlier runs in the process
-        for group in optimizer.param_groups:
+        for group in self.optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
         self.start_step = p.step
-        for sink in sinks:  # rows after the checkpoint are redone; from scratch, every row
-            getattr(sink, "truncate_after", lambda s: None)(self.start_step if resumed else -1)
-        self.micro_bs = settings.batch_size // settings.grad_accum // ctx.world
-        self.val_set = data.val_samples(settings.eval_sequences)
-        self.tokens_per_step = settings.batch_size * data.seq_len
+        for sink in self.sinks:  # rows after the checkpoint are redone; from scratch, every row
+            getattr(sink, "truncate_after", lambda s: None)(self.start_step if self.resumed else -1)
+        self.micro_bs = settings.batch_size // settings.grad_accum // self.ctx.world
+        self.val_set = self.data.val_samples(settings.eval_sequences)
+        self.tokens_per_step = settings.batch_size * self.data.seq_len
         self.status, self.wall0, self.started = "finished", p.wall_s, time.perf_counter()
-        self.load = job_sampler(
-            int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        )  # how busy the machine is besides this run
-        self.monitor = diagnostics.Monitor(model, data, hardware, settings, ctx)
+        # how busy the machine is besides this run
+        self.load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        self.monitor = diagnostics.Monitor(self.model, self.data, self.hardware, settings, self.ctx)
 
     def wall(self) -> float:
         return self.wall0 + time.perf_counter() - self.started

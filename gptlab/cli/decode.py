@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gptlab import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
-from gptlab.cli import fail
+from gptlab.cli import fail, hydra_raises
 from gptlab.cli.decode_table import progress, table
 from gptlab.cli.train import one_line
 from gptlab.errors import ConfigError
@@ -225,21 +225,15 @@ def decode_app(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The gptlab-decode command: Hydra's own errors (unknown key or choice, bad override) are one line too."""
-    previous = os.environ.get("HYDRA_FULL_ERROR")
-    if previous == "1":
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return decode_app()
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a multi-line report
     try:
-        return decode_app()
+        with hydra_raises():
+            return decode_app()
     except KeyboardInterrupt:
         fail("interrupted (Ctrl-C)", 130)
     except (HydraException, ConfigError, OSError, OmegaConfBaseException) as err:
         fail(one_line(err), 1 if isinstance(err, OSError) and not isinstance(err, HydraException) else 2)
-    finally:
-        if previous is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = previous
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gptlab import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
-from gptlab.cli import fail
+from gptlab.cli import fail, hydra_raises
 from gptlab.cli.help import help_topic, render
 from gptlab.errors import ConfigError
 from gptlab.paths import CONF_DIR
@@ -270,10 +270,9 @@ def main() -> None:
     except ConfigError as err:
         fail(one_line(err), 2)
     saved = _hydra_files(explicit)
-    previous = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a multi-line report
     try:
-        return train_app()
+        with hydra_raises():
+            return train_app()
     except KeyboardInterrupt:
         fail("interrupted (Ctrl-C); run the same command to resume from the newest checkpoint", 130)
     except SystemExit as stop:
@@ -284,11 +283,6 @@ def main() -> None:
         if exit_code(err) == 2:
             _put_back(saved)
         fail(one_line(err), exit_code(err))
-    finally:
-        if previous is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = previous
 
 
 if __name__ == "__main__":

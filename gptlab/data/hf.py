@@ -124,13 +124,4 @@ class HFData(LMData):
             verify=verify,
         )
         self.dataset_name = name
-        self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
-        super().__init__(
-            name="hf",
-            tokenizer=splits.tokenizer,
-            train=splits.train,
-            val=splits.val,
-            seed=seed,
-            block_size=block_size,
-            fingerprint=splits.fingerprint,
-        )
+        self._open_splits("hf", splits, seed, block_size)

@@ -53,6 +53,20 @@ class LMData:
                     f"or change data.val_fraction"
                 )
 
+    def _open_splits(self, name: str, splits, seed: int, block_size: int) -> None:
+        """Initialise from gptlab.data.corpus.build_token_splits' result: its tokenizer, train/val views and entry."""
+        self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
+        LMData.__init__(
+            self,
+            name=name,
+            tokenizer=splits.tokenizer,
+            train=splits.train,
+            val=splits.val,
+            seed=seed,
+            block_size=block_size,
+            fingerprint=splits.fingerprint,
+        )
+
     def _windows(
         self, tokens: np.ndarray | TokenStream, stream: str, first: int, count: int
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -46,13 +46,4 @@ class ShakespeareData(LMData):
             num_proc=num_proc,
             verify=verify,
         )
-        self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
-        super().__init__(
-            name="shakespeare",
-            tokenizer=splits.tokenizer,
-            train=splits.train,
-            val=splits.val,
-            seed=seed,
-            block_size=block_size,
-            fingerprint=splits.fingerprint,
-        )
+        self._open_splits("shakespeare", splits, seed, block_size)

@@ -46,13 +46,4 @@ class TextData(LMData):
             verify=verify,
         )
         self.files = files
-        self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
-        super().__init__(
-            name="text",
-            tokenizer=splits.tokenizer,
-            train=splits.train,
-            val=splits.val,
-            seed=seed,
-            block_size=block_size,
-            fingerprint=splits.fingerprint,
-        )
+        self._open_splits("text", splits, seed, block_size)
