@@ -15,6 +15,7 @@ from gptlab.compare import speed, stats
 from gptlab.compare.group import Group, assign_labels, diff_items, find_baseline, group_runs
 from gptlab.compare.identical import model_only
 from gptlab.compare.runs import Run
+from gptlab.compare.speed import mem_text
 
 HEADERS = [
     "label",
@@ -185,15 +186,6 @@ def _up(up: dict | None) -> str:
     return f"{up['ratio']:.2f}×{ci} {up['verdict']}"
 
 
-def _bytes(x: float | None) -> str:
-    if x is None:
-        return "–"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if x >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f} B"
-
-
 def cells(rows: list[DecodeRow]) -> list[list[str]]:
     """Display strings per row, in HEADERS order (a skipped point names its reason)."""
     body = []
@@ -212,10 +204,10 @@ def cells(rows: list[DecodeRow]) -> list[list[str]]:
                 _up(r.latency_speedup),
                 _pm(r.latency_p99_ms, ".2f"),
                 _pm(r.prefill_ms, ".1f"),
-                _bytes(r.kv_bytes_measured),
-                _bytes(r.kv_bytes_predicted),
+                mem_text(r.kv_bytes_measured),
+                mem_text(r.kv_bytes_predicted),
                 ratio,
-                _bytes(r.peak_mem_delta_bytes),
+                mem_text(r.peak_mem_delta_bytes),
             ]
         )
     return body

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gptlab.compare.analysis import ALPHA, Comparison, Row
 from gptlab.compare.layers import layer_notes
-from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT
+from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT, mem_text
 from gptlab.compare.target_report import html_targets, markdown_targets, print_targets, target_notes
 
 BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)
@@ -59,15 +59,6 @@ def _si(x: float | None) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.3g}{unit}"
     return f"{x:g}"
-
-
-def _mem(x: float | None) -> str:
-    if x is None:
-        return "–"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if x >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f} B"
 
 
 def verdict(row: Row, base: str | None) -> str:
@@ -141,7 +132,7 @@ def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
             _spread(r.tokens_per_s, r.tokens_per_s_std, ",.0f") + loaded,
             _spread(r.step_ms, r.step_ms_std, ".1f") + loaded,
             f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–",
-            _mem(r.peak_mem_bytes),
+            mem_text(r.peak_mem_bytes),
             speed_cell(r),
             "; ".join(FLAGS[k][0] for k in row_flags(r)) or "–",
         ]

@@ -73,3 +73,13 @@ def speedup(arm: Sequence[float], base: Sequence[float], alpha: float) -> SpeedU
     else:
         word = "faster" if diff > 0 else "slower"
     return SpeedUp(math.exp(diff), ci, test.p, word)
+
+
+def mem_text(x: float | None) -> str:
+    """Bytes for a table cell in binary units (1.50 GiB, 12.00 MiB, 512 B); '–' when not measured."""
+    if x is None:
+        return "–"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} B"
