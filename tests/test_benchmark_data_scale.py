@@ -26,6 +26,7 @@ def positive(*values) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values)
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_tokenize_figures_for_both_formats(tmp_path):
     doc = data_scale(tmp_path, "--no-train")
     assert set(doc) >= {"meta", "corpora", "tokenize", "train", "extrapolation_10GB", "issue_before", "foreign_cpu"}

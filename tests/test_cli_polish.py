@@ -201,6 +201,7 @@ def _mini_sweep(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_dry_run_prints_a_runnable_quoted_command_and_honours_hydra_sweep_dir(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out, sweep = tmp_path / "my sweeps", str(_mini_sweep(tmp_path))  # a space: the printed command must quote it

@@ -190,6 +190,7 @@ def test_check_model_refuses_what_cannot_train_in_one_line():
         check_model(flex, vocab_size=VOCAB, seq_len=32, device="cpu", dtype=torch.float32)
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_readme_attention_trains_through_gptlab_train(tmp_path):
     """tests/readme_attention.py, written from the README alone, trains 3 steps through the real CLI."""
     env = {"PYTHONPATH": f"{REPO / 'tests'}:{REPO}", "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}

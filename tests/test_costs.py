@@ -225,6 +225,7 @@ def _flops_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           env=cli_env(PYTHONPATH=str(REPO)), timeout=120)
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_cli_json_has_documented_keys_and_writes_nothing(tmp_path):
     out = _flops_cli("format=json", "mode=decode", "batch_size=2",
                      "hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", cwd=tmp_path)

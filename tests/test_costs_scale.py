@@ -88,6 +88,7 @@ def _get(d: dict, dotted: str) -> float:
     return d
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_gptlab_flops_costs_100000_layers_and_every_figure_is_linear_in_n_layer(tmp_path):
     """The CLI at n_layer 10⁵ (hybrid: 75,000 windowed + 25,000 global layers) = a + b·n_layer from n_layer 4 and 8."""
     over = ["attention=hybrid", "attention.window=16", "batch_size=2", "seq_len=64", "hardware.dtype=bf16"]
@@ -144,6 +145,7 @@ def test_check_fits_asks_cuda_for_free_memory(monkeypatch):
     assert asked == [torch.device("cuda:1")]
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_the_run_check_uses_gptlab_flops_own_estimate(tmp_path):
     """build.cost_report (what gptlab-train checks) and gptlab-flops give the same training-memory estimate."""
     cli = _flops_cli("model=gpt2-xl", "batch_size=8", "hardware.dtype=fp32", cwd=tmp_path)

@@ -222,6 +222,7 @@ def test_a_gpu_this_machine_lacks_is_costed_from_its_datasheet():
     assert comm["time_s"] == comm["bytes_per_step"] / 450e9 and comm["bytes_per_step"] == 7 * _xl_params()
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_cli_prints_the_per_rank_table(tmp_path):
     out = subprocess.run([python_bin(), "-m", "gptlab.cli.flops", *XL, "strategy=fsdp", "world_size=8",
                           "gpu=NVIDIA H100 80GB HBM3", *ROOFS], cwd=tmp_path, capture_output=True, text=True,

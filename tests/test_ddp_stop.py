@@ -71,6 +71,7 @@ def test_mfu_under_ddp_is_per_device(tmp_path):
             assert row["mfu"] == pytest.approx(s["flops_per_token"] * row["tokens_per_s"] / 2 / 1e12, rel=1e-9)
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_a_batch_the_ranks_cannot_share_is_refused(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
     out = subprocess.run([*TORCHRUN, *FAST, "train.batch_size=6", "train.grad_accum=2", "hardware=ddp_cpu",

@@ -40,6 +40,7 @@ def decode_proc(tmp_path, *args: str, timeout: int = 300) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_decode_json_keys_and_values(one_thread):
     doc = run_decode("batch_sizes=[1,2]", "contexts=[5,20]")
     json.dumps(doc, allow_nan=False)  # strict JSON
@@ -155,6 +156,7 @@ def test_bad_keys_are_one_line_errors(override, message):
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_cli_bad_key_exits_2_with_one_line(tmp_path):
     for args, start in ((["batch_sizes=[0]"], "error: batch_sizes=[0]: allowed"),
                         (["cache=[static,lru]"], "error: cache=['static', 'lru']: 'lru' is not a cache kind"),
@@ -164,6 +166,7 @@ def test_cli_bad_key_exits_2_with_one_line(tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("outputs/**/decode.json"))
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_decode_a_trained_run_dir(tmp_path):
     run = tmp_path / "run"
     trained = train_cli(tmp_path, *FAST, "train.max_steps=3", "train.eval_interval=3", f"hydra.run.dir={run}")
@@ -182,6 +185,7 @@ def test_decode_a_trained_run_dir(tmp_path):
     assert clash.returncode == 2 and clash.stderr.startswith(f"error: attention=mqa: with run={run} the model comes")
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_multirun_writes_one_decode_json_per_choice_and_compare_shows_them(tmp_path, capsys):
     from gptlab.cli.compare import main as compare_main
 
@@ -207,6 +211,7 @@ def test_multirun_writes_one_decode_json_per_choice_and_compare_shows_them(tmp_p
     assert "<h2>Decode</h2>" in page and page.count("<td>attention=mqa</td>") == 4 and "<th>decode tokens/s</th>" in page
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_sweep_file_with_command_decode_runs_gptlab_decode_and_skips_finished(tmp_path):
     sweep_file = tmp_path / "mini.yaml"
     sweep_file.write_text(yaml.safe_dump({"description": "test", "command": "decode", "seeds": [0],
@@ -228,6 +233,7 @@ def test_sweep_file_with_command_decode_runs_gptlab_decode_and_skips_finished(tm
     assert bad.returncode == 2 and "command: 'serve' is not allowed; allowed: train, decode" in bad.stderr
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_decode_attention_sweep_arms_run_in_a_cpu_form(one_thread):
     """The shipped study's five arms at a tiny CPU size: KV bytes scale with the K/V heads; sliding keeps a ring."""
     from gptlab.cli.sweep import load_sweep, planned_overrides

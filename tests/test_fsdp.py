@@ -59,6 +59,7 @@ def test_two_ranks_follow_one_process_and_shard_their_checkpoints(runs):
                                                                                   "step_0000008.dcp"]
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_resume_on_the_same_world_size_is_bit_identical(runs):
     run = interrupted_copy(runs["two"], runs["base"] / "two-two", keep_step=4)
     wait(launch(run, 2), run)
@@ -91,6 +92,7 @@ def test_every_optimizer_resumes_exactly_from_a_sharded_checkpoint(tmp_path, opt
     assert curve(run) == curve(tmp_path / "ref")
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_resume_one_process_on_two_ranks_continues_the_curve(runs):
     run = interrupted_copy(runs["one"], runs["base"] / "one-two", keep_step=4)
     train(run, 2)

@@ -43,6 +43,7 @@ def test_setup_on_cuda_passes_device_id(monkeypatch):
     assert distributed.DEFAULT_TIMEOUT_S >= 30 * 60  # NCCL's own default (10 min) is shorter than a big checkpoint
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 @pytest.mark.timeout(120)
 def test_two_gloo_ranks_share_identical_gradients(tmp_path):
     """2 real gloo ranks: DDP without buffer broadcast, gradients as bucket views, equal to one process's."""

@@ -43,6 +43,7 @@ def test_ctrl_c_checkpoints_the_current_step_and_exits_130(tmp_path):
     assert every_row(run) == every_row(tmp_path / "straight")
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_disk_full_while_logging_names_the_file_and_keeps_whole_rows(tmp_path):
     """RLIMIT_FSIZE stands in for a full disk (tests run as root): metrics.jsonl outgrows 8 KiB mid-run."""
     run = tmp_path / "run"

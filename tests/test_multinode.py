@@ -57,6 +57,7 @@ print(json.dumps({k: os.environ.get(k) for k in
 """
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 @pytest.mark.parametrize("submitit_job", [True, False], ids=["submitit", "plain-srun"])
 def test_every_task_of_a_two_node_job_gets_torchruns_env(tmp_path, submitit_job):
     """The variables SLURM gives each task of `--nodes=2 --ntasks-per-node=2` (job 4242 on gpu07, gpu08), through

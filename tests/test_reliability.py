@@ -177,6 +177,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
     assert not stale.exists()
 
 
+@pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_nan_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
     """SGD at lr 30 without clipping really diverges: loss 4.3 -> 18 -> 8e2 -> 3e6 -> 4.3 (saturated) -> nan."""
     run = tmp_path / "run"
