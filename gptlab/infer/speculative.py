@@ -10,7 +10,8 @@ prefix (a prefix of a target sample is a target sample, so this stays exact; it 
 
 Caches: every layer gets a StaticCache here, sliding-window layers included (their window is applied by the
 attention mask over absolute positions), because a RingCache cannot forget positions once it has wrapped; so memory
-is max_len per layer, not the window. CLI (gptlab/infer/speculative_cli.py): python -m gptlab.infer.speculative --target RUN --draft RUN [--k 4]"""
+is max_len per layer, not the window. CLI (gptlab/infer/speculative_cli.py):
+python -m gptlab.infer.speculative --target RUN --draft RUN [--k 4]"""
 
 from __future__ import annotations
 
