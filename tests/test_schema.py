@@ -29,7 +29,8 @@ def shipped_keys() -> set[str]:
         package = text.split("\n", 1)[0].removeprefix("# @package ").strip() if text.startswith("# @package") else None
         if path.parent.name not in GLOBAL_PACKAGES and package != "_global_":
             prefix = package or path.parent.name  # logger options: `# @package logger.<name>`
-            keys |= {f"{prefix}.{k}" for k in yaml.safe_load(text) or {} if not k.startswith("_")}
+            own = yaml.safe_load(text) or {}  # `defaults` (a preset's base) is Hydra's list, not a key
+            keys |= {f"{prefix}.{k}" for k in own if not k.startswith("_") and k != "defaults"}
     root = yaml.safe_load((CONF / "train.yaml").read_text())
     for key, value in root.items():
         if key in ("defaults", "hydra"):

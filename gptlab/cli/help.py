@@ -37,11 +37,13 @@ class Entry:
 
 @dataclass
 class YamlDoc:
-    """A YAML file's package, header comment and keys, in file order."""
+    """A YAML file's package, header comment and keys, in file order; `base`: the option of the same group it
+    inherits from (its defaults list names it, e.g. gqa.yaml's `- mha`), whose keys it changes."""
 
     package: str | None
     header: list[str]
     entries: list[Entry]
+    base: str | None = None
 
 
 def split_comment(text: str) -> tuple[str, str]:
@@ -97,7 +99,11 @@ class _Reader:
 def read_yaml_doc(path: Path) -> YamlDoc:
     """Read one config file's keys with their comments (list items and `defaults` are skipped)."""
     reader = _Reader()
-    for raw in path.read_text().splitlines():
+    text = path.read_text()
+    inherited = re.search(r"^defaults:[ \t]*\n((?:[ \t]+-[^\n]*\n)+)", text, re.M)
+    items = [line.strip()[1:].strip() for line in inherited.group(1).splitlines()] if inherited else []
+    reader.doc.base = next((i for i in items if i != "_self_" and not re.search(r"[/:=@ ]", i)), None)
+    for raw in text.splitlines():
         indent, text = len(raw) - len(raw.lstrip()), raw.strip()
         match = KEY.match(raw)
         if not text:
@@ -207,6 +213,8 @@ def group_page(name: str, conf_dir: Path = CONF_DIR) -> str:
         where = prefix(name, doc.package)
         lines += ["", f"{option}{'  (default)' if option in picked else ''}"]
         lines += [f"    {line}" for line in doc.header]
+        if doc.base:
+            lines.append(f"    (the keys of {doc.base}, changed as below)")
         for e in doc.entries:
             key = f"{where}.{e.key}" if where else e.key
             lines.append(_row(f"  {key}={e.value}" if e.value else f"  {key}:", e.comment, 36))
