@@ -4,7 +4,7 @@
 gptlab.model contract, times each module kind with forward/backward hooks (exclusive of nested
 hooked modules, so nothing is counted twice), per layer (block index) as well, labels the same
 regions with record_function in a Chrome trace, and restores the model, optimizer and RNG afterwards
-so a run's curve is unchanged. Tables: gptlab.profile_table.
+so a run's curve is unchanged. Tables: gptlab.profile_table; hooks and timer: gptlab.profile_hooks.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from gptlab.costs.ops import GROUPS
+from gptlab.profile_hooks import Timer, hook_modules, layer_of, module_kinds
 from gptlab.profile_state import restore_state, snapshot_state
 from gptlab.profile_table import format_breakdown, format_layers
 
@@ -30,85 +31,14 @@ __all__ = [
     "ProfileResult",
     "format_breakdown",
     "format_layers",
+    "layer_of",
+    "module_kinds",
     "predicted_layer_shares",
     "predicted_shares",
     "profile_steps",
     "restore_state",
     "snapshot_state",
 ]
-
-
-def module_kinds(model: Any) -> list[tuple[str, nn.Module, str]]:
-    """(name, module, kind) for every hooked module; parents are timed exclusive of hooked children."""
-    out = [("model", model, "other"), ("wte", model.wte, "embedding")]
-    out += [(f"position.{n}", m, "embedding") for n, m in model.position.named_modules() if isinstance(m, nn.Embedding)]
-    for i, b in enumerate(model.blocks):
-        out.append((f"blocks.{i}", b, "other"))  # residual adds and dropout
-        out += [(f"blocks.{i}.{n}", getattr(b, n), "norms") for n in ("norm1", "norm2") if getattr(b, n) is not None]
-        out.append((f"blocks.{i}.attn", b.attn, "attention kernel"))  # minus its projections below
-        out += [
-            (f"blocks.{i}.attn.{n}", m, "attention projections")
-            for n, m in b.attn.named_modules()
-            if isinstance(m, nn.Linear)
-        ]
-        out.append((f"blocks.{i}.mlp", b.mlp, "mlp"))  # mlp=none: hooked, measures ~0
-    return out + [("norm_f", model.norm_f, "norms"), ("lm_head", model.lm_head, "lm_head")]
-
-
-def layer_of(name: str) -> int | None:
-    """The block index of a hooked module's name ('blocks.3.attn' -> 3), None outside the blocks."""
-    parts = name.split(".")
-    return int(parts[1]) if len(parts) > 1 and parts[0] == "blocks" else None
-
-
-class _Timer:
-    """A stack of open module frames; on close, the frame's time minus its children's goes to its kind (and layer)."""
-
-    def __init__(self, sync: Callable[[], None], n_layer: int = 0):
-        self.sync, self.seconds = sync, dict.fromkeys(GROUPS, 0.0)
-        self.stack: list = []
-        self.layers = [dict.fromkeys(GROUPS, 0.0) for _ in range(n_layer)]
-
-    def open(self, kind: str, label: str, layer: int | None = None) -> None:
-        self.sync()
-        region = torch.profiler.record_function(label)
-        region.__enter__()
-        self.stack.append([kind, time.perf_counter(), 0.0, region, layer])
-
-    def close(self) -> None:
-        self.sync()
-        now = time.perf_counter()
-        kind, start, children, region, layer = self.stack.pop()
-        region.__exit__(None, None, None)
-        self.seconds[kind] += (now - start) - children
-        if layer is not None:
-            self.layers[layer][kind] += (now - start) - children
-        if self.stack:
-            self.stack[-1][2] += now - start
-
-    def close_all(self) -> None:
-        while self.stack:
-            self.close()
-
-
-def _hook(model: nn.Module, timer: _Timer) -> list:
-    """Forward and backward hooks on every module of module_kinds (the root only forward: it returns a tuple)."""
-    handles = []
-    for name, module, kind in module_kinds(model):
-        layer = layer_of(name)
-        handles.append(
-            module.register_forward_pre_hook(lambda m, a, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}", i))
-        )
-        handles.append(module.register_forward_hook(lambda m, a, o: timer.close()))
-        if module is model:
-            continue
-        handles.append(
-            module.register_full_backward_pre_hook(
-                lambda m, g, k=kind, n=name, i=layer: timer.open(k, f"{k}:{n}.backward", i)  # type: ignore[misc]
-            )
-        )  # (the ignore: torch's hook typing cannot infer a lambda with default arguments)
-        handles.append(module.register_full_backward_hook(lambda m, gi, go: timer.close()))
-    return handles
 
 
 @dataclass
@@ -188,7 +118,7 @@ def _plain_step(model, optimizer, x, y, autocast) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _timed_step(model, optimizer, x, y, autocast, timer: _Timer) -> None:
+def _timed_step(model, optimizer, x, y, autocast, timer: Timer) -> None:
     """forward (hooked) + backward (time outside module hooks -> "other") + optimizer step and zero_grad."""
     with autocast():
         _, loss = model(x, y)
@@ -209,7 +139,7 @@ def _timed_step(model, optimizer, x, y, autocast, timer: _Timer) -> None:
     timer.seconds["optimizer"] += time.perf_counter() - t0
 
 
-def _timed(model, optimizer, xy: tuple[torch.Tensor, torch.Tensor], autocast, timer: _Timer, sync) -> float:
+def _timed(model, optimizer, xy: tuple[torch.Tensor, torch.Tensor], autocast, timer: Timer, sync) -> float:
     """One hooked training step on batch xy; its wall time in seconds (synchronised on CUDA)."""
     sync()
     t0 = time.perf_counter()
@@ -242,14 +172,14 @@ def profile_steps(
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     was_training = model.training
     model.train()
-    timer, handles = _Timer(sync, len(model.blocks)), []
+    timer, handles = Timer(sync, len(model.blocks)), []
     activities = [torch.profiler.ProfilerActivity.CPU]
     if str(device).startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     try:
         for i in range(warmup):
             _plain_step(model, optimizer, *batch(i), autocast)
-        handles = _hook(model, timer)
+        handles = hook_modules(model, timer)
         with torch.profiler.profile(activities=activities) as prof:
             step_times = [
                 _timed(model, optimizer, batch(i), autocast, timer, sync) for i in range(warmup, warmup + steps)
