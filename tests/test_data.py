@@ -14,7 +14,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from gptlab.data import Data, corpus
+from gptlab.data import Data, encode
 from gptlab.data.assoc_recall import AssocRecallData
 from gptlab.data.hf import HFData
 from gptlab.data.shakespeare import ASSET, ShakespeareData, load_shakespeare_text
@@ -158,7 +158,7 @@ def test_token_cache_is_reused(tmp_path, monkeypatch):
     def no_tokenizing(*args, **kwargs):
         raise AssertionError("tokenized again")
 
-    monkeypatch.setattr(corpus, "_tokenize", no_tokenizing)
+    monkeypatch.setattr(encode, "tokenize_source", no_tokenizing)
     second = TextData(**kw)
     assert second.from_cache and second.cache_path == first.cache_path
     assert np.array_equal(second.train_tokens, first.train_tokens)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from gptlab.data import corpus, files
+from gptlab.data import encode, files
 from gptlab.data.hf import HFData
 from gptlab.data.shards import ShardWriter, TokenStream, open_shards
 from gptlab.data.text import TextData
@@ -92,7 +92,7 @@ def test_changing_val_fraction_reuses_the_tokens(tmp_path, monkeypatch):
     write_corpus(tmp_path / "a.txt", 2000)
     kw = dict(seed=0, block_size=32, cache_dir=tmp_path / "c", paths=[str(tmp_path / "a.txt")], tokenizer="gpt2")
     a = TextData(**kw, val_fraction=0.1)
-    monkeypatch.setattr(corpus, "_tokenize", lambda *a, **k: pytest.fail("tokenized again"))
+    monkeypatch.setattr(encode, "tokenize_source", lambda *a, **k: pytest.fail("tokenized again"))
     b = TextData(**kw, val_fraction=0.2)
     total = len(a.train_tokens) + len(a.val_tokens)
     assert b.from_cache and len(b.val_tokens) == int(0.2 * total) and len(a.val_tokens) == int(0.1 * total)
@@ -158,8 +158,8 @@ def test_streaming_a_local_dataset_folder(tmp_path, monkeypatch):
 
 KILL_SCRIPT = textwrap.dedent("""
     import sys
-    from gptlab.data import corpus
-    corpus.CHUNK_CHARS = 1 << 15
+    from gptlab.data import encode
+    encode.CHUNK_CHARS = 1 << 15
     from gptlab.data.text import TextData
     TextData(seed=0, block_size=32, cache_dir=sys.argv[1], paths=[sys.argv[2]], tokenizer="gpt2", num_proc=1)
 """)
@@ -187,10 +187,10 @@ def test_kill_9_during_tokenization_resumes_from_the_last_shard(tmp_path, monkey
         proc.wait()
     saved = json.loads(progress.read_text())["lengths"]
     monkeypatch.setenv("GPTLAB_SHARD_TOKENS", "100000")
-    monkeypatch.setattr(corpus, "CHUNK_CHARS", 1 << 15)
+    monkeypatch.setattr(encode, "CHUNK_CHARS", 1 << 15)
     encoded = []
-    real = corpus._encode
-    monkeypatch.setattr(corpus, "_encode", lambda tok, segs, dtype: encoded.append(1) or real(tok, segs, dtype))
+    real = encode._encode
+    monkeypatch.setattr(encode, "_encode", lambda tok, segs, dtype: encoded.append(1) or real(tok, segs, dtype))
     with caplog.at_level(logging.INFO, logger="gptlab.data.corpus"):
         resumed = TextData(seed=0, block_size=32, cache_dir=tmp_path / "c", paths=[str(path)], tokenizer="gpt2",
                            num_proc=1)

@@ -1,9 +1,9 @@
 """A document source -> a fitted tokenizer -> token shards cached under cache_dir/tokens/<key>/ -> train/val views.
 
 Streaming end to end: segments are grouped into chunks of ~CHUNK_CHARS characters, tokenized by `num_proc`
-threads (tiktoken and HF tokenizers run outside the GIL) with a bounded number of chunks in flight, and written
-into shards (shards.py). Peak memory is set by the chunk size and the fit sample, not by the corpus. A killed
-build resumes from its last complete shard; concurrent runs of a sweep wait on one lock and share the entry.
+threads (tiktoken and HF tokenizers run outside the GIL) with a bounded number of chunks in flight (encode.py), and
+written into shards (shards.py). Peak memory is set by the chunk size and the fit sample, not by the corpus. A
+killed build resumes from its last complete shard; concurrent runs of a sweep wait on one lock and share the entry.
 
 The split: the token stream's last `val_fraction` of tokens is val, the rest train (so changing val_fraction never
 re-tokenizes). char/bpe tokenizers are fitted on whole segments from the start of the stream, at most
@@ -16,22 +16,18 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import itertools
 import json
 import logging
 import os
 import shutil
 import time
-from collections import deque
-from collections.abc import Generator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from gptlab.data import encode
 from gptlab.data.fitting import FITTED, FitSample, check_val_fraction, fit_limit, load_tokenizer, save_tokenizer
-from gptlab.data.progress import DataProgress
 from gptlab.data.shards import ShardWriter, TokenStream, check_ids, open_shards
 from gptlab.data.sources import SEGMENT_CHARS
 from gptlab.data.tokenizers import make_tokenizer
@@ -39,7 +35,6 @@ from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 2  # bump when the on-disk layout, the segment rule or the split rule changes
-CHUNK_CHARS = 1 << 22  # characters per tokenization task (~4 MB of text)
 SHARD_TOKENS = 1 << 27  # ids per shard (256 MiB as uint16)
 
 
@@ -64,7 +59,7 @@ def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: i
         "format": CACHE_FORMAT,
         "source": source_key,
         "segment_chars": SEGMENT_CHARS,
-        "chunk_chars": CHUNK_CHARS,
+        "chunk_chars": encode.CHUNK_CHARS,
         "tokenizer": fixed[tokenizer]().identity() if tokenizer in fixed else tokenizer,
         "fit": {"limit": fit_limit, **({"vocab": bpe_vocab_size} if tokenizer == "bpe" else {})}
         if tokenizer in FITTED
@@ -72,89 +67,6 @@ def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: i
         "max_tokens": max_tokens,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-
-
-def _chunks(source, skip_chunks: int) -> Generator[tuple[int, int, list[tuple[str, bool]]], None, None]:
-    """(chunk index, index of its first segment, segments) from chunk `skip_chunks` on (earlier ones read, not kept)."""
-    chunk, size, index, first = [], 0, 0, 0
-    for seg_index, seg in enumerate(source.segments()):
-        if index >= skip_chunks:
-            chunk.append(seg)
-        size += len(seg[0])
-        if size >= CHUNK_CHARS:
-            if index >= skip_chunks:
-                yield index, first, chunk
-            chunk, size, index, first = [], 0, index + 1, seg_index + 1
-    if chunk:
-        yield index, first, chunk
-
-
-def _encode(tok, segments: list[tuple[str, bool]], dtype) -> tuple[np.ndarray, np.ndarray, int]:
-    """(ids, tokens per segment, UTF-8 bytes): each segment's ids, plus end-of-text after a document's last."""
-    rows = tok.encode_batch([text for text, _ in segments])
-    if tok.eot_id is not None:
-        for row, (_, ends) in zip(rows, segments):
-            if ends:
-                row.append(tok.eot_id)
-    counts = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype, count=int(counts.sum()))
-    return ids, counts, sum(len(text.encode("utf-8")) for text, _ in segments)
-
-
-class _Stream:
-    """Feeds tokenized chunks, in order, into a ShardWriter; resumes from the writer's marker."""
-
-    def __init__(self, writer: ShardWriter, fit_segments: int, max_tokens: int | None, bar: DataProgress):
-        marker = writer.state
-        self.writer, self.fit_segments, self.max_tokens, self.bar = writer, fit_segments, max_tokens, bar
-        self.resume_chunk = marker.get("chunk", 0)
-        self.resume_skip = marker.get("base_skip", 0) + marker.get("skip", 0)  # ids of that chunk already saved
-        self.fit_end = marker.get("fit_end") if fit_segments else 0  # None until the fit sample's end is seen
-
-    def full(self) -> bool:
-        return self.max_tokens is not None and self.writer.tokens >= self.max_tokens
-
-    def take(self, index: int, first: int, ids: np.ndarray, counts: np.ndarray, nbytes: int) -> None:
-        skip = self.resume_skip if index == self.resume_chunk else 0
-        start = self.writer.tokens - skip  # the stream offset of this chunk's first id
-        if self.fit_end is None and first + len(counts) >= self.fit_segments:
-            self.fit_end = start + int(counts[: self.fit_segments - first].sum())
-        out = ids[skip:]
-        if self.max_tokens is not None:
-            out = out[: max(0, self.max_tokens - self.writer.tokens)]
-        self.writer.append(out, {"chunk": index, "base_skip": skip, "fit_end": self.fit_end})
-        self.bar.update(nbytes, len(out))
-
-
-def _tokenize(source, tok, writer: ShardWriter, fit_segments: int, num_proc: int, max_tokens, what: str) -> int:
-    """Stream the source through `tok` into `writer`, `num_proc` chunks at a time; returns the fit sample's end."""
-    bar = DataProgress(what, source.total_bytes, done_tokens=writer.tokens)
-    stream = _Stream(writer, fit_segments, max_tokens, bar)
-    chunks = _chunks(source, stream.resume_chunk)
-    pending: deque = deque()  # (chunk index, first segment, future), oldest first; at most 2*num_proc
-    with ThreadPoolExecutor(max_workers=num_proc) as pool:
-        try:
-            for index, first, segments in chunks:
-                pending.append((index, first, pool.submit(_encode, tok, segments, writer.dtype)))
-                while len(pending) > 2 * num_proc or (pending and pending[0][2].done()):
-                    index0, first0, fut = pending.popleft()
-                    stream.take(index0, first0, *fut.result())
-                if stream.full():
-                    break
-            while pending:
-                index0, first0, fut = pending.popleft()
-                stream.take(index0, first0, *fut.result())
-        finally:
-            chunks.close()
-            for *_, fut in pending:
-                fut.cancel()
-    bar.close()
-    return stream.fit_end or 0
-
-
-def default_num_proc() -> int:
-    """The cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _build(
@@ -194,7 +106,7 @@ def _build(
                     len(writer.lengths),
                     partial,
                 )
-            fit_end = _tokenize(
+            fit_end = encode.tokenize_source(
                 source,
                 tok,
                 writer,
@@ -269,7 +181,7 @@ def build_token_splits(
             fit=FitSample(source, limit) if tokenizer in FITTED else None,
             bpe_vocab_size=bpe_vocab_size,
             cache_dir=Path(cache_dir),
-            num_proc=num_proc or default_num_proc(),
+            num_proc=num_proc or encode.default_num_proc(),
             max_tokens=max_tokens,
         )
     shards, index = open_shards(folder)
