@@ -28,11 +28,12 @@ def own_keys(group: str, option: str) -> dict:
     return {k: v for k, v in doc.items() if k != "defaults"}
 
 
-def test_the_attention_and_hardware_presets_inherit():
+def test_the_attention_hardware_and_gpt2_size_presets_inherit():
     assert {(g, o) for g, o, _ in INHERITING} >= {
         ("attention", "gqa"), ("attention", "mqa"), ("attention", "sliding"), ("attention", "hybrid"),
         ("hardware", "cuda"), ("hardware", "ddp"), ("hardware", "fsdp"), ("hardware", "ddp_cpu"),
         ("hardware", "fsdp_cpu"), ("hardware", "auto"),
+        ("model", "gpt2-medium"), ("model", "gpt2-large"), ("model", "gpt2-xl"),
     }
 
 
