@@ -86,7 +86,12 @@ def _combo(att: str, pos: str, impl: str, T: int, device: str, ref: tuple) -> di
     a = net.blocks[0].attn
     try:
         check_impl(
-            impl, device=device, dtype=torch.bfloat16, window=a.window, uses_bias=a.uses_score_bias, dropout=a.dropout
+            impl,
+            device=device,
+            dtype=torch.bfloat16,
+            window=a.window,
+            uses_bias=net.position.has_score_bias,
+            dropout=a.dropout,
         )
     except ConfigError as err:
         return {"ok": True, "refused": str(err)}  # e.g. flash with a window: refused at build time by design

@@ -127,7 +127,7 @@ def test_components_carry_their_contract_attributes(group, choice):
     assert all(name in vars(component) for name in names if name != "has_score_bias")
     attn = model.blocks[0].attn
     assert attn.n_head * attn.head_dim == 32 and 4 % attn.n_kv_head == 0
-    assert attn.uses_score_bias == model.position.has_score_bias
+    assert not hasattr(attn, "uses_score_bias")  # the position owns it; nothing is patched on after construction
     check_model(model, vocab_size=VOCAB, seq_len=32, device="cpu", dtype=torch.float32)
 
 
@@ -168,7 +168,7 @@ def test_a_component_off_its_contract_is_refused_at_build_in_one_line():
     assert str(err.value) == ("attention: test_contracts.NotAnAttention is not a gptlab.model.base.Attention; "
                               "subclass it and call super().__init__ (contract: gptlab/model/__init__.py)")
     with pytest.raises(ConfigError, match=r"^attention: test_contracts.SkipsTheBase has no n_head, n_kv_head, "
-                                          r"head_dim, window, impl, kernel, dropout, uses_score_bias; call Attention"):
+                                          r"head_dim, window, impl, kernel, dropout; call Attention"):
         _gpt(SkipsTheBase)
     with pytest.raises(TypeError, match="init_weights"):
         _gpt(lambda d, h, b, i, norm, bias=False: NoInit(d, h, b, i))

@@ -281,10 +281,11 @@ def layer_times(model: Contract, report: CostReport | dict, checkpointing: bool 
     m, mode = describe(model), d["mode"]
     x = Shape(batch=d["batch_size"], tq=1 if mode == "decode" else d["seq_len"], tk=d["seq_len"], s=d["dtype_bytes"])
     peak, bw, fused = d["hardware"]["peak_flops"], d["hardware"]["mem_bandwidth"], d["attention_path"] == "fused"
-    out = []
+    bias, out = bool(model.position.has_score_bias), []
     for block in model.blocks:
         costs = [
-            _step_cost(op, mode, fused, checkpointing) for op in block_ops(block_shape(block, m.d_model), m, x, acc)
+            _step_cost(op, mode, fused, checkpointing)
+            for op in block_ops(block_shape(block, m.d_model, bias), m, x, acc)
         ]
         out.append(sum(max(f / peak, b / bw) for f, b in costs))
     return out

@@ -116,7 +116,7 @@ def _overrides(obj, method: str) -> bool:
     return len(owners) > 1
 
 
-def _attn(attn: Contract) -> AttnShape:
+def _attn(attn: Contract, uses_score_bias: bool) -> AttnShape:
     q_norm = getattr(attn, "q_norm", None)
     return AttnShape(
         n_head=attn.n_head,
@@ -124,7 +124,7 @@ def _attn(attn: Contract) -> AttnShape:
         head_dim=attn.head_dim,
         window=attn.window,
         traits=traits_for(attn),
-        uses_score_bias=bool(attn.uses_score_bias),
+        uses_score_bias=uses_score_bias,
         linears=_linears(attn, "attn"),
         qk_norm=None if q_norm is None else _norm(q_norm),
     )
@@ -141,9 +141,9 @@ def _block_norms(block: nn.Module) -> tuple[NormShape, ...]:
     return tuple(_norm(getattr(block, n)) for n in ("norm1", "norm2") if getattr(block, n, None) is not None)
 
 
-def block_shape(block: Contract, d_model: int) -> BlockShape:
-    """The BlockShape of one built transformer block."""
-    return BlockShape(_attn(block.attn), _mlp(block.mlp, d_model), _block_norms(block))
+def block_shape(block: Contract, d_model: int, uses_score_bias: bool) -> BlockShape:
+    """The BlockShape of one built transformer block (`uses_score_bias`: the model's position adds a score bias)."""
+    return BlockShape(_attn(block.attn, uses_score_bias), _mlp(block.mlp, d_model), _block_norms(block))
 
 
 def layer_counts(model: Contract) -> tuple[int, ...]:
@@ -192,7 +192,8 @@ def describe(model: Contract) -> ModelShape:
     d = cfg.d_model
     params = count_params(model)
     head = model.lm_head
-    kinds = _grouped([block_shape(b, d) for b in model.blocks], layer_counts(model))
+    bias = bool(model.position.has_score_bias)
+    kinds = _grouped([block_shape(b, d, bias) for b in model.blocks], layer_counts(model))
     return ModelShape(
         d_model=d,
         vocab_size=head.out_features,

@@ -6,8 +6,8 @@ a component that is not an instance of its family's base or lacks those attribut
 
 - attention (`base.Attention`): built as `cls(d_model, n_head, block_size, layer_idx, norm, *, bias,
   **choice_keys)`; `super().__init__(d_model, n_head, block_size, layer_idx, *, n_kv_head=None, window=None,
-  impl="sdpa", dropout=0.0)` sets `n_head n_kv_head head_dim window impl kernel dropout uses_score_bias`
-  (GPT sets `uses_score_bias` from the position). Defines `init_weights(n_layer, std)` and
+  impl="sdpa", dropout=0.0)` sets `n_head n_kv_head head_dim window impl kernel dropout` (whether scores get a
+  bias is the position's `has_score_bias`, read from the model). Defines `init_weights(n_layer, std)` and
   `forward(x, position, cache=None)`: (B, T, d_model) -> (B, T, d_model), causal; `self.attend(q, k, v,
   position, cache)` takes q (B, n_head, T, head_dim), k/v (B, n_kv_head, T, head_dim) and applies the
   position hooks, the KV cache, the causal/window mask, dropout and `impl`'s kernel. Every nn.Linear inside

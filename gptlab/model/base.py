@@ -80,7 +80,6 @@ class Attention(nn.Module, abc.ABC):
         self.impl = check_impl_name(impl)
         self.kernel = KERNELS[impl]
         self.dropout = dropout  # on attention probabilities, training only
-        self.uses_score_bias = False  # GPT sets it from position.has_score_bias
         if impl == "flex":  # the training-shape block mask, built here rather than inside a (compiled) forward
             prepare_flex(block_size, window, torch.empty(0).device)
 
@@ -195,7 +194,7 @@ class Position(nn.Module):
 CONTRACTS: dict[str, tuple[type, tuple[str, ...]]] = {
     "attention": (
         Attention,
-        ("n_head", "n_kv_head", "head_dim", "window", "impl", "kernel", "dropout", "uses_score_bias"),
+        ("n_head", "n_kv_head", "head_dim", "window", "impl", "kernel", "dropout"),
     ),
     "mlp": (MLP, ("hidden", "dropout")),
     "norm": (Norm, ("dim", "eps", "centered")),

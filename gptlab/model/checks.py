@@ -28,9 +28,10 @@ def check_model(
     if seq_len > cfg.block_size:
         raise ConfigError(f"data sequences of {seq_len} tokens exceed model.block_size={cfg.block_size}")
     seen = set()
+    bias = bool(model.position.has_score_bias)  # the position's score bias reaches every layer's kernel
     for block in model.blocks:
         a = block.attn
-        kind = (a.impl, a.window, a.uses_score_bias, a.dropout)
+        kind = (a.impl, a.window, a.dropout)
         if kind not in seen:  # the kernel probes run once per distinct layer kind
             seen.add(kind)
             check_impl(
@@ -38,7 +39,7 @@ def check_model(
                 device=device,
                 dtype=dtype,
                 window=a.window,
-                uses_bias=a.uses_score_bias,
+                uses_bias=bias,
                 dropout=a.dropout,
                 training=training,
             )

@@ -86,8 +86,6 @@ class GPT(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         check_components(self)
-        for block in cast(list[Block], self.blocks):  # nn.ModuleList iterates as plain Modules
-            block.attn.uses_score_bias = self.position.has_score_bias
         self.init_weights()
 
     @torch.no_grad()
