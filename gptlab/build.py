@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -19,6 +18,7 @@ from gptlab.errors import ConfigError
 from gptlab.hardware import Hardware
 from gptlab.model import GPT, GPTConfig
 from gptlab.paths import CONF_DIR
+from gptlab.schema import check_known_keys
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "train") -> DictConfig:
@@ -67,11 +67,9 @@ def _check_keys(group: str, factory: functools.partial) -> None:
 def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
     """GPTConfig from cfg.model, with vocab_size from the tokenizer when the config leaves it null."""
     fields = cast(dict, OmegaConf.to_container(cfg.model, resolve=True))
+    check_known_keys("model", fields)
     fields["vocab_size"] = fields.get("vocab_size") or vocab_size or 50257
-    try:
-        return GPTConfig(**fields)
-    except TypeError as err:
-        raise ConfigError(f"model: {err}; allowed keys: {', '.join(GPTConfig.__dataclass_fields__)}") from None
+    return GPTConfig(**fields)
 
 
 def build_model(
@@ -123,55 +121,9 @@ def logger_factories(cfg: DictConfig) -> list[tuple[str, functools.partial]]:
 def build_hardware(cfg: DictConfig) -> Hardware:
     """The resolved hardware profile."""
     node = cast(dict, OmegaConf.to_container(cfg.hardware, resolve=True))
+    check_known_keys("hardware", node)
     node.pop("_target_", None)
-    try:
-        return Hardware(**node)
-    except TypeError as err:
-        raise ConfigError(f"hardware: {err}") from None
-
-
-@dataclass
-class TrainSettings:
-    """Run-level plain values the loop needs (cfg.train plus seeds, sampling and profiling)."""
-
-    max_steps: int
-    batch_size: int
-    grad_accum: int
-    grad_clip: float
-    eval_interval: int
-    eval_sequences: int
-    log_interval: int
-    ckpt_interval: int
-    resume: str
-    init_from: str | None
-    speed_warmup: int
-    nan_skip: int
-    seed: int
-    data_seed: int
-    sample_tokens: int = 0
-    sample_temperature: float = 0.8
-    sample_top_k: int | None = 40
-    profile: bool = False
-    prefetch: int = 2  # steps whose batches a background thread draws ahead; 0 = in the training thread
-    diagnostics: bool = False  # per-layer norms, update ratios, activations, attention stats (gptlab.diagnostics)
-    spike_factor: float | None = None  # loss > factor x running median = a spike event; None = off
-    spike_window: int = 50
-    spike_dump: bool = False
-    detect_anomaly: bool = False  # replay a non-finite step to name its first op (gptlab.anomaly)
-
-
-def train_settings(cfg: DictConfig) -> TrainSettings:
-    """TrainSettings from cfg.train and the run-level keys (validated beforehand)."""
-    t = cast(dict, OmegaConf.to_container(cfg.train, resolve=True))
-    return TrainSettings(
-        **t,
-        seed=int(cfg.seed),
-        data_seed=int(cfg.data_seed),
-        sample_tokens=int(cfg.sample.tokens),
-        sample_temperature=float(cfg.sample.temperature),
-        sample_top_k=cfg.sample.top_k,
-        profile=bool(cfg.profile),
-    )
+    return Hardware(**node)
 
 
 def cache_dir() -> Path:

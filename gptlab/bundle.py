@@ -28,6 +28,7 @@ from gptlab.loop import Context
 from gptlab.model.checks import check_model
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.noop import noop_choices
+from gptlab.settings import TrainSettings, train_settings
 
 log = logging.getLogger("gptlab.run")  # the run's own messages keep one logger name ([gptlab.run] in run.log)
 
@@ -38,7 +39,7 @@ class Bundle:
     another schedule's first factors (resume.find compares them when train.max_steps changed)."""
 
     hardware: Hardware
-    settings: build.TrainSettings
+    settings: TrainSettings
     data: Any
     model: Any  # gptlab.model.GPT
     forward_model: Any  # the model under DDP / FSDP2 / torch.compile, what the loop calls forward on
@@ -53,7 +54,7 @@ class Bundle:
 def build_bundle(cfg: DictConfig, run_dir: Path, choices: dict) -> Bundle:
     """Build every part of the run `cfg` describes (already validated), in the order their inputs need."""
     hardware, rank, world = _hardware(cfg)
-    settings = build.train_settings(cfg)
+    settings = train_settings(cfg)
     _check_batch(settings, world)
     data = build.build_data(cfg, int(cfg.model.block_size))
     _check_memory(cfg, hardware, settings, data, world, choices)
@@ -131,7 +132,7 @@ def _hardware(cfg: DictConfig) -> tuple[Hardware, int, int]:
     return hardware, rank, world
 
 
-def _check_batch(settings: build.TrainSettings, world: int) -> None:
+def _check_batch(settings: TrainSettings, world: int) -> None:
     """Every rank takes an equal share of every micro-batch (an empty or uneven share skews the loss)."""
     if settings.batch_size % (settings.grad_accum * world):
         raise ConfigError(
@@ -141,7 +142,7 @@ def _check_batch(settings: build.TrainSettings, world: int) -> None:
 
 
 def _check_memory(
-    cfg: DictConfig, hardware: Hardware, settings: build.TrainSettings, data, world: int, choices: dict
+    cfg: DictConfig, hardware: Hardware, settings: TrainSettings, data, world: int, choices: dict
 ) -> None:
     """gptlab-flops' training-memory estimate, from the config on the meta device, against the free memory."""
     micro = settings.batch_size // (settings.grad_accum * world)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from gptlab.errors import ConfigError
+from gptlab.schema_checks import Auto, Number, OneOf, rule
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # hardware.compile: false = eager; true = torch.compile's "default" mode; or a torch.compile mode by name
@@ -35,26 +36,27 @@ class Hardware:
     """A resolved profile: device, autocast dtype, compile/checkpointing switches, peaks, threads, and for
     distributed runs the strategy (ddp | fsdp, see gptlab.distributed.wrap)."""
 
+    # the schema of the hardware.* keys too: annotation = type, rule = range (gptlab/schema.py); device and dtype
+    # are resolved and checked in __post_init__
     device: str = "cpu"
     dtype: str = "bf16"
-    compile: bool | str = False  # one of COMPILE_MODES; compile_mode() gives torch.compile's mode
+    compile: bool | str = field(default=False, metadata=rule(check=OneOf(COMPILE_MODES)))  # compile_mode() maps it
     activation_checkpointing: bool = False
-    peak_flops: float | str = "auto"
-    mem_bandwidth: float | str = "auto"
-    threads: int | None = None
+    peak_flops: float | str = field(default="auto", metadata=rule(check=Auto(Number("> 0"))))
+    mem_bandwidth: float | str = field(default="auto", metadata=rule(check=Auto(Number("> 0"))))
+    threads: int | None = field(default=None, metadata=rule(">= 1"))
     tf32: bool = True
     distributed: bool = False
-    strategy: str = "ddp"  # one of STRATEGIES: ddp replicates the model, fsdp shards it (FSDP2, DCP checkpoints)
+    # ddp replicates the model, fsdp shards it (FSDP2, DCP checkpoints)
+    strategy: str = field(default="ddp", metadata=rule(check=OneOf(STRATEGIES)))
     cpu_offload: bool = False  # fsdp: sharded params, grads and optimizer state in CPU memory (CPUOffloadPolicy)
-    reshard_after_forward: bool = (
-        True  # fsdp: free each block's gathered params after forward, gather again in backward
-    )
+    reshard_after_forward: bool = True  # fsdp: free each block's gathered params after forward, gather in backward
     name: str = "cpu"
     # resources a launcher (launcher=local|slurm) requests per run
-    cpus_per_task: int | None = None
-    nodes: int = 1  # SLURM nodes; torchrun takes its own --nnodes
-    tasks_per_node: int = 1
-    gpus_per_node: int | None = None
+    cpus_per_task: int | None = field(default=None, metadata=rule(">= 1"))
+    nodes: int = field(default=1, metadata=rule(">= 1"))  # SLURM nodes; torchrun takes its own --nnodes
+    tasks_per_node: int = field(default=1, metadata=rule(">= 1"))
+    gpus_per_node: int | None = field(default=None, metadata=rule(">= 0"))
 
     def __post_init__(self):
         compile_mode(self.compile)

@@ -1,67 +1,75 @@
 """The run schema: every known config key with its type and range, as one table checked before anything is built
 (the checks themselves: gptlab/schema_checks.py).
 
-`SCHEMA` maps a dotted key to a check; `check_schema(cfg)` runs every check whose key is in the config (a
-group's keys vary by choice: sgd has `momentum`, adamw `betas`), and refuses a missing REQUIRED key. Each
-failure is one ConfigError line naming the key, the value and what is allowed, e.g.
+The keys with a settings dataclass take their checks from it: the run keys from gptlab.settings.TrainSettings,
+`model.*` from GPTConfig, `hardware.*` from Hardware (each field's annotation and `rule(...)` metadata), so each is
+declared once; the component, data, optimizer and logger keys vary by choice and are listed here. `check_schema(cfg)`
+runs every check whose key is in the config (sgd has `momentum`, adamw `betas`), and refuses a missing required key.
+Each failure is one ConfigError line naming the key, the value and what is allowed, e.g.
 `optimizer.lr=-1: must be > 0`. Cross-key rules (global layers vs n_layer, ...) live in gptlab/validate.py.
+
+Why not Hydra's ConfigStore: OmegaConf converts a typed field's value before any check sees it ('false', 1 and
+'yes' become booleans, '5' an int), and the schema refuses exactly those (a quoted 'false' is a string).
 """
 
 from __future__ import annotations
+
+from dataclasses import MISSING, Field, fields
+from typing import get_args, get_type_hints
 
 from omegaconf import OmegaConf
 
 from gptlab.data.tokenizers import tokenizer_names
 from gptlab.errors import ConfigError
-from gptlab.hardware import COMPILE_MODES, STRATEGIES
+from gptlab.hardware import Hardware
 from gptlab.model.attention.kernels import IMPLS
+from gptlab.model.config import GPTConfig
 from gptlab.schema_checks import Auto, Bool, Number, OneOf, Seq, Text
+from gptlab.settings import SEED_RANGE, TrainSettings, config_key
 
-SEED = Number("[0, 2**63)", int)  # torch.manual_seed takes < 2**64; negatives alias 2**64 - n, so non-negative int64
+Check = Number | Bool | OneOf | Text | Auto | Seq
+SEED = Number(SEED_RANGE, int)
 UNIT = Number("[0, 1)")  # dropout, betas, momentum
 BETAS = Seq(UNIT, length=2)
 LR = Number("> 0")
 DECAY = Number(">= 0")
+SETTINGS = ((TrainSettings, "train"), (GPTConfig, "model"), (Hardware, "hardware"))
 
-SCHEMA: dict[str, Number | Bool | OneOf | Text | Auto | Seq] = {
-    # run level (conf/train.yaml)
-    "seed": SEED,
-    "data_seed": SEED,
+
+def _derived(key: str, hint, meta) -> Check:
+    """The check a field's annotation and rule imply: bool, str, or a number in its range (`| None`: or null)."""
+    kinds = [a for a in get_args(hint) if a is not type(None)] or [hint]
+    null = type(None) in get_args(hint)
+    if kinds == [bool]:
+        return Bool(null=null)
+    if kinds == [str]:
+        return Text(null=null)
+    if kinds in ([int], [float]) and meta.get("range"):
+        return Number(meta["range"], kinds[0], null=null, note=meta.get("note", ""))
+    raise TypeError(f"{key}: give the field rule(spec) (a number's range) or rule(check=...) for {hint}")
+
+
+def field_checks(cls: type, group: str) -> dict[str, Check]:
+    """{config key: check} for every field of a settings dataclass (see gptlab.schema_checks.rule)."""
+    hints = get_type_hints(cls)
+    return {
+        config_key(f, group): f.metadata.get("check") or _derived(config_key(f, group), hints[f.name], f.metadata)
+        for f in fields(cls)
+    }
+
+
+def _required(f: Field) -> bool:
+    said = f.metadata.get("required")
+    return (f.default is MISSING and f.default_factory is MISSING) if said is None else said
+
+
+SCHEMA: dict[str, Check] = {
+    # run level (conf/train.yaml): the run's names, then the keys TrainSettings declares
     "sweep": Text(null=True, numbers=True),
     "name": Text(null=True, numbers=True),
     "arm": Text(null=True, numbers=True),
-    "profile": Bool(),
-    "train.max_steps": Number(">= 1", int),
-    "train.batch_size": Number(">= 1", int),
-    "train.grad_accum": Number(">= 1", int),
-    "train.grad_clip": Number(">= 0", note="0 = no clipping"),
-    "train.eval_interval": Number(">= 1", int),
-    "train.eval_sequences": Number(">= 1", int),
-    "train.log_interval": Number(">= 1", int),
-    "train.ckpt_interval": Number(">= 0", int, note="0 = only at the end"),
-    "train.resume": Text(numbers=True),
-    "train.init_from": Text(null=True),
-    "train.speed_warmup": Number(">= 0", int),
-    "train.nan_skip": Number(">= 0", int),
-    "train.prefetch": Number(">= 0", int, note="0 = drawn in the training thread"),
-    "train.diagnostics": Bool(),
-    "train.spike_factor": Number("> 1", null=True, note="null = off"),
-    "train.spike_window": Number(">= 2", int),
-    "train.spike_dump": Bool(),
-    "train.detect_anomaly": Bool(),
-    "sample.tokens": Number(">= 0", int),
-    "sample.temperature": Number(">= 0", note="0 = greedy"),
-    "sample.top_k": Number(">= 1", int, null=True),
-    # model sizes
-    "model.n_layer": Number(">= 1", int),
-    "model.n_head": Number(">= 1", int),
-    "model.d_model": Number(">= 1", int),
-    "model.block_size": Number(">= 1", int),
-    "model.vocab_size": Number(">= 1", int, null=True),
-    "model.tie_embeddings": Bool(),
-    "model.bias": Bool(),
-    "model.dropout": UNIT,
-    "model.init_std": Number(">= 0"),
+    **field_checks(TrainSettings, "train"),
+    **field_checks(GPTConfig, "model"),
     # components
     "attention.n_kv_head": Number(">= 1", int, null=True),
     "attention.impl": OneOf(IMPLS),
@@ -111,24 +119,7 @@ SCHEMA: dict[str, Number | Bool | OneOf | Text | Auto | Seq] = {
     "schedule.warmup_steps": Number(">= 0", int),
     "schedule.min_lr_ratio": Number("[0, 1]"),
     "schedule.decay_fraction": Number("(0, 1]"),
-    # hardware (device and dtype: gptlab.hardware.Hardware names their values)
-    "hardware.name": Text(),
-    "hardware.device": Text(),
-    "hardware.dtype": Text(),
-    "hardware.tf32": Bool(),
-    "hardware.compile": OneOf(COMPILE_MODES),
-    "hardware.activation_checkpointing": Bool(),
-    "hardware.peak_flops": Auto(Number("> 0")),
-    "hardware.mem_bandwidth": Auto(Number("> 0")),
-    "hardware.threads": Number(">= 1", int, null=True),
-    "hardware.distributed": Bool(),
-    "hardware.strategy": OneOf(STRATEGIES),
-    "hardware.cpu_offload": Bool(),
-    "hardware.reshard_after_forward": Bool(),
-    "hardware.cpus_per_task": Number(">= 1", int, null=True),
-    "hardware.tasks_per_node": Number(">= 1", int),
-    "hardware.nodes": Number(">= 1", int),
-    "hardware.gpus_per_node": Number(">= 0", int, null=True),
+    **field_checks(Hardware, "hardware"),  # device and dtype: Hardware names their values
     # loggers, one key each (logger.wandb.mode: gptlab.sinks.wandb.resolve_mode)
     "logger.wandb.project": Text(),
     "logger.wandb.entity": Text(null=True),
@@ -141,19 +132,25 @@ SCHEMA: dict[str, Number | Bool | OneOf | Text | Auto | Seq] = {
     "logger.csv.filename": Text(),
 }
 
-# keys every run needs; the others are checked where the chosen option has them
-REQUIRED = (
-    "seed",
-    "data_seed",
-    *(k for k in SCHEMA if k.startswith(("train.", "sample.")) and k != "train.init_from"),
-    "model.n_layer",
-    "model.n_head",
-    "model.d_model",
-    "model.block_size",
-    "model.dropout",
-    "model.init_std",
-)
+# keys every run needs (a settings field without a default, or one its rule marks required); the others are
+# checked where the chosen option has them
+REQUIRED = tuple(config_key(f, group) for cls, group in SETTINGS for f in fields(cls) if _required(f))
+
 _ABSENT = object()
+RENAMED = {
+    "train.eval_batches": "train.eval_sequences (the number of fixed validation sequences, whatever the batch size)"
+}
+
+
+def check_known_keys(group: str, node) -> None:
+    """Refuse a key of `group` (train, sample, model, hardware) that the schema does not know: `+train.max_step=5`
+    is a typo, and a key nothing reads would leave the run as it was without a word."""
+    known = sorted(k.split(".", 1)[1] for k in SCHEMA if k.startswith(f"{group}."))
+    unknown = sorted(k for k in node if not str(k).startswith("_") and k not in known)  # _target_ is Hydra's
+    if unknown:
+        key = f"{group}.{unknown[0]}"
+        hint = f" (renamed: use {RENAMED[key]})" if key in RENAMED else ""
+        raise ConfigError(f"{key}: not a {group} key{hint}; allowed: {', '.join(known)}")
 
 
 def check_schema(cfg) -> None:

@@ -1,6 +1,7 @@
 """The value checks the run schema (gptlab/schema.py) is made of: numbers in a range, booleans, one of a list, text,
 `auto` or a value, and lists of a check; each raises a one-line ConfigError naming the key, the value and what is
-allowed. `show` spells a value as the config does."""
+allowed. `show` spells a value as the config does; `rule` is the field metadata a settings dataclass declares its
+keys with (gptlab/settings.py, gptlab/model/config.py, gptlab/hardware.py)."""
 
 from __future__ import annotations
 
@@ -169,3 +170,14 @@ class Seq:
             )
         for i, v in enumerate(value):
             self.item(f"{key}[{i}]", v)
+
+
+def rule(spec: str = "", *, note: str = "", check=None, key: str | None = None, required: bool | None = None) -> dict:
+    """A settings dataclass field's schema metadata: `field(metadata=rule(">= 1"))`.
+
+    The field's annotation gives the type (bool, int, float, str; `| None` allows null); `spec` is a number's
+    allowed range, `note` what a special value means, `check` replaces the derived check where the annotation
+    cannot say it (one of a list, 'auto' or a number), `key` names the config key when it is not `<group>.<field>`,
+    `required` whether the config must have the key (default: when the field has no default value).
+    """
+    return {"range": spec, "note": note, "check": check, "key": key, "required": required}

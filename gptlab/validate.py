@@ -12,17 +12,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
-from gptlab.schema import SCHEMA, check_schema
-
-TRAIN_KEYS = sorted({k.split(".")[1] for k in SCHEMA if k.startswith("train.")})
-RENAMED = {"eval_batches": "train.eval_sequences (the number of fixed validation sequences, whatever the batch size)"}
+from gptlab.schema import check_known_keys, check_schema
 
 
-def _train_keys(cfg: DictConfig) -> None:
-    unknown = sorted(set(cfg.train) - set(TRAIN_KEYS))
-    if unknown:
-        hint = f" (renamed: use {RENAMED[unknown[0]]})" if unknown[0] in RENAMED else ""
-        raise ConfigError(f"train.{unknown[0]}: not a train key{hint}; allowed: {', '.join(TRAIN_KEYS)}")
+def _known_keys(cfg: DictConfig) -> None:
+    """The groups with a settings dataclass take no key it lacks (the component groups: gptlab.build._check_keys)."""
+    for group in ("train", "sample", "model", "hardware"):
+        check_known_keys(group, cfg[group])
 
 
 def _batch(cfg: DictConfig) -> None:
@@ -117,7 +113,7 @@ def _decay_factor(cfg: DictConfig) -> None:
 
 
 CROSS_RULES = (
-    _train_keys,
+    _known_keys,
     _batch,
     _checkpoints,
     _attention_name,

@@ -1,23 +1,32 @@
-"""Plain size/shape settings of a GPT (the `model` config group), free of Hydra."""
+"""Plain size/shape settings of a GPT (the `model` config group), free of Hydra.
+
+GPTConfig is also the schema of the `model.*` keys: each field's annotation and `rule` give the key's type and
+allowed range (gptlab/schema.py derives the checks); the values and their comments live in conf/model/*.yaml.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gptlab.schema_checks import Number, rule
+
+NEEDED = rule(">= 1", required=True)  # a size every model config must state
 
 
 @dataclass(frozen=True)
 class GPTConfig:
     """Sizes shared by every block; component choices are passed to GPT separately."""
 
-    n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 128
-    block_size: int = 256
-    vocab_size: int = 50257
+    n_layer: int = field(default=4, metadata=NEEDED)
+    n_head: int = field(default=4, metadata=NEEDED)
+    d_model: int = field(default=128, metadata=NEEDED)
+    block_size: int = field(default=256, metadata=NEEDED)
+    # the config may say null (= the tokenizer's vocabulary, filled in by gptlab.build.model_config)
+    vocab_size: int = field(default=50257, metadata=rule(check=Number(">= 1", int, null=True)))
     tie_embeddings: bool = True
     bias: bool = False
-    dropout: float = 0.0
-    init_std: float = 0.02
+    dropout: float = field(default=0.0, metadata=rule("[0, 1)", required=True))
+    init_std: float = field(default=0.02, metadata=rule(">= 0", required=True))
 
     @property
     def head_dim(self) -> int:

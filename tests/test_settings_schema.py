@@ -1,0 +1,83 @@
+"""The settings dataclasses are the schema of their keys (gptlab/schema.py derives the checks from them): each field
+of TrainSettings, GPTConfig and Hardware is one checked key, a number must declare its range, and the loop's
+TrainSettings is filled from exactly the keys the schema checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import pytest
+from omegaconf import open_dict
+
+from gptlab.build import build_hardware, compose, model_config
+from gptlab.errors import ConfigError
+from gptlab.hardware import Hardware
+from gptlab.model.config import GPTConfig
+from gptlab.schema import REQUIRED, SCHEMA, _derived, check_known_keys, check_schema, field_checks
+from gptlab.schema_checks import Bool, Number, OneOf, Text, rule
+from gptlab.settings import TrainSettings, config_key, train_settings
+
+
+@pytest.mark.parametrize("cls, group", [(TrainSettings, "train"), (GPTConfig, "model"), (Hardware, "hardware")])
+def test_every_field_is_one_checked_key(cls, group):
+    checks = field_checks(cls, group)
+    assert len(checks) == len(fields(cls))  # no two fields on one key
+    assert all(SCHEMA[key] == check for key, check in checks.items())
+
+
+def test_checks_follow_the_annotation_and_the_rule():
+    assert SCHEMA["train.max_steps"] == Number(">= 1", int)
+    assert SCHEMA["train.spike_factor"] == Number("> 1", float, null=True, note="null = off")  # float | None
+    assert SCHEMA["sample.top_k"] == Number(">= 1", int, null=True)  # rule(key=...) names the key
+    assert SCHEMA["seed"] == Number("[0, 2**63)", int)
+    assert SCHEMA["profile"] == Bool() and SCHEMA["train.init_from"] == Text(null=True)
+    assert SCHEMA["model.dropout"] == Number("[0, 1)") and SCHEMA["hardware.threads"] == Number(">= 1", int, null=True)
+    assert isinstance(SCHEMA["hardware.compile"], OneOf)  # bool | str: the rule's own check
+
+
+def test_required_keys_are_fields_without_a_default_or_marked_required():
+    train = {config_key(f, "train") for f in fields(TrainSettings)} - {"train.init_from"}
+    model = {"model.n_layer", "model.n_head", "model.d_model", "model.block_size", "model.dropout", "model.init_std"}
+    assert set(REQUIRED) == train | model  # hardware keys all have defaults
+
+
+def test_a_number_without_a_range_is_refused_when_the_schema_is_built():
+    @dataclass
+    class Unranged:
+        steps: int = 1
+        ratio: float = field(default=0.5, metadata=rule("(0, 1)"))
+
+    with pytest.raises(TypeError, match=r"^toy.steps: give the field rule\(spec\)"):
+        field_checks(Unranged, "toy")
+    assert _derived("toy.ratio", float, rule("(0, 1)")) == Number("(0, 1)")
+    with pytest.raises(TypeError, match="toy.x"):
+        _derived("toy.x", list, rule())
+
+
+def test_train_settings_are_read_from_the_keys_the_schema_checked():
+    cfg = compose(["train.max_steps=7", "sample.top_k=null", "seed=3", "profile=true"])
+    check_schema(cfg)
+    s = train_settings(cfg)
+    assert (s.max_steps, s.sample_top_k, s.seed, s.profile, s.data_seed) == (7, None, 3, True, 1337)
+    assert (s.init_from, s.sample_tokens, s.sample_temperature, s.batch_size) == (None, 200, 0.8, 32)
+    cfg = compose([])
+    with open_dict(cfg):
+        del cfg.train["init_from"]  # optional: absent reads as None (Hydra's ~ cannot delete a null value)
+    check_schema(cfg)
+    assert train_settings(cfg).init_from is None
+
+
+@pytest.mark.parametrize("group, key", [("model", "n_layers"), ("hardware", "thread"), ("sample", "topk"),
+                                        ("train", "max_step")])
+def test_unknown_keys_of_a_settings_group_are_refused_by_name(group, key):
+    with pytest.raises(ConfigError, match=rf"^{group}.{key}: not a {group} key; allowed: "):
+        check_known_keys(group, {key: 1})
+    check_known_keys(group, {"_target_": "x"})  # Hydra's own keys pass
+
+
+def test_model_and_hardware_builders_refuse_unknown_keys_outside_training_too():
+    """gptlab-flops and gptlab-decode build without validate(): the same one-line refusal."""
+    with pytest.raises(ConfigError, match=r"^model.n_layers: not a model key"):
+        model_config(compose(["+model.n_layers=2"]), vocab_size=None)
+    with pytest.raises(ConfigError, match=r"^hardware.thread: not a hardware key"):
+        build_hardware(compose(["+hardware.thread=2"]))
