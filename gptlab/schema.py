@@ -34,6 +34,8 @@ BETAS = Seq(UNIT, length=2)
 LR = Number("> 0")
 DECAY = Number(">= 0")
 SETTINGS = ((TrainSettings, "train"), (GPTConfig, "model"), (Hardware, "hardware"))
+# the groups whose every key the schema knows (the component groups' keys: gptlab.build._check_keys)
+SETTINGS_GROUPS = ("train", "sample", "model", "hardware")
 
 
 def _derived(key: str, hint, meta) -> Check:
@@ -154,7 +156,12 @@ def check_known_keys(group: str, node) -> None:
 
 
 def check_schema(cfg) -> None:
-    """Raise a one-line ConfigError for the first key whose value the table refuses (or a missing required key)."""
+    """Raise a one-line ConfigError for a key a settings group does not have, else for the first key whose value the
+    table refuses (or a missing required key)."""
+    for group in SETTINGS_GROUPS:
+        node = OmegaConf.select(cfg, group)
+        if node is not None:
+            check_known_keys(group, node)
     for key, check in SCHEMA.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is _ABSENT:

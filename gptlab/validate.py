@@ -1,6 +1,6 @@
 """Config checks that run before anything is built or any data is read; each failure is one line.
 
-Types and ranges of single keys are the table in gptlab/schema.py; this module adds the rules that
+Keys, types and ranges of single keys are gptlab/schema.py's (check_schema); this module adds the rules that
 relate several keys, then builds the hardware profile and the model on the meta device (their
 constructors check the combination of component choices).
 """
@@ -12,13 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
-from gptlab.schema import check_known_keys, check_schema
-
-
-def _known_keys(cfg: DictConfig) -> None:
-    """The groups with a settings dataclass take no key it lacks (the component groups: gptlab.build._check_keys)."""
-    for group in ("train", "sample", "model", "hardware"):
-        check_known_keys(group, cfg[group])
+from gptlab.schema import check_schema
 
 
 def _batch(cfg: DictConfig) -> None:
@@ -113,7 +107,6 @@ def _decay_factor(cfg: DictConfig) -> None:
 
 
 CROSS_RULES = (
-    _known_keys,
     _batch,
     _checkpoints,
     _attention_name,

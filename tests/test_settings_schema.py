@@ -81,3 +81,8 @@ def test_model_and_hardware_builders_refuse_unknown_keys_outside_training_too():
         model_config(compose(["+model.n_layers=2"]), vocab_size=None)
     with pytest.raises(ConfigError, match=r"^hardware.thread: not a hardware key"):
         build_hardware(compose(["+hardware.thread=2"]))
+
+
+def test_check_schema_refuses_an_unknown_settings_key_before_any_value():
+    with pytest.raises(ConfigError, match=r"^model.n_layers: not a model key; allowed: bias, block_size, d_model"):
+        check_schema(compose(["+model.n_layers=2", "train.max_steps=-1"]))

@@ -58,23 +58,35 @@ class _Store:
         return self.data.nbytes + (0 if self.scale is None else self.scale.nbytes)
 
 
-class StaticCache:
-    """Every position of one layer up to max_len, preallocated and written in place."""
+class _LayerCache:
+    """One layer's K and V stores of `slots` positions each; `length` counts the positions seen so far."""
 
     def __init__(
         self,
         batch: int,
         n_kv_head: int,
-        max_len: int,
+        slots: int,
         head_dim: int,
         *,
         dtype=torch.float32,
         device="cpu",
         quant: str | None = None,
     ):
-        shape = (batch, n_kv_head, max_len, head_dim)
+        shape = (batch, n_kv_head, slots, head_dim)
         self.k, self.v = _Store(shape, dtype, device, quant), _Store(shape, dtype, device, quant)
-        self.max_len, self.length = max_len, 0
+        self.slots, self.length = slots, 0
+
+    def nbytes(self) -> int:
+        """Bytes the cache's tensors hold (every slot: they are preallocated)."""
+        return self.k.nbytes() + self.v.nbytes()
+
+
+class StaticCache(_LayerCache):
+    """Every position of one layer up to max_len (its slots), preallocated and written in place."""
+
+    @property
+    def max_len(self) -> int:
+        return self.slots
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         end = self.length + k.size(2)
@@ -85,28 +97,14 @@ class StaticCache:
         self.length = end
         return self.k.read(0, end), self.v.read(0, end), 0
 
-    def nbytes(self) -> int:
-        """Bytes the cache's tensors hold (all of max_len: it is preallocated)."""
-        return self.k.nbytes() + self.v.nbytes()
 
+class RingCache(_LayerCache):
+    """The last `window` positions (its slots) of a sliding-window layer: memory bounded by the window; `length` is
+    also the next position's absolute index."""
 
-class RingCache:
-    """The last `window` positions of a sliding-window layer (memory bounded by the window)."""
-
-    def __init__(
-        self,
-        batch: int,
-        n_kv_head: int,
-        window: int,
-        head_dim: int,
-        *,
-        dtype=torch.float32,
-        device="cpu",
-        quant: str | None = None,
-    ):
-        shape = (batch, n_kv_head, window, head_dim)
-        self.k, self.v = _Store(shape, dtype, device, quant), _Store(shape, dtype, device, quant)
-        self.window, self.length = window, 0  # length: positions seen so far (the next one's absolute position)
+    @property
+    def window(self) -> int:
+        return self.slots
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         kept = min(self.length, self.window)  # positions held, the oldest at slot (length - kept) % window
@@ -134,26 +132,18 @@ class RingCache:
             torch.index_select(self.v.read(0, self.window), 2, order),
         )
 
-    def nbytes(self) -> int:
-        return self.k.nbytes() + self.v.nbytes()
-
 
 def make_caches(model, batch: int, max_len: int, *, dtype=None, device=None, quant: str | None = None) -> list:
     """One cache per block of `model` for generating up to max_len positions: a RingCache where the layer has a
     window shorter than max_len, else a StaticCache. dtype/device default to the model's parameters'."""
     param = next(model.parameters())
     dtype, device = dtype or param.dtype, device or param.device
-    caches: list[RingCache | StaticCache] = []
+    caches: list[_LayerCache] = []
     for block in model.blocks:
         attn = block.attn
-        if attn.window is not None and attn.window < max_len:
-            caches.append(
-                RingCache(batch, attn.n_kv_head, attn.window, attn.head_dim, dtype=dtype, device=device, quant=quant)
-            )
-        else:
-            caches.append(
-                StaticCache(batch, attn.n_kv_head, max_len, attn.head_dim, dtype=dtype, device=device, quant=quant)
-            )
+        ring = attn.window is not None and attn.window < max_len
+        cls, slots = (RingCache, attn.window) if ring else (StaticCache, max_len)
+        caches.append(cls(batch, attn.n_kv_head, slots, attn.head_dim, dtype=dtype, device=device, quant=quant))
     return caches
 
 
