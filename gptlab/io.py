@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -46,3 +47,19 @@ def atomic_write_text(path: Path, text: str) -> None:
 def write_json_atomic(path: Path, obj: Any, indent: int = 1, sort_keys: bool = False) -> None:
     """`obj` as strict JSON, written atomically (see atomic_write_text)."""
     atomic_write_text(path, json.dumps(strict_json(obj), indent=indent, sort_keys=sort_keys) + "\n")
+
+
+def append_whole(file, path: Path, text: str, what: str) -> None:
+    """Write and flush `text` at the end of `file` (open on `path` for appending). If that fails (a full disk), close
+    the file, cut it back to where `text` began so no torn line is left, and raise an OSError naming `what` and the
+    path; the caller then drops its handle."""
+    end = file.tell()
+    try:
+        file.write(text)
+        file.flush()
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            file.close()  # its flush fails again, but the descriptor is closed
+        with contextlib.suppress(OSError):
+            os.truncate(path, end)
+        raise OSError(err.errno, f"cannot append to {what} ({err.strerror})", str(path)) from None

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from gptlab.io import atomic_write_text
+from gptlab.io import append_whole, atomic_write_text
 
 
 def cell(value: Any) -> str:
@@ -117,17 +117,11 @@ class CsvSink:
     def _append(self, line: str) -> None:
         """Append and flush one CSV line; on failure cut the torn line off and raise naming the file."""
         assert self._file is not None  # log() refused a closed sink
-        end = self._file.tell()
         try:
-            self._file.write(line)
-            self._file.flush()
-        except OSError as err:
-            with contextlib.suppress(OSError):
-                self._file.close()
-            with contextlib.suppress(OSError):
-                os.truncate(self.path, end)
+            append_whole(self._file, self.path, line, "the CSV file")
+        except OSError:
             self._file = None
-            raise OSError(err.errno, f"cannot append to the CSV file ({err.strerror})", str(self.path)) from None
+            raise
 
     def summary(self, values: dict) -> None:
         """Nothing to do: end-of-run values live in summary.json (JsonlSink)."""

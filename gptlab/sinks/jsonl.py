@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
 from typing import IO
 
-from gptlab.io import atomic_write_text, strict_json  # noqa: F401  (atomic_write_text: re-exported)
+from gptlab.io import append_whole, atomic_write_text, strict_json  # noqa: F401  (atomic_write_text: re-exported)
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -81,19 +80,11 @@ class JsonlSink:
         if self._file is None:
             raise RuntimeError(f"JsonlSink for {self.run_dir} is closed")
         row = {"step": int(step), **{k: strict_json(v) for k, v in metrics.items() if k != "step"}}
-        end = self._file.tell()
-        try:
-            self._file.write(json.dumps(row) + "\n")
-            self._file.flush()
-        except OSError as err:  # disk full: cut the torn row off, keep every whole one, name the file
-            with contextlib.suppress(OSError):
-                self._file.close()  # its flush fails again, but the descriptor is closed
-            with contextlib.suppress(OSError):
-                os.truncate(self.metrics_path, end)
+        try:  # disk full: the torn row is cut off, every whole one kept, the file named
+            append_whole(self._file, self.metrics_path, json.dumps(row) + "\n", "the metrics file")
+        except OSError:
             self._file = None
-            raise OSError(
-                err.errno, f"cannot append to the metrics file ({err.strerror})", str(self.metrics_path)
-            ) from None
+            raise
 
     def summary(self, values: dict) -> None:
         """Merge `values` into summary.json and rewrite it atomically."""
