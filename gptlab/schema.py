@@ -14,7 +14,7 @@ Why not Hydra's ConfigStore: OmegaConf converts a typed field's value before any
 
 from __future__ import annotations
 
-from dataclasses import MISSING, Field, fields
+from dataclasses import fields
 from typing import get_args, get_type_hints
 
 from omegaconf import OmegaConf
@@ -25,7 +25,7 @@ from gptlab.hardware import Hardware
 from gptlab.model.attention.kernels import IMPLS
 from gptlab.model.config import GPTConfig
 from gptlab.schema_checks import Auto, Bool, Number, OneOf, Seq, Text
-from gptlab.settings import SEED_RANGE, TrainSettings, config_key
+from gptlab.settings import SEED_RANGE, TrainSettings, config_key, is_required
 
 Check = Number | Bool | OneOf | Text | Auto | Seq
 SEED = Number(SEED_RANGE, int)
@@ -58,11 +58,6 @@ def field_checks(cls: type, group: str) -> dict[str, Check]:
         config_key(f, group): f.metadata.get("check") or _derived(config_key(f, group), hints[f.name], f.metadata)
         for f in fields(cls)
     }
-
-
-def _required(f: Field) -> bool:
-    said = f.metadata.get("required")
-    return (f.default is MISSING and f.default_factory is MISSING) if said is None else said
 
 
 SCHEMA: dict[str, Check] = {
@@ -136,7 +131,7 @@ SCHEMA: dict[str, Check] = {
 
 # keys every run needs (a settings field without a default, or one its rule marks required); the others are
 # checked where the chosen option has them
-REQUIRED = tuple(config_key(f, group) for cls, group in SETTINGS for f in fields(cls) if _required(f))
+REQUIRED = tuple(config_key(f, group) for cls, group in SETTINGS for f in fields(cls) if is_required(f))
 
 _ABSENT = object()
 RENAMED = {

@@ -7,13 +7,15 @@ and `train_settings(cfg)` fills it from a validated config. The values and their
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.errors import ConfigError
 from gptlab.schema_checks import Text, rule
 
+_ABSENT = object()
 SEED_RANGE = "[0, 2**63)"  # torch.manual_seed takes < 2**64; negatives alias 2**64 - n, so non-negative int64
 
 
@@ -52,10 +54,20 @@ def config_key(f, group: str) -> str:
     return f.metadata.get("key") or f"{group}.{f.name}"
 
 
+def is_required(f: Field) -> bool:
+    """Whether the config must have this field's key: its rule says so, else when the field has no default."""
+    said = f.metadata.get("required")
+    return (f.default is MISSING and f.default_factory is MISSING) if said is None else said
+
+
 def train_settings(cfg: DictConfig) -> TrainSettings:
     """TrainSettings from a validated config, each field read from its key (an optional key absent: None)."""
     values = {}
     for f in fields(TrainSettings):
-        value = OmegaConf.select(cfg, config_key(f, "train"), default=None)
+        key = config_key(f, "train")
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT and is_required(f):  # never a silent None where check_schema was skipped
+            raise ConfigError(f"{key}: missing from the config (removed with ~?); it is required")
+        value = None if value is _ABSENT else value
         values[f.name] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     return TrainSettings(**cast(dict, values))

@@ -86,3 +86,13 @@ def test_model_and_hardware_builders_refuse_unknown_keys_outside_training_too():
 def test_check_schema_refuses_an_unknown_settings_key_before_any_value():
     with pytest.raises(ConfigError, match=r"^model.n_layers: not a model key; allowed: bias, block_size, d_model"):
         check_schema(compose(["+model.n_layers=2", "train.max_steps=-1"]))
+
+
+def test_train_settings_refuse_a_missing_required_key_instead_of_reading_none():
+    """A caller that skipped check_schema still gets no silent None for, e.g., train.max_steps."""
+    cfg = compose([])
+    with open_dict(cfg):
+        del cfg.train["max_steps"]
+    with pytest.raises(ConfigError, match=r"^train.max_steps: missing from the config \(removed with ~\?\); it is "
+                                          r"required$"):
+        train_settings(cfg)

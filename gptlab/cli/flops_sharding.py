@@ -102,14 +102,7 @@ def _this_machine(device: str) -> dict | None:
                 "link": None,
                 "link_bandwidth": None,
             }
-        return {
-            "name": name,
-            "memory_bytes": spec.memory_bytes,
-            "source": "datasheet",
-            "shared_by_ranks": False,
-            "link": spec.link,
-            "link_bandwidth": spec.link_bandwidth,
-        }
+        return _datasheet(name, spec)
     found = available_memory(device) if kind == "cpu" else None
     if found is None:
         return None
@@ -123,23 +116,24 @@ def _this_machine(device: str) -> dict | None:
     }
 
 
+def _datasheet(name: str, spec) -> dict:
+    """One GPU's memory and link as its datasheet gives them (a gptlab.costs.gpus spec)."""
+    return {
+        "name": name,
+        "memory_bytes": spec.memory_bytes,
+        "source": "datasheet",
+        "shared_by_ranks": False,
+        "link": spec.link,
+        "link_bandwidth": spec.link_bandwidth,
+    }
+
+
 def device_memory(cfg: DictConfig, device: str) -> dict | None:
     """What one rank is compared with: gpu=NAME (datasheet), gpu_memory=BYTES, else this machine; link_bandwidth."""
     name, memory, link = (OmegaConf.select(cfg, k) for k in ("gpu", "gpu_memory", "link_bandwidth"))
     _positive("gpu_memory", memory)
     _positive("link_bandwidth", link)
-    if name is not None:
-        spec = _known_gpu(str(name))
-        out: dict | None = {
-            "name": str(name),
-            "memory_bytes": spec.memory_bytes,
-            "source": "datasheet",
-            "shared_by_ranks": False,
-            "link": spec.link,
-            "link_bandwidth": spec.link_bandwidth,
-        }
-    else:
-        out = _this_machine(device)
+    out = _datasheet(str(name), _known_gpu(str(name))) if name is not None else _this_machine(device)
     if memory is not None:
         out = {
             **(out or {"name": "given", "link": None, "link_bandwidth": None}),
