@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gptlab.data import encode
+from gptlab.data import default_cache_dir, encode
 from gptlab.data.fitting import FITTED, FitSample, check_val_fraction, fit_limit, load_tokenizer, save_tokenizer
 from gptlab.data.shards import ShardWriter, TokenStream, check_ids, open_shards
 from gptlab.data.sources import SEGMENT_CHARS
@@ -156,13 +156,15 @@ def build_token_splits(
     tokenizer: str,
     bpe_vocab_size: int,
     val_fraction: float,
-    cache_dir: Path,
+    cache_dir: Path | str | None = None,
     num_proc: int | None = None,
     bpe_sample_bytes: int = 100_000_000,
     max_tokens: int | None = None,
     verify: bool = False,
 ) -> TokenSplits:
-    """Tokenize `source` once into cached shards (or open them) and split the stream into train and val."""
+    """Tokenize `source` once into cached shards (or open them) and split the stream into train and val
+    (`cache_dir` None: gptlab.data.default_cache_dir())."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     val_fraction = check_val_fraction(val_fraction)
     if tokenizer not in ("bpe", "byte", "char", "gpt2"):
         make_tokenizer(tokenizer, "", cache_dir)  # the one-line unknown-tokenizer error

@@ -8,7 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-from gptlab.data import default_cache_dir
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.lm import LMData
 from gptlab.data.sources import HubSource
@@ -117,7 +116,7 @@ class HFData(LMData):
             tokenizer=tokenizer,
             bpe_vocab_size=bpe_vocab_size,
             val_fraction=val_fraction,
-            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+            cache_dir=cache_dir,
             num_proc=num_proc,
             bpe_sample_bytes=bpe_sample_bytes,
             max_tokens=max_tokens,

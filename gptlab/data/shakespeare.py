@@ -6,7 +6,6 @@ import gzip
 import hashlib
 from pathlib import Path
 
-from gptlab.data import default_cache_dir
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.lm import LMData
 from gptlab.data.sources import TextSource
@@ -42,7 +41,7 @@ class ShakespeareData(LMData):
             tokenizer=tokenizer,
             bpe_vocab_size=bpe_vocab_size,
             val_fraction=val_fraction,
-            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+            cache_dir=cache_dir,
             num_proc=num_proc,
             verify=verify,
         )
