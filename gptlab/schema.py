@@ -155,7 +155,7 @@ def check_schema(cfg) -> None:
     table refuses (or a missing required key)."""
     for group in SETTINGS_GROUPS:
         node = OmegaConf.select(cfg, group)
-        if node is not None:
+        if OmegaConf.is_dict(node):  # not a mapping at all: its required keys are missing, refused below
             check_known_keys(group, node)
     for key, check in SCHEMA.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)

@@ -38,6 +38,7 @@ TABLE = [
     Row("appended-sample-key", ["+sample.topk=5"], 2, "sample.topk: not a sample key; allowed: temperature, tokens, top_k"),
     Row("renamed-train-key", ["+train.eval_batches=3"], 2,
         "train.eval_batches: not a train key (renamed: use train.eval_sequences"),
+    Row("group-replaced-by-scalar", ["sample=5"], 2, "sample.tokens: missing from the config"),
     Row("removed-profile", ["~profile"], 2, "profile: missing from the config (removed with ~?); it is required"),
     Row("ambiguous-sweep-value", ["model=tiny,gpt2"], 2, "Ambiguous value for argument 'model=tiny,gpt2'"),
     Row("override-syntax", ["train.max_steps=["], 2, "cannot parse override 'train.max_steps=['"),
