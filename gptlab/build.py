@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from pathlib import Path
 from typing import cast
 
 from hydra import compose as hydra_compose
@@ -126,14 +125,9 @@ def build_hardware(cfg: DictConfig) -> Hardware:
     return Hardware(**node)
 
 
-def cache_dir() -> Path:
-    """Token/tokenizer/peak caches: $GPTLAB_CACHE or ~/.cache/gptlab (gptlab.data.default_cache_dir)."""
-    return default_cache_dir()
-
-
 def build_data(cfg: DictConfig, block_size: int):
     """The data object (see gptlab.data) for this run's data choice and data_seed."""
-    return _factory(cfg, "data")(seed=int(cfg.data_seed), block_size=block_size, cache_dir=cache_dir())
+    return _factory(cfg, "data")(seed=int(cfg.data_seed), block_size=block_size, cache_dir=default_cache_dir())
 
 
 def build_optimizer(cfg: DictConfig, model):

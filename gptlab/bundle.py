@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from gptlab import build, distributed
 from gptlab.costs import train_flops_per_token
 from gptlab.costs.memory import check_fits
+from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
 from gptlab.hardware import Hardware, threads_for_job
 from gptlab.loop import Context
@@ -72,7 +73,7 @@ def build_bundle(cfg: DictConfig, run_dir: Path, choices: dict) -> Bundle:
     ctx = Context(
         run_dir=run_dir,
         flops_per_token=float(train_flops_per_token(model, data.seq_len)),
-        peak_flops=hardware.resolved_peak_flops(build.cache_dir()),
+        peak_flops=hardware.resolved_peak_flops(default_cache_dir()),
         identity=identity,
         rank=rank,
         world=world,

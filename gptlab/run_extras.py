@@ -6,8 +6,8 @@ import logging
 
 import torch
 
-from gptlab import build
 from gptlab.bundle import Bundle
+from gptlab.data import default_cache_dir
 
 log = logging.getLogger("gptlab.run")  # the run's own messages keep one logger name ([gptlab.run] in run.log)
 
@@ -18,13 +18,13 @@ def check_peak(summary: dict, hardware) -> None:
 
     mfu = summary.get("mfu_median") or 0.0
     if mfu > 1.0 and hardware.peak_flops == "auto" and not hardware.device.startswith("cuda"):
-        if forget_peak(hardware.device, hardware.torch_dtype, build.cache_dir()):
+        if forget_peak(hardware.device, hardware.torch_dtype, default_cache_dir()):
             log.warning(
                 "MFU %.0f%% is impossible: the cached %s matmul peak was measured while the machine was busy; "
                 "dropped from %s, the next run measures it again",
                 100 * mfu,
                 hardware.dtype,
-                build.cache_dir(),
+                default_cache_dir(),
             )
 
 
@@ -42,7 +42,7 @@ def profile_run(run: Bundle) -> None:
         data.seq_len,
         dtype_bytes=hardware.dtype,
         peak_flops=ctx.peak_flops,
-        mem_bandwidth=cached_bandwidth(hardware.device, build.cache_dir()),
+        mem_bandwidth=cached_bandwidth(hardware.device, default_cache_dir()),
     )
 
     def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,7 +41,8 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
     """(peak FLOP/s, bandwidth bytes/s, dtype) of the hardware profile; 'auto' is measured once and cached."""
     import torch
 
-    from gptlab.build import build_hardware, cache_dir
+    from gptlab.build import build_hardware
+    from gptlab.data import default_cache_dir
 
     hw = cfg.hardware
     device = _device(cfg)
@@ -60,11 +61,11 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             raise ConfigError(f"hardware.{key}={value!r}: expected a positive number or auto")
     if peak == "auto":
-        peak = build_hardware(cfg).resolved_peak_flops(cache_dir())
+        peak = build_hardware(cfg).resolved_peak_flops(default_cache_dir())
     if bw == "auto":
         from gptlab.costs.peak import cached_bandwidth
 
-        bw = cached_bandwidth(device, cache_dir())
+        bw = cached_bandwidth(device, default_cache_dir())
     return float(peak), float(bw), dtype
 
 
