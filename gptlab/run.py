@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import traceback
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -109,6 +110,23 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     dict (also written to summary.json)."""
     validate(cfg)
     run = build_bundle(cfg, run_dir, choices)
+    world = run.ctx.world
+    try:
+        return _resume_and_train(cfg, run, run_dir, choices, overrides, stop)
+    except BaseException as err:
+        if world > 1:  # the failed frames' locals would keep the model, and so the process group, alive
+            traceback.clear_frames(err.__traceback__)
+        raise
+    finally:
+        del run  # the model and its DDP/FSDP wrapper go first: they hold the process group (distributed.teardown)
+        if world > 1:
+            distributed.teardown()
+
+
+def _resume_and_train(
+    cfg: DictConfig, run: Bundle, run_dir: Path, choices: dict, overrides: list[str], stop: StopFlag | None
+) -> dict:
+    """Resume (or re-report a finished run), open the run files, profile if asked, train and summarise."""
     settings = run.settings
     # refuse a checkpoint of another run, and load it, before any run file is written
     start = resume.find(settings.resume, settings.init_from, run_dir, run.identity, run.lr_factors)
@@ -120,8 +138,6 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
     if finished is not None:
         log.info("%s: finished at step %d already; its summary is re-reported unchanged", run_dir, progress.step)
         sample = sample_text(run)  # every rank: a sharded model gathers in each forward
-        if run.ctx.world > 1:
-            distributed.teardown()
         return finished | {"sample": sample, "wandb_sync": None}
     sinks = _open_run_files(cfg, run, start, progress, overrides, choices, name) if run.ctx.is_main else []
     if settings.profile:
@@ -163,7 +179,7 @@ def _train_and_summarise(
     name: str,
     stop: StopFlag | None,
 ) -> dict:
-    """The loop, then the summary every sink receives; sinks are closed and the process group left whatever happens."""
+    """The loop, then the summary every sink receives; the sinks are closed whatever happens."""
     model, ctx, data = run.model, run.ctx, run.data
     status = "failed"
     try:
@@ -207,8 +223,6 @@ def _train_and_summarise(
     finally:
         for sink in sinks:
             sink.close(status)
-        if ctx.world > 1:
-            distributed.teardown()
     summary["wandb_sync"] = next(
         (getattr(s, "sync_command", None) for s in sinks if getattr(s, "sync_command", None)), None
     )

@@ -38,6 +38,7 @@ def main(out: Path) -> None:
     torch.save({"grads": {n: p.grad for n, p in net.named_parameters()}, "world": world,
                 "broadcast_buffers": ddp.broadcast_buffers, "bucket_view": ddp.gradient_as_bucket_view},
                out / f"rank{rank}.pt")
+    del ddp, net, loss  # what holds the process group goes before it (gptlab.distributed.teardown)
     distributed.teardown()
 
 

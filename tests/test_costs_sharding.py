@@ -251,6 +251,8 @@ def _fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
 
+    from gptlab import distributed
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -275,7 +277,8 @@ def _fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
                                    if isinstance(t, torch.Tensor) and t.shape == p.shape)}
     with open(f"{out}/{rank}.json", "w") as f:
         json.dump(kept, f)
-    dist.destroy_process_group()
+    del model, optimizer, params, mesh  # what holds the process group goes before it (gptlab.distributed.teardown)
+    distributed.teardown()
 
 
 @pytest.mark.slow
