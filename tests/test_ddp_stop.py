@@ -9,29 +9,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from gptlab import checkpoint
 from test_reliability import last_step
-from train_helpers import FAST
+from train_helpers import FAST, workers
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gptlab.cli.train"]
-
-
-def workers(parent: int) -> list[int]:
-    """The pids of torchrun's worker processes (its children running gptlab.cli.train)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmd = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == parent and b"gptlab.cli.train" in cmd:
-            found.append(int(stat.parent.name))
-    return found
 
 
 @pytest.mark.slow

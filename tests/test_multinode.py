@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from omegaconf import OmegaConf
 
 from conftest import cli_env
 from gptlab import checkpoint
-from train_helpers import FAST, rows
+from train_helpers import FAST, rows, workers
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -114,7 +115,9 @@ def test_two_torchrun_agents_rendezvous_like_two_nodes_and_match_one_process(tmp
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in (0, 1)]
     try:
         results = [a.communicate(timeout=300) for a in agents]
-    finally:
+    finally:  # a hung rank outlives a killed agent (torchrun starts workers in their own session): kill both
+        for pid in [w for a in agents for w in workers(a.pid)]:
+            os.kill(pid, signal.SIGKILL)
         for a in agents:
             a.kill()
     assert [a.returncode for a in agents] == [0, 0], [err[-2000:] for _, err in results]

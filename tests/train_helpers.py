@@ -34,3 +34,17 @@ def cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedP
     env = dict(os.environ, OMP_NUM_THREADS="2", HYDRA_FULL_ERROR="0")
     return subprocess.run([sys.executable, "-m", "gptlab.cli.train", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def workers(parent: int) -> list[int]:
+    """The pids of torchrun's worker processes (its children running gptlab.cli.train)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and b"gptlab.cli.train" in cmd:
+            found.append(int(stat.parent.name))
+    return found
