@@ -121,10 +121,8 @@ def clip_grad_norm(parameters, max_norm: float) -> float:
 def teardown() -> None:
     """Leave the process group once nothing holds the wrapped model any more. DDP's reducer and FSDP's mesh keep a
     reference to the group; when theirs is the last one, the group's destructor runs under the GIL and joins gloo's
-    worker threads, one of which may be waiting for the GIL to free a finished collective's tensors: a hang (a rank
-    of a finished two-node test run hung so; a two-rank loop of DDP, barrier, destroy, then drop the DDP hung within
-    5-11 cycles in each of 2 tries, dropping the DDP first then destroying ran 400 of 400 in each). gc first frees a
-    cycle still holding the model."""
+    worker threads, one of which may be waiting for the GIL to free a finished collective's tensors: the rank hangs
+    for good (tests/test_teardown.py checks the order). gc first frees a cycle still holding the model."""
     gc.collect()
     if dist.is_initialized():
         dist.destroy_process_group()
