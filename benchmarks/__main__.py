@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO, Bench, BenchError, hermetic_env
-from gptlab.io import strict_json
+from gptlab.util.io import strict_json
 
 SECTIONS = ("overhead", "throughput", "ablation", "quality", "startup", "scaling")
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks import report
     from benchmarks.common import machine
-    from gptlab.hardware import threads_for_job
+    from gptlab.runtime.hardware import threads_for_job
 
     torch.set_num_threads(threads_for_job())
     started = time.perf_counter()

@@ -177,7 +177,7 @@ def build_platform(overrides: list[str], compile_model: bool = False) -> dict:
     """Model, optimizer, hardware and data exactly as gptlab-train builds them for these overrides."""
     import torch
 
-    from gptlab import build
+    from gptlab.config import build
 
     cfg = build.compose(overrides)
     hardware = build.build_hardware(cfg)
@@ -199,7 +199,7 @@ def build_platform(overrides: list[str], compile_model: bool = False) -> dict:
 
 
 class PeakProbe:
-    """Matmul FLOP/s measured next to the thing it is compared with (gptlab.costs.peak's measurement, short)."""
+    """Matmul FLOP/s measured next to the thing it is compared with (gptlab.runtime.peak's measurement, short)."""
 
     def __init__(self, n: int):
         self.n = n
@@ -208,7 +208,7 @@ class PeakProbe:
     def __call__(self, dtype: str) -> float:
         import torch
 
-        from gptlab.costs.peak import measure_matmul_peak
+        from gptlab.runtime.peak import measure_matmul_peak
 
         flops = measure_matmul_peak(
             torch.bfloat16 if dtype == "bf16" else torch.float32, n=self.n, repeats=2, budget_s=0.5
@@ -231,7 +231,7 @@ def machine() -> dict:
 
     import torch
 
-    from gptlab.costs.peak import machine_name
+    from gptlab.runtime.peak import machine_name
 
     mem = (
         next(

@@ -28,7 +28,7 @@ from benchmarks.common import REPO, Bench, BenchError, hermetic_env, machine, me
 from benchmarks.corpus_gen import generate
 from benchmarks.data_scale_report import ISSUE_BEFORE, extrapolate, markdown
 from benchmarks.data_scale_runs import child, tokenize, train_runs
-from gptlab.io import strict_json
+from gptlab.util.io import strict_json
 
 UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import Bench, CpuMeter, gptlab, hermetic_env, machine, median, read_json, read_rows, run
-from gptlab.io import strict_json
+from gptlab.util.io import strict_json
 
 ARMS = {
     "off": [],

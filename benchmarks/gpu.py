@@ -93,7 +93,7 @@ def measure(bench: Bench, quick: bool, only: list[str] | None) -> dict:
 def main(args) -> int:
     import torch
 
-    from gptlab.io import strict_json
+    from gptlab.util.io import strict_json
 
     if not torch.cuda.is_available():
         print(NO_CUDA.format(torch=torch.__version__))

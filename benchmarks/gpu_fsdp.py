@@ -31,7 +31,7 @@ def _args(steps: int) -> list[str]:
 
 def _copy_to(bench: Bench, src: str, name: str, keep_step: int) -> None:
     """<gpu>/name: a copy of run <gpu>/src as a kill right after checkpoint keep_step would leave it."""
-    from gptlab import checkpoint
+    from gptlab.state import checkpoint
 
     dest = bench.dir("gpu") / name
     shutil.copytree(bench.dir("gpu") / src, dest, ignore=shutil.ignore_patterns(".gptlab.lock"))
@@ -44,7 +44,7 @@ def _copy_to(bench: Bench, src: str, name: str, keep_step: int) -> None:
 
 def _kill_mid_run(bench: Bench, name: str, steps: int) -> dict:
     """Both ranks started with torchrun's env, SIGKILLed after the middle checkpoint; every checkpoint left loads."""
-    from gptlab import checkpoint
+    from gptlab.state import checkpoint
 
     run_dir = bench.dir("gpu") / name
     with socket.socket() as s:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gptlab.build import build_model, compose
+from gptlab.config.build import build_model, compose
 from gptlab.errors import ConfigError
 from gptlab.model.attention.kernels import check_impl
 
@@ -56,7 +56,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def check_device(device: str, sizes: dict) -> dict:
     """The GPU, its capability, and the datasheet peak gptlab measures MFU against (bf16; fp32 with TF32 on/off)."""
-    from gptlab.hardware import Hardware
+    from gptlab.runtime.hardware import Hardware
 
     index = torch.device(device).index or 0
     out = {

@@ -181,7 +181,7 @@ def measure(model, x: torch.Tensor, y: torch.Tensor, prompts: torch.Tensor, new_
 
 def sliding_bytes(batch: int, max_len: int, vocab: int) -> dict:
     """Cache bytes of an untrained attention=sliding model of the tiny shape (a RingCache per layer)."""
-    from gptlab.build import build_model, compose
+    from gptlab.config.build import build_model, compose
 
     cfg = compose(["model=tiny", "attention=sliding"])
     model = build_model(cfg, vocab_size=vocab, device="cpu")
@@ -190,9 +190,9 @@ def sliding_bytes(batch: int, max_len: int, vocab: int) -> dict:
 
 def train(steps: int, batch: int, work: Path) -> tuple:
     """Train model=tiny in-process; (fp32 model from its last checkpoint, data, summary, overrides)."""
-    from gptlab.build import build_data, build_model, compose, group_choices
-    from gptlab.checkpoint import load
-    from gptlab.run import execute
+    from gptlab.config.build import build_data, build_model, compose, group_choices
+    from gptlab.state.checkpoint import load
+    from gptlab.train.run import execute
 
     args = [*TRAIN, f"train.max_steps={steps}", f"train.eval_interval={steps}", f"train.batch_size={batch}"]
     cfg = compose(args)

@@ -102,7 +102,7 @@ def bare_round(s: dict, built: dict) -> dict:
 def measure(bench: Bench) -> dict:
     s = sizes(bench)
     out = bench.dir("overhead")
-    from gptlab.build import compose
+    from gptlab.config.build import compose
 
     default_eval = int(compose([]).train.eval_interval)
     built = build_platform(s["overrides"])

@@ -95,7 +95,7 @@ TABLE = [
     Row("recall-seq-len", ["data=assoc_recall", "data.seq_len=128"], 2, "data.seq_len"),
     Row("hub-without-name", ["data=hf"], 2, "data.name: got None"),
     Row("hub-offline", ["data=hf", "data.name=some/dataset"], 2, "hub dataset 'some/dataset' is not available offline (HF_HUB_OFFLINE=1)"),
-    # every knob typed and ranged before anything is built (gptlab/schema.py): booleans only booleans, enums only their values
+    # every knob typed and ranged before anything is built (gptlab/config/schema.py): booleans only booleans, enums only their values
     Row("compile-quoted-false", ["hardware.compile='false'"], 2,
         "hardware.compile: 'false' is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"),
     Row("compile-yes", ["hardware.compile=yes"], 2, "hardware.compile: 'yes' is not allowed; allowed: false, true,"),

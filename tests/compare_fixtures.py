@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import yaml
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from gptlab import distributed
-from gptlab.build import build_model, compose
+from gptlab.config.build import build_model, compose
+from gptlab.runtime import distributed
 
 OVERRIDES = ["~data", "model.n_layer=2", "model.n_head=4", "model.d_model=32", "model.block_size=16",
              "position=rope", "attention=gqa"]
@@ -38,7 +38,7 @@ def main(out: Path) -> None:
     torch.save({"grads": {n: p.grad for n, p in net.named_parameters()}, "world": world,
                 "broadcast_buffers": ddp.broadcast_buffers, "bucket_view": ddp.gradient_as_bucket_view},
                out / f"rank{rank}.pt")
-    del ddp, net, loss  # what holds the process group goes before it (gptlab.distributed.teardown)
+    del ddp, net, loss  # what holds the process group goes before it (gptlab.runtime.distributed.teardown)
     distributed.teardown()
 
 

@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gptlab import checkpoint
 from train_helpers import FAST
+
+from gptlab.state import checkpoint
 
 # fp32 (FAST), a checkpoint every 4 steps, clipping active at every step (grad norms here are 1-2), one thread
 FSDP = ["hardware=fsdp_cpu", "hardware.threads=1", "train.ckpt_interval=4", "train.grad_clip=0.5"]

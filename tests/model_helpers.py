@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from gptlab.build import build_model, compose
+from gptlab.config.build import build_model, compose
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY = ["~data", "model.n_layer=2", "model.n_head=4", "model.d_model=32", "model.block_size=32"]

@@ -1,6 +1,6 @@
-"""One rank of tests/test_teardown.py (run by torchrun): train a tiny run through gptlab.run.execute and record, when
+"""One rank of tests/test_teardown.py (run by torchrun): train a tiny run through gptlab.train.run.execute and record, when
 the process group is left, how many DDP wrappers are still alive (a live one holds the group; see
-gptlab.distributed.teardown). With `fail`, the loop raises after the wrapper is built."""
+gptlab.runtime.distributed.teardown). With `fail`, the loop raises after the wrapper is built."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 from torch.nn.parallel import DistributedDataParallel
 
-from gptlab import distributed, run
-from gptlab.build import compose, group_choices
+from gptlab.config.build import compose, group_choices
+from gptlab.runtime import distributed
+from gptlab.train import run
 
 OVERRIDES = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "train.batch_size=8",
              "train.eval_sequences=16", "train.max_steps=2", "train.eval_interval=2", "sample.tokens=0",
@@ -34,7 +35,7 @@ def main(out: Path, mode: str) -> None:
         def failing_train(*args, **kwargs):
             raise RuntimeError("injected failure in the loop")
 
-        run.train = failing_train  # run.py's own name for gptlab.loop.train
+        run.train = failing_train  # run.py's own name for gptlab.train.loop.train
     cfg = compose(OVERRIDES)
     (out / "run").mkdir(exist_ok=True)  # Hydra makes the run dir under gptlab-train
     outcome = "finished"

@@ -27,7 +27,6 @@ import traceback
 from pathlib import Path
 
 import pytest
-
 from bad_input_rows import TABLE, Row
 from train_helpers import FAST, run_inprocess
 

@@ -14,7 +14,6 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-
 from conftest import cli_env
 
 

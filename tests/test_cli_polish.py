@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from train_helpers import FAST, cli
 
 from gptlab.cli.help import group_page, groups, read_yaml_doc, render
 from gptlab.cli.sweep import main as sweep_main
 from gptlab.cli.sweep import take_sweep_dir
 from gptlab.errors import ConfigError
-from gptlab.paths import CONF_DIR
 from gptlab.sinks.progress import CONSOLE_LOG, ProgressSink
-from train_helpers import FAST, cli
+from gptlab.util.paths import CONF_DIR
 
 BIN = Path(sys.executable).parent
 INLINE = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*):\s+([^#\s][^#]*?)\s+#\s*(.+)$")  # key: value  # comment
@@ -185,7 +185,7 @@ def test_train_log_holds_the_runs_lines_and_piped_stderr_one_line_per_eval(tmp_p
     progress = [l for l in proc.stderr.splitlines() if l.startswith("step ")]
     assert [l.split()[1] for l in progress] == ["0/6", "3/6", "6/6"]
     log = (run / "train.log").read_text()
-    assert "[gptlab.run][WARNING] - no-op choice: attention=gqa with attention.n_kv_head=4 == model.n_head=4" in log
+    assert "[gptlab.train.run][WARNING] - no-op choice: attention=gqa with attention.n_kv_head=4 == model.n_head=4" in log
     for line in progress:
         assert f"[gptlab.console][INFO] - {line}" in log
     assert "run finished: finished after 6 steps" in log and f"run dir        {run}" in log

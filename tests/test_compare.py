@@ -11,8 +11,7 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
-from compare_fixtures import (bad_acc_vs_lm, bad_mixed_data, bad_no_common_step, default_loss, write_run,
-                              write_sweep)
+from compare_fixtures import bad_acc_vs_lm, bad_mixed_data, bad_no_common_step, default_loss, write_run, write_sweep
 from conftest import REPO, cli_env, python_bin
 
 from gptlab.cli.compare import main

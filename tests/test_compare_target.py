@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from compare_fixtures import write_sweep
+from train_helpers import FAST
+
 from gptlab.cli.compare import main
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
-from train_helpers import FAST
 
 REPO = Path(__file__).resolve().parents[1]
 

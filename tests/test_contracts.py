@@ -15,9 +15,10 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+from model_helpers import TINY, VOCAB, choices, tokens
 from torch.testing import assert_close
 
-from gptlab.build import build_model, compose
+from gptlab.config.build import build_model, compose
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.attention.gqa import GroupedQueryAttention
@@ -26,7 +27,6 @@ from gptlab.model.checks import check_model
 from gptlab.model.mlp.gelu import GeluMLP
 from gptlab.model.norm.rmsnorm import rmsnorm
 from gptlab.model.position.rope import RotaryPosition
-from model_helpers import TINY, VOCAB, choices, tokens
 from tests.conftest import REPO
 
 EXTRA_CONF = REPO / "tests" / "contract_conf"

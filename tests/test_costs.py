@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from gptlab.build import build_model, build_optimizer, compose
+from gptlab.config.build import build_model, build_optimizer, compose
 from gptlab.costs import analyze, train_flops_per_token
 from gptlab.costs.counting import count_flops
 from gptlab.costs.memory import optimizer_state_bytes_per_param
@@ -215,8 +215,9 @@ def test_a_run_beating_the_cached_peak_drops_it(tmp_path, monkeypatch, caplog):
     """A peak cached while the machine was busy is too low (MFU > 100 %): the run drops it for re-measurement."""
     import logging
 
-    from gptlab.costs import peak
     from train_helpers import run_inprocess
+
+    from gptlab.costs import peak
 
     monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))
     threads = torch.get_num_threads()
@@ -225,7 +226,7 @@ def test_a_run_beating_the_cached_peak_drops_it(tmp_path, monkeypatch, caplog):
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / peak.CACHE_FILE).write_text(json.dumps(busy))
     try:
-        with caplog.at_level(logging.WARNING, logger="gptlab.run"):
+        with caplog.at_level(logging.WARNING, logger="gptlab.train.run"):
             summary = run_inprocess(tmp_path / "run", "hardware.peak_flops=auto", "hardware.threads=1", steps=8)
     finally:
         torch.set_num_threads(threads)

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from gptlab.build import build_cost_model, build_model, build_optimizer, compose, cost_report
+from gptlab.config.build import build_cost_model, build_model, build_optimizer, compose, cost_report
 from gptlab.costs import analyze, describe, train_flops_per_token
 from gptlab.costs.memory import GIB, available_memory, check_fits, optimizer_state_bytes_per_param
 from gptlab.errors import ConfigError

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 import torch
 
-from gptlab.build import build_cost_model, build_model, build_optimizer, compose, cost_report
 from gptlab.cli.flops import run
+from gptlab.config.build import build_cost_model, build_model, build_optimizer, compose, cost_report
 from gptlab.costs.memory import optimizer_state_bytes_per_param
 from gptlab.costs.sharding import Sharding, communication, memory_per_rank, param_layout, per_rank, world_sizes
 from gptlab.errors import ConfigError
@@ -76,7 +76,7 @@ def test_tiny_memory_per_rank_by_hand():
 
 
 def test_fsdp_on_one_rank_keeps_what_ddp_keeps():
-    """gptlab.distributed.shard leaves one process unwrapped: fsdp at N=1 is ddp at N=1, term by term."""
+    """gptlab.runtime.distributed.shard leaves one process unwrapped: fsdp at N=1 is ddp at N=1, term by term."""
     lay = _layout(XL)
     one = {s: memory_per_rank(lay, Sharding(s, 1), 0.0, compute_bytes=2, state_bytes_per_param=8) for s in ("ddp", "fsdp")}
     assert one["ddp"] == one["fsdp"] and one["fsdp"]["params_bytes"] == 4 * _xl_params()
@@ -251,7 +251,7 @@ def _fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
 
-    from gptlab import distributed
+    from gptlab.runtime import distributed
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -277,7 +277,7 @@ def _fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
                                    if isinstance(t, torch.Tensor) and t.shape == p.shape)}
     with open(f"{out}/{rank}.json", "w") as f:
         json.dump(kept, f)
-    del model, optimizer, params, mesh  # what holds the process group goes before it (gptlab.distributed.teardown)
+    del model, optimizer, params, mesh  # what holds the process group goes before it (gptlab.runtime.distributed.teardown)
     distributed.teardown()
 
 
@@ -301,7 +301,7 @@ def test_a_real_fsdp2_run_keeps_what_the_model_says(tmp_path):
 
 def test_every_gpu_with_a_memory_figure_has_datasheet_peaks():
     """gpu=NAME takes its roofs from gpus.GPU_TABLE: every name of GPU_SPECS must match there, whole."""
-    from gptlab.costs.gpus import GPU_SPECS, gpu_peaks, gpu_spec
+    from gptlab.runtime.gpus import GPU_SPECS, gpu_peaks, gpu_spec
 
     assert all(gpu_peaks(name) is not None for name in GPU_SPECS)
     assert gpu_spec("NVIDIA  H100 80GB HBM3") is GPU_SPECS["NVIDIA H100 80GB HBM3"] and gpu_spec("H100") is None

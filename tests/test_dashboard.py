@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gptlab.build import compose, group_choices
-from gptlab.dashboard import Launch, _sweep_keys, flat_config, run_group, run_name
-from gptlab.build import plain_config
+from gptlab.config.build import compose, group_choices, plain_config
+from gptlab.sinks.dashboard import Launch, _sweep_keys, flat_config, run_group, run_name
 from tests.train_helpers import FAST, run_inprocess
 from tests.wandb_read import config, history, inspect_records, of_type
 

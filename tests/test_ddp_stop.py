@@ -11,10 +11,10 @@ import sys
 import time
 
 import pytest
-
-from gptlab import checkpoint
 from test_reliability import last_step
 from train_helpers import FAST, workers
+
+from gptlab.state import checkpoint
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gptlab.cli.train"]
 

@@ -11,16 +11,16 @@ import sys
 import pytest
 import torch
 import yaml
-
 from conftest import cli_env
-from gptlab.build import compose
-from gptlab.cli import decode as decode_cli
-from gptlab.errors import ConfigError
-from gptlab.infer import decode
-from gptlab.infer.decode import Grid, generate, measure
 from model_helpers import tiny_model, tokens
 from train_helpers import FAST
 from train_helpers import cli as train_cli
+
+from gptlab.cli import decode as decode_cli
+from gptlab.config.build import compose
+from gptlab.errors import ConfigError
+from gptlab.infer import decode
+from gptlab.infer.decode import Grid, generate, measure
 
 # a 2-layer d_model-32 model, 8 new tokens per point, one repeat: seconds per test on one thread
 SMALL = ["model.n_layer=2", "model.n_head=4", "model.d_model=32", "model.block_size=64", "model.vocab_size=61",

@@ -1,4 +1,4 @@
-"""Training diagnostics (gptlab/diagnostics.py, gptlab/anomaly.py): every key for every layer in metrics.jsonl and the
+"""Training diagnostics (gptlab/train/diagnostics.py, gptlab/train/anomaly.py): every key for every layer in metrics.jsonl and the
 offline W&B run, the groups' grad norms combine to the global one, the curve is untouched, attention statistics match
 hand-computed values, an injected spike is found and replayable, an injected NaN is traced to its module."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from gptlab import build
-from gptlab.diagnostics import Diagnostics, group_of
-from gptlab.step import TrainingDiverged
 from train_helpers import FAST, cli, rows, run_inprocess
+
+from gptlab.config import build
+from gptlab.train.diagnostics import Diagnostics, group_of
+from gptlab.train.loop import TrainingDiverged
 
 GROUPS = ("attn", "mlp", "norm")
 
@@ -101,7 +101,7 @@ def poison(monkeypatch, module_of, change, from_call: int, until_call: int | Non
 def test_an_injected_spike_is_an_event_and_its_batch_replays(tmp_path, monkeypatch, caplog):
     """Training step 11 (row 12) runs with its final norm's output x 40: the logits blow up, so does the loss."""
     poison(monkeypatch, lambda m: m.norm_f, lambda out: out * 40, from_call=12, until_call=12)
-    with caplog.at_level(logging.WARNING, logger="gptlab.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="gptlab.train.diagnostics"):
         run_inprocess(tmp_path / "s", "train.spike_factor=1.5", "train.spike_dump=true", "train.log_interval=5",
                       steps=15, eval_interval=15)
     events = [r for r in rows(tmp_path / "s") if "spike/loss" in r]
@@ -124,7 +124,7 @@ def test_an_injected_spike_is_an_event_and_its_batch_replays(tmp_path, monkeypat
 def test_detect_anomaly_names_the_first_module_that_went_nan(tmp_path, monkeypatch, caplog):
     """blocks.1.mlp outputs NaN from the 4th training forward on (injected, deterministic)."""
     poison(monkeypatch, lambda m: m.blocks[1].mlp, lambda out: out * float("nan"), from_call=4)
-    with caplog.at_level(logging.WARNING, logger="gptlab.diagnostics"), pytest.raises(TrainingDiverged):
+    with caplog.at_level(logging.WARNING, logger="gptlab.train.diagnostics"), pytest.raises(TrainingDiverged):
         run_inprocess(tmp_path / "a", "train.detect_anomaly=true", steps=6)
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("anomaly at step"))
     trace = tmp_path / "a" / "diagnostics" / "anomaly_step_0000004.txt"

@@ -13,13 +13,13 @@ import yaml
 from compare_fixtures import write_run
 from omegaconf import OmegaConf
 
-from gptlab.build import build_model, compose, group_choices
 from gptlab.cli.sweep import load_sweep, planned_overrides
 from gptlab.compare.analysis import compare
 from gptlab.compare.claims import load_claims
 from gptlab.compare.runs import load_run
-from gptlab.paths import CONF_DIR, SWEEPS_DIR
-from gptlab.tree import flatten
+from gptlab.config.build import build_model, compose, group_choices
+from gptlab.util.paths import CONF_DIR, SWEEPS_DIR
+from gptlab.util.tree import flatten
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 STUDY_SWEEPS = ("expected_results", "expected_results_cpu", "windows")

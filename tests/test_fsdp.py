@@ -17,15 +17,16 @@ import sys
 
 import pytest
 import torch
-
 from fsdp_helpers import ARGS, FSDP, assert_close_curves, curve, interrupted_copy, launch, train, wait
-from gptlab import checkpoint, distributed
+from gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
+from train_helpers import run_inprocess
+
 from gptlab.cli import export as export_cli
 from gptlab.cli.sample import load_run
 from gptlab.errors import ConfigError
-from gptlab.hardware import Hardware
-from gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
-from train_helpers import run_inprocess
+from gptlab.runtime import distributed
+from gptlab.runtime.hardware import Hardware
+from gptlab.state import checkpoint
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gptlab.cli.train"]
 
@@ -177,7 +178,7 @@ def test_cuda_fsdp_compiles_then_shards_each_block_then_the_root(monkeypatch):
     """No GPU here: fully_shard and the device mesh are mocked; this is what distributed.wrap asks of them on CUDA."""
     from torch.distributed import device_mesh, fsdp
 
-    from gptlab.build import build_model, compose
+    from gptlab.config.build import build_model, compose
 
     calls, compiled = [], []
     monkeypatch.setattr(fsdp, "fully_shard", lambda module, **kw: calls.append((module, kw)))
@@ -224,7 +225,7 @@ def test_fsdp_without_cuda_points_to_fsdp_cpu():
 
 
 def test_fsdp_resume_may_change_the_world_size_and_resharding_only():
-    from gptlab.resume import differences
+    from gptlab.state.resume import differences
 
     def identity(strategy: str, world: int, reshard: bool = True, lr: float = 0.003) -> dict:
         config = {"hardware": {"strategy": strategy, "reshard_after_forward": reshard}, "optimizer": {"lr": lr}}
@@ -237,8 +238,8 @@ def test_fsdp_resume_may_change_the_world_size_and_resharding_only():
 
 def test_an_optimizer_without_state_is_saved_and_loaded_as_such(tmp_path):
     """Before any step (all skipped as non-finite) AdamW has no moments: the checkpoint must not invent them."""
-    from gptlab import sharded
-    from gptlab.build import build_model, compose
+    from gptlab.config.build import build_model, compose
+    from gptlab.state import sharded
 
     def fresh():
         torch.manual_seed(0)
@@ -255,10 +256,10 @@ def test_an_optimizer_without_state_is_saved_and_loaded_as_such(tmp_path):
 
 def test_the_memory_check_of_an_fsdp_run_counts_one_ranks_share():
     """gpt2-xl on 8 ranks: refused where replicated state exceeds the memory, accepted where one rank's share fits."""
-    from gptlab import build
+    from gptlab.config import build
     from gptlab.costs.memory import check_fits
     from gptlab.costs.sharding import Sharding
-    from gptlab.bundle import per_rank_report
+    from gptlab.train.bundle import per_rank_report
 
     cfg = build.compose(["model=gpt2-xl", "hardware=fsdp_cpu", "train.batch_size=8"])
     whole = build.cost_report(cfg, 1, 1024, vocab_size=50304, dtype="bf16").to_dict()

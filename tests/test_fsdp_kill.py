@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fsdp_helpers import curve, launch, wait
-from gptlab import checkpoint
 from test_reliability import freeze, last_step, wait_for_step
+
+from gptlab.state import checkpoint
 
 KILL = ["train.max_steps=12", "train.eval_interval=4", "train.ckpt_interval=1"]  # a checkpoint after every step
 TRIALS = [["write"], ["moment", "write"]]  # the kinds of kill each trial suffers, at random steps and moments

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-
 from ddp_worker import batch, model
-from gptlab import distributed
+
+from gptlab.runtime import distributed
 
 TESTS = Path(__file__).resolve().parent
 

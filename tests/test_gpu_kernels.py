@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from model_helpers import tiny_model, tokens
 
 from gptlab.model.attention import kernels
-from model_helpers import tiny_model, tokens
 
 H, HD, TK = 4, 8, 20
 # (Tq, q_offset): training (square), one decode step, a chunk of queries after a cache

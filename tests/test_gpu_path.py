@@ -12,14 +12,14 @@ import warnings
 
 import pytest
 import torch
-
 from gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
-from gptlab import build, placement
-from gptlab.build import build_hardware, compose
-from gptlab.errors import ConfigError
-from gptlab.hardware import Hardware, threads_for_job
 from train_helpers import run_inprocess
 
+from gptlab.config import build
+from gptlab.config.build import build_hardware, compose
+from gptlab.errors import ConfigError
+from gptlab.runtime import placement
+from gptlab.runtime.hardware import Hardware, threads_for_job
 
 # ---- 1. device resolution -----------------------------------------------------------------------------
 
@@ -219,6 +219,6 @@ def test_place_local_job_refuses_a_shared_gpu(monkeypatch):
 
 
 def test_cpu_cores_wrap_around_with_a_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="gptlab.placement"):
+    with caplog.at_level(logging.WARNING, logger="gptlab.runtime.placement"):
         assert [placement.cores_for_job(k, 1, [0, 1]) for k in range(3)] == [[0], [1], [0]]
     assert len(caplog.records) == 1 and "run 2 shares CPU cores [0]" in caplog.records[0].getMessage()

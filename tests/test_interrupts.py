@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from gptlab import checkpoint
-from gptlab.sinks.jsonl import read_rows
 from test_reliability import launch, wait_for_step
 from test_resume import every_row
 from train_helpers import FAST
+
+from gptlab.sinks.jsonl import read_rows
+from gptlab.state import checkpoint
 
 ARGS = [*FAST, "train.max_steps=30", "train.eval_interval=10", "train.ckpt_interval=0", "hardware.threads=1"]
 

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 import torch
+from model_helpers import choices, tiny_model, tokens
 from torch.testing import assert_close
 
 from gptlab.infer.cache import RingCache, StaticCache, cache_nbytes, dequantize, make_caches, quantize
-from model_helpers import choices, tiny_model, tokens
 
 WINDOW = ["attention.window=5"]  # shorter than the prompt, so ring buffers wrap during prefill and decoding
 CASES = list(itertools.product(choices("attention"), choices("position")))

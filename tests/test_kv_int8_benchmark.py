@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from benchmarks.kv_int8 import KINDS, cache_bytes, measure, teacher_forced
-from gptlab.build import build_model, compose
+from gptlab.config.build import build_model, compose
 
 VOCAB = 65
 SMALL = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.init_std=0.1",

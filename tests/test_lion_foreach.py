@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import torch
+from model_helpers import tiny_model, tokens
 
 from gptlab.optim.lion import Lion, lion
-from model_helpers import tiny_model, tokens
 
 
 class LoopLion(torch.optim.Optimizer):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import TINY, VOCAB, choices, tiny_model, tokens
 from torch.testing import assert_close
 
-from gptlab.build import build_model, build_optimizer, compose
+from gptlab.config.build import build_model, build_optimizer, compose
 from gptlab.model.attention.kernels import IMPLS
-from model_helpers import TINY, VOCAB, choices, tiny_model, tokens
 
 GROUPS = ["attention", "mlp", "norm", "position"]
 CASES = [(g, c) for g in GROUPS for c in choices(g)]
@@ -205,7 +205,7 @@ def test_post_norm_placement_differs_from_pre():
 @pytest.mark.parametrize("group", ["attention", "mlp", "norm", "position", "optimizer", "schedule", "data"])
 def test_misspelt_key_names_the_key_and_the_allowed_ones(group):
     """A key the choice's target cannot take is refused when the config is built, never silently ignored."""
-    from gptlab.build import build_data, build_optimizer, build_schedule
+    from gptlab.config.build import build_data, build_optimizer, build_schedule
     from gptlab.errors import ConfigError
 
     cfg = compose([*TINY[1:], f"+{group}.widnow=4"])  # with the default data choice

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import submitit
+from conftest import cli_env
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf
-
-from conftest import cli_env
-from gptlab import checkpoint
 from train_helpers import FAST, rows, workers
+
+from gptlab.state import checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -51,7 +51,7 @@ def test_hardware_nodes_and_tasks_reach_sbatch(tmp_path):
 
 SLURM_TASK = """\
 import json, os
-from gptlab.distributed import export_slurm_env
+from gptlab.runtime.distributed import export_slurm_env
 export_slurm_env()
 print(json.dumps({k: os.environ.get(k) for k in
                   ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"]}))

@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from train_helpers import FAST, rows, run_inprocess
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gptlab.build import compose
 from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
-from gptlab.noop import noop_choices
-from gptlab.paths import SWEEPS_DIR
+from gptlab.config.build import compose
+from gptlab.config.noop import noop_choices
+from gptlab.util.paths import SWEEPS_DIR
 
 
 @pytest.mark.parametrize("overrides, expected", [

@@ -12,12 +12,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from gptlab import build, checkpoint, loop, prefetch, resume
-from gptlab.errors import ConfigError
-from gptlab.prefetch import THREAD_NAME
-from gptlab.schema import check_schema
 from train_helpers import rows, run_inprocess
+
+from gptlab.config import build
+from gptlab.config.schema import check_schema
+from gptlab.errors import ConfigError
+from gptlab.state import checkpoint, resume
+from gptlab.train import loop, prefetch
+from gptlab.train.prefetch import THREAD_NAME
 
 ARGS = ["train.grad_accum=2", "hardware.threads=1", "train.ckpt_interval=0"]  # 2 micro-batches of 4 per step
 B = 8  # train.batch_size in train_helpers.FAST

@@ -7,9 +7,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from gptlab.build import compose
 from gptlab.cli.help import group_page, read_yaml_doc
-from gptlab.paths import CONF_DIR
+from gptlab.config.build import compose
+from gptlab.util.paths import CONF_DIR
 
 INHERITING = sorted(
     (p.parent.name, p.stem, read_yaml_doc(p).base)

@@ -6,12 +6,12 @@ import json
 
 import pytest
 import torch
+from model_helpers import least_disturbed_profile
 
-from gptlab.build import build_model, build_optimizer, compose
+from gptlab.config.build import build_model, build_optimizer, compose
 from gptlab.costs import analyze
 from gptlab.costs.ops import GROUPS
-from gptlab.profile import format_breakdown, predicted_shares, profile_steps
-from model_helpers import least_disturbed_profile
+from gptlab.profile.steps import format_breakdown, predicted_shares, profile_steps
 
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.vocab_size=128"]
 B, T = 4, 64

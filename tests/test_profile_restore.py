@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from gptlab import profile_state
 from model_helpers import tiny_model
 from train_helpers import rows, run_inprocess
+
+from gptlab.profile.steps import state as profile_state
 
 
 def test_profile_does_not_change_the_curve_with_dropout(tmp_path):

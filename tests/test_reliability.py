@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from gptlab import checkpoint
-from gptlab.step import TrainingDiverged
-from gptlab.sinks.jsonl import read_rows
 from train_helpers import FAST, rows, run_inprocess
+
+from gptlab.sinks.jsonl import read_rows
+from gptlab.state import checkpoint
+from gptlab.train.loop import TrainingDiverged
 
 # 30 fp32 steps, a checkpoint after every step (so kills often land in a write), one torch thread
 KILL_ARGS = [*FAST, "train.max_steps=30", "train.eval_interval=5", "train.ckpt_interval=1", "hardware.threads=1"]
@@ -167,7 +167,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 3])
     stale = checkpoint.ckpt_dir(run) / ".step_0000009.pt.tmp4242"  # a killed writer's leftover: garbage
     stale.write_bytes(b"half a checkpoint")
-    with caplog.at_level(logging.WARNING, logger="gptlab.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="gptlab.state.checkpoint"):
         summary = run_inprocess(run, "train.ckpt_interval=2", steps=8, eval_interval=2)
     assert [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()] == [
         f"skipping train.resume: checkpoint '{newest}' is unreadable (RuntimeError: PytorchStreamReader failed "
@@ -205,7 +205,7 @@ def test_nan_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tmp_pat
 
 def test_nan_skip_skips_a_bounded_number_of_steps(tmp_path, caplog):
     run = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="gptlab.loop"), pytest.raises(TrainingDiverged) as err:
+    with caplog.at_level(logging.WARNING, logger="gptlab.train.loop"), pytest.raises(TrainingDiverged) as err:
         run_inprocess(run, "optimizer=sgd", "optimizer.lr=30", "train.grad_clip=0", "train.nan_skip=2", steps=20)
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert [m.split(";")[-1] for m in skipped] == [" skipped (1 of train.nan_skip=2)", " skipped (2 of train.nan_skip=2)"]

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from gptlab import checkpoint
-from gptlab.loop import StopFlag
-from gptlab.metrics import mfu
 from test_reliability import CURVE, kill_at_random, launch, wait_for_step
 from train_helpers import FAST, rows, run_inprocess
+
+from gptlab.runtime.metrics import mfu
+from gptlab.state import checkpoint
+from gptlab.train.loop import StopFlag
 
 # dropout (RNG state matters) and two micro-batches per step (accumulation order matters)
 HARD = [*FAST, "model.dropout=0.1", "train.grad_accum=2", "train.eval_interval=5", "train.ckpt_interval=3",
@@ -78,7 +78,7 @@ def test_val_loss_and_training_data_do_not_depend_on_grad_accum(tmp_path):
 
 def test_batch_size_arms_see_the_same_stream(tmp_path):
     """Batch 16 for one step trains on exactly the samples that batch 8 sees in steps 0 and 1 (global sample index)."""
-    from gptlab.build import build_data, compose
+    from gptlab.config.build import build_data, compose
 
     data = build_data(compose([*FAST]), 64)
     x16, _ = data.train_samples(0 * 16, 16)
@@ -145,7 +145,7 @@ def test_init_from_starts_a_new_run_with_the_configs_hyper_parameters(tmp_path):
 
 def test_optimizer_set_param_groups_follow_load_state_dict():
     """Muon's OptimizerSet: after load_state_dict the schedule must reach the live groups (it kept stale dicts)."""
-    from gptlab.build import build_model, build_optimizer, compose
+    from gptlab.config.build import build_model, build_optimizer, compose
 
     cfg = compose([*FAST, "optimizer=muon"])
     model = build_model(cfg, vocab_size=65)
@@ -222,7 +222,7 @@ def test_mfu_is_per_device():
 
 def test_every_cuda_devices_rng_is_saved_and_restored(monkeypatch):
     """CUDA cannot run here: torch.cuda's RNG calls are mocked (2 devices) to check what resume saves and restores."""
-    from gptlab import resume
+    from gptlab.state import resume
 
     states = [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3, 4], dtype=torch.uint8)]
     restored = []

@@ -1,4 +1,4 @@
-"""The run schema (gptlab/schema.py): it covers every key the shipped configs have, each check's message is
+"""The run schema (gptlab/config/schema.py): it covers every key the shipped configs have, each check's message is
 exact, every shipped choice passes it, and hardware.compile maps onto torch.compile's modes."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from gptlab.build import compose
+from gptlab.config.build import compose
+from gptlab.config.schema import REQUIRED, SCHEMA, SEED, check_schema
 from gptlab.errors import ConfigError
-from gptlab.hardware import COMPILE_MODES, Hardware, compile_mode
-from gptlab.schema import REQUIRED, SCHEMA, SEED, check_schema
-from gptlab.schema_checks import Auto, Bool, Number, OneOf, Seq, Text, show
+from gptlab.runtime.hardware import COMPILE_MODES, Hardware, compile_mode
+from gptlab.util.checks import Auto, Bool, Number, OneOf, Seq, Text, show
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GLOBAL_PACKAGES = {"launcher", "tune"}  # `# @package _global_`: Hydra/launcher settings, no run keys

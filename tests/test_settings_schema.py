@@ -1,4 +1,4 @@
-"""The settings dataclasses are the schema of their keys (gptlab/schema.py derives the checks from them): each field
+"""The settings dataclasses are the schema of their keys (gptlab/config/schema.py derives the checks from them): each field
 of TrainSettings, GPTConfig and Hardware is one checked key, a number must declare its range, and the loop's
 TrainSettings is filled from exactly the keys the schema checked."""
 
@@ -9,13 +9,13 @@ from dataclasses import dataclass, field, fields
 import pytest
 from omegaconf import open_dict
 
-from gptlab.build import build_hardware, compose, model_config
+from gptlab.config.build import build_hardware, compose, model_config
+from gptlab.config.schema import REQUIRED, SCHEMA, _derived, check_known_keys, check_schema, field_checks
+from gptlab.config.settings import TrainSettings, config_key, train_settings
 from gptlab.errors import ConfigError
-from gptlab.hardware import Hardware
 from gptlab.model.config import GPTConfig
-from gptlab.schema import REQUIRED, SCHEMA, _derived, check_known_keys, check_schema, field_checks
-from gptlab.schema_checks import Bool, Number, OneOf, Text, rule
-from gptlab.settings import TrainSettings, config_key, train_settings
+from gptlab.runtime.hardware import Hardware
+from gptlab.util.checks import Bool, Number, OneOf, Text, rule
 
 
 @pytest.mark.parametrize("cls, group", [(TrainSettings, "train"), (GPTConfig, "model"), (Hardware, "hardware")])

@@ -8,19 +8,29 @@ import math
 
 import pytest
 import torch
+from model_helpers import tiny_model, tokens
+from omegaconf import OmegaConf
 from scipy.stats import chisquare
 from torch.testing import assert_close
+from train_helpers import FAST, run_inprocess
 
-from omegaconf import OmegaConf
-
-from gptlab.build import compose
+from gptlab.cli.speculative import main, same_tokenizer
+from gptlab.config.build import compose
 from gptlab.errors import ConfigError
 from gptlab.infer.cache import make_caches
-from gptlab.infer.speculative import (Sampler, Stats, expected_speedup, expected_tokens_per_forward, probs, propose,
-                                      rollback, speculative_generate, speculative_round, static_caches, verify)
-from gptlab.infer.speculative_cli import main, same_tokenizer
-from model_helpers import tiny_model, tokens
-from train_helpers import FAST, run_inprocess
+from gptlab.infer.speculative import (
+    Sampler,
+    Stats,
+    expected_speedup,
+    expected_tokens_per_forward,
+    probs,
+    propose,
+    rollback,
+    speculative_generate,
+    speculative_round,
+    static_caches,
+    verify,
+)
 
 UNTIED = ["model.tie_embeddings=false"]  # tied random models mostly predict their input token: drafts always agree
 CASES = [("mha", "rope"), ("gqa", "learned"), ("sliding", "alibi")]

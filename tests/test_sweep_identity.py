@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from gptlab.cli.sweep import identity_warnings, load_sweep, main
-from gptlab.paths import SWEEPS_DIR
+from gptlab.util.paths import SWEEPS_DIR
 
 
 def _sweep_file(tmp_path, arms: dict) -> str:

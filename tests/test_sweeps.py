@@ -9,12 +9,12 @@ import sys
 
 import pytest
 import yaml
-
-from gptlab.build import compose
-from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
-from gptlab.paths import SWEEPS_DIR
-from gptlab.placement import slice_for_job
 from train_helpers import FAST, rows, run_inprocess
+
+from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
+from gptlab.config.build import compose
+from gptlab.runtime.placement import slice_for_job
+from gptlab.util.paths import SWEEPS_DIR
 
 SWEEPS = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
 

@@ -1,6 +1,6 @@
 """Leaving the process group: every object holding it (the DDP wrapper) is gone first, whether the run finished or
 failed. A DDP reducer holding the last reference destroys the group under the GIL and can hang the rank for good
-(seen in a two-node test run); gptlab.distributed.teardown says why. Real gloo ranks under torchrun."""
+(seen in a two-node test run); gptlab.runtime.distributed.teardown says why. Real gloo ranks under torchrun."""
 
 from __future__ import annotations
 

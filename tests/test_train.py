@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from gptlab.build import build_data, compose
-from gptlab.optim.schedule import WSD, Constant, Cosine, Linear
 from model_helpers import choices
 from train_helpers import FAST, cli, rows, run_inprocess
+
+from gptlab.config.build import build_data, compose
+from gptlab.optim.schedule import WSD, Constant, Cosine, Linear
 
 SUMMARY_KEYS = {"final_val_loss", "best_val_loss", "steps", "tokens", "tokens_per_s_median", "step_ms_median",
                 "mfu_median", "peak_mem_bytes", "params", "flops_per_token", "wall_s", "choices"}
@@ -132,7 +132,7 @@ def test_resume_continues_the_same_curve(tmp_path):
     run_inprocess(full, steps=8, eval_interval=2)
     part = tmp_path / "part"
     original = signal.getsignal(signal.SIGUSR1)
-    import gptlab.loop as loop
+    import gptlab.train.loop as loop
 
     real_emit = loop._emit
 

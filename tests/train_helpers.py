@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gptlab.build import compose, group_choices
-from gptlab.run import execute
+from gptlab.config.build import compose, group_choices
+from gptlab.train.run import execute
 
 # A fast configuration: 2 layers, d_model 64, 64-token blocks, fp32 so losses are exactly reproducible.
 FAST = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "train.batch_size=8",

@@ -15,7 +15,7 @@ from gptlab.compare.claims import load_claims
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
-from gptlab.io import strict_json
+from gptlab.util.io import strict_json
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,14 +26,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gptlab import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.cli import fail, hydra_raises
 from gptlab.cli.decode_table import progress, table
 from gptlab.cli.train import one_line
+from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.errors import ConfigError
-from gptlab.io import strict_json
-from gptlab.paths import CONF_DIR
 from gptlab.sinks.progress import console_log
+from gptlab.util.io import strict_json
+from gptlab.util.paths import CONF_DIR
 
 # Groups and keys that shape the model: with run=<dir> the run's own config decides them, so giving one is a mistake.
 MODEL_KEYS = ("model", "attention", "mlp", "norm", "position", "experiment", "scale")
@@ -108,8 +108,8 @@ def load_model(cfg: DictConfig, overrides: list[str]):
 
     run = cfg.get("run")
     if run is None:
-        from gptlab.build import build_model
-        from gptlab.validate import validate
+        from gptlab.config.build import build_model
+        from gptlab.config.validate import validate
 
         validate(cfg)
         torch.manual_seed(int(cfg.seed))
@@ -143,11 +143,11 @@ def model_record(model) -> dict:
 
 def execute(cfg: DictConfig, choices: dict, overrides: list[str]) -> dict:
     """Measure the grid the config asks for; returns decode.json's document."""
-    from gptlab.build import build_hardware, plain_config
-    from gptlab.hardware import threads_for_job
+    from gptlab.config.build import build_hardware, plain_config
     from gptlab.infer.decode import measure, peak_method
-    from gptlab.load import LoadSampler
-    from gptlab.provenance import collect
+    from gptlab.runtime.cpu_load import LoadSampler
+    from gptlab.runtime.hardware import threads_for_job
+    from gptlab.sinks.provenance import collect
 
     grid = grid_from(cfg)
     hardware = build_hardware(cfg)
@@ -202,9 +202,9 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
 @hydra.main(config_path=str(CONF_DIR), config_name="decode", version_base=None)
 def decode_app(cfg: DictConfig) -> None:
     """Measure, write decode.json, print the table."""
-    from gptlab.build import group_choices
-    from gptlab.io import atomic_write_text
-    from gptlab.placement import place_local_job
+    from gptlab.config.build import group_choices
+    from gptlab.runtime.placement import place_local_job
+    from gptlab.util.io import atomic_write_text
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN

@@ -15,10 +15,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from gptlab import build, checkpoint, resume
 from gptlab.cli import fail
 from gptlab.cli.sample import run_config
+from gptlab.config import build
 from gptlab.errors import ConfigError
+from gptlab.state import checkpoint, resume
 
 
 def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:

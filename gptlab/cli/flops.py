@@ -21,7 +21,7 @@ from gptlab.cli.flops_sharding import datasheet_roofs, section, sharding_option
 from gptlab.cli.flops_table import render_table
 from gptlab.cli.help import group_page, help_topic, read_yaml_doc
 from gptlab.errors import ConfigError
-from gptlab.paths import CONF_DIR
+from gptlab.util.paths import CONF_DIR
 
 DEFAULT_VOCAB = 50257  # GPT-2 BPE, the tokenizer default when model.vocab_size is null
 FORMATS = ("table", "json")
@@ -41,7 +41,7 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
     """(peak FLOP/s, bandwidth bytes/s, dtype) of the hardware profile; 'auto' is measured once and cached."""
     import torch
 
-    from gptlab.build import build_hardware
+    from gptlab.config.build import build_hardware
     from gptlab.data import default_cache_dir
 
     hw = cfg.hardware
@@ -63,7 +63,7 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
     if peak == "auto":
         peak = build_hardware(cfg).resolved_peak_flops(default_cache_dir())
     if bw == "auto":
-        from gptlab.costs.peak import cached_bandwidth
+        from gptlab.runtime.peak import cached_bandwidth
 
         bw = cached_bandwidth(device, default_cache_dir())
     return float(peak), float(bw), dtype
@@ -109,7 +109,7 @@ def _dtype(dtype: str, device: str) -> str:
         return dtype
     import torch
 
-    from gptlab.hardware import native_low_precision
+    from gptlab.runtime.hardware import native_low_precision
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         return "bf16"  # costing a GPU profile elsewhere: the datasheet GPUs gptlab targets run bf16
@@ -118,7 +118,7 @@ def _dtype(dtype: str, device: str) -> str:
 
 def run(cfg: DictConfig):
     """The CostReport the composed flops config asks for (raises ConfigError on bad input)."""
-    from gptlab.build import build_cost_model, build_optimizer
+    from gptlab.config.build import build_cost_model, build_optimizer
     from gptlab.costs import MODES, analyze
     from gptlab.costs.memory import optimizer_state_bytes_per_param
 

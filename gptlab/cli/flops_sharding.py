@@ -58,7 +58,7 @@ def sharding_option(cfg: DictConfig, mode: str):
 
 
 def _known_gpu(name: str):
-    from gptlab.costs.gpus import GPU_SPECS, gpu_spec
+    from gptlab.runtime.gpus import GPU_SPECS, gpu_spec
 
     spec = gpu_spec(name)
     if spec is None:
@@ -68,7 +68,7 @@ def _known_gpu(name: str):
 
 def datasheet_roofs(cfg: DictConfig, dtype: str) -> tuple[float, float] | None:
     """(peak FLOP/s, memory bandwidth) of gpu=NAME from the datasheet tables (None without gpu=): that GPU's roofs."""
-    from gptlab.costs.gpus import gpu_peaks, peak_for
+    from gptlab.runtime.gpus import gpu_peaks, peak_for
 
     name = OmegaConf.select(cfg, "gpu")
     if name is None:
@@ -85,8 +85,8 @@ def _this_machine(device: str) -> dict | None:
     """This machine's GPU (datasheet figures when the table knows it) or its host memory, shared by the ranks."""
     import torch
 
-    from gptlab.costs.gpus import gpu_spec
     from gptlab.costs.memory import available_memory
+    from gptlab.runtime.gpus import gpu_spec
 
     kind = torch.device(device).type
     if kind == "cuda" and torch.cuda.is_available():
@@ -117,7 +117,7 @@ def _this_machine(device: str) -> dict | None:
 
 
 def _datasheet(name: str, spec) -> dict:
-    """One GPU's memory and link as its datasheet gives them (a gptlab.costs.gpus spec)."""
+    """One GPU's memory and link as its datasheet gives them (a gptlab.runtime.gpus spec)."""
     return {
         "name": name,
         "memory_bytes": spec.memory_bytes,

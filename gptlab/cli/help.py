@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gptlab.errors import ConfigError
-from gptlab.paths import CONF_DIR, SWEEPS_DIR
+from gptlab.util.paths import CONF_DIR, SWEEPS_DIR
 
 INTERNAL = ("_target_", "_partial_")  # keys that name code, not something a user sets
 USAGE = [

@@ -11,10 +11,11 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from gptlab import build, checkpoint, resume
 from gptlab.cli import fail
+from gptlab.config import build
+from gptlab.config.schema import SCHEMA
 from gptlab.errors import ConfigError
-from gptlab.schema import SCHEMA
+from gptlab.state import checkpoint, resume
 
 # flag -> the config key whose check it shares (no null on the command line)
 FLAGS = {

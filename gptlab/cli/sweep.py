@@ -24,7 +24,7 @@ import yaml
 
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
-from gptlab.paths import SWEEPS_DIR
+from gptlab.util.paths import SWEEPS_DIR
 
 # a sweep file's `command`: (console script, its module, its Hydra config, the file a finished run has written)
 COMMANDS = {
@@ -74,7 +74,7 @@ def finished(run_dir: Path, overrides: list[str], seed: int, command: str = "tra
         return False
     from omegaconf import OmegaConf
 
-    from gptlab.build import compose
+    from gptlab.config.build import compose
 
     cfg = compose([*overrides, f"seed={seed}"], config_name)
     wanted = {k: v for k, v in cast(dict, OmegaConf.to_container(cfg, resolve=False)).items() if k != "hydra"}
@@ -85,10 +85,10 @@ def arm_identity(overrides: list[str], seed: int, command: str = "train") -> tup
     """(model fingerprint, flat config without hydra, no-op warnings) of one arm, built on the meta device."""
     from omegaconf import OmegaConf
 
-    from gptlab.build import build_model, compose
+    from gptlab.config.build import build_model, compose
+    from gptlab.config.noop import noop_choices
     from gptlab.model.fingerprint import model_fingerprint
-    from gptlab.noop import noop_choices
-    from gptlab.tree import flatten
+    from gptlab.util.tree import flatten
 
     cfg = compose([*overrides, f"seed={seed}"], COMMANDS[command][2])
     # The vocabulary comes from the tokenizer at run time; arms of one data setup share it, so any size compares.

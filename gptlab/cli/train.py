@@ -23,14 +23,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gptlab import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.cli import fail, hydra_raises
 from gptlab.cli.help import help_topic, render
-from gptlab.cli.run_dir import HYDRA_WRITES, check_run_dir, run_dir_lock
+from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.errors import ConfigError
-from gptlab.paths import CONF_DIR
-from gptlab.placement import place_local_job, remember_launch_gpus
+from gptlab.runtime.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
+from gptlab.state.rundir import HYDRA_WRITES, check_run_dir, run_dir_lock
+from gptlab.util.paths import CONF_DIR
 
 log = logging.getLogger("gptlab")
 remember_launch_gpus()
@@ -70,14 +70,14 @@ def one_line(err: BaseException) -> str:
 
 def run_errors() -> tuple[type[BaseException], ...]:
     """What a run raises for bad input or a failed run (imported late: --help and completion skip torch)."""
-    from gptlab.step import TrainingDiverged
+    from gptlab.train.loop import TrainingDiverged
 
     return ConfigError, TrainingDiverged, OSError, OmegaConfBaseException
 
 
 def exit_code(err: BaseException) -> int:
     """1 when the run failed (diverged, I/O), 2 for bad input."""
-    from gptlab.step import TrainingDiverged
+    from gptlab.train.loop import TrainingDiverged
 
     return 1 if isinstance(err, (TrainingDiverged, OSError)) and not isinstance(err, HydraException) else 2
 
@@ -115,9 +115,9 @@ def _report(summary: dict, run_dir: Path) -> None:
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
 def train_app(cfg: DictConfig) -> float | None:
     """Train one configuration; returns the final val loss (the objective for Hydra sweepers)."""
-    from gptlab.build import group_choices
-    from gptlab.loop import StopFlag
-    from gptlab.run import execute
+    from gptlab.config.build import group_choices
+    from gptlab.train.loop import StopFlag
+    from gptlab.train.run import execute
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)

@@ -11,7 +11,7 @@ from gptlab.compare.claims import attach_claims
 from gptlab.compare.group import Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs
 from gptlab.compare.identical import identical_groups, mixed_fingerprints, shared
 from gptlab.compare.runs import Run
-from gptlab.compare.stats import ALPHA  # noqa: E402  (the significance level, re-exported)
+from gptlab.compare.stats import ALPHA
 from gptlab.errors import ConfigError
 
 

@@ -4,15 +4,11 @@ name, so gptlab-compare shows measured next to claimed."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
 from gptlab.compare.group import Group, matches
 from gptlab.errors import ConfigError
-
-if TYPE_CHECKING:  # analysis imports this module
-    from gptlab.compare.analysis import Row
 
 
 def load_claims(path: str) -> dict[str, dict[str, float]]:
@@ -37,8 +33,8 @@ def load_claims(path: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def attach_claims(rows: list[Row], groups: list[Group], claims: dict[str, dict[str, float]]) -> None:
-    """Put each claim on the one row whose label equals its key or whose config has all its key=value items."""
+def attach_claims(rows: list, groups: list[Group], claims: dict[str, dict[str, float]]) -> None:
+    """Put each claim on the one comparison row (compare.analysis.Row) whose label equals its key or whose config has all its key=value items."""
     for key, claim in claims.items():
         items = [s.strip() for s in key.split(",") if s.strip()]
         hits = [row for row in rows if row.label == key] or [

@@ -9,7 +9,7 @@ from typing import Any
 
 from gptlab.compare.runs import Run
 from gptlab.errors import ConfigError
-from gptlab.tree import flatten
+from gptlab.util.tree import flatten
 
 # Keys that vary between seeds of one configuration: runs differing only here form one group.
 SEED_KEYS = frozenset({"seed", "data_seed"})

@@ -13,7 +13,7 @@ from typing import Any
 from gptlab.compare import speed, stats
 from gptlab.compare.analysis import Comparison
 from gptlab.compare.runs import Run, wandb_identity
-from gptlab.tree import flatten
+from gptlab.util.tree import flatten
 
 TABLE_COLUMNS = [
     "label",

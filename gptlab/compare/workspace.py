@@ -17,7 +17,7 @@ from gptlab.compare.group import IGNORED_CHOICES, SEED_KEYS, is_bookkeeping
 from gptlab.compare.runs import Run
 from gptlab.compare.wandb_log import entity_of, project_of, sweep_group
 from gptlab.errors import ConfigError
-from gptlab.tree import flatten
+from gptlab.util.tree import flatten
 
 SPEC_FILE = "workspace.json"
 LOSS_AXES = {"step": "step", "tokens": "tokens", "wall_s": "wall time (s)"}  # x-axis key -> its title

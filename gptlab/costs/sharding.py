@@ -108,7 +108,7 @@ def memory_per_rank(
 ) -> dict:
     """Bytes one rank's device holds at its peak: weights, grads, optimizer state, compute copies, activations.
 
-    gptlab runs fsdp on one rank unwrapped (gptlab.distributed.shard), so fsdp at N=1 costs what ddp at N=1 does.
+    gptlab runs fsdp on one rank unwrapped (gptlab.runtime.distributed.shard), so fsdp at N=1 costs what ddp at N=1 does.
     With cpu_offload the sharded weights, grads and state are `host_bytes`, outside the device's total.
     """
     ddp = sh.strategy == "ddp" or sh.world_size == 1

@@ -173,7 +173,7 @@ def content_hashes(files: list[Path], cache_dir: Path, verify: bool = False) -> 
     A file whose size, mtime and sampled blocks are unchanged is not read again; verify=True (data.verify)
     re-reads and re-hashes every file and replaces a stale record.
     """
-    from gptlab.io import write_json_atomic
+    from gptlab.util.io import write_json_atomic
 
     known = Path(cache_dir) / "sources"
     known.mkdir(parents=True, exist_ok=True)

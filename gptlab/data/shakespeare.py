@@ -9,7 +9,7 @@ from pathlib import Path
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.lm import LMData
 from gptlab.data.sources import TextSource
-from gptlab.paths import ASSETS_DIR
+from gptlab.util.paths import ASSETS_DIR
 
 ASSET = ASSETS_DIR / "shakespeare.txt.gz"
 

@@ -19,7 +19,7 @@ from typing import IO
 import numpy as np
 
 from gptlab.errors import ConfigError
-from gptlab.io import write_json_atomic
+from gptlab.util.io import write_json_atomic
 
 
 def shard_name(i: int) -> str:

@@ -37,8 +37,8 @@ import torch
 from gptlab.costs.memory import kv_cache
 from gptlab.costs.structure import describe
 from gptlab.infer.cache import cache_nbytes, make_caches
-from gptlab.load import LoadSampler
-from gptlab.metrics import PeakMemory
+from gptlab.runtime.cpu_load import LoadSampler
+from gptlab.runtime.metrics import PeakMemory
 
 CACHES = ("static", "none")
 PERCENTILES = (50, 90, 99)

@@ -10,12 +10,11 @@ prefix (a prefix of a target sample is a target sample, so this stays exact; it 
 
 Caches: every layer gets a StaticCache here, sliding-window layers included (their window is applied by the
 attention mask over absolute positions), because a RingCache cannot forget positions once it has wrapped; so memory
-is max_len per layer, not the window. CLI (gptlab/infer/speculative_cli.py):
-python -m gptlab.infer.speculative --target RUN --draft RUN [--k 4]"""
+is max_len per layer, not the window. CLI (gptlab/cli/speculative.py):
+gptlab-speculative --target RUN --draft RUN [--k 4]"""
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import cast
@@ -211,9 +210,3 @@ def speculative_generate(
         seq = speculative_round(target, draft, tcaches, dcaches, seq, min(k, end - seq.size(1) - 1), sampler, stats)
     stats.wall_s = time.perf_counter() - start
     return seq, stats.summary()
-
-
-if __name__ == "__main__":  # python -m gptlab.infer.speculative: the CLI lives in speculative_cli
-    from gptlab.infer.speculative_cli import main
-
-    sys.exit(main())

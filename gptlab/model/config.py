@@ -1,14 +1,14 @@
 """Plain size/shape settings of a GPT (the `model` config group), free of Hydra.
 
 GPTConfig is also the schema of the `model.*` keys: each field's annotation and `rule` give the key's type and
-allowed range (gptlab/schema.py derives the checks); the values and their comments live in conf/model/*.yaml.
+allowed range (gptlab/config/schema.py derives the checks); the values and their comments live in conf/model/*.yaml.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gptlab.schema_checks import Number, rule
+from gptlab.util.checks import Number, rule
 
 NEEDED = rule(">= 1", required=True)  # a size every model config must state
 
@@ -21,7 +21,7 @@ class GPTConfig:
     n_head: int = field(default=4, metadata=NEEDED)
     d_model: int = field(default=128, metadata=NEEDED)
     block_size: int = field(default=256, metadata=NEEDED)
-    # the config may say null (= the tokenizer's vocabulary, filled in by gptlab.build.model_config)
+    # the config may say null (= the tokenizer's vocabulary, filled in by gptlab.config.build.model_config)
     vocab_size: int = field(default=50257, metadata=rule(check=Number(">= 1", int, null=True)))
     tie_embeddings: bool = True
     bias: bool = False

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from gptlab.io import append_whole, atomic_write_text
+from gptlab.util.io import append_whole, atomic_write_text
 
 
 def cell(value: Any) -> str:

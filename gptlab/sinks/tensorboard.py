@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gptlab.tree import flatten
+from gptlab.util.tree import flatten
 
 EVENT_PREFIX = "events.out.tfevents."
 _STAMP = re.compile(r"^events\.out\.tfevents\.(\d+)\.")

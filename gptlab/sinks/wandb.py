@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gptlab.errors import ConfigError
-from gptlab.io import atomic_write_text
+from gptlab.util.io import atomic_write_text
 
 log = logging.getLogger("gptlab.sinks")
 
@@ -249,7 +249,7 @@ class WandbSink:
         """Upload the final checkpoint as a model artifact (aliases latest and step<N>)."""
         import wandb
 
-        from gptlab.checkpoint import latest_path
+        from gptlab.state.checkpoint import latest_path
 
         path = latest_path(self.run_dir)
         if path is None:

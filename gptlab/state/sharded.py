@@ -41,7 +41,7 @@ def save(run_dir: Path, step: int, model, optimizer, state: dict, rank: int, wor
     An optimizer without state yet (every step so far skipped as non-finite, or SGD without momentum) is left out:
     torch would invent its moments with a zero-learning-rate step, which changes AdamW's step count.
     """
-    from gptlab import checkpoint
+    from gptlab.state import checkpoint
 
     rest = {k: v for k, v in state.items() if k not in ("model", "optimizer")}
     held = tensors(model, optimizer if _has_state(optimizer) else None)
@@ -64,7 +64,7 @@ def load(path: str | Path, model, optimizer=None) -> None:
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
-    from gptlab.checkpoint import first_line, single_process_quiet
+    from gptlab.state.checkpoint import first_line, single_process_quiet
 
     if optimizer is not None and not _holds_optimizer(path):
         optimizer = None  # saved before the optimizer had state: it starts empty here too

@@ -1,6 +1,6 @@
 """Config checks that run before anything is built or any data is read; each failure is one line.
 
-Keys, types and ranges of single keys are gptlab/schema.py's (check_schema); this module adds the rules that
+Keys, types and ranges of single keys are gptlab/config/schema.py's (check_schema); this module adds the rules that
 relate several keys, then builds the hardware profile and the model on the meta device (their
 constructors check the combination of component choices).
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.schema import check_schema
 from gptlab.errors import ConfigError
-from gptlab.schema import check_schema
 
 
 def _batch(cfg: DictConfig) -> None:
@@ -37,7 +37,7 @@ def _checkpoints(cfg: DictConfig) -> None:
 
 def _attention_name(cfg: DictConfig) -> None:
     """attention=mha / mqa must be what they say: a dashboard grouped by choice/attention would mix in GQA."""
-    from gptlab.build import group_choices
+    from gptlab.config.build import group_choices
 
     try:
         choice = group_choices(cfg).get("attention")
@@ -127,7 +127,7 @@ def validate(cfg: DictConfig) -> None:
         from gptlab.sinks.wandb import resolve_mode
 
         resolve_mode(str(mode))
-    from gptlab.build import build_hardware, build_model
+    from gptlab.config.build import build_hardware, build_model
 
     build_hardware(cfg)
     vocab = cfg.model.get("vocab_size")

@@ -1,12 +1,12 @@
 """The run schema: every known config key with its type and range, as one table checked before anything is built
-(the checks themselves: gptlab/schema_checks.py).
+(the checks themselves: gptlab/util/checks.py).
 
-The keys with a settings dataclass take their checks from it: the run keys from gptlab.settings.TrainSettings,
+The keys with a settings dataclass take their checks from it: the run keys from gptlab.config.settings.TrainSettings,
 `model.*` from GPTConfig, `hardware.*` from Hardware (each field's annotation and `rule(...)` metadata), so each is
 declared once; the component, data, optimizer and logger keys vary by choice and are listed here. `check_schema(cfg)`
 runs every check whose key is in the config (sgd has `momentum`, adamw `betas`), and refuses a missing required key.
 Each failure is one ConfigError line naming the key, the value and what is allowed, e.g.
-`optimizer.lr=-1: must be > 0`. Cross-key rules (global layers vs n_layer, ...) live in gptlab/validate.py.
+`optimizer.lr=-1: must be > 0`. Cross-key rules (global layers vs n_layer, ...) live in gptlab/config/validate.py.
 
 Why not Hydra's ConfigStore: OmegaConf converts a typed field's value before any check sees it ('false', 1 and
 'yes' become booleans, '5' an int), and the schema refuses exactly those (a quoted 'false' is a string).
@@ -19,13 +19,13 @@ from typing import get_args, get_type_hints
 
 from omegaconf import OmegaConf
 
+from gptlab.config.settings import SEED_RANGE, TrainSettings, config_key, is_required
 from gptlab.data.tokenizers import tokenizer_names
 from gptlab.errors import ConfigError
-from gptlab.hardware import Hardware
 from gptlab.model.attention.kernels import IMPLS
 from gptlab.model.config import GPTConfig
-from gptlab.schema_checks import Auto, Bool, Number, OneOf, Seq, Text
-from gptlab.settings import SEED_RANGE, TrainSettings, config_key, is_required
+from gptlab.runtime.hardware import Hardware
+from gptlab.util.checks import Auto, Bool, Number, OneOf, Seq, Text
 
 Check = Number | Bool | OneOf | Text | Auto | Seq
 SEED = Number(SEED_RANGE, int)
@@ -34,7 +34,7 @@ BETAS = Seq(UNIT, length=2)
 LR = Number("> 0")
 DECAY = Number(">= 0")
 SETTINGS = ((TrainSettings, "train"), (GPTConfig, "model"), (Hardware, "hardware"))
-# the groups whose every key the schema knows (the component groups' keys: gptlab.build._check_keys)
+# the groups whose every key the schema knows (the component groups' keys: gptlab.config.build._check_keys)
 SETTINGS_GROUPS = ("train", "sample", "model", "hardware")
 
 
@@ -52,7 +52,7 @@ def _derived(key: str, hint, meta) -> Check:
 
 
 def field_checks(cls: type, group: str) -> dict[str, Check]:
-    """{config key: check} for every field of a settings dataclass (see gptlab.schema_checks.rule)."""
+    """{config key: check} for every field of a settings dataclass (see gptlab.util.checks.rule)."""
     hints = get_type_hints(cls)
     return {
         config_key(f, group): f.metadata.get("check") or _derived(config_key(f, group), hints[f.name], f.metadata)

@@ -88,7 +88,7 @@ def shard(model, hardware, world: int):
     reduce-scattered in fp32. One process is not wrapped (nothing to shard; its curve is one process's), but
     still writes sharded checkpoints, so it resumes on any number of ranks and back.
     """
-    from gptlab.hardware import compile_mode
+    from gptlab.runtime.hardware import compile_mode
 
     if world == 1:
         return hardware.compiled(model)

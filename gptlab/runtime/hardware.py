@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import torch
 
 from gptlab.errors import ConfigError
-from gptlab.schema_checks import Auto, Number, OneOf, rule
+from gptlab.util.checks import Auto, Number, OneOf, rule
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # hardware.compile: false = eager; true = torch.compile's "default" mode; or a torch.compile mode by name
 COMPILE_MODES = (False, True, "default", "reduce-overhead", "max-autotune")
-# hardware.strategy: how gptlab.distributed.wrap spreads a distributed run over its ranks
+# hardware.strategy: how gptlab.runtime.distributed.wrap spreads a distributed run over its ranks
 STRATEGIES = ("ddp", "fsdp")
 
 
@@ -34,9 +34,9 @@ def compile_mode(value) -> str | None:
 @dataclass
 class Hardware:
     """A resolved profile: device, autocast dtype, compile/checkpointing switches, peaks, threads, and for
-    distributed runs the strategy (ddp | fsdp, see gptlab.distributed.wrap)."""
+    distributed runs the strategy (ddp | fsdp, see gptlab.runtime.distributed.wrap)."""
 
-    # the schema of the hardware.* keys too: annotation = type, rule = range (gptlab/schema.py); device and dtype
+    # the schema of the hardware.* keys too: annotation = type, rule = range (gptlab/config/schema.py); device and dtype
     # are resolved and checked in __post_init__
     device: str = "cpu"
     dtype: str = "bf16"
@@ -135,7 +135,7 @@ class Hardware:
             return float(self.peak_flops)
         if self.device.startswith("cuda"):
             return datasheet_peak(torch.device(self.device).index, self.dtype, self.tf32)
-        from gptlab.costs.peak import cached_peak
+        from gptlab.runtime.peak import cached_peak
 
         return cached_peak(self.device, self.torch_dtype, cache_dir)
 
@@ -193,7 +193,7 @@ def check_native_dtype(dtype: str, index: int) -> None:
 
 def datasheet_peak(index: int, dtype: str, tf32: bool) -> float:
     """The datasheet matmul peak of GPU `index` for this dtype (TF32's for fp32 with TF32 on)."""
-    from gptlab.costs.gpus import gpu_peaks, peak_for
+    from gptlab.runtime.gpus import gpu_peaks, peak_for
 
     name = torch.cuda.get_device_name(index)
     peaks = gpu_peaks(name)

@@ -19,9 +19,9 @@ from typing import cast
 
 import torch
 
-from gptlab import checkpoint
 from gptlab.errors import ConfigError
-from gptlab.tree import flatten
+from gptlab.state import checkpoint
+from gptlab.util.tree import flatten
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def state_dict(model, optimizer, scaler, progress: Progress, identity: dict) -> 
 
 def load_weights(model, optimizer, state: dict) -> None:
     """Model (and optimizer, unless None) tensors from a DCP dir or a single file, into a plain or sharded model."""
-    from gptlab import sharded
+    from gptlab.state import sharded
 
     if "dcp" in state:
         sharded.load(state["dcp"], model, optimizer)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from gptlab.tree import flatten
+from gptlab.util.tree import flatten
 
 HIDDEN_LEAVES = ("_target_", "_partial_")  # instantiate's wiring, not a setting anyone groups by
 

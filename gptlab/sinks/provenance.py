@@ -10,8 +10,8 @@ import sys
 
 import torch
 
-from gptlab.costs.peak import machine_name
-from gptlab.paths import PACKAGE_DIR
+from gptlab.runtime.peak import machine_name
+from gptlab.util.paths import PACKAGE_DIR
 
 PACKAGES = (
     "gptlab",

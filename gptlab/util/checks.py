@@ -1,7 +1,7 @@
-"""The value checks the run schema (gptlab/schema.py) is made of: numbers in a range, booleans, one of a list, text,
+"""The value checks the run schema (gptlab/config/schema.py) is made of: numbers in a range, booleans, one of a list, text,
 `auto` or a value, and lists of a check; each raises a one-line ConfigError naming the key, the value and what is
 allowed. `show` spells a value as the config does; `rule` is the field metadata a settings dataclass declares its
-keys with (gptlab/settings.py, gptlab/model/config.py, gptlab/hardware.py)."""
+keys with (gptlab/config/settings.py, gptlab/model/config.py, gptlab/runtime/hardware.py)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from gptlab.io import write_json_atomic
-from gptlab.load import LoadSampler
+from gptlab.runtime.cpu_load import LoadSampler
+from gptlab.util.io import write_json_atomic
 
 log = logging.getLogger(__name__)
 # v2: values are cached only when measured on a quiet machine (v1 files could hold peaks taken under load,

@@ -11,13 +11,13 @@ from hydra import initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab import resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
+from gptlab.config import resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
+from gptlab.config.schema import check_known_keys
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
-from gptlab.hardware import Hardware
 from gptlab.model import GPT, GPTConfig
-from gptlab.paths import CONF_DIR
-from gptlab.schema import check_known_keys
+from gptlab.runtime.hardware import Hardware
+from gptlab.util.paths import CONF_DIR
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "train") -> DictConfig:

@@ -1,4 +1,4 @@
-"""The build step of a run: a validated config in, one bundle of built things out (gptlab.run's second step).
+"""The build step of a run: a validated config in, one bundle of built things out (gptlab.train.run's second step).
 
 Everything the loop needs is constructed here, once, with its final settings: the hardware profile (this rank's
 device and thread count included), the data, the model (checked, with its activation-checkpointing switch), its
@@ -19,19 +19,22 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from gptlab import build, distributed
+from gptlab.config import build
+from gptlab.config.noop import noop_choices
+from gptlab.config.settings import TrainSettings, train_settings
 from gptlab.costs import train_flops_per_token
 from gptlab.costs.memory import check_fits
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
-from gptlab.hardware import Hardware, threads_for_job
-from gptlab.loop import Context
 from gptlab.model.checks import check_model
 from gptlab.model.fingerprint import model_fingerprint
-from gptlab.noop import noop_choices
-from gptlab.settings import TrainSettings, train_settings
+from gptlab.runtime import distributed
+from gptlab.runtime.hardware import Hardware, threads_for_job
+from gptlab.train.loop import Context
 
-log = logging.getLogger("gptlab.run")  # the run's own messages keep one logger name ([gptlab.run] in run.log)
+log = logging.getLogger(
+    "gptlab.train.run"
+)  # the run's own messages keep one logger name ([gptlab.train.run] in run.log)
 
 
 @dataclass

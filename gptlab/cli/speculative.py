@@ -112,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from gptlab.cli import fail
     from gptlab.cli.sample import load_run  # the one run-dir loader (lazy: the library part needs no CLI)
 
-    parser = argparse.ArgumentParser(
-        prog="python -m gptlab.infer.speculative", description=speculative.__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="gptlab-speculative", description=speculative.__doc__.splitlines()[0])
     parser.error = lambda message: fail(f"speculative: {message}")  # type: ignore[method-assign]  # one line, exit 2
     parser.add_argument("--target", type=Path, required=True, help="the target's run dir")
     parser.add_argument("--draft", type=Path, required=True, help="the draft's run dir (same tokenizer)")

@@ -1,4 +1,7 @@
-"""One training run from a composed config: validate, build (gptlab.bundle), resume, train, summarise (gptlab-train)."""
+"""One training run from a composed config: validate, build (gptlab.train.bundle), resume, train, summarise (gptlab-train).
+
+And the run's steps beside training: profile=true before it, the MFU sanity check and the text sample after it.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +10,20 @@ import logging
 import traceback
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig
 
-from gptlab import build, dashboard, distributed, provenance, resume
-from gptlab.bundle import Bundle, build_bundle
+from gptlab.config import build
+from gptlab.config.validate import validate
+from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
-from gptlab.io import atomic_write_text
-from gptlab.loop import StopFlag, train
-from gptlab.run_extras import check_peak, profile_run, sample_text
-from gptlab.sinks import JsonlSink, SafeSink
+from gptlab.runtime import distributed
+from gptlab.sinks import JsonlSink, SafeSink, dashboard, provenance
 from gptlab.sinks.progress import ProgressSink
-from gptlab.validate import validate
+from gptlab.state import resume
+from gptlab.train.bundle import Bundle, build_bundle
+from gptlab.train.loop import StopFlag, train
+from gptlab.util.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -227,3 +233,74 @@ def _train_and_summarise(
         (getattr(s, "sync_command", None) for s in sinks if getattr(s, "sync_command", None)), None
     )
     return summary
+
+
+def check_peak(summary: dict, hardware) -> None:
+    """MFU above 100 % means the measured-and-cached CPU peak is too low: drop it so the next run measures again."""
+    from gptlab.runtime.peak import forget_peak
+
+    mfu = summary.get("mfu_median") or 0.0
+    if mfu > 1.0 and hardware.peak_flops == "auto" and not hardware.device.startswith("cuda"):
+        if forget_peak(hardware.device, hardware.torch_dtype, default_cache_dir()):
+            log.warning(
+                "MFU %.0f%% is impossible: the cached %s matmul peak was measured while the machine was busy; "
+                "dropped from %s, the next run measures it again",
+                100 * mfu,
+                hardware.dtype,
+                default_cache_dir(),
+            )
+
+
+def profile_run(run: Bundle) -> None:
+    """profile=true: a few profiled steps (weights restored after), time per module kind vs the cost model."""
+    from gptlab.costs import analyze
+    from gptlab.profile.steps import format_breakdown, predicted_layer_shares, predicted_shares, profile_steps
+    from gptlab.runtime.peak import cached_bandwidth
+
+    settings, hardware, ctx, data = run.settings, run.hardware, run.ctx, run.data
+    micro = settings.batch_size // settings.grad_accum
+    report = analyze(
+        run.model,
+        micro,
+        data.seq_len,
+        dtype_bytes=hardware.dtype,
+        peak_flops=ctx.peak_flops,
+        mem_bandwidth=cached_bandwidth(hardware.device, default_cache_dir()),
+    )
+
+    def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = data.train_samples(i * settings.batch_size, micro)
+        return x.to(hardware.device), y.to(hardware.device)
+
+    result = profile_steps(
+        run.model,
+        run.optimizer,
+        batch,
+        autocast=hardware.autocast,
+        device=hardware.device,
+        run_dir=ctx.run_dir if ctx.is_main else None,
+        predicted=predicted_shares(report),
+        predicted_layers=predicted_layer_shares(report, run.model),
+    )
+    if ctx.is_main:
+        print(format_breakdown(result), flush=True)
+
+
+def sample_text(run: Bundle) -> str | None:
+    """A short generation from the final model, for a text run (None for synthetic tasks)."""
+    model, data, settings, hardware = run.model, run.data, run.settings, run.hardware
+    prompt = getattr(data, "sample_prompt", None)
+    if settings.sample_tokens <= 0 or prompt is None:
+        return None
+    ids = data.tokenizer.encode(prompt())[-model.cfg.block_size // 2 :] or [0]
+    gen = torch.Generator(device=hardware.device).manual_seed(settings.seed)
+    model.eval()
+    with hardware.autocast():
+        out = model.generate(
+            torch.tensor([ids], device=hardware.device),
+            settings.sample_tokens,
+            temperature=settings.sample_temperature,
+            top_k=settings.sample_top_k,
+            generator=gen,
+        )
+    return data.tokenizer.decode(out[0].tolist())

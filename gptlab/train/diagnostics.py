@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from gptlab.anomaly import find_anomaly
 from gptlab.model.attention.kernels import allowed_mask, expand_kv
+from gptlab.train.anomaly import find_anomaly
 
 log = logging.getLogger(__name__)
 

@@ -200,7 +200,7 @@ def load(path: Path) -> dict:
     """Load one checkpoint with weights_only=True (no code runs from a single file).
 
     A DCP dir gives its STATE_FILE plus {"dcp": dir}; its model and optimizer tensors are read later, by
-    gptlab.sharded.load, into whatever world size runs then. (DCP itself reads its .metadata with pickle, so
+    gptlab.state.sharded.load, into whatever world size runs then. (DCP itself reads its .metadata with pickle, so
     resume DCP checkpoints only from runs you trust.)
     """
     path = Path(path)

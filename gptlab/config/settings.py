@@ -1,7 +1,7 @@
 """TrainSettings: the run keys of conf/train.yaml the loop reads, as one dataclass that is also their schema.
 
 Each field is one config key (`train.<field>` unless its `rule(key=...)` names another: seeds, sampling, profiling),
-with its type (the annotation) and its allowed range (the `rule`); gptlab/schema.py derives the key's check from it,
+with its type (the annotation) and its allowed range (the `rule`); gptlab/config/schema.py derives the key's check from it,
 and `train_settings(cfg)` fills it from a validated config. The values and their comments live in conf/train.yaml.
 """
 
@@ -13,7 +13,7 @@ from typing import cast
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
-from gptlab.schema_checks import Text, rule
+from gptlab.util.checks import Text, rule
 
 _ABSENT = object()
 SEED_RANGE = "[0, 2**63)"  # torch.manual_seed takes < 2**64; negatives alias 2**64 - n, so non-negative int64
@@ -38,11 +38,11 @@ class TrainSettings:
     speed_warmup: int = field(metadata=rule(">= 0"))
     nan_skip: int = field(metadata=rule(">= 0"))
     prefetch: int = field(metadata=rule(">= 0", note="0 = drawn in the training thread"))
-    diagnostics: bool  # per-layer norms, update ratios, activations, attention stats (gptlab.diagnostics)
+    diagnostics: bool  # per-layer norms, update ratios, activations, attention stats (gptlab.train.diagnostics)
     spike_factor: float | None = field(metadata=rule("> 1", note="null = off"))  # loss > factor x running median
     spike_window: int = field(metadata=rule(">= 2"))
     spike_dump: bool
-    detect_anomaly: bool  # replay a non-finite step to name its first op (gptlab.anomaly)
+    detect_anomaly: bool  # replay a non-finite step to name its first op (gptlab.train.anomaly)
     sample_tokens: int = field(metadata=rule(">= 0", key="sample.tokens"))
     sample_temperature: float = field(metadata=rule(">= 0", note="0 = greedy", key="sample.temperature"))
     sample_top_k: int | None = field(metadata=rule(">= 1", key="sample.top_k"))
