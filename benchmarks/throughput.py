@@ -56,7 +56,7 @@ class Arm:
     """One (model, dtype, eager|compile[, attention impl]) configuration with its own model, optimizer and batches."""
 
     def __init__(self, model_name: str, overrides: list[str], chunk: int, dtype: str, compiled: bool, impl: str | None):
-        from gptlab.costs import train_flops_per_token
+        from gptlab.costs.report import train_flops_per_token
 
         self.name = f"{model_name} {dtype} {'compile' if compiled else 'eager'}" + (f" {impl}" if impl else "")
         self.model_name, self.dtype, self.compiled, self.impl, self.chunk = model_name, dtype, compiled, impl, chunk

@@ -20,7 +20,8 @@ from torch.testing import assert_close
 
 from gptlab.config.build import build_model, compose
 from gptlab.errors import ConfigError
-from gptlab.model import GPT, GPTConfig
+from gptlab.model.gpt import GPT
+from gptlab.model.config import GPTConfig
 from gptlab.model.attention.gqa import GroupedQueryAttention
 from gptlab.model.base import CONTRACTS, Attention, KVCache
 from gptlab.model.checks import check_model

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from gptlab.config.build import build_model, build_optimizer, compose
-from gptlab.costs import analyze, train_flops_per_token
+from gptlab.costs.report import analyze, train_flops_per_token
 from gptlab.costs.counting import count_flops
 from gptlab.costs.memory import optimizer_state_bytes_per_param
 from gptlab.costs.scores import SKIP_BLOCK, blocked_pairs, dense_pairs, useful_pairs
@@ -184,7 +184,7 @@ def test_bad_mode_is_a_config_error():
 
 
 def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
-    from gptlab.costs import peak
+    from gptlab.runtime import peak
 
     assert peak.measure_matmul_peak(torch.float32, n=128, repeats=2) > 1e6
     assert peak.measure_bandwidth(nbytes=2 ** 20, repeats=2) > 1e6
@@ -200,7 +200,7 @@ def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
 
 
 def test_a_peak_measured_on_a_busy_machine_is_used_but_not_cached(tmp_path, monkeypatch, caplog):
-    from gptlab.costs import peak
+    from gptlab.runtime import peak
 
     calls = []
     monkeypatch.setattr(peak, "measure_matmul_peak", lambda dtype, device: calls.append(dtype) or 1.5e12)
@@ -217,7 +217,7 @@ def test_a_run_beating_the_cached_peak_drops_it(tmp_path, monkeypatch, caplog):
 
     from train_helpers import run_inprocess
 
-    from gptlab.costs import peak
+    from gptlab.runtime import peak
 
     monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))
     threads = torch.get_num_threads()
@@ -262,7 +262,7 @@ def test_cli_json_has_documented_keys_and_writes_nothing(tmp_path):
 
 def test_a_peak_measured_under_outside_load_is_not_cached(tmp_path, monkeypatch):
     """A peak taken while other processes used the cores would inflate every later run's MFU: use it once, never cache it."""
-    from gptlab.costs import peak
+    from gptlab.runtime import peak
 
     calls = []
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gptlab.config.build import build_cost_model, compose, cost_report
-from gptlab.costs import analyze, train_flops_per_token
+from gptlab.costs.report import analyze, train_flops_per_token
 from gptlab.costs.accounting import ELEMENTWISE, Accounting, elementwise_classes, from_options
 from gptlab.errors import ConfigError
 

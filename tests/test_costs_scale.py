@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from gptlab.config.build import build_cost_model, build_model, build_optimizer, compose, cost_report
-from gptlab.costs import analyze, describe, train_flops_per_token
+from gptlab.costs.report import analyze, train_flops_per_token
+from gptlab.costs.structure import describe
 from gptlab.costs.memory import GIB, available_memory, check_fits, optimizer_state_bytes_per_param
 from gptlab.errors import ConfigError
 from tests.conftest import REPO, cli_env, python_bin

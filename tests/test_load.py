@@ -114,7 +114,7 @@ def test_a_multi_rank_job_counts_its_sibling_ranks_as_its_own():
     try:
         code = ("import sys, time; sys.path.insert(0, %r); from gptlab.runtime.cpu_load import job_sampler; "
                 "s = job_sampler(2); s.start(); time.sleep(0.5); s.sample(force=True); print(s.own_ticks)"
-                % str(load.Path(load.__file__).parents[1]))
+                % str(load.Path(load.__file__).parents[2]))
         rank0 = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     finally:
         sibling.wait()

@@ -13,7 +13,7 @@ from model_helpers import TINY, VOCAB, tiny_model, tokens
 from torch.testing import assert_close
 
 from gptlab.config.build import build_model, compose
-from gptlab.costs import analyze
+from gptlab.costs.report import analyze
 from tests.conftest import REPO
 
 L, d, T = 2, 32, 32  # TINY: 2 layers, d_model 32, 4 heads, block 32

@@ -158,11 +158,11 @@ def test_a_skipped_step_goes_on_to_the_next_steps_batch(tmp_path, monkeypatch, o
     """A non-finite step is dropped (train.nan_skip) and the loop trains the next step's batch, as before prefetch."""
     real_step, seen = loop.train_step, {}
 
-    def nan_on_third(model, ddp_model, optimizer, scaler, batches, *rest):
+    def nan_on_third(run, batches, *rest):
         calls = seen.setdefault(depth, [])
         calls.append(torch.cat([x for x, _ in batches]).clone())
-        loss, grad_norm = real_step(model, ddp_model, optimizer, scaler, batches, *rest)
-        return (math.nan if len(calls) == 3 else loss), grad_norm
+        loss, grad_norm, terms = real_step(run, batches, *rest)
+        return (math.nan if len(calls) == 3 else loss), grad_norm, terms
 
     monkeypatch.setattr(loop, "train_step", nan_on_third)
     for depth in (0, 2):

@@ -9,9 +9,10 @@ import torch
 from model_helpers import least_disturbed_profile
 
 from gptlab.config.build import build_model, build_optimizer, compose
-from gptlab.costs import analyze
+from gptlab.costs.report import analyze
 from gptlab.costs.ops import GROUPS
-from gptlab.profile.steps import format_breakdown, predicted_layer_shares, predicted_shares, profile_steps
+from gptlab.profile.table import format_breakdown
+from gptlab.profile.steps import predicted_layer_shares, predicted_shares, profile_steps
 from gptlab.profile.table import LAYER_KINDS
 
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.vocab_size=128"]

@@ -7,7 +7,7 @@ import torch
 from model_helpers import tiny_model
 from train_helpers import rows, run_inprocess
 
-from gptlab.profile.steps import state as profile_state
+from gptlab.profile import state as profile_state
 
 
 def test_profile_does_not_change_the_curve_with_dropout(tmp_path):

@@ -20,7 +20,7 @@ from train_helpers import FAST, rows, run_inprocess
 
 from gptlab.runtime.metrics import mfu
 from gptlab.state import checkpoint
-from gptlab.train.loop import StopFlag
+from gptlab.train.signals import StopFlag
 
 # dropout (RNG state matters) and two micro-batches per step (accumulation order matters)
 HARD = [*FAST, "model.dropout=0.1", "train.grad_accum=2", "train.eval_interval=5", "train.ckpt_interval=3",

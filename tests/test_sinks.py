@@ -12,7 +12,10 @@ import torch
 import yaml
 
 from gptlab.errors import ConfigError
-from gptlab.sinks import JsonlSink, ProgressSink, SafeSink, Sink
+from gptlab.sinks.jsonl import JsonlSink
+from gptlab.sinks.progress import ProgressSink
+from gptlab.sinks.safe import SafeSink
+from gptlab.sinks import Sink
 from gptlab.sinks.progress import format_duration
 from gptlab.sinks.wandb import RUN_ID_FILE, WandbSink, api_key_configured, resolve_mode
 from tests.wandb_read import inspect_records, of_type

@@ -15,7 +15,8 @@ import torch
 from tensorboard.backend.event_processing import event_accumulator, plugin_event_accumulator
 from tensorboard.summary.writer import event_file_writer
 
-from gptlab.sinks import SafeSink, Sink
+from gptlab.sinks.safe import SafeSink
+from gptlab.sinks import Sink
 from gptlab.sinks.csv import CsvSink
 from gptlab.sinks.tensorboard import TensorboardSink, markdown_table
 

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from gptlab.compare import decode, wandb_log
-from gptlab.compare.analysis import ALPHA, Comparison, add_targets, compare
+from gptlab.compare.analysis import Comparison, add_targets, compare
 from gptlab.compare.claims import load_claims
 from gptlab.compare.runs import RUN_MARKERS, discover, load_run
+from gptlab.compare.stats import ALPHA
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
 from gptlab.util.io import strict_json

@@ -119,8 +119,8 @@ def _dtype(dtype: str, device: str) -> str:
 def run(cfg: DictConfig):
     """The CostReport the composed flops config asks for (raises ConfigError on bad input)."""
     from gptlab.config.build import build_cost_model, build_optimizer
-    from gptlab.costs import MODES, analyze
     from gptlab.costs.memory import optimizer_state_bytes_per_param
+    from gptlab.costs.report import MODES, analyze
 
     mode, fmt = str(cfg.mode), str(cfg.format)
     if mode not in MODES:

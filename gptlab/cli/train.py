@@ -116,8 +116,8 @@ def _report(summary: dict, run_dir: Path) -> None:
 def train_app(cfg: DictConfig) -> float | None:
     """Train one configuration; returns the final val loss (the objective for Hydra sweepers)."""
     from gptlab.config.build import group_choices
-    from gptlab.train.loop import StopFlag
     from gptlab.train.run import execute
+    from gptlab.train.signals import StopFlag
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)

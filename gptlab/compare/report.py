@@ -6,9 +6,10 @@ import base64
 import html
 from pathlib import Path
 
-from gptlab.compare.analysis import ALPHA, Comparison, Row
+from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.layers import layer_notes
 from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT, mem_text
+from gptlab.compare.stats import ALPHA
 from gptlab.compare.target_report import html_targets, markdown_targets, print_targets, target_notes
 
 BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)

@@ -1,0 +1,1 @@
+"""Composed Hydra config -> typed settings and built objects: build, schema, settings, validate, no-op checks, resolvers."""

@@ -15,7 +15,8 @@ from gptlab.config import resolvers  # noqa: F401  (registers the resolvers conf
 from gptlab.config.schema import check_known_keys
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
-from gptlab.model import GPT, GPTConfig
+from gptlab.model.config import GPTConfig
+from gptlab.model.gpt import GPT
 from gptlab.runtime.hardware import Hardware
 from gptlab.util.paths import CONF_DIR
 
@@ -173,8 +174,8 @@ def cost_report(
     mem_bandwidth: float | None = None,
 ):
     """gptlab-flops' CostReport for this config, from the meta device (the pre-allocation memory check uses it too)."""
-    from gptlab.costs import analyze
     from gptlab.costs.memory import optimizer_state_bytes_per_param
+    from gptlab.costs.report import analyze
 
     model = build_cost_model(cfg, vocab_size)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))

@@ -5,18 +5,3 @@ model's module tree, so any attention/MLP/norm/position variant is costed withou
 `train_flops_per_token` is the MFU numerator the training loop uses, so the two never disagree.
 `Accounting` picks the counting conventions (mask pass, element-wise fusion, blocks only; docs/COSTS.md).
 """
-
-from gptlab.costs.accounting import Accounting
-from gptlab.costs.report import MODES, CostReport, analyze, element_bytes, train_flops_per_token
-from gptlab.costs.structure import ModelShape, describe
-
-__all__ = [
-    "MODES",
-    "Accounting",
-    "CostReport",
-    "ModelShape",
-    "analyze",
-    "describe",
-    "element_bytes",
-    "train_flops_per_token",
-]

@@ -56,6 +56,3 @@ class Data(Protocol):
 
     def val_samples(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first `count` sequences of the fixed validation set (a prefix of any larger count), (count, T)."""
-
-
-__all__ = ["Data", "Tokenizer", "default_cache_dir"]

@@ -25,8 +25,3 @@ Adding a variant: write `gptlab/model/mlp/geglu.py` with a class honouring the c
 `conf/mlp/geglu.yaml` with `_target_: gptlab.model.mlp.geglu.GeGLU` and `_partial_: true`, and the
 glob-driven tests pick it up (`pytest tests/test_contracts.py tests/test_model_zoo.py`).
 """
-
-from gptlab.model.config import GPTConfig
-from gptlab.model.gpt import GPT
-
-__all__ = ["GPT", "GPTConfig"]

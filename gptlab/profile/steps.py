@@ -23,22 +23,9 @@ import torch
 import torch.nn as nn
 
 from gptlab.costs.ops import GROUPS
-from gptlab.profile.hooks import Timer, hook_modules, layer_of, module_kinds
+from gptlab.profile.hooks import Timer, hook_modules
 from gptlab.profile.state import restore_state, snapshot_state
-from gptlab.profile.table import format_breakdown, format_layers
-
-__all__ = [
-    "ProfileResult",
-    "format_breakdown",
-    "format_layers",
-    "layer_of",
-    "module_kinds",
-    "predicted_layer_shares",
-    "predicted_shares",
-    "profile_steps",
-    "restore_state",
-    "snapshot_state",
-]
+from gptlab.train.loss import training_loss
 
 
 @dataclass
@@ -112,7 +99,7 @@ def predicted_layer_shares(report, model: nn.Module) -> list[float]:
 
 def _plain_step(model, optimizer, x, y, autocast) -> None:
     with autocast():
-        _, loss = model(x, y)
+        loss = training_loss(model, x, y).total
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -121,7 +108,7 @@ def _plain_step(model, optimizer, x, y, autocast) -> None:
 def _timed_step(model, optimizer, x, y, autocast, timer: Timer) -> None:
     """forward (hooked) + backward (time outside module hooks -> "other") + optimizer step and zero_grad."""
     with autocast():
-        _, loss = model(x, y)
+        loss = training_loss(model, x, y).total
     before = sum(timer.seconds.values())
     timer.sync()
     t0 = time.perf_counter()

@@ -44,10 +44,3 @@ class NullSink:
 
     def close(self, status: str = "finished") -> None:
         """Nothing to flush."""
-
-
-from gptlab.sinks.jsonl import JsonlSink  # noqa: E402  (after Sink so the modules can document against it)
-from gptlab.sinks.progress import ProgressSink  # noqa: E402
-from gptlab.sinks.safe import SafeSink  # noqa: E402
-
-__all__ = ["Sink", "NullSink", "JsonlSink", "ProgressSink", "SafeSink"]

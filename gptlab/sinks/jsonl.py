@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from gptlab.util.io import append_whole, atomic_write_text, strict_json  # noqa: F401  (atomic_write_text: re-exported)
+from gptlab.util.io import append_whole, atomic_write_text, strict_json
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from gptlab.train.loss import training_loss
+
 
 def _first_nonfinite(found: list):
     def hook(module, args, out):
@@ -38,7 +40,7 @@ def find_anomaly(model, batches: list, hardware, device: str, run_dir: Path, ste
             with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly(check_nan=True):
                 warnings.simplefilter("always")
                 with hardware.autocast():
-                    _, loss = model(x, y)
+                    loss = training_loss(model, x, y).total
                 try:
                     loss.backward()
                 except RuntimeError as err:

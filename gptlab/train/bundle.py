@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +22,36 @@ from omegaconf import DictConfig
 from gptlab.config import build
 from gptlab.config.noop import noop_choices
 from gptlab.config.settings import TrainSettings, train_settings
-from gptlab.costs import train_flops_per_token
 from gptlab.costs.memory import check_fits
+from gptlab.costs.report import train_flops_per_token
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
 from gptlab.model.checks import check_model
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.runtime import distributed
 from gptlab.runtime.hardware import Hardware, threads_for_job
-from gptlab.train.loop import Context
 
 log = logging.getLogger(
     "gptlab.train.run"
 )  # the run's own messages keep one logger name ([gptlab.train.run] in run.log)
+
+
+@dataclass
+class Context:
+    """Where and as whom the loop runs: run dir, rank/world, MFU inputs, the run identity checkpoints carry, and
+    whether checkpoints are sharded (DCP dirs every rank writes: hardware.strategy=fsdp) or one file rank 0 writes."""
+
+    run_dir: Path
+    flops_per_token: float
+    peak_flops: float | None
+    identity: dict = field(default_factory=dict)
+    rank: int = 0
+    world: int = 1
+    sharded: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
 
 
 @dataclass

@@ -11,8 +11,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,27 +22,11 @@ from gptlab.runtime.metrics import PeakMemory, median, mfu
 from gptlab.state import checkpoint, resume, sharded
 from gptlab.state.resume import Progress
 from gptlab.train import diagnostics, prefetch
+from gptlab.train.bundle import Bundle, Context
+from gptlab.train.loss import training_loss
 from gptlab.train.signals import StopFlag
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Context:
-    """Where and as whom the loop runs: run dir, rank/world, MFU inputs, the run identity checkpoints carry, and
-    whether checkpoints are sharded (DCP dirs every rank writes: hardware.strategy=fsdp) or one file rank 0 writes."""
-
-    run_dir: Path
-    flops_per_token: float
-    peak_flops: float | None
-    identity: dict = field(default_factory=dict)
-    rank: int = 0
-    world: int = 1
-    sharded: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
 
 def _agree(flag: bool, ctx: Context, device: str) -> bool:
@@ -88,28 +71,32 @@ def evaluate(model, val_set, micro_bs: int, hardware, device) -> dict[str, float
     return {"val/loss": loss_sum / max(1, counted), "val/acc": correct / max(1, counted)}
 
 
-def train_step(model, ddp_model, optimizer, scaler, batches, settings, hardware, ctx, device, monitor=None):
-    """Forward/backward over this step's CPU micro-batches, unscale, clip; returns (loss, grad norm). No optimizer step."""
-    total = 0.0
+def train_step(run: Bundle, batches: list, monitor=None) -> tuple[float, float, dict[str, float]]:
+    """Forward/backward over this step's CPU micro-batches, unscale, clip; returns (cross-entropy, grad norm, extra
+    loss terms by name), each averaged over the micro-batches (and ranks). No optimizer step."""
+    model, forward_model, scaler, device = run.model, run.forward_model, run.scaler, run.hardware.device
+    ce, extra = 0.0, {}
     for i, (x, y) in enumerate(batches):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)  # pinned on CUDA: an async copy
-        sync = i == len(batches) - 1 or not hasattr(ddp_model, "no_sync")
-        with ddp_model.no_sync() if not sync else contextlib.nullcontext():  # all-reduce on the last only
-            with hardware.autocast():
-                _, loss = ddp_model(x, y)
-            scaler.scale(loss / len(batches)).backward()
-        total += loss.detach().float() / len(batches)
-    scaler.unscale_(optimizer)  # a no-op unless fp16: clipping sees the true gradients
+        sync = i == len(batches) - 1 or not hasattr(forward_model, "no_sync")
+        with forward_model.no_sync() if not sync else contextlib.nullcontext():  # all-reduce on the last only
+            with run.hardware.autocast():
+                loss = training_loss(forward_model, x, y)
+            scaler.scale(loss.total / len(batches)).backward()
+        ce += loss.cross_entropy.detach().float() / len(batches)
+        for name, term in loss.extra.items():
+            extra[name] = extra.get(name, 0.0) + term.detach().float() / len(batches)
+    scaler.unscale_(run.optimizer)  # a no-op unless fp16: clipping sees the true gradients
     if monitor is not None:
         monitor.grads_ready()  # per-group norms before clipping (train.diagnostics / spike_factor)
-    clip = settings.grad_clip if settings.grad_clip > 0 else float("inf")
+    clip = run.settings.grad_clip if run.settings.grad_clip > 0 else float("inf")
     grad_norm = distributed.clip_grad_norm(model.parameters(), clip)  # the global norm, also over FSDP2 shards
-    loss_value = total.item()
-    if ctx.world > 1:
-        loss_t = torch.tensor([loss_value], device=device)
-        torch.distributed.all_reduce(loss_t)
-        loss_value = loss_t.item() / ctx.world
-    return loss_value, grad_norm
+    values = [ce.item(), *(float(v) for v in extra.values())]
+    if run.ctx.world > 1:
+        reduced = torch.tensor(values, device=device)
+        torch.distributed.all_reduce(reduced)
+        values = [v / run.ctx.world for v in reduced.tolist()]
+    return values[0], grad_norm, {f"train/{name}": v for name, v in zip(extra, values[1:])}
 
 
 def skip_step(optimizer, scaler, loss, grad_norm, p: Progress, settings, ctx) -> None:
@@ -179,44 +166,16 @@ def save_checkpoint(model, optimizer, scaler, p: Progress, ctx: Context) -> None
 
 
 def train(
-    model,
-    data,
-    optimizer,
-    schedule,
-    hardware,
-    settings,
-    sinks,
-    ctx: Context,
-    ddp_model=None,
-    progress: Progress | None = None,
-    resumed: bool = False,
-    scaler=None,
-    stop: StopFlag | None = None,
+    run: Bundle, sinks: list, progress: Progress | None = None, resumed: bool = False, stop: StopFlag | None = None
 ) -> dict:
-    """Train from `progress` (resume.restore's result; None = step 0) to settings.max_steps; returns the summary."""
-    device = hardware.device
-    ddp_model = model if ddp_model is None else ddp_model  # not `or`: a compiled module raises on bool()
+    """Train the built run from `progress` (resume.restore's result; None = step 0) to train.max_steps; returns the
+    summary figures."""
     p = progress or Progress()
-    scaler = scaler or torch.amp.GradScaler(device.split(":")[0], enabled=False)
     own_stop, stop = stop is None, stop or StopFlag()  # a flag made here is taken down here
-    source = prefetch.batch_source(data, settings, ctx.rank, ctx.world, device, p.step)  # train.prefetch steps ahead
+    # train.prefetch steps ahead
+    source = prefetch.batch_source(run.data, run.settings, run.ctx.rank, run.ctx.world, run.hardware.device, p.step)
     try:
-        return _Loop(
-            model,
-            ddp_model,
-            data,
-            optimizer,
-            schedule,
-            hardware,
-            settings,
-            sinks,
-            ctx,
-            p,
-            resumed,
-            scaler,
-            stop,
-            source,
-        ).run()
+        return _Loop(run, sinks, p, resumed, stop, source).run()
     finally:
         source.close()  # whatever ended the loop: no batch thread outlives train()
         if own_stop:
@@ -225,63 +184,57 @@ def train(
 
 @dataclass(eq=False)
 class _Loop:
-    """One call of train(): the objects it drives, its progress `p`, its clocks and its load sampler."""
+    """One call of train(): the built run it drives, its progress `p`, its clocks and its load sampler."""
 
-    model: Any
-    ddp_model: Any
-    data: Any
-    optimizer: Any
-    schedule: Any
-    hardware: Any
-    settings: Any
+    bundle: Bundle
     sinks: list
-    ctx: Context
     p: Progress
     resumed: bool
-    scaler: Any
     stop: StopFlag
     source: Any
 
     def __post_init__(self) -> None:
-        settings, p = self.settings, self.p
-        self.device = self.hardware.device
+        settings, p = self.bundle.settings, self.p
+        self.device = self.bundle.hardware.device
         self.peak = PeakMemory(
             self.device
         )  # this run's own peak: nothing carried over from earlier runs in the process
-        for group in self.optimizer.param_groups:
+        for group in self.bundle.optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
         self.start_step = p.step
         for sink in self.sinks:  # rows after the checkpoint are redone; from scratch, every row
             getattr(sink, "truncate_after", lambda s: None)(self.start_step if self.resumed else -1)
-        self.micro_bs = settings.batch_size // settings.grad_accum // self.ctx.world
-        self.val_set = self.data.val_samples(settings.eval_sequences)
-        self.tokens_per_step = settings.batch_size * self.data.seq_len
+        self.micro_bs = settings.batch_size // settings.grad_accum // self.bundle.ctx.world
+        self.val_set = self.bundle.data.val_samples(settings.eval_sequences)
+        self.tokens_per_step = settings.batch_size * self.bundle.data.seq_len
         self.status, self.wall0, self.started = "finished", p.wall_s, time.perf_counter()
         # how busy the machine is besides this run
         self.load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        self.monitor = diagnostics.Monitor(self.model, self.data, self.hardware, settings, self.ctx)
+        self.monitor = diagnostics.Monitor(
+            self.bundle.model, self.bundle.data, self.bundle.hardware, settings, self.bundle.ctx
+        )
 
     def wall(self) -> float:
         return self.wall0 + time.perf_counter() - self.started
 
     def run(self) -> dict:
-        self.model.train()
+        self.bundle.model.train()
         while self._between_steps():
             self._step()
         _bank_load(self.load, self.p)
-        return summarise(self.p, self.status, self.ctx)
+        return summarise(self.p, self.status, self.bundle.ctx)
 
     def _between_steps(self) -> bool:
         """Eval and checkpoint where due at the current step; False when the run ends here."""
-        p, settings, ctx = self.p, self.settings, self.ctx
+        p, settings, ctx = self.p, self.bundle.settings, self.bundle.ctx
         if p.step == max(self.start_step, settings.speed_warmup):
             self.load.start()  # measured over the timed steps only
         if _eval_due(p.step, settings, self.start_step, self.resumed):
-            ev = evaluate(self.model, self.val_set, self.micro_bs, self.hardware, self.device)
+            ev = evaluate(self.bundle.model, self.val_set, self.micro_bs, self.bundle.hardware, self.device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
             row = {
                 "val/loss": ev["val/loss"],
-                **({"val/acc": ev["val/acc"]} if self.data.reports_accuracy else {}),
+                **({"val/acc": ev["val/acc"]} if self.bundle.data.reports_accuracy else {}),
                 "tokens": p.tokens,
                 "wall_s": self.wall(),
             }  # every row has all x-axes
@@ -294,7 +247,7 @@ class _Loop:
         ckpt_due = settings.ckpt_interval and p.step % settings.ckpt_interval == 0
         if (ckpt_due or p.step >= settings.max_steps or stopping) and p.step != self.start_step:
             _bank_load(self.load, p)
-            save_checkpoint(self.model, self.optimizer, self.scaler, p, ctx)
+            save_checkpoint(self.bundle.model, self.bundle.optimizer, self.bundle.scaler, p, ctx)
         if p.step >= settings.max_steps:
             return False
         if stopping:
@@ -308,29 +261,18 @@ class _Loop:
         Step time: waiting for this step's batches (data_ms) + moving them + forward/backward + optimizer step
         (+ a CUDA sync); eval, checkpoints and the diagnostics' own time fall outside it.
         """
-        p, optimizer, scaler, monitor = self.p, self.optimizer, self.scaler, self.monitor
-        factor = self.schedule(p.step)
+        p, optimizer, scaler, monitor = self.p, self.bundle.optimizer, self.bundle.scaler, self.monitor
+        factor = self.bundle.schedule(p.step)
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
         t0 = time.perf_counter()
         batches = self.source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
         data_s = time.perf_counter() - t0
         monitor.start(p.step)
-        loss, grad_norm = train_step(
-            self.model,
-            self.ddp_model,
-            optimizer,
-            scaler,
-            batches,
-            self.settings,
-            self.hardware,
-            self.ctx,
-            self.device,
-            monitor,
-        )
+        loss, grad_norm, terms = train_step(self.bundle, batches, monitor)
         if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
             monitor.nonfinite(batches, p.step)
-            skip_step(optimizer, scaler, loss, grad_norm, p, self.settings, self.ctx)
+            skip_step(optimizer, scaler, loss, grad_norm, p, self.bundle.settings, self.bundle.ctx)
             return
         monitor.before_update()
         scaler.step(optimizer)  # fp16: skipped when the scaled gradients overflowed (the scale then shrinks)
@@ -343,12 +285,16 @@ class _Loop:
         step_s = time.perf_counter() - t0 - diag_s
         p.step += 1
         p.tokens += self.tokens_per_step
-        self._record(loss, grad_norm, step_s, data_s, diag_s, extra)
+        self._record(loss, grad_norm, step_s, data_s, diag_s, extra, terms)
 
-    def _record(self, loss: float, grad_norm: float, step_s: float, data_s: float, diag_s: float, extra: dict):
+    def _record(
+        self, loss: float, grad_norm: float, step_s: float, data_s: float, diag_s: float, extra: dict, terms: dict
+    ):
         """The finished step's speed figures into the progress; its row to the sinks at log steps (or a spike's)."""
-        p, settings, tokens_per_step = self.p, self.settings, self.tokens_per_step
-        step_mfu = mfu(self.ctx.flops_per_token, tokens_per_step / step_s, self.ctx.peak_flops, self.ctx.world)
+        p, settings, tokens_per_step = self.p, self.bundle.settings, self.tokens_per_step
+        step_mfu = mfu(
+            self.bundle.ctx.flops_per_token, tokens_per_step / step_s, self.bundle.ctx.peak_flops, self.bundle.ctx.world
+        )
         if p.step > settings.speed_warmup:
             p.tokens_per_s.append(tokens_per_step / step_s)
             p.step_ms.append(step_s * 1000)
@@ -357,7 +303,8 @@ class _Loop:
         if p.step % settings.log_interval == 0 or p.step == settings.max_steps:
             row = {
                 "train/loss": loss,
-                "lr": self.optimizer.param_groups[0]["lr"],
+                **terms,  # extra loss terms (train/<name>) beside the cross-entropy
+                "lr": self.bundle.optimizer.param_groups[0]["lr"],
                 "grad_norm": grad_norm,
                 "tokens": p.tokens,
                 "tokens_per_s": tokens_per_step / step_s,
@@ -369,10 +316,10 @@ class _Loop:
                 **extra,
                 **({"diag_ms": diag_s * 1000} if self.monitor.diag is not None else {}),
             }
-            _emit(self.sinks, self.ctx, row, p.step)
+            _emit(self.sinks, self.bundle.ctx, row, p.step)
             self.load.sample()
         elif extra:  # a spike between log steps: its own row
-            _emit(self.sinks, self.ctx, {**extra, "tokens": p.tokens, "wall_s": self.wall()}, p.step)
+            _emit(self.sinks, self.bundle.ctx, {**extra, "tokens": p.tokens, "wall_s": self.wall()}, p.step)
 
 
 def _bank_load(load, p: Progress) -> None:

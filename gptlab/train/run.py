@@ -18,11 +18,14 @@ from gptlab.config.validate import validate
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
 from gptlab.runtime import distributed
-from gptlab.sinks import JsonlSink, SafeSink, dashboard, provenance
+from gptlab.sinks import dashboard, provenance
+from gptlab.sinks.jsonl import JsonlSink
 from gptlab.sinks.progress import ProgressSink
+from gptlab.sinks.safe import SafeSink
 from gptlab.state import resume
 from gptlab.train.bundle import Bundle, build_bundle
-from gptlab.train.loop import StopFlag, train
+from gptlab.train.loop import train
+from gptlab.train.signals import StopFlag
 from gptlab.util.io import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -189,21 +192,7 @@ def _train_and_summarise(
     model, ctx, data = run.model, run.ctx, run.data
     status = "failed"
     try:
-        summary = train(
-            model,
-            data,
-            run.optimizer,
-            run.schedule,
-            run.hardware,
-            run.settings,
-            sinks,
-            ctx,
-            ddp_model=run.forward_model,
-            progress=progress,
-            resumed=start.kind == "resume",
-            scaler=run.scaler,
-            stop=stop,
-        )
+        summary = train(run, sinks, progress, resumed=start.kind == "resume", stop=stop)
         summary |= {
             "params": model.num_params(),
             "params_non_embedding": model.num_params(non_embedding=True),
@@ -253,8 +242,9 @@ def check_peak(summary: dict, hardware) -> None:
 
 def profile_run(run: Bundle) -> None:
     """profile=true: a few profiled steps (weights restored after), time per module kind vs the cost model."""
-    from gptlab.costs import analyze
-    from gptlab.profile.steps import format_breakdown, predicted_layer_shares, predicted_shares, profile_steps
+    from gptlab.costs.report import analyze
+    from gptlab.profile.steps import predicted_layer_shares, predicted_shares, profile_steps
+    from gptlab.profile.table import format_breakdown
     from gptlab.runtime.peak import cached_bandwidth
 
     settings, hardware, ctx, data = run.settings, run.hardware, run.ctx, run.data

@@ -1,5 +1,1 @@
 """Position choices. Each is a `gptlab.model.base.Position`: it may add to the input, rotate q/k, or bias the scores."""
-
-from gptlab.model.base import Position
-
-__all__ = ["Position"]

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from gptlab.model.position import Position
+from gptlab.model.base import Position
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 import torch.nn as nn
 
-from gptlab.model.position import Position
+from gptlab.model.base import Position
 
 
 class LearnedPosition(Position):

@@ -1,6 +1,6 @@
 """No positional information (NoPE): causal masking alone tells the model about order."""
 
-from gptlab.model.position import Position
+from gptlab.model.base import Position
 
 
 class NoPosition(Position):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gptlab.errors import ConfigError
-from gptlab.model.position import Position
+from gptlab.model.base import Position
 
 
 class RotaryPosition(Position):

@@ -5,7 +5,7 @@ import math
 import torch
 
 from gptlab.errors import ConfigError
-from gptlab.model.position import Position
+from gptlab.model.base import Position
 
 
 class SinusoidalPosition(Position):

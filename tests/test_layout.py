@@ -1,0 +1,175 @@
+"""The house's walls, checked by walking the imports of gptlab/ (and of the tests and benchmarks that use it).
+
+- no import cycles between gptlab modules (function-local and TYPE_CHECKING imports count: a cycle hidden inside a
+  function is still two modules that cannot be read apart);
+- no re-exports: every `from gptlab.X import name` names a module or something defined in X itself;
+- library code never imports a CLI module;
+- gptlab/ holds sub-packages by concept and only `__init__.py` and `errors.py` beside them.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gptlab"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(path: Path) -> list[tuple[str, str | None]]:
+    """(module, imported name or None) for every gptlab import in a file, relative ones resolved."""
+    name = _module_name(path) if path.is_relative_to(PACKAGE) else ""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None) for a in node.names if a.name.split(".")[0] == "gptlab"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] == "gptlab":
+                found += [(module, a.name) for a in node.names]
+    return found
+
+
+def _edges() -> dict[str, set[str]]:
+    """gptlab module -> the gptlab modules it imports (a submodule imported by name counts as that submodule)."""
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        targets = set()
+        for module, imported in _imports(path):
+            full = f"{module}.{imported}" if imported else module
+            targets.add(full if full in MODULES else module)
+        edges[name] = {t for t in targets if t in MODULES and t != name}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), iteratively."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _defined(path: Path) -> set[str]:
+    """Names a module defines itself at its top level (functions, classes, assignments, including under if/try)."""
+    names: set[str] = set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+                visit(getattr(node, "finalbody", []))
+
+    visit(ast.parse(path.read_text()).body)
+    return names
+
+
+def _users() -> list[Path]:
+    return sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")])
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(edges) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    assert _cycles(_edges()) == []
+
+
+def test_no_reexports():
+    """`from gptlab.X import name` must find `name` defined in X (or be the submodule X.name)."""
+    defined = {name: _defined(path) for name, path in MODULES.items()}
+    bad = []
+    for path in _users():
+        for module, imported in _imports(path):
+            if imported is None or imported == "*" or f"{module}.{imported}" in MODULES:
+                continue
+            if module in defined and imported not in defined[module]:
+                bad.append(f"{path.relative_to(ROOT)}: from {module} import {imported}")
+    assert bad == []
+
+
+def test_library_code_never_imports_a_cli():
+    bad = [
+        f"{name} imports {target}"
+        for name, targets in _edges().items()
+        if not name.startswith("gptlab.cli")
+        for target in targets
+        if target.startswith("gptlab.cli")
+    ]
+    assert bad == []
+
+
+def test_top_level_is_packages_by_concept():
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert modules == ["__init__.py", "errors.py"]
+    assert len(modules) + len(packages) <= 20, packages
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_has_a_docstring_or_is_an_empty_package(module):
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    assert ast.get_docstring(tree) or not tree.body, f"{path.relative_to(ROOT)} has no module docstring"
