@@ -5,8 +5,11 @@ PY    := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTHON ?= python3
 
-.PHONY: setup run test test-fast lint bench gpu-check clean
-setup: $(VENV)/.installed
+.PHONY: help setup run test test-fast lint format bench gpu-check clean
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
+
+setup: $(VENV)/.installed  ## create .venv with the CPU build of torch and gptlab[dev]
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,27 +17,30 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-run: setup
+run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
-test: setup
+test: setup  ## the whole test suite (~20 min on 2 cores)
 	$(VENV)/bin/pytest -q $(ARGS)
 
-test-fast: setup
+test-fast: setup  ## the suite without slow and SLURM tests (~3 min)
 	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
 
 # ruff lint and format check (pyproject.toml [tool.ruff]) and mypy type checks (pyproject.toml [tool.mypy]); CI runs it before the tests
-lint: setup
-	$(VENV)/bin/ruff check gptlab benchmarks && $(VENV)/bin/ruff format --check gptlab benchmarks && $(VENV)/bin/mypy gptlab
+lint: setup  ## ruff check + ruff format --check (gptlab, benchmarks, tests) and mypy
+	$(VENV)/bin/ruff check gptlab benchmarks tests && $(VENV)/bin/ruff format --check gptlab benchmarks tests && $(VENV)/bin/mypy gptlab
+
+format: setup  ## ruff --fix and ruff format, in place
+	$(VENV)/bin/ruff check --fix gptlab benchmarks tests && $(VENV)/bin/ruff format gptlab benchmarks tests
 
 # Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min (AMX CPU), ~9 min (2-core AVX2 EPYC: emulated bf16)
-bench: setup
+bench: setup  ## measure this machine, write docs/BENCHMARKS.md (ARGS="--quick")
 	$(PY) -m benchmarks $(ARGS)
 
 # Check every CUDA code path on this machine's GPU(s) and write docs/GPU.md + docs/gpu.json (ARGS="--quick" for
 # small sizes); without CUDA it says so in one line and exits 0
-gpu-check: setup
+gpu-check: setup  ## every CUDA path on this machine's GPU(s), write docs/GPU.md
 	$(PY) -m benchmarks --gpu $(ARGS)
 
-clean:
+clean:  ## remove .venv and outputs/
 	rm -rf $(VENV) outputs/runs outputs/sweeps

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import submitit
+from unittest import mock
 from conftest import cli_env
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -34,8 +35,11 @@ def sbatch_text(tmp_path: Path, *overrides: str) -> str:
     cfg.hydra.launcher.submitit_folder = str(tmp_path)  # it names hydra.sweep.dir, which exists only in a real run
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     params.pop("_target_")
-    executor = submitit.AutoExecutor(folder=params.pop("submitit_folder"), cluster="slurm",
-                                     slurm_max_num_timeout=params.pop("max_num_timeout"))
+    # submitit refuses to build a SLURM executor where `srun` is missing; only the script text is read here, so
+    # its srun probe is the one thing mocked (the sbatch text is submitit's own writer)
+    with mock.patch.object(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1)):
+        executor = submitit.AutoExecutor(folder=params.pop("submitit_folder"), cluster="slurm",
+                                         slurm_max_num_timeout=params.pop("max_num_timeout"))
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
     return executor._executor._make_submission_file_text("python -m gptlab.cli.train", "uid")

@@ -3,7 +3,10 @@
 
 The keys with a settings dataclass take their checks from it: the run keys from gptlab.config.settings.TrainSettings,
 `model.*` from GPTConfig, `hardware.*` from Hardware (each field's annotation and `rule(...)` metadata), so each is
-declared once; the component, data, optimizer and logger keys vary by choice and are listed here. `check_schema(cfg)`
+declared once. A component's keys (attention, mlp, norm, position, data, optimizer, schedule) come from its
+`_target_`'s signature where it declares them, `eps: Annotated[float, rule("> 0")] = 1e-5` (a bool or str annotation
+needs no rule), so a variant with a new key is one .py + one .yaml; the keys not yet declared that way, and the logger
+keys, are listed here. `check_schema(cfg)`
 runs every check whose key is in the config (sgd has `momentum`, adamw `betas`), and refuses a missing required key.
 Each failure is one ConfigError line naming the key, the value and what is allowed, e.g.
 `optimizer.lr=-1: must be > 0`. Cross-key rules (global layers vs n_layer, ...) live in gptlab/config/validate.py.
@@ -14,9 +17,12 @@ Why not Hydra's ConfigStore: OmegaConf converts a typed field's value before any
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import fields
-from typing import get_args, get_type_hints
+from typing import Annotated, get_args, get_origin, get_type_hints
 
+from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 from gptlab.config.settings import SEED_RANGE, TrainSettings, config_key, is_required
@@ -60,6 +66,49 @@ def field_checks(cls: type, group: str) -> dict[str, Check]:
     }
 
 
+COMPONENT_GROUPS = ("attention", "mlp", "norm", "position", "data", "optimizer", "schedule")
+
+
+def _annotated(key: str, hint) -> Check | None:
+    """The check a constructor parameter's annotation declares: Annotated[T, rule(...)], or a plain bool / str."""
+    if get_origin(hint) is Annotated:
+        base, *meta = get_args(hint)
+        rules = [m for m in meta if isinstance(m, dict) and "range" in m]
+        if rules:
+            return rules[0].get("check") or _derived(key, base, rules[0])
+        hint = base
+    kinds = [a for a in get_args(hint) if a is not type(None)] or [hint]
+    if kinds == [bool]:
+        return Bool(null=type(None) in get_args(hint))
+    if kinds == [str]:
+        return Text(null=type(None) in get_args(hint))
+    return None  # a number without a declared range: listed in SCHEMA, or unchecked
+
+
+@functools.cache
+def signature_checks(group: str, target: str) -> dict[str, Check]:
+    """{config key: check} for every parameter of the `_target_` callable that declares one (see `_annotated`)."""
+    try:
+        obj = get_object(target)
+        hints = get_type_hints(obj.__init__ if inspect.isclass(obj) else obj, include_extras=True)
+    except Exception:  # noqa: BLE001 - an unknown target is the build step's one-line error, not the schema's
+        return {}
+    checks = {
+        f"{group}.{name}": _annotated(f"{group}.{name}", hint) for name, hint in hints.items() if name != "return"
+    }
+    return {key: check for key, check in checks.items() if check is not None}
+
+
+def _component_checks(cfg) -> dict[str, Check]:
+    """The signature-declared checks of every chosen component (a key SCHEMA lists keeps SCHEMA's check)."""
+    checks: dict[str, Check] = {}
+    for group in COMPONENT_GROUPS:
+        target = OmegaConf.select(cfg, f"{group}._target_")
+        if isinstance(target, str):
+            checks |= signature_checks(group, target)
+    return {key: check for key, check in checks.items() if key not in SCHEMA}
+
+
 SCHEMA: dict[str, Check] = {
     # run level (conf/train.yaml): the run's names, then the keys TrainSettings declares
     "sweep": Text(null=True, numbers=True),
@@ -79,8 +128,6 @@ SCHEMA: dict[str, Check] = {
     "mlp.match_params": Bool(),
     "mlp.multiple_of": Number(">= 1", int),
     "mlp.dropout": UNIT,
-    "norm.eps": Number("> 0"),
-    "norm.bias": Bool(),
     "norm.placement": OneOf(("pre", "post")),
     "position.base": Number("> 0"),
     # data
@@ -157,7 +204,7 @@ def check_schema(cfg) -> None:
         node = OmegaConf.select(cfg, group)
         if OmegaConf.is_dict(node):  # not a mapping at all: its required keys are missing, refused below
             check_known_keys(group, node)
-    for key, check in SCHEMA.items():
+    for key, check in (SCHEMA | _component_checks(cfg)).items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is _ABSENT:
             if key in REQUIRED:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config.schema import check_schema
 from gptlab.errors import ConfigError
+from gptlab.runtime.hardware import Hardware
 
 
 def _batch(cfg: DictConfig) -> None:
@@ -117,8 +118,9 @@ CROSS_RULES = (
 )
 
 
-def validate(cfg: DictConfig) -> None:
-    """Check every key (schema), the rules between keys, then the model/component combination (meta device)."""
+def validate(cfg: DictConfig) -> Hardware:
+    """Check every key (schema), the rules between keys, then the model/component combination (meta device); returns
+    the hardware profile built on the way, so a run constructs it once."""
     check_schema(cfg)
     for rule in CROSS_RULES:
         rule(cfg)
@@ -129,6 +131,7 @@ def validate(cfg: DictConfig) -> None:
         resolve_mode(str(mode))
     from gptlab.config.build import build_hardware, build_model
 
-    build_hardware(cfg)
+    hardware = build_hardware(cfg)
     vocab = cfg.model.get("vocab_size")
     build_model(cfg, vocab_size=vocab or 256, device="meta")  # component constructors check their keys
+    return hardware

@@ -144,9 +144,9 @@ class MLP(nn.Module, abc.ABC):
 class Norm(nn.Module, abc.ABC):
     """Normalises the last dimension: (..., dim) -> (..., dim)."""
 
-    def __init__(self, dim: int, eps: float, centered: bool):
+    def __init__(self, dim: int, eps: float | None = None, centered: bool = False):
         super().__init__()
-        if not (0.0 < eps < math.inf):
+        if eps is not None and not (0.0 < eps < math.inf):  # eps: for norms that divide by a statistic (not DyT)
             raise ConfigError(f"norm.eps={eps} must be a positive finite number (e.g. 1e-5)")
         self.dim = dim
         self.eps = eps

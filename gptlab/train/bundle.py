@@ -72,9 +72,10 @@ class Bundle:
     lr_factors: Callable[[int, int], list[float]]
 
 
-def build_bundle(cfg: DictConfig, run_dir: Path, choices: dict) -> Bundle:
-    """Build every part of the run `cfg` describes (already validated), in the order their inputs need."""
-    hardware, rank, world = _hardware(cfg)
+def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: dict) -> Bundle:
+    """Build every part of the run `cfg` describes (validated: `hardware` is validate's), in the order their inputs
+    need."""
+    hardware, rank, world = _placed(hardware)
     settings = train_settings(cfg)
     _check_batch(settings, world)
     data = build.build_data(cfg, int(cfg.model.block_size))
@@ -141,9 +142,8 @@ def _model(cfg: DictConfig, hardware: Hardware, data, seed: int, choices: dict):
     return model
 
 
-def _hardware(cfg: DictConfig) -> tuple[Hardware, int, int]:
+def _placed(hardware: Hardware) -> tuple[Hardware, int, int]:
     """(the profile with this rank's device and thread count, rank, world size); joins the process group if any."""
-    hardware = build.build_hardware(cfg)
     rank, world, device = 0, 1, hardware.device
     if hardware.distributed:
         rank, world, device = distributed.setup(hardware.device)

@@ -75,7 +75,8 @@ def train_step(run: Bundle, batches: list, monitor=None) -> tuple[float, float, 
     """Forward/backward over this step's CPU micro-batches, unscale, clip; returns (cross-entropy, grad norm, extra
     loss terms by name), each averaged over the micro-batches (and ranks). No optimizer step."""
     model, forward_model, scaler, device = run.model, run.forward_model, run.scaler, run.hardware.device
-    ce, extra = 0.0, {}
+    ce = torch.zeros((), device=device)
+    extra: dict[str, torch.Tensor] = {}
     for i, (x, y) in enumerate(batches):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)  # pinned on CUDA: an async copy
         sync = i == len(batches) - 1 or not hasattr(forward_model, "no_sync")
@@ -85,7 +86,7 @@ def train_step(run: Bundle, batches: list, monitor=None) -> tuple[float, float, 
             scaler.scale(loss.total / len(batches)).backward()
         ce += loss.cross_entropy.detach().float() / len(batches)
         for name, term in loss.extra.items():
-            extra[name] = extra.get(name, 0.0) + term.detach().float() / len(batches)
+            extra[name] = extra.get(name, torch.zeros((), device=device)) + term.detach().float() / len(batches)
     scaler.unscale_(run.optimizer)  # a no-op unless fp16: clipping sees the true gradients
     if monitor is not None:
         monitor.grads_ready()  # per-group norms before clipping (train.diagnostics / spike_factor)

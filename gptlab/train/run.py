@@ -117,8 +117,8 @@ def _init_record(start: resume.Start) -> dict:
 def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str], stop: StopFlag | None = None) -> dict:
     """Run training in run_dir (the CLI composed cfg): validate, build, resume, train, summarise; returns the summary
     dict (also written to summary.json)."""
-    validate(cfg)
-    run = build_bundle(cfg, run_dir, choices)
+    hardware = validate(cfg)  # the one Hardware of this run
+    run = build_bundle(cfg, hardware, run_dir, choices)
     world = run.ctx.world
     try:
         return _resume_and_train(cfg, run, run_dir, choices, overrides, stop)

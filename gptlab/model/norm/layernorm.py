@@ -1,10 +1,13 @@
 """LayerNorm with an optional bias: (x - mean) / √(var + eps) · weight (+ bias) over the last dimension."""
 
+from typing import Annotated
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from gptlab.model.base import Norm
+from gptlab.util.checks import rule
 
 
 class LayerNorm(Norm):
@@ -24,6 +27,6 @@ class LayerNorm(Norm):
         return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
 
 
-def layernorm(dim: int, bias: bool = True, eps: float = 1e-5) -> LayerNorm:
+def layernorm(dim: int, bias: bool = True, eps: Annotated[float, rule("> 0")] = 1e-5) -> LayerNorm:
     """The norm factory conf/norm/layernorm.yaml names."""
     return LayerNorm(dim, eps=eps, bias=bias)
