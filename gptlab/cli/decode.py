@@ -32,6 +32,7 @@ from gptlab.cli.train import one_line
 from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.errors import ConfigError
 from gptlab.sinks.progress import console_log
+from gptlab.state.rundir import check_output
 from gptlab.util.io import strict_json
 from gptlab.util.paths import CONF_DIR
 
@@ -115,10 +116,10 @@ def load_model(cfg: DictConfig, overrides: list[str]):
         torch.manual_seed(int(cfg.seed))
         # vocab: model.vocab_size; null = 50257 (GPT-2's BPE, as gptlab-flops costs it): no data is read
         return build_model(cfg).eval(), {"kind": "config", "run": None, "step": None}
-    from gptlab.cli.sample import load_run
+    from gptlab.state.rundir import load_trained
 
     _check_run_overrides(str(run), overrides)
-    model, _, step = load_run(Path(str(run)))
+    model, _, step = load_trained(Path(str(run)))
     return model.eval(), {"kind": "run", "run": str(Path(str(run)).resolve()), "step": step}
 
 
@@ -196,7 +197,9 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
             f"(each job's own dir) or interpolate it, e.g. out=${{hydra:runtime.output_dir}}/decode.json"
         )
     path = Path(str(out))
-    return path / OUT_NAME if path.is_dir() else path
+    path = path / OUT_NAME if path.is_dir() else path
+    check_output(path, "out")  # never over a training run's own files (summary.json, metrics.jsonl, ...)
+    return path
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="decode", version_base=None)

@@ -1,4 +1,4 @@
-"""python -m gptlab.cli.export RUN_DIR [--out DIR] [--checkpoint PATH]: one run's checkpoint as a single file.
+"""gptlab-export RUN_DIR [--out DIR] [--checkpoint PATH]: one run's checkpoint as a single file.
 
 For hardware=fsdp runs, whose checkpoints are sharded DCP dirs: the newest checkpoint (or PATH) is read into one
 process (DCP gathers every rank's shards, whatever the world size) and written as a single-file checkpoint,
@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 from gptlab.cli import fail
-from gptlab.cli.sample import run_config
 from gptlab.config import build
 from gptlab.errors import ConfigError
 from gptlab.state import checkpoint, resume
+from gptlab.state.rundir import check_output, run_config
 
 
 def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
@@ -27,6 +27,7 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     if Path(out).resolve() == Path(run_dir).resolve():
         raise ConfigError(f"--out={out}: must not be the run dir itself (its checkpoints/ holds the sharded ones)")
     cfg = run_config(run_dir)
+    _check_out(Path(out), Path(run_dir))
     state = checkpoint.load(source) if source is not None else checkpoint.load_latest(run_dir)
     if state is None:
         raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
@@ -46,8 +47,24 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     return checkpoint.save(out, int(state["step"]), whole)
 
 
+def _check_out(out: Path, run_dir: Path) -> None:
+    """--out is new, empty, or an earlier export of this same run (same saved config): never another run's dir, a
+    folder of the user's own files, or a run's own files."""
+    check_output(out, "--out")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    names = {p.name for p in out.iterdir()}
+    saved = out / ".hydra" / "config.yaml"
+    same = names <= {".hydra", "checkpoints"} and saved.is_file()
+    if not (same and saved.read_bytes() == (run_dir / ".hydra" / "config.yaml").read_bytes()):
+        raise ConfigError(
+            f"--out={out}: holds other files ({', '.join(sorted(names)[:3])}); allowed: a new or empty dir, or an "
+            f"earlier export of {run_dir}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gptlab.cli.export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gptlab-export", description=__doc__.splitlines()[0])
     parser.error = lambda message: fail(f"gptlab export: {message}")  # type: ignore[method-assign]  # one line, exit 2, no usage block
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="output run dir (default: RUN_DIR/export)")

@@ -9,13 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from gptlab.cli import fail
-from gptlab.config import build
 from gptlab.config.schema import SCHEMA
 from gptlab.errors import ConfigError
-from gptlab.state import checkpoint, resume
+from gptlab.state.rundir import load_trained
 
 # flag -> the config key whose check it shares (no null on the command line)
 FLAGS = {
@@ -24,31 +22,6 @@ FLAGS = {
     "--top-k": "sample.top_k",
     "--seed": "seed",
 }
-
-
-def load_run(run_dir: Path):
-    """(model with the newest checkpoint's weights, data object, step) rebuilt from the run's saved config.
-
-    A sharded (hardware=fsdp) checkpoint is read into this one process (DCP gathers every rank's shards).
-    """
-    cfg, state = run_config(run_dir), checkpoint.load_latest(run_dir)
-    if state is None:
-        raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
-    data = build.build_data(cfg, int(cfg.model.block_size))
-    model = build.build_model(cfg, vocab_size=data.vocab_size)
-    try:
-        resume.load_weights(model, None, state)
-    except (KeyError, RuntimeError) as err:
-        raise ConfigError(f"{run_dir}: its newest checkpoint does not fit the run's config ({err})") from None
-    return model.eval(), data, int(state["step"])
-
-
-def run_config(run_dir: Path):
-    """The config a run was composed with (its .hydra/config.yaml)."""
-    saved = run_dir / ".hydra" / "config.yaml"
-    if not saved.is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no .hydra/config.yaml)")
-    return OmegaConf.load(saved)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -71,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_args(args)
-        model, data, step = load_run(args.run_dir)
+        model, data, step = load_trained(args.run_dir)
         prompt = args.prompt if args.prompt is not None else getattr(data, "sample_prompt", lambda: "\n")()
         ids = data.tokenizer.encode(prompt)[-model.cfg.block_size // 2 :] or [0]
     except ConfigError as err:

@@ -110,7 +110,7 @@ def report(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from gptlab.cli import fail
-    from gptlab.cli.sample import load_run  # the one run-dir loader (lazy: the library part needs no CLI)
+    from gptlab.state.rundir import load_trained
 
     parser = argparse.ArgumentParser(prog="gptlab-speculative", description=speculative.__doc__.splitlines()[0])
     parser.error = lambda message: fail(f"speculative: {message}")  # type: ignore[method-assign]  # one line, exit 2
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             if value < least:
                 raise ConfigError(f"{flag}={value}: must be >= {least}")
         torch.set_num_threads(args.threads or torch.get_num_threads())
-        (target, data, t_step), (draft, d_data, d_step) = load_run(args.target), load_run(args.draft)
+        (target, data, t_step), (draft, d_data, d_step) = load_trained(args.target), load_trained(args.draft)
         same_tokenizer(data.tokenizer, d_data.tokenizer, args.target, args.draft)
         prompt = args.prompt if args.prompt is not None else getattr(data, "sample_prompt", lambda: "\n")()
         room = min(target.cfg.block_size, draft.cfg.block_size) + 1 - args.tokens  # prompt tokens that fit

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.config.schema import check_schema
 from gptlab.errors import ConfigError
 from gptlab.runtime.hardware import Hardware
+from gptlab.state.rundir import check_inside
 
 
 def _batch(cfg: DictConfig) -> None:
@@ -54,26 +55,12 @@ def _attention_name(cfg: DictConfig) -> None:
         )
 
 
-RUN_FILES = ("metrics.jsonl", "summary.json", "provenance.json", "wandb_run_id", "git.diff", "train.log")
-
-
 def _logger_paths(cfg: DictConfig) -> None:
-    """A logger writes inside the run dir, under its own name: never over the run's own files or elsewhere."""
+    """A logger writes inside the run dir, under its own name: never over the run's own files, the lock, or elsewhere."""
     for key in ("logger.csv.filename", "logger.tensorboard.log_dir"):
         value = OmegaConf.select(cfg, key)
-        if value is None:
-            continue
-        path = Path(str(value))
-        if (
-            path.is_absolute()
-            or ".." in path.parts
-            or not path.parts
-            or path.parts[0] in (*RUN_FILES, ".hydra", "checkpoints", "wandb")
-        ):
-            raise ConfigError(
-                f"{key}='{value}': must be a new name inside the run dir; not absolute, no '..', "
-                f"not one of the run's own files ({', '.join(RUN_FILES)}, .hydra, checkpoints, wandb)"
-            )
+        if value is not None:
+            check_inside(str(value), key)
 
 
 def _global_layers(cfg: DictConfig) -> None:

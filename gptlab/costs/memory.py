@@ -130,11 +130,12 @@ def check_fits(
 ) -> None:
     """One-line ConfigError when the training-memory estimate (x processes sharing the device) exceeds what is free.
 
-    `report` is a CostReport (or its dict); `available_bytes` defaults to what `device` has free now.
+    `report` is a CostReport (or its dict), optionally with memory.eval_bytes (the fixed validation set the run
+    holds); `available_bytes` defaults to what `device` has free now.
     """
     d = report if isinstance(report, dict) else report.to_dict()
     mem = d["memory"]
-    need = mem["train_estimate_bytes"] * processes
+    need = (mem["train_estimate_bytes"] + mem.get("eval_bytes", 0)) * processes
     source = "given"
     if available_bytes is None:
         found = available_memory(device)
@@ -143,11 +144,12 @@ def check_fits(
         available_bytes, source = found
     if need <= available_bytes:
         return
-    each = f" ({processes} processes x {_gib(mem['train_estimate_bytes'])})" if processes > 1 else ""
+    each = f" ({processes} processes x {_gib(need // processes)})" if processes > 1 else ""
+    held = f", validation set {_gib(mem['eval_bytes'])}" if mem.get("eval_bytes") else ""
     raise ConfigError(
         f"{label} needs ~{_gib(need)}{each} for training at batch {d['batch_size']} x {d['seq_len']} tokens "
         f"(weights+grads {_gib(mem['weights_bytes'] + mem['grads_bytes'])}, optimizer {_gib(mem['optimizer_bytes'])}, "
-        f"activations {_gib(mem['activations_bytes'])}); {_gib(available_bytes)} available on {device} ({source}); "
-        "lower train.batch_size (or raise train.grad_accum), turn on hardware.activation_checkpointing, "
-        "or pick a smaller model"
+        f"activations {_gib(mem['activations_bytes'])}{held}); {_gib(available_bytes)} available on {device} ({source}); "
+        "lower train.batch_size (or raise train.grad_accum) or train.eval_sequences, turn on "
+        "hardware.activation_checkpointing, or pick a smaller model"
     )

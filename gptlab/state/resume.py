@@ -9,6 +9,7 @@ another config, start a NEW run from the checkpoint with `train.init_from=<path>
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -74,6 +75,7 @@ class Progress:
     mfu: list = field(default_factory=list)
     outside_ticks: int = 0  # CPU ticks other processes used while this run trained (after speed_warmup)...
     total_ticks: int = 0  # ...out of all cores' ticks: outside_load = outside_ticks / total_ticks
+    init_from: dict | None = None  # train.init_from's record (checkpoint, step, differences): kept across resumes
 
 
 @dataclass
@@ -170,6 +172,7 @@ def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_fa
     elif resume == "auto":
         state, source = checkpoint.load_latest(run_dir), "in the run dir"
     else:
+        _check_not_another_run(Path(resume), run_dir, current)
         state, source = checkpoint.load(Path(resume)), f"'{resume}'"
     if state is not None:
         check(state, current, source, lr_factors)
@@ -181,6 +184,28 @@ def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_fa
         diffs = differences(saved, current) if "config" in saved else ["the checkpoint records no config"]
         return Start("init", state, f"'{init_from}'", diffs, optimizer_state=same_optimizer)
     return Start()
+
+
+def _check_not_another_run(path: Path, run_dir: Path, current: dict) -> None:
+    """train.resume=<checkpoint of run Y> continues Y in a new or empty dir (or in Y's own, or where this same
+    command already started it): never in a dir that holds another run, whose metrics, checkpoints and summary it
+    would mix with or replace."""
+    if path.resolve().is_relative_to(run_dir.resolve()):
+        return
+    try:
+        started = json.loads((run_dir / "provenance.json").read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        started = None
+    if started is not None and started == current.get("config"):
+        return  # this run's own dir: the same command re-run after a kill
+    held = [name for name in ("metrics.jsonl", "summary.json") if (run_dir / name).exists()]
+    if checkpoint.latest_path(run_dir) is not None:
+        held.append("checkpoints/")
+    if held:
+        raise ConfigError(
+            f"train.resume='{path}': hydra.run.dir '{run_dir}' holds another run ({', '.join(held)}); resume into a "
+            f"new dir, or use train.resume=auto to continue the run that dir holds"
+        )
 
 
 def rng_state() -> dict:
@@ -238,6 +263,17 @@ def load_weights(model, optimizer, state: dict) -> None:
             optimizer.load_state_dict(state["optimizer"])
 
 
+def init_record(start: Start) -> dict:
+    """summary.json's and provenance.json's record of train.init_from."""
+    assert start.state is not None  # an init start carries its checkpoint
+    return {
+        "checkpoint": start.source.strip("'"),
+        "step": int(start.state["step"]),
+        "differences": start.differences,
+        "optimizer_state": start.optimizer_state,
+    }
+
+
 def restore(model, optimizer, scaler, start: Start) -> Progress:
     """Load `start` into model/optimizer/scaler/RNGs; returns the progress to continue (a fresh one for init)."""
     if start.kind == "fresh":
@@ -254,7 +290,8 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
         if start.kind == "resume":
             progress = Progress(**state["progress"])
         else:  # a new run: its own figures, counting on from the checkpoint's step and tokens
-            progress = Progress(step=int(state["step"]), tokens=int(state.get("progress", state).get("tokens", 0)))
+            tokens = int(state.get("progress", state).get("tokens", 0))
+            progress = Progress(step=int(state["step"]), tokens=tokens, init_from=init_record(start))
     except (KeyError, RuntimeError, ValueError, TypeError) as err:
         first = " ".join(str(err).split())[:160]
         raise ConfigError(
@@ -262,6 +299,8 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
             f"does not fit this model ({type(err).__name__}: {first})"
         ) from None
     for group, own in zip(optimizer.param_groups, hyper):  # hyper-parameters come from the config, never the file
+        for key in [k for k in group if k != "params" and k not in own]:
+            del group[key]  # e.g. the source run's initial_lr, which the schedule would scale instead of this lr
         group.update(own)
     log.info(
         "%s from step %d (%s)", "resumed" if start.kind == "resume" else "initialised", progress.step, start.source

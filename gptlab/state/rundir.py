@@ -1,5 +1,9 @@
-"""The run dir guards of gptlab-train: one live run per dir (a lock file), and no training into a folder that holds
-someone's own files."""
+"""The run directory: one live run per dir (a lock file), the one guard every writer asks before it writes
+(`check_output`), and reading a finished run back (`run_config`, `load_trained`).
+
+A run dir's own files (RUN_OWN) are written only by that run: a logger file, a decode result, an export or a dump
+never lands on them, on the lock, outside the dir it belongs in, or on a folder of the user's own files.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,10 @@ import logging
 import os
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from gptlab.errors import ConfigError
+from gptlab.state import checkpoint, resume
 
 log = logging.getLogger("gptlab")
 LOCK_FILE = ".gptlab.lock"
@@ -36,6 +43,20 @@ def run_dir_lock(run_dir: Path):
 
 
 RUN_MARKERS = (".hydra", "provenance.json", "checkpoints", LOCK_FILE)  # what a gptlab run dir holds
+# every name a training run writes in its dir: no other writer may land on one of them
+RUN_OWN = (
+    "metrics.jsonl",
+    "summary.json",
+    "provenance.json",
+    "wandb_run_id",
+    "git.diff",
+    "train.log",
+    ".hydra",
+    "checkpoints",
+    "wandb",
+    "diagnostics",
+    LOCK_FILE,
+)
 HYDRA_WRITES = {".hydra", "train.log"}  # what Hydra writes into the run dir before gptlab runs
 
 
@@ -53,3 +74,63 @@ def check_run_dir(run_dir: Path, ignore: set[str] | frozenset[str] = frozenset()
             f"hydra.run.dir: '{run_dir}' holds files that are not a gptlab run ({shown}); "
             f"allowed: a new or empty dir, or a gptlab run dir to resume"
         )
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The gptlab run dir `path` lies in (the nearest of its parents, or itself, holding run markers), if any."""
+    for folder in [path, *path.parents] if path.is_dir() else list(path.parents):
+        if folder.is_dir() and any((folder / marker).exists() for marker in RUN_MARKERS):
+            return folder
+    return None
+
+
+def check_inside(value: str, key: str) -> Path:
+    """A file name a run writes inside its own dir (a logger's file): relative, no '..', not hidden, not one of the
+    run's own files; returns it as a Path."""
+    path = Path(value)
+    if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] in RUN_OWN or value.startswith("."):
+        raise ConfigError(
+            f"{key}='{value}': must be a new name inside the run dir; not absolute, no '..', not hidden, "
+            f"not one of the run's own files ({', '.join(RUN_OWN)})"
+        )
+    return path
+
+
+def check_output(path: Path, key: str) -> None:
+    """A tool's output file (decode out=, an export) may not land on a run's own files or the lock."""
+    run = enclosing_run(path.resolve())
+    if run is None:
+        return
+    first = path.resolve().relative_to(run).parts[:1]
+    if first and first[0] in RUN_OWN:
+        raise ConfigError(
+            f"{key}={path}: that is the run dir {run}'s own {first[0]}; write beside it under another name "
+            f"(the run's own files are {', '.join(RUN_OWN)})"
+        )
+
+
+def run_config(run_dir: Path):
+    """The config a run was composed with (its .hydra/config.yaml)."""
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no .hydra/config.yaml)")
+    return OmegaConf.load(saved)
+
+
+def load_trained(run_dir: Path):
+    """(model with the newest checkpoint's weights, data object, step) rebuilt from the run's saved config.
+
+    A sharded (hardware=fsdp) checkpoint is read into this one process (DCP gathers every rank's shards).
+    """
+    from gptlab.config import build  # the config layer builds; the run dir only knows where things are
+
+    cfg, state = run_config(run_dir), checkpoint.load_latest(run_dir)
+    if state is None:
+        raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
+    data = build.build_data(cfg, int(cfg.model.block_size))
+    model = build.build_model(cfg, vocab_size=data.vocab_size)
+    try:
+        resume.load_weights(model, None, state)
+    except (KeyError, RuntimeError) as err:
+        raise ConfigError(f"{run_dir}: its newest checkpoint does not fit the run's config ({err})") from None
+    return model.eval(), data, int(state["step"])

@@ -168,6 +168,8 @@ def _check_memory(
     """gptlab-flops' training-memory estimate, from the config on the meta device, against the free memory."""
     micro = settings.batch_size // (settings.grad_accum * world)
     report = build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype).to_dict()
+    # the fixed validation set lives in memory for the whole run: x and y, int64, (eval_sequences, T) each
+    report["memory"]["eval_bytes"] = settings.eval_sequences * data.seq_len * 2 * 8
     if hardware.strategy == "fsdp":  # one rank's share: sharded weights, grads and state, plus the gathered blocks
         from gptlab.costs.sharding import Sharding
 

@@ -96,22 +96,12 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
             )
             record = earlier
     if start.kind == "init":
-        record["init_from"] = _init_record(start)
+        record["init_from"] = resume.init_record(start)
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     diff = provenance.code_diff() if record["git"]["dirty"] else None
     if diff:  # the uncommitted changes the code had (also saved to W&B); a resume keeps the start's diff beside its own
         name = f"git.resume{progress.step}.diff" if start.kind == "resume" else "git.diff"
         atomic_write_text(run_dir / name, diff + "\n")
-
-
-def _init_record(start: resume.Start) -> dict:
-    assert start.state is not None  # an init start carries its checkpoint
-    return {
-        "checkpoint": start.source.strip("'"),
-        "step": int(start.state["step"]),
-        "differences": start.differences,
-        "optimizer_state": start.optimizer_state,
-    }
 
 
 def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str], stop: StopFlag | None = None) -> dict:
@@ -139,6 +129,12 @@ def _resume_and_train(
     settings = run.settings
     # refuse a checkpoint of another run, and load it, before any run file is written
     start = resume.find(settings.resume, settings.init_from, run_dir, run.identity, run.lr_factors)
+    init_step = int(start.state["step"]) if start.kind == "init" and start.state else None
+    if init_step is not None and init_step >= settings.max_steps:
+        raise ConfigError(
+            f"train.max_steps={settings.max_steps}: train.init_from starts at step {init_step}, so this run would "
+            f"train nothing; allowed: train.max_steps > {init_step}"
+        )
     progress = resume.restore(run.model, run.optimizer, run.scaler, start)
     name = dashboard.run_name(
         cfg.get("name"), cfg.get("arm"), settings.seed, overrides, dashboard.launch_info(), set(choices)
@@ -204,7 +200,7 @@ def _train_and_summarise(
             "batch_size": run.settings.batch_size,
             "model_fingerprint": run.identity["model"],
             "data_fingerprint": data.fingerprint,
-            "init_from": _init_record(start) if start.kind == "init" else None,
+            "init_from": progress.init_from,
         }
         summary["wandb"] = _wandb_info(sinks)
         status = summary["status"]
