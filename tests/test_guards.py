@@ -143,3 +143,38 @@ def test_the_memory_check_counts_the_validation_set(tmp_path):
     with pytest.raises(ConfigError, match=r"validation set [^)]+ GiB\)") as err:
         execute(cfg, tmp_path, group_choices(cfg), args)
     assert "train.eval_sequences" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("+foo=1", "foo: not a config key; allowed: arm, attention,"),
+        ("+seeds=3", "seeds: not a config key (did you mean seed?); allowed:"),
+        ("+schedule.decay_fraction=0.5", "schedule.decay_fraction: not a key of this schedule choice (Cosine)"),
+        ("+data.bar=2", "data.bar: not a key of this data choice (ShakespeareData)"),
+        ("+optimizer.momentum=0.9", "optimizer.momentum: not a key of this optimizer choice (adamw)"),
+        ("+logger.wandb.foo=1", "logger.wandb.foo: not a key of this logger.wandb choice (WandbSink)"),
+    ],
+)
+def test_a_key_nothing_reads_is_refused_not_ignored(override, message):
+    with pytest.raises(ConfigError) as err:
+        validate(compose([override]))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_sampling_refuses_a_run_whose_corpus_changed_since_training(tmp_path):
+    """A char tokenizer fitted on an edited corpus maps ids to other characters: refuse, never print garbage."""
+    from gptlab.state.rundir import load_trained
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 400)
+    run = tmp_path / "run"
+    args = [*FAST, "data=text", f"data.paths=[{corpus}]", "data.tokenizer=char", "train.max_steps=2"]
+    done = run_cli("gptlab.cli.train", *args, "train.eval_interval=2", f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    model, data, step = load_trained(run)
+    # one id per character of the corpus + U+FFFD (a one-segment corpus once fitted on nothing: vocab 1, loss 0)
+    assert step == 2 and data.vocab_size == len(set(corpus.read_text())) + 1
+    corpus.write_text("THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG\n" * 400)  # same size, other characters
+    with pytest.raises(ConfigError, match=r"changed since training .* so its tokenizer would differ"):
+        load_trained(run)

@@ -1,4 +1,4 @@
-"""`python -m gptlab.infer.speculative --target RUN --draft RUN`: speculative vs plain decoding of two trained runs,
+"""`gptlab-speculative --target RUN --draft RUN`: speculative vs plain decoding of two trained runs,
 timed back to back; acceptance, tokens per target forward, draft/target cost ratio and speed-up next to the analytic
 expectations, written to speculative.json (the algorithm: gptlab/infer/speculative.py)."""
 

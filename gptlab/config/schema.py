@@ -17,6 +17,7 @@ Why not Hydra's ConfigStore: OmegaConf converts a typed field's value before any
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from dataclasses import fields
@@ -32,6 +33,7 @@ from gptlab.model.attention.kernels import IMPLS
 from gptlab.model.config import GPTConfig
 from gptlab.runtime.hardware import Hardware
 from gptlab.util.checks import Auto, Bool, Number, OneOf, Seq, Text
+from gptlab.util.paths import CONF_DIR
 
 Check = Number | Bool | OneOf | Text | Auto | Seq
 SEED = Number(SEED_RANGE, int)
@@ -197,9 +199,33 @@ def check_known_keys(group: str, node) -> None:
         raise ConfigError(f"{key}: not a {group} key{hint}; allowed: {', '.join(known)}")
 
 
+def _root_keys(config_name: str) -> set[str]:
+    """The top-level keys a primary config (conf/<name>.yaml) and the train root it builds on declare, and the groups."""
+    import yaml
+
+    keys = {"hydra", *(p.name for p in CONF_DIR.iterdir() if p.is_dir())}
+    for name in {"train", config_name}:
+        path = CONF_DIR / f"{name}.yaml"
+        if path.is_file():
+            keys |= set(yaml.safe_load(path.read_text()) or {}) - {"defaults"}
+    return keys
+
+
+def check_root_keys(cfg) -> None:
+    """Refuse a top-level key no config declares: `+seeds=3` is a typo, and a key nothing reads would leave the run
+    as it was without a word."""
+    known = _root_keys(str(OmegaConf.select(cfg, "hydra.job.config_name", default="train") or "train"))
+    unknown = sorted(str(k) for k in cfg if str(k) not in known)
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ConfigError(f"{unknown[0]}: not a config key{hint}; allowed: {', '.join(sorted(known - {'hydra'}))}")
+
+
 def check_schema(cfg) -> None:
     """Raise a one-line ConfigError for a key a settings group does not have, else for the first key whose value the
     table refuses (or a missing required key)."""
+    check_root_keys(cfg)
     for group in SETTINGS_GROUPS:
         node = OmegaConf.select(cfg, group)
         if OmegaConf.is_dict(node):  # not a mapping at all: its required keys are missing, refused below

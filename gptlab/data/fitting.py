@@ -19,7 +19,8 @@ def check_val_fraction(val_fraction) -> float:
 
 
 class FitSample:
-    """The text a char/bpe tokenizer is fitted on: whole segments from the start, up to `limit` UTF-8 bytes.
+    """The text a char/bpe tokenizer is fitted on: whole segments from the start, up to `limit` UTF-8 bytes (the
+    first segment's prefix where even it is longer).
 
     Lazy and re-iterable (BPE hashes it, then trains on it); `segments` is how many segments it holds.
     """
@@ -32,6 +33,9 @@ class FitSample:
         for text, _ in self.source.segments():
             size = len(text.encode("utf-8"))
             if used + size > self.limit:
+                if n == 0:  # a corpus whose first segment is past the limit: its prefix, never an empty fit
+                    n = 1  # (an empty fit gave a one-symbol vocabulary: every token id 0, a loss of 0)
+                    yield text.encode("utf-8")[: self.limit].decode("utf-8", "ignore")
                 break
             used, n = used + size, n + 1
             yield text

@@ -128,6 +128,13 @@ def load_trained(run_dir: Path):
     if state is None:
         raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
     data = build.build_data(cfg, int(cfg.model.block_size))
+    trained_on = (state.get("identity") or {}).get("data")
+    if trained_on is not None and trained_on != data.fingerprint:  # an edited corpus refits the tokenizer
+        raise ConfigError(
+            f"{run_dir}: its data ({cfg.data.get('paths') or data.name}) changed since training (fingerprint "
+            f"{data.fingerprint[:12]} != {trained_on[:12]}), so its tokenizer would differ; restore the corpus it "
+            f"trained on"
+        )
     model = build.build_model(cfg, vocab_size=data.vocab_size)
     try:
         resume.load_weights(model, None, state)
