@@ -209,16 +209,24 @@ def datasheet_peak(index: int, dtype: str, tf32: bool) -> float:
 
 
 def threads_for_job(local_world: int = 1) -> int:
-    """Torch threads for one process when hardware.threads is unset; `local_world` = ranks on this node.
+    """Torch threads for one process when hardware.threads is unset; `local_world` = ranks on this node."""
+    return thread_choice(local_world)[0]
 
-    GPTLAB_THREADS is an explicit per-process count. SLURM_CPUS_PER_TASK is already per task, i.e. per rank when
-    SLURM starts the ranks, so it is not divided again (only torchrun inside one task splits it). The CPU
-    affinity mask is the whole node's share, split between its local ranks.
+
+def thread_choice(local_world: int = 1) -> tuple[int, str]:
+    """(torch threads for one process when hardware.threads is unset, where the number came from).
+
+    GPTLAB_THREADS and OMP_NUM_THREADS are explicit per-process counts (a sweep's local queue sets both for each
+    run's slot). SLURM_CPUS_PER_TASK is already per task, i.e. per rank when SLURM starts the ranks, so it is not
+    divided again (only torchrun inside one task splits it). Else the CPU affinity mask, split between local ranks.
     """
-    if os.environ.get("GPTLAB_THREADS"):
-        return max(1, int(os.environ["GPTLAB_THREADS"]))
+    for name in ("GPTLAB_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) >= 1:
+            return int(value), name
     slurm = os.environ.get("SLURM_CPUS_PER_TASK")
     if slurm and "TORCHELASTIC_RUN_ID" not in os.environ:
-        return max(1, int(slurm))
+        return max(1, int(slurm)), "SLURM_CPUS_PER_TASK"
     total = int(slurm) if slurm else len(os.sched_getaffinity(0))
-    return max(1, total // max(1, local_world))
+    why = "SLURM_CPUS_PER_TASK" if slurm else "cores this process may use"
+    return max(1, total // max(1, local_world)), why + (f" / {local_world} local ranks" if local_world > 1 else "")

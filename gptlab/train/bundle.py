@@ -29,7 +29,7 @@ from gptlab.errors import ConfigError
 from gptlab.model.checks import check_model
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.runtime import distributed
-from gptlab.runtime.hardware import Hardware, threads_for_job
+from gptlab.runtime.hardware import Hardware, thread_choice
 
 log = logging.getLogger(
     "gptlab.train.run"
@@ -70,12 +70,13 @@ class Bundle:
     ctx: Context
     identity: dict
     lr_factors: Callable[[int, int], list[float]]
+    threads_why: str = ""  # where hardware.threads came from (provenance.json: hardware.cpu_threads_source)
 
 
 def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: dict) -> Bundle:
     """Build every part of the run `cfg` describes (validated: `hardware` is validate's), in the order their inputs
     need."""
-    hardware, rank, world = _placed(hardware)
+    hardware, rank, world, threads_why = _placed(hardware)
     settings = train_settings(cfg)
     _check_batch(settings, world)
     data = build.build_data(cfg, int(cfg.model.block_size))
@@ -117,6 +118,7 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
         ctx=ctx,
         identity=identity,
         lr_factors=lr_factors,
+        threads_why=threads_why,
     )
 
 
@@ -142,15 +144,18 @@ def _model(cfg: DictConfig, hardware: Hardware, data, seed: int, choices: dict):
     return model
 
 
-def _placed(hardware: Hardware) -> tuple[Hardware, int, int]:
-    """(the profile with this rank's device and thread count, rank, world size); joins the process group if any."""
+def _placed(hardware: Hardware) -> tuple[Hardware, int, int, str]:
+    """(the profile with this rank's device and thread count, rank, world size, where the thread count came from);
+    joins the process group if any."""
     rank, world, device = 0, 1, hardware.device
     if hardware.distributed:
         rank, world, device = distributed.setup(hardware.device)
-    threads = hardware.threads or threads_for_job(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    threads, why = thread_choice(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    threads, why = (hardware.threads, "hardware.threads") if hardware.threads else (threads, why)
+    log.info("device %s, dtype %s, %d torch threads (%s)", device, hardware.dtype, threads, why)
     hardware = dataclasses.replace(hardware, device=device, threads=threads)
     hardware.apply()
-    return hardware, rank, world
+    return hardware, rank, world, why
 
 
 def _check_batch(settings: TrainSettings, world: int) -> None:

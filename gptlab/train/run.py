@@ -161,6 +161,7 @@ def _open_run_files(
 ) -> list:
     """Rank 0: provenance.json (and git.diff), then the sinks (metrics.jsonl, progress, loggers)."""
     record = provenance.collect(overrides, run.hardware) | {"config": run.identity["config"]}  # the run's own config
+    record["hardware"]["cpu_threads_source"] = run.threads_why
     _write_provenance(run.ctx.run_dir, record, start, progress)
     model = run.model
     extras = {
