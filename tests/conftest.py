@@ -1,15 +1,9 @@
-"""Hermetic test environment: no network, W&B offline into a temp dir, HF hub offline, small thread counts."""
+"""pytest's conftest: the hermetic environment every test runs in (no network, W&B offline into a temp dir, HF hub
+offline) and shared fixtures. Plain helpers live in the helpers package (tests/helpers/)."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-CONF_DIR = REPO / "conf"
 
 
 @pytest.fixture(autouse=True)
@@ -33,19 +27,6 @@ def hermetic_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("GPTLAB_CACHE", str(base / "gptlab-cache"))
     yield
-
-
-def python_bin() -> str:
-    """The interpreter running the tests (the project's venv), for subprocess runs of the CLIs."""
-    return sys.executable
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """Environment for a CLI subprocess: the test env plus short thread counts."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra)
-    return env
 
 
 @pytest.fixture

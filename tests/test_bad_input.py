@@ -7,7 +7,7 @@ calls gptlab.cli.train.main() once per row with that row's sys.argv and environm
 Hydra clears its global state after every call, so a call is what a fresh process would do. Rows
 marked `process` run as real `python -m gptlab.cli.train` processes too.
 
-The rows live in bad_input_rows.py. Each row is its own test item named by its id (`-k nodes-zero`);
+The rows live in helpers/bad_input_rows.py. Each row is its own test item named by its id (`-k nodes-zero`);
 the first one to run makes the inputs and drives every selected row at once (class Batch), then each
 item checks only its own outcome.
 """
@@ -27,8 +27,10 @@ import traceback
 from pathlib import Path
 
 import pytest
-from bad_input_rows import TABLE, Row
-from train_helpers import FAST, run_inprocess
+
+from helpers.bad_input_rows import TABLE, Row
+from helpers.cli import cli_env, run_cli
+from helpers.train import FAST, run_inprocess
 
 BASE = [*FAST, "train.max_steps=6", "train.eval_interval=3"]  # the config of the finished run {run}
 IGNORED = {"train.log", ".gptlab.lock"}  # Hydra appends its job log; gptlab-train's empty lock file
@@ -100,13 +102,12 @@ def drive(cases_file: str, results_file: str) -> None:
 
 def as_process(case: dict, fsize: int | None) -> dict:
     """One case as a real `python -m gptlab.cli.train` process (optionally under a file size limit)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
     set_env(env, case["env"])
     limit = (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.RLIM_INFINITY))) if fsize else None
     keep = Path(case["keep"])
     before = digest(keep)
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *case["args"]], env=env, capture_output=True,
-                          text=True, timeout=120, preexec_fn=limit)
+    proc = run_cli("gptlab.cli.train", *case["args"], env=env, timeout=120, preexec_fn=limit)
     return {"id": case["id"], "code": proc.returncode, "stderr": proc.stderr, "changed": changed(before, keep)}
 
 
@@ -133,8 +134,15 @@ def make_inputs(tmp: Path) -> dict[str, str]:
     run_inprocess(tmp / "grow", "schedule=constant", steps=6, eval_interval=3)  # constant: may be extended
     for ckpt in (tmp / "corrupt" / "checkpoints").glob("step_*.pt"):
         ckpt.write_bytes(ckpt.read_bytes()[:1000])
-    return {"d": str(d), "run": str(run), "corrupt": str(tmp / "corrupt"), "busy": str(tmp / "busy"),
-            "grow": str(tmp / "grow"), "s": special_files(tmp / "special"), **damaged_caches(tmp)}
+    return {
+        "d": str(d),
+        "run": str(run),
+        "corrupt": str(tmp / "corrupt"),
+        "busy": str(tmp / "busy"),
+        "grow": str(tmp / "grow"),
+        "s": special_files(tmp / "special"),
+        **damaged_caches(tmp),
+    }
 
 
 def special_files(s: Path) -> str:
@@ -183,8 +191,12 @@ def fill(text: str, values: dict) -> str:
 
 def case_of(row: Row, values: dict) -> dict:
     """The row's gptlab-train arguments, environment and the path that must stay byte-identical."""
-    return {"id": row.id, "args": [*BASE, *(fill(a, values) for a in row.overrides), f"hydra.run.dir={fill(row.run_dir, values)}"],
-            "env": {k: v if v is None else fill(v, values) for k, v in row.env.items()}, "keep": fill(row.keep, values)}
+    return {
+        "id": row.id,
+        "args": [*BASE, *(fill(a, values) for a in row.overrides), f"hydra.run.dir={fill(row.run_dir, values)}"],
+        "env": {k: v if v is None else fill(v, values) for k, v in row.env.items()},
+        "keep": fill(row.keep, values),
+    }
 
 
 class Batch:
@@ -220,8 +232,13 @@ class Batch:
             (self.tmp / "cases.json").write_text(json.dumps(driven))
             with open(Path(values["busy"]) / ".gptlab.lock", "w") as lock:  # a live run holds {busy}
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                driver = subprocess.run([sys.executable, __file__, str(self.tmp / "cases.json"), str(self.tmp / "results.json")],
-                                        capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                driver = subprocess.run(
+                    [sys.executable, __file__, str(self.tmp / "cases.json"), str(self.tmp / "results.json")],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                    env=dict(os.environ, OMP_NUM_THREADS="1"),
+                )
             assert driver.returncode == 0, driver.stderr[-3000:]
             self.results = {r["id"]: r for r in json.loads((self.tmp / "results.json").read_text())}
             assert sorted(self.results) == sorted(c["id"] for c in driven)
@@ -230,8 +247,11 @@ class Batch:
 
 @pytest.fixture(scope="module")
 def batch(request, tmp_path_factory) -> Batch:
-    selected = {item.callspec.params["row"].id for item in request.session.items
-                if getattr(item, "originalname", None) == "test_bad_input_table" and item.module is request.module}
+    selected = {
+        item.callspec.params["row"].id
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_bad_input_table" and item.module is request.module
+    }
     return Batch(tmp_path_factory.mktemp("bad_input"), [r for r in TABLE if r.id in selected] or TABLE)
 
 

@@ -4,19 +4,35 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
+
+from helpers.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def data_scale(tmp_path: Path, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.data_scale", "--sizes", "2MB", "--num-proc", "2",
-                           "--wait", "0", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    # env: this process's as it is (not cli_env's OMP_NUM_THREADS=1 default), as a user runs a benchmark
+    proc = run_cli(
+        "benchmarks.data_scale",
+        "--sizes",
+        "2MB",
+        "--num-proc",
+        "2",
+        "--wait",
+        "0",
+        "--work",
+        str(tmp_path / "work"),
+        "--out",
+        str(tmp_path / "out"),
+        *args,
+        cwd=REPO,
+        timeout=600,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| corpus | num_proc | full hash s | tokenize s | MB/s |" in proc.stdout
     return json.loads((tmp_path / "out" / "data_scale.json").read_text())

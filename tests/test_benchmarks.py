@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,9 @@ import yaml
 from benchmarks.ablation import CLAIMS, SWEEP
 from benchmarks.overhead import summarise
 from benchmarks.report import TITLES
+from helpers.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def bench(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def positive(*values) -> bool:
@@ -31,7 +26,8 @@ def positive(*values) -> bool:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    proc = bench("--quick", "--out", str(out))
+    # env: this process's as it is (not cli_env's OMP_NUM_THREADS=1 default), as a user runs a benchmark
+    proc = run_cli("benchmarks", "--quick", "--out", str(out), cwd=REPO, env=dict(os.environ), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "benchmarks.json").read_text()), (out / "BENCHMARKS.md").read_text()
 
@@ -100,20 +96,37 @@ def test_quick_run_markdown_has_each_section_table(quick):
     assert md.startswith("# Benchmarks") and f"| torch | {torch.__version__}" in md
     for title in TITLES.values():
         assert f"## {title}" in md
-    for header in ("| | gptlab-train | bare loop | overhead (median of per-round ratios) |", "| arm | params | tokens/step |",
-                   "| arm | what differs from the baseline |", "| sweep | arm | vs baseline |",
-                   "| `gptlab-train model=tiny` |", "| seq | naive tokens/s |", "| batch | naive tokens/s |"):
+    for header in (
+        "| | gptlab-train | bare loop | overhead (median of per-round ratios) |",
+        "| arm | params | tokens/step |",
+        "| arm | what differs from the baseline |",
+        "| sweep | arm | vs baseline |",
+        "| `gptlab-train model=tiny` |",
+        "| seq | naive tokens/s |",
+        "| batch | naive tokens/s |",
+    ):
         assert header in md
 
 
 def test_bad_arguments_fail_in_one_line_and_write_nothing(tmp_path):
-    proc = bench("--quick", "--only", "overhead,nosuch", "--out", str(tmp_path / "out"))
+    proc = run_cli(
+        "benchmarks",
+        "--quick",
+        "--only",
+        "overhead,nosuch",
+        "--out",
+        str(tmp_path / "out"),
+        cwd=REPO,
+        env=dict(os.environ),
+        timeout=900,
+    )
     assert proc.returncode == 2 and not (tmp_path / "out").exists()
     assert proc.stderr.strip().splitlines() == [
-        "error: --only: unknown section 'nosuch'; allowed: overhead, throughput, ablation, quality, startup, scaling"]
+        "error: --only: unknown section 'nosuch'; allowed: overhead, throughput, ablation, quality, startup, scaling"
+    ]
     target = tmp_path / "file"
     target.write_text("keep")
-    proc = bench("--quick", "--out", str(target))
+    proc = run_cli("benchmarks", "--quick", "--out", str(target), cwd=REPO, env=dict(os.environ), timeout=900)
     assert proc.returncode == 2 and target.read_text() == "keep"
     assert "--out" in proc.stderr and "not a directory" in proc.stderr
 
@@ -121,7 +134,7 @@ def test_bad_arguments_fail_in_one_line_and_write_nothing(tmp_path):
 @pytest.mark.slow
 def test_compiled_model_trains_through_the_loop(tmp_path):
     """hardware.compile=true (what section 2 measures) runs in gptlab-train and matches eager losses."""
-    from train_helpers import rows, run_inprocess
+    from helpers.train import rows, run_inprocess
 
     eager = run_inprocess(tmp_path / "eager", steps=2, eval_interval=2)
     compiled = run_inprocess(tmp_path / "compiled", "hardware.compile=true", steps=2, eval_interval=2)

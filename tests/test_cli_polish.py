@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from train_helpers import FAST, cli
 
 from gptlab.cli.help import group_page, groups, read_yaml_doc, render
 from gptlab.cli.sweep import main as sweep_main
@@ -23,6 +22,8 @@ from gptlab.cli.sweep import take_sweep_dir
 from gptlab.errors import ConfigError
 from gptlab.sinks.progress import CONSOLE_LOG, ProgressSink
 from gptlab.util.paths import CONF_DIR
+from helpers.cli import run_cli
+from helpers.train import FAST, train_env
 
 BIN = Path(sys.executable).parent
 INLINE = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*):\s+([^#\s][^#]*?)\s+#\s*(.+)$")  # key: value  # comment
@@ -45,7 +46,7 @@ def inline_comments(path: Path) -> dict[str, tuple[str, str]]:
 
 # ---------------------------------------------------------------- gptlab-train --help
 def test_help_lists_every_group_option_and_each_root_key_with_its_comment(tmp_path):
-    proc = cli(tmp_path, "--help", timeout=120)
+    proc = run_cli("gptlab.cli.train", "--help", cwd=tmp_path, env=train_env(), timeout=120)
     assert proc.returncode == 0 and proc.stderr == ""
     page = proc.stdout.splitlines()
     folders = sorted(d.name for d in CONF_DIR.iterdir() if d.is_dir() and d.name != "hydra")
@@ -63,8 +64,15 @@ def test_help_lists_every_group_option_and_each_root_key_with_its_comment(tmp_pa
     resume = next(l for l in page if l.strip().startswith("train.resume="))
     assert "refused when the config differs" in resume  # the comment's continuation line joins it
     text = proc.stdout
-    for how in ("gptlab-train --help GROUP", "-m attention=mha,gqa seed=0,1,2", "+KEY=VALUE", "gptlab-sweep NAME",
-                "--hydra-help", "--shell-completion install=bash", "hydra.sweep.dir=DIR"):
+    for how in (
+        "gptlab-train --help GROUP",
+        "-m attention=mha,gqa seed=0,1,2",
+        "+KEY=VALUE",
+        "gptlab-sweep NAME",
+        "--hydra-help",
+        "--shell-completion install=bash",
+        "hydra.sweep.dir=DIR",
+    ):
         assert how in text, how
 
 
@@ -75,7 +83,7 @@ def test_help_group_page_shows_every_option_key_with_its_comment(group):
         doc = read_yaml_doc(option)
         where = {None: group, "_global_": ""}.get(doc.package, doc.package)
         start = next(i for i, l in enumerate(page) if l in (option.stem, f"{option.stem}  (default)"))
-        section = page[start:page.index("", start) if "" in page[start:] else None]
+        section = page[start : page.index("", start) if "" in page[start:] else None]
         for key, (value, comment) in inline_comments(option).items():
             dotted = f"{where}.{key}" if where else key
             line = next(l for l in section if l.strip().startswith(f"{dotted}="))
@@ -83,12 +91,12 @@ def test_help_group_page_shows_every_option_key_with_its_comment(group):
 
 
 def test_help_group_page_through_the_cli_and_its_packages(tmp_path):
-    proc = cli(tmp_path, "--help", "attention", timeout=120)
+    proc = run_cli("gptlab.cli.train", "--help", "attention", cwd=tmp_path, env=train_env(), timeout=120)
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("attention: pick with attention=OPTION (default: mha)")
     assert "mha  (default)" in lines and "gqa" in lines
-    gqa = lines[lines.index("gqa"):]
+    gqa = lines[lines.index("gqa") :]
     assert gqa[1].strip().startswith("Grouped-query attention")  # the file's header comment
     assert re.search(r"^\s+attention\.impl=sdpa\s+naive \| sdpa \| flash \| flex$", proc.stdout, re.M)
     assert "_target_" not in proc.stdout and "_partial_" not in proc.stdout
@@ -99,29 +107,42 @@ def test_help_group_page_through_the_cli_and_its_packages(tmp_path):
 
 
 def test_help_for_an_unknown_group_is_one_line(tmp_path):
-    proc = cli(tmp_path, "--help", "nope", timeout=120)
+    proc = run_cli("gptlab.cli.train", "--help", "nope", cwd=tmp_path, env=train_env(), timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"error: --help nope: no such config group; allowed: {', '.join(groups())} (or --help alone)"]
+        f"error: --help nope: no such config group; allowed: {', '.join(groups())} (or --help alone)"
+    ]
 
 
 def test_comment_reader(tmp_path):
     path = tmp_path / "x.yaml"
-    path.write_text("# @package logger.x\n# Header line one\n# line two\ndefaults:\n  - override /a: b\n"
-                    "_target_: a.B\nname: 'a # b'  # quoted hash stays in the value\n# above the key\n"
-                    "nested:\n  inner: [1, 2]   # inline\n                  # continued\n  plain: 3\nlist:\n  - 1\n")
+    path.write_text(
+        "# @package logger.x\n# Header line one\n# line two\ndefaults:\n  - override /a: b\n"
+        "_target_: a.B\nname: 'a # b'  # quoted hash stays in the value\n# above the key\n"
+        "nested:\n  inner: [1, 2]   # inline\n                  # continued\n  plain: 3\nlist:\n  - 1\n"
+    )
     doc = read_yaml_doc(path)
     assert doc.package == "logger.x" and doc.header == ["Header line one", "line two"]
     assert [(e.key, e.value, e.comment) for e in doc.entries] == [
-        ("name", "'a # b'", "quoted hash stays in the value"), ("nested", "", "above the key"),
-        ("nested.inner", "[1, 2]", "inline continued"), ("nested.plain", "3", "")]
+        ("name", "'a # b'", "quoted hash stays in the value"),
+        ("nested", "", "above the key"),
+        ("nested.inner", "[1, 2]", "inline continued"),
+        ("nested.plain", "3", ""),
+    ]
 
 
 # ---------------------------------------------------------------- shell completion
-@pytest.mark.parametrize("args", [["--shell-completion"], ["-sc", "install=tcsh"],
-                                  ["--shell-completion", "install=bash", "uninstall=bash"], ["-sc", "bash"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--shell-completion"],
+        ["-sc", "install=tcsh"],
+        ["--shell-completion", "install=bash", "uninstall=bash"],
+        ["-sc", "bash"],
+    ],
+)
 def test_completion_misuse_is_one_line(tmp_path, args):
-    proc = cli(tmp_path, *args, timeout=120)
+    proc = run_cli("gptlab.cli.train", *args, cwd=tmp_path, env=train_env(), timeout=120)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     [line] = proc.stderr.splitlines()
     assert line.startswith("error: --shell-completion: got ") and "install=SHELL" in line
@@ -131,8 +152,10 @@ def test_completion_misuse_is_one_line(tmp_path, args):
 def test_completion_install_and_query_work_for_gptlab_train(tmp_path):
     exe = str(BIN / "gptlab-train")
     install = subprocess.run([exe, "--shell-completion", "install=bash"], capture_output=True, text=True, timeout=120)
-    assert install.returncode == 0 and "complete -o nospace -o default -F hydra_bash_completion gptlab-train" in \
-        install.stdout
+    assert (
+        install.returncode == 0
+        and "complete -o nospace -o default -F hydra_bash_completion gptlab-train" in install.stdout
+    )
     line = "gptlab-train attention=g"
     env = dict(os.environ, COMP_LINE=line, COMP_POINT=str(len(line)))
     query = subprocess.run([exe, "-sc", "query=bash"], env=env, capture_output=True, text=True, timeout=120)
@@ -179,13 +202,24 @@ def test_progress_lines_are_copied_to_the_console_log_only():
 # ---------------------------------------------------------------- a real run: train.log and piped stderr
 def test_train_log_holds_the_runs_lines_and_piped_stderr_one_line_per_eval(tmp_path):
     run = tmp_path / "run"
-    proc = cli(tmp_path, *FAST, "train.max_steps=6", "train.eval_interval=3", "attention=gqa", "attention.n_kv_head=4",
-               f"hydra.run.dir={run}")
+    proc = run_cli(
+        "gptlab.cli.train",
+        *FAST,
+        "train.max_steps=6",
+        "train.eval_interval=3",
+        "attention=gqa",
+        "attention.n_kv_head=4",
+        f"hydra.run.dir={run}",
+        cwd=tmp_path,
+        env=train_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     progress = [l for l in proc.stderr.splitlines() if l.startswith("step ")]
     assert [l.split()[1] for l in progress] == ["0/6", "3/6", "6/6"]
     log = (run / "train.log").read_text()
-    assert "[gptlab.train.run][WARNING] - no-op choice: attention=gqa with attention.n_kv_head=4 == model.n_head=4" in log
+    assert (
+        "[gptlab.train.run][WARNING] - no-op choice: attention=gqa with attention.n_kv_head=4 == model.n_head=4" in log
+    )
     for line in progress:
         assert f"[gptlab.console][INFO] - {line}" in log
     assert "run finished: finished after 6 steps" in log and f"run dir        {run}" in log
@@ -195,9 +229,16 @@ def test_train_log_holds_the_runs_lines_and_piped_stderr_one_line_per_eval(tmp_p
 # ---------------------------------------------------------------- gptlab-sweep
 def _mini_sweep(tmp_path: Path) -> Path:
     path = tmp_path / "mini.yaml"
-    path.write_text(yaml.safe_dump({"description": "test", "seeds": [0],
-                                    "overrides": [*FAST, "train.max_steps=2", "train.eval_interval=1"],
-                                    "arms": {"base": ["mlp.ratio=2"]}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "description": "test",
+                "seeds": [0],
+                "overrides": [*FAST, "train.max_steps=2", "train.eval_interval=1"],
+                "arms": {"base": ["mlp.ratio=2"]},
+            }
+        )
+    )
     return path
 
 
@@ -225,13 +266,24 @@ def test_dry_run_prints_a_runnable_quoted_command_and_honours_hydra_sweep_dir(tm
     assert "[mini] base: all 1 runs finished, skipping" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["hydra.sweep.dir=a", "--out", "b"], "error: hydra.sweep.dir=a and --out b name two different sweep dirs; "
-                                          "give one of them (they mean the same)"),
-    (["hydra.sweep.subdir=x"], "error: hydra.sweep.subdir=x: gptlab-sweep puts each run in <sweep dir>/<arm>/seed<k>"),
-    (["+hydra.sweep.dir=out/${now:%H}"], "error: hydra.sweep.dir=out/${now:%H}: gptlab-sweep needs the sweep dir "
-                                         "before Hydra runs, so no interpolation"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["hydra.sweep.dir=a", "--out", "b"],
+            "error: hydra.sweep.dir=a and --out b name two different sweep dirs; give one of them (they mean the same)",
+        ),
+        (
+            ["hydra.sweep.subdir=x"],
+            "error: hydra.sweep.subdir=x: gptlab-sweep puts each run in <sweep dir>/<arm>/seed<k>",
+        ),
+        (
+            ["+hydra.sweep.dir=out/${now:%H}"],
+            "error: hydra.sweep.dir=out/${now:%H}: gptlab-sweep needs the sweep dir "
+            "before Hydra runs, so no interpolation",
+        ),
+    ],
+)
 def test_sweep_refuses_what_it_cannot_honour_in_one_line(tmp_path, capsys, monkeypatch, extra, message):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:

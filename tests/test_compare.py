@@ -11,11 +11,12 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
-from compare_fixtures import bad_acc_vs_lm, bad_mixed_data, bad_no_common_step, default_loss, write_run, write_sweep
-from conftest import REPO, cli_env, python_bin
 
 from gptlab.cli.compare import main
 from gptlab.compare import stats
+from helpers.cli import cli_env, python_bin, run_cli
+from helpers.compare import bad_acc_vs_lm, bad_mixed_data, bad_no_common_step, default_loss, write_run, write_sweep
+from helpers.paths import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -27,8 +28,19 @@ def _shifted(delta: float):
 def _sweep(tmp_path: Path, gqa_shift=(0.10, 0.11), mha_shift=(0.0, 0.01), **extra) -> Path:
     """2 configs x 2 seeds: gqa is slower in loss by ~0.1 and 1.25x faster."""
     specs = [dict(seed=i, loss_at=_shifted(d), **extra) for i, d in enumerate(mha_shift)]
-    specs += [dict(seed=i, choices={"attention": "gqa"}, loss_at=_shifted(d), tokens_per_s=1250.0,
-                   step_ms=40.0, peak_mem_bytes=48 * 2**20, params=110_000, **extra) for i, d in enumerate(gqa_shift)]
+    specs += [
+        dict(
+            seed=i,
+            choices={"attention": "gqa"},
+            loss_at=_shifted(d),
+            tokens_per_s=1250.0,
+            step_ms=40.0,
+            peak_mem_bytes=48 * 2**20,
+            params=110_000,
+            **extra,
+        )
+        for i, d in enumerate(gqa_shift)
+    ]
     return write_sweep(tmp_path / "sweeps" / "attn", specs)
 
 
@@ -58,8 +70,14 @@ def test_table_values_equal_what_the_files_say(tmp_path, capsys):
     sweep = _sweep(tmp_path)
     doc = _compare_json(tmp_path, capsys, sweep)
     runs = sorted((p for p in sweep.iterdir() if p.is_dir()), key=lambda p: p.name)
-    evals = {p: {r["step"]: r["val/loss"] for r in map(json.loads, (p / "metrics.jsonl").read_text().splitlines())
-                 if "val/loss" in r} for p in runs}
+    evals = {
+        p: {
+            r["step"]: r["val/loss"]
+            for r in map(json.loads, (p / "metrics.jsonl").read_text().splitlines())
+            if "val/loss" in r
+        }
+        for p in runs
+    }
     step = max(set.intersection(*(set(v) for v in evals.values())))
     assert doc["step"] == step == 100
     assert doc["baseline"] == "attention=mha"
@@ -71,7 +89,9 @@ def test_table_values_equal_what_the_files_say(tmp_path, capsys):
         assert row["n_seeds"] == 2 and row["choices"]["attention"] == label.split("=")[1]
         assert row["val_loss_mean"] == pytest.approx(statistics.mean(losses))
         assert row["val_loss_std"] == pytest.approx(statistics.stdev(losses))
-        assert row["tokens_per_s"] == pytest.approx(statistics.median(summaries[p]["tokens_per_s_median"] for p in members))
+        assert row["tokens_per_s"] == pytest.approx(
+            statistics.median(summaries[p]["tokens_per_s_median"] for p in members)
+        )
         assert row["step_ms"] == pytest.approx(summaries[members[0]]["step_ms_median"])
         assert row["peak_mem_bytes"] == max(summaries[p]["peak_mem_bytes"] for p in members)
         assert row["params"] == summaries[members[0]]["params"]
@@ -80,15 +100,31 @@ def test_table_values_equal_what_the_files_say(tmp_path, capsys):
     assert base["speedup"] == 1.0 and base["delta_val_loss"] == 0.0
     assert gqa["speedup"] == pytest.approx(1.25)
     assert gqa["delta_val_loss"] == pytest.approx(gqa["val_loss_mean"] - base["val_loss_mean"])
-    assert set(doc["rows"][0]) >= {"label", "choices", "n_seeds", "val_loss_mean", "val_loss_std", "delta_val_loss",
-                                   "significant", "tokens_per_s", "step_ms", "mfu", "peak_mem_bytes", "speedup",
-                                   "params", "flops_per_token"}
+    assert set(doc["rows"][0]) >= {
+        "label",
+        "choices",
+        "n_seeds",
+        "val_loss_mean",
+        "val_loss_std",
+        "delta_val_loss",
+        "significant",
+        "tokens_per_s",
+        "step_ms",
+        "mfu",
+        "peak_mem_bytes",
+        "speedup",
+        "params",
+        "flops_per_token",
+    }
 
 
-@pytest.mark.parametrize("gqa_shift, mha_shift, expected", [
-    ((0.200, 0.201), (0.000, 0.001), True),    # far apart, tiny seed noise
-    ((0.010, -0.010), (0.000, 0.020), False),  # overlapping seeds
-])
+@pytest.mark.parametrize(
+    "gqa_shift, mha_shift, expected",
+    [
+        ((0.200, 0.201), (0.000, 0.001), True),  # far apart, tiny seed noise
+        ((0.010, -0.010), (0.000, 0.020), False),  # overlapping seeds
+    ],
+)
 def test_significance_verdict_flips_with_the_seed_noise(tmp_path, capsys, gqa_shift, mha_shift, expected):
     doc = _compare_json(tmp_path, capsys, _sweep(tmp_path, gqa_shift, mha_shift))
     gqa = doc["rows"][1]
@@ -107,8 +143,14 @@ def test_one_seed_gives_no_verdict(tmp_path, capsys):
 
 
 def test_crashed_and_short_runs_are_compared_at_the_common_step_with_a_warning(tmp_path, capsys):
-    sweep = write_sweep(tmp_path / "sw", [dict(seed=0), dict(seed=1, stop_at=60),
-                                          dict(seed=0, choices={"attention": "gqa"}, stop_at=80, status="finished")])
+    sweep = write_sweep(
+        tmp_path / "sw",
+        [
+            dict(seed=0),
+            dict(seed=1, stop_at=60),
+            dict(seed=0, choices={"attention": "gqa"}, stop_at=80, status="finished"),
+        ],
+    )
     rc, _, err = _run([sweep, "--out", tmp_path / "out", "--no-wandb"], capsys)
     assert rc == 0
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
@@ -144,14 +186,31 @@ def test_all_outputs_exist_pngs_are_valid_and_html_is_self_contained(tmp_path, c
     assert {p: p.read_bytes() for p in before} == before  # inputs untouched
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="chromium not installed (CI: apt-get install chromium)")
+@pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(), reason="chromium not installed (CI: apt-get install chromium)"
+)
 def test_html_opens_in_headless_chromium_without_console_errors(tmp_path, capsys):
     assert _compare_json(tmp_path, capsys, _sweep(tmp_path))["rows"]
     proc = subprocess.run(
-        ["/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'chr'}",
-         "--enable-logging=stderr", "--v=0", "--dump-dom", (tmp_path / "out" / "comparison.html").as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            "/usr/bin/chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chr'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            (tmp_path / "out" / "comparison.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ":CONSOLE" not in proc.stderr  # any console message (error, warning, log) would be listed here
     assert "attention=gqa" in proc.stdout and proc.stdout.count("data:image/png;base64,") == 5
@@ -166,8 +225,12 @@ def test_labels_group_seeds_and_show_leaf_values(tmp_path, capsys):
     doc = _compare_json(tmp_path, capsys, str(tmp_path / "runs" / "*"))  # a glob
     labels = [(r["label"], r["n_seeds"]) for r in doc["rows"]]
     # The baseline is labelled by how it differs from the others; the rest by how they differ from it.
-    assert labels == [("attention=mha, mlp.ratio=4", 2), ("attention=gqa", 1),
-                      ("attention=gqa, attention.n_kv_head=4", 1), ("mlp.ratio=3", 2)]
+    assert labels == [
+        ("attention=mha, mlp.ratio=4", 2),
+        ("attention=gqa", 1),
+        ("attention=gqa, attention.n_kv_head=4", 1),
+        ("mlp.ratio=3", 2),
+    ]
     assert doc["rows"][3]["differs"] == {"mlp.ratio": "3"}
 
 
@@ -176,7 +239,10 @@ def test_labels_stay_distinct_without_overrides_yaml(tmp_path, capsys):
         write_run(tmp_path / name, choices={"attention": "gqa"}, leaves={"attention.n_kv_head": kv})
         (tmp_path / name / ".hydra" / "overrides.yaml").write_text("[]\n")
     rows = _compare_json(tmp_path, capsys, write_run(tmp_path / "a"), tmp_path / "b", tmp_path / "c")["rows"]
-    assert [r["label"] for r in rows][1:] == ["attention=gqa, attention.n_kv_head=1", "attention=gqa, attention.n_kv_head=4"]
+    assert [r["label"] for r in rows][1:] == [
+        "attention=gqa, attention.n_kv_head=1",
+        "attention=gqa, attention.n_kv_head=4",
+    ]
 
 
 def test_baseline_option_and_summary_fallback(tmp_path, capsys):
@@ -188,8 +254,11 @@ def test_baseline_option_and_summary_fallback(tmp_path, capsys):
     (sweep / "0" / "summary.json").unlink()  # crashed before writing a summary: speeds come from metrics.jsonl
     write_run(sweep / "0", seed=0, tokens_per_s=900.0, summary=False)
     doc = _compare_json(tmp_path, capsys, sweep)
-    speeds = [r["tokens_per_s"] for r in map(json.loads, (sweep / "0" / "metrics.jsonl").read_text().splitlines())
-              if "tokens_per_s" in r]
+    speeds = [
+        r["tokens_per_s"]
+        for r in map(json.loads, (sweep / "0" / "metrics.jsonl").read_text().splitlines())
+        if "tokens_per_s" in r
+    ]
     assert doc["rows"][0]["tokens_per_s"] == pytest.approx(statistics.median([statistics.median(speeds), 1000.0]))
     assert any("/0: status missing" in w for w in doc["warnings"])
 
@@ -203,17 +272,22 @@ def test_claims_add_claimed_vs_measured(tmp_path, capsys):
     assert "claimed vs measured" in md and "speed-up 1.25× claimed / 1.25× measured" in md
 
 
-@pytest.mark.parametrize("setup, fragment", [
-    (lambda t: [t / "nope"], "path '{t}/nope' does not exist"),
-    (lambda t: [(t / "empty").mkdir() or t / "empty"], "'{t}/empty' is an empty directory"),
-    (lambda t: [(t / "d" / "sub").mkdir(parents=True) or t / "d"], "'{t}/d' contains no run directories"),
-    (bad_no_common_step, "no common step: the runs share no step with val/loss (a: 25..50, b: 30..90)"),
-    (bad_mixed_data, "mixed tasks: data is shakespeare in {t}/lm but assoc_recall in {t}/ar"),
-    (bad_acc_vs_lm, "mixed tasks: {t}/acc reports val/acc but {t}/lm does not"),
-    (lambda t: [_sweep(t), "--baseline", "attention=flash"],
-     "--baseline 'attention=flash' matches no group; labels: attention=mha; attention=gqa"),
-    (lambda t: [_sweep(t), "--step", "70"], "--step 70: run "),
-])
+@pytest.mark.parametrize(
+    "setup, fragment",
+    [
+        (lambda t: [t / "nope"], "path '{t}/nope' does not exist"),
+        (lambda t: [(t / "empty").mkdir() or t / "empty"], "'{t}/empty' is an empty directory"),
+        (lambda t: [(t / "d" / "sub").mkdir(parents=True) or t / "d"], "'{t}/d' contains no run directories"),
+        (bad_no_common_step, "no common step: the runs share no step with val/loss (a: 25..50, b: 30..90)"),
+        (bad_mixed_data, "mixed tasks: data is shakespeare in {t}/lm but assoc_recall in {t}/ar"),
+        (bad_acc_vs_lm, "mixed tasks: {t}/acc reports val/acc but {t}/lm does not"),
+        (
+            lambda t: [_sweep(t), "--baseline", "attention=flash"],
+            "--baseline 'attention=flash' matches no group; labels: attention=mha; attention=gqa",
+        ),
+        (lambda t: [_sweep(t), "--step", "70"], "--step 70: run "),
+    ],
+)
 def test_bad_input_gives_one_line_error_and_exit_2(tmp_path, capsys, setup, fragment):
     args = setup(tmp_path)
     rc, out, err = _run([*args, "--out", tmp_path / "out", "--no-wandb"], capsys)
@@ -235,12 +309,24 @@ def test_wandb_offline_run_has_table_and_plots(tmp_path, capsys, monkeypatch):
     assert rc == 0, err
     run_dir = Path(re.search(r"W&B: logged comparison run to (\S+)", out).group(1))
     wandb_bin = Path(python_bin()).with_name("wandb")
-    records = subprocess.run([str(wandb_bin), "leet", "inspect", "--json", str(run_dir)], capture_output=True,
-                             text=True, timeout=120, env=cli_env()).stdout.splitlines()
+    records = subprocess.run(
+        [str(wandb_bin), "leet", "inspect", "--json", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(),
+    ).stdout.splitlines()
     run_rec = next(json.loads(r)["run"] for r in records if '"type":"run"' in r)
     assert run_rec["job_type"] == "comparison" and run_rec["run_group"] == "attn"
-    summary = json.loads(subprocess.run([str(wandb_bin), "leet", "inspect", "--summary", "--json", str(run_dir)],
-                                        capture_output=True, text=True, timeout=120, env=cli_env()).stdout)["summary"]
+    summary = json.loads(
+        subprocess.run(
+            [str(wandb_bin), "leet", "inspect", "--summary", "--json", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=cli_env(),
+        ).stdout
+    )["summary"]
     assert summary["comparison"]["_type"] == "table-file" and summary["comparison"]["nrows"] == 2
     assert summary["plots/val_loss_vs_step"]["_type"] == "image-file"
     table = json.loads((run_dir / "files" / summary["comparison"]["path"]).read_text())
@@ -261,17 +347,26 @@ def test_wandb_failure_only_warns(tmp_path, capsys, monkeypatch):
 
 def test_python_dash_m_entry_point(tmp_path):
     sweep = _sweep(tmp_path)
-    proc = subprocess.run([python_bin(), "-m", "gptlab.cli.compare", str(sweep), "--no-wandb"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env=cli_env(PYTHONPATH=str(REPO)))
+    proc = run_cli(
+        "gptlab.cli.compare", str(sweep), "--no-wandb", cwd=REPO, timeout=120, env=cli_env(PYTHONPATH=str(REPO))
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((sweep / "comparison" / "comparison.json").read_text())["baseline"] == "attention=mha"
 
 
 def test_compare_imports_nothing_of_training():
-    code = ("import sys, gptlab.cli.compare, gptlab.compare.plots, gptlab.compare.report, gptlab.compare.wandb_log; "
-            "print(sorted(m for m in ('torch', 'hydra', 'omegaconf', 'wandb', 'datasets') if m in sys.modules))")
-    proc = subprocess.run([python_bin(), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=cli_env(PYTHONPATH=str(REPO)))
+    code = (
+        "import sys, gptlab.cli.compare, gptlab.compare.plots, gptlab.compare.report, gptlab.compare.wandb_log; "
+        "print(sorted(m for m in ('torch', 'hydra', 'omegaconf', 'wandb', 'datasets') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [python_bin(), "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(PYTHONPATH=str(REPO)),
+    )
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
@@ -281,11 +376,21 @@ def test_real_short_runs_two_configs_two_seeds(tmp_path, capsys):
     pair = ["mha", "gqa"] if {"mha", "gqa"} <= set(choices) else choices[:2]
     if len(pair) < 2:
         pytest.skip("fewer than two attention choices in conf/attention")
-    proc = subprocess.run(
-        [python_bin(), "-m", "gptlab.cli.train", "-m", "model=tiny", "train.max_steps=20", "train.eval_interval=10",
-         "train.eval_sequences=64", f"attention={','.join(pair)}", "seed=0,1", "logger=none",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900, env=cli_env(PYTHONPATH=str(REPO)))
+    proc = run_cli(
+        "gptlab.cli.train",
+        "-m",
+        "model=tiny",
+        "train.max_steps=20",
+        "train.eval_interval=10",
+        "train.eval_sequences=64",
+        f"attention={','.join(pair)}",
+        "seed=0,1",
+        "logger=none",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+        timeout=900,
+        env=cli_env(PYTHONPATH=str(REPO)),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = _compare_json(tmp_path, capsys, tmp_path / "sweep", "--baseline", f"attention={pair[0]}")
     assert doc["step"] == 20 and [r["n_seeds"] for r in doc["rows"]] == [2, 2]

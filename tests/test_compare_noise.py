@@ -8,11 +8,11 @@ import statistics
 from pathlib import Path
 
 import pytest
-from compare_fixtures import default_loss, write_sweep
 
 from gptlab.cli.compare import main
 from gptlab.compare import stats
 from gptlab.compare.speed import speedup
+from helpers.compare import default_loss, write_sweep
 
 FP_MHA, FP_OTHER = "0123456789abcdef", "fedcba9876543210"
 
@@ -23,8 +23,10 @@ def _shifted(delta: float):
 
 def _arm(seeds_tps: list[float], shifts: list[float], **kw) -> list[dict]:
     """One spec per seed: its own tokens/s and val-loss shift."""
-    return [dict(seed=i, tokens_per_s=t, step_ms=128_000 / t, loss_at=_shifted(d), **kw)
-            for i, (t, d) in enumerate(zip(seeds_tps, shifts))]
+    return [
+        dict(seed=i, tokens_per_s=t, step_ms=128_000 / t, loss_at=_shifted(d), **kw)
+        for i, (t, d) in enumerate(zip(seeds_tps, shifts))
+    ]
 
 
 def _compare(tmp_path: Path, capsys, specs: list[dict], *args) -> tuple[dict, str, str]:
@@ -61,8 +63,10 @@ def test_identical_models_are_flagged_and_every_difference_is_noise(tmp_path, ca
     assert "noise: identical model" in md and "| = attention=mha |" in md
     assert "| 0.73× within noise (identical model) |" in md  # no CI quoted for a gap that is not there
     assert "faster" not in _table(md) and "slower" not in _table(md) and " significant (p=" not in md
-    assert (f"warning: 'attention=mha' and '{GQA4_LABEL}' build the identical model (fingerprint 0123456789abcdef) "
-            "and differ only in model config: every difference between them is noise") in err
+    assert (
+        f"warning: 'attention=mha' and '{GQA4_LABEL}' build the identical model (fingerprint 0123456789abcdef) "
+        "and differ only in model config: every difference between them is noise"
+    ) in err
 
 
 def test_same_model_under_another_optimizer_setting_is_a_real_experiment(tmp_path, capsys):
@@ -106,11 +110,14 @@ def test_speed_is_mean_and_std_over_seeds_with_a_welch_ci(tmp_path, capsys):
     assert "1.25× [1.14, 1.37] faster" in md and "1,250 ± 50" in md
 
 
-@pytest.mark.parametrize("arm, base, verdict", [
-    ([900.0, 1300.0, 1100.0], [1000.0, 1200.0, 800.0], "within noise"),  # swings between seeds, as under load
-    ([800.0, 801.0, 799.0], [1000.0, 1001.0, 999.0], "slower"),
-    ([1001.0, 1000.0], [1000.0, 1001.0], "within noise"),
-])
+@pytest.mark.parametrize(
+    "arm, base, verdict",
+    [
+        ([900.0, 1300.0, 1100.0], [1000.0, 1200.0, 800.0], "within noise"),  # swings between seeds, as under load
+        ([800.0, 801.0, 799.0], [1000.0, 1001.0, 999.0], "slower"),
+        ([1001.0, 1000.0], [1000.0, 1001.0], "within noise"),
+    ],
+)
 def test_speed_verdict_follows_the_seed_noise(arm, base, verdict):
     up = speedup(arm, base, 0.05)
     assert up.verdict == verdict
@@ -132,8 +139,10 @@ def test_one_seed_gives_a_speed_up_but_no_verdict(tmp_path, capsys):
 
 def test_speed_taken_under_outside_load_is_flagged(tmp_path, capsys):
     specs = _arm([1000, 1001], [0.0, 0.001], outside_load=0.05)
-    specs += [dict(seed=0, tokens_per_s=1500, outside_load=0.10, **GQA4),
-              dict(seed=1, tokens_per_s=1510, outside_load=0.62, **GQA4)]
+    specs += [
+        dict(seed=0, tokens_per_s=1500, outside_load=0.10, **GQA4),
+        dict(seed=1, tokens_per_s=1510, outside_load=0.62, **GQA4),
+    ]
     specs += _arm([1000, 1001], [0.0, 0.001], choices={"attention": "mqa"})  # older runs: no load recorded
     doc, md, err = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
     base, loaded, old = doc["rows"]
@@ -142,8 +151,10 @@ def test_speed_taken_under_outside_load_is_flagged(tmp_path, capsys):
     assert (old["outside_load"], old["under_load"]) == (None, False)
     assert loaded["speed_verdict"] == "faster, under outside load" and old["speed_verdict"] == "within noise"
     assert md.count("(under load)") == 2  # tokens/s and step ms of the loaded group only
-    assert (f"warning: '{GQA4_LABEL}': speed taken under outside load (other processes used up to 62% of the cores "
-            "in one of its runs; limit 25%)") in err
+    assert (
+        f"warning: '{GQA4_LABEL}': speed taken under outside load (other processes used up to 62% of the cores "
+        "in one of its runs; limit 25%)"
+    ) in err
 
 
 def test_seeds_with_different_fingerprints_warn_and_are_never_identical(tmp_path, capsys):
@@ -156,6 +167,11 @@ def test_seeds_with_different_fingerprints_warn_and_are_never_identical(tmp_path
 
 def test_t_critical_matches_reference_quantiles():
     # scipy.stats.t.ppf(0.975, df) and the normal limit.
-    for df, ref in ((1, 12.706204736174694), (2, 4.302652729749462), (3.4, 2.9807735025586206),
-                    (30, 2.0422724563012378), (math.inf, 1.959963984540054)):
+    for df, ref in (
+        (1, 12.706204736174694),
+        (2, 4.302652729749462),
+        (3.4, 2.9807735025586206),
+        (30, 2.0422724563012378),
+        (math.inf, 1.959963984540054),
+    ):
         assert stats.t_critical(0.05, df) == pytest.approx(ref, rel=1e-9)

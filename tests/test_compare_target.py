@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from compare_fixtures import write_sweep
-from train_helpers import FAST
 
 from gptlab.cli.compare import main
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
+from helpers.cli import cli_env, run_cli
+from helpers.compare import write_sweep
+from helpers.train import FAST
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def curve(path: Path, val: dict[int, float], *, last: int = 100, log: int = 10, tok: int = 128, wall: float = 0.05,
-          acc: dict[int, float] | None = None, eval_x: bool = False) -> None:
+def curve(
+    path: Path,
+    val: dict[int, float],
+    *,
+    last: int = 100,
+    log: int = 10,
+    tok: int = 128,
+    wall: float = 0.05,
+    acc: dict[int, float] | None = None,
+    eval_x: bool = False,
+) -> None:
     """Rewrite a run's metrics.jsonl: train rows every `log` steps (tokens = tok·step, wall = wall·step) and eval
     rows at the keys of `val` — without tokens/wall_s like older runs, or with them when eval_x."""
     rows = []
@@ -53,7 +60,7 @@ def falls(cross: int, last: int = 100, every: int = 25) -> dict[int, float]:
 
 def test_crossing_steps_tokens_wall_and_not_reached(tmp_path, capsys):
     root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
-    curve(root / "0", {0: 4.0, 25: 3.0, 50: 2.0, 75: 1.9, 100: 1.8})   # at 50 exactly: a logged train step
+    curve(root / "0", {0: 4.0, 25: 3.0, 50: 2.0, 75: 1.9, 100: 1.8})  # at 50 exactly: a logged train step
     curve(root / "1", {0: 4.0, 25: 1.95, 50: 1.9, 75: 1.8, 100: 1.7})  # at 25: interpolated between 20 and 30
     curve(root / "2", {0: 4.0, 25: 3.0, 50: 2.5, 75: 2.2, 100: 2.01})  # never
     for job in (3, 4, 5):
@@ -88,7 +95,7 @@ def test_speedup_eval_row_figures_and_no_extrapolation(tmp_path, capsys):
         curve(root / str(job), falls(50), eval_x=True)  # newer runs: eval rows carry tokens and wall_s
     for job in (2, 3):
         curve(root / str(job), falls(25), eval_x=True)
-    curve(root / "4", {**falls(200, last=100), 105: 1.0}, last=100)   # crosses at 105, after the last train row
+    curve(root / "4", {**falls(200, last=100), 105: 1.0}, last=100)  # crosses at 105, after the last train row
     curve(root / "5", {**falls(200, last=100), 105: 1.0}, last=100)
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss<=2", "--step", "100")
     base, fast, late = doc["targets"][0]["rows"]
@@ -113,8 +120,11 @@ def test_step_zero_is_zero_tokens_and_seconds(tmp_path, capsys):
 def test_mixed_directions_two_targets(tmp_path, capsys):
     root = sweep(tmp_path, [{}], seeds=2, acc=True)
     for job in (0, 1):
-        curve(root / str(job), {0: 4.0, 25: 2.5, 50: 1.5, 75: 1.2, 100: 1.0},
-              acc={0: 0.0, 25: 0.95 if job else 0.5, 50: 0.85, 75: 0.92, 100: 0.99})
+        curve(
+            root / str(job),
+            {0: 4.0, 25: 2.5, 50: 1.5, 75: 1.2, 100: 1.0},
+            acc={0: 0.0, 25: 0.95 if job else 0.5, 50: 0.85, 75: 0.92, 100: 0.99},
+        )
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2", "--target", "val/acc=0.9")
     loss, acc = doc["targets"]
     assert (loss["op"], acc["op"]) == ("<=", ">=")
@@ -125,15 +135,24 @@ def test_mixed_directions_two_targets(tmp_path, capsys):
     assert [h["step"] for h in doc["targets"][0]["rows"][0]["seeds"]] == [0, 0]
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("val/loss", "--target 'val/loss': expected METRIC=X (lower is better for *loss*, higher for *acc*), "
-                 "METRIC<=X or METRIC>=X"),
-    ("val/loss<3", "--target 'val/loss<3': expected METRIC=X"),
-    ("val/loss=abc", "--target 'val/loss=abc': 'abc' is not a finite number"),
-    ("val/loss=nan", "--target 'val/loss=nan': 'nan' is not a finite number"),
-    ("grad_norm=1", "--target 'grad_norm=1': cannot tell whether lower or higher grad_norm is better; "
-                    "write grad_norm<=1 or grad_norm>=1"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (
+            "val/loss",
+            "--target 'val/loss': expected METRIC=X (lower is better for *loss*, higher for *acc*), "
+            "METRIC<=X or METRIC>=X",
+        ),
+        ("val/loss<3", "--target 'val/loss<3': expected METRIC=X"),
+        ("val/loss=abc", "--target 'val/loss=abc': 'abc' is not a finite number"),
+        ("val/loss=nan", "--target 'val/loss=nan': 'nan' is not a finite number"),
+        (
+            "grad_norm=1",
+            "--target 'grad_norm=1': cannot tell whether lower or higher grad_norm is better; "
+            "write grad_norm<=1 or grad_norm>=1",
+        ),
+    ],
+)
 def test_bad_target_specs(spec, message, tmp_path, capsys):
     root = sweep(tmp_path, [{}], seeds=1)
     assert main([str(root), "--target", spec, "--out", str(tmp_path / "out"), "--no-wandb"]) == 2
@@ -154,16 +173,21 @@ def test_unknown_metric_names_logged_ones(tmp_path, capsys):
     root = sweep(tmp_path, [{}], seeds=1)
     assert main([str(root), "--target", "val/acc=0.9", "--out", str(tmp_path / "out"), "--no-wandb"]) == 2
     err = capsys.readouterr().err
-    assert err == ("gptlab-compare: error: --target val/acc >= 0.9: unknown metric 'val/acc' (no run logged it); "
-                   "metrics logged: train/loss, lr, grad_norm, tokens, tokens_per_s, step_ms, mfu, peak_mem_bytes, "
-                   "wall_s, val/loss\n")
+    assert err == (
+        "gptlab-compare: error: --target val/acc >= 0.9: unknown metric 'val/acc' (no run logged it); "
+        "metrics logged: train/loss, lr, grad_norm, tokens, tokens_per_s, step_ms, mfu, peak_mem_bytes, "
+        "wall_s, val/loss\n"
+    )
     assert not (tmp_path / "out").exists()
 
 
 def layers_sweep(tmp: Path, reached: dict[int, list[bool]], extra: dict | None = None) -> Path:
     """Arms model.n_layer=L (in the dict's order), one run per listed seed; True = reaches val/acc 0.95 at step 50."""
-    specs = [{"seed": s, "leaves": {"model.n_layer": L, **(extra or {}).get(L, {})}, "acc": True}
-             for L, seeds in reached.items() for s in range(len(seeds))]
+    specs = [
+        {"seed": s, "leaves": {"model.n_layer": L, **(extra or {}).get(L, {})}, "acc": True}
+        for L, seeds in reached.items()
+        for s in range(len(seeds))
+    ]
     root = write_sweep(tmp, specs)
     flags = [ok for seeds in reached.values() for ok in seeds]
     for job, ok in enumerate(flags):
@@ -175,9 +199,11 @@ def test_threshold_smallest_value_numeric_order(tmp_path, capsys):
     root = layers_sweep(tmp_path, {10: [True] * 3, 2: [False] * 3, 3: [True] * 3, 4: [True, False, True]})
     doc = run_compare(tmp_path, capsys, str(root), "--threshold", "val/acc=0.9", "--baseline", "model.n_layer=2")
     (th,) = doc["thresholds"]
-    sentence = ("smallest model.n_layer reaching val/acc >= 0.9 in every seed (3/3): 3 (seeds that reached it: "
-                "model.n_layer=2: 0/3, model.n_layer=3: 3/3, model.n_layer=4: 2/3, model.n_layer=10: 3/3; "
-                "larger but not in every seed: model.n_layer=4 (2/3))")
+    sentence = (
+        "smallest model.n_layer reaching val/acc >= 0.9 in every seed (3/3): 3 (seeds that reached it: "
+        "model.n_layer=2: 0/3, model.n_layer=3: 3/3, model.n_layer=4: 2/3, model.n_layer=10: 3/3; "
+        "larger but not in every seed: model.n_layer=4 (2/3))"
+    )
     assert th["answer"] == "3" and th["key"] == "model.n_layer" and th["sentence"] == sentence
     assert [a["value"] for a in th["arms"]] == ["2", "3", "4", "10"]  # numeric, not text, order
     assert doc["targets"][0]["text"] == "val/acc >= 0.9"
@@ -189,27 +215,35 @@ def test_threshold_none_reaches(tmp_path, capsys):
     root = layers_sweep(tmp_path, {1: [False, False], 2: [True, False]})
     doc = run_compare(tmp_path, capsys, str(root), "--threshold", "val/acc>=0.9")
     assert doc["thresholds"][0]["answer"] is None
-    assert doc["thresholds"][0]["sentence"] == ("none of the arms reaches val/acc >= 0.9 in every seed (seeds that "
-                                                "reached it: model.n_layer=1: 0/2, model.n_layer=2: 1/2)")
+    assert doc["thresholds"][0]["sentence"] == (
+        "none of the arms reaches val/acc >= 0.9 in every seed (seeds that "
+        "reached it: model.n_layer=1: 0/2, model.n_layer=2: 1/2)"
+    )
 
 
 def test_threshold_key_choice_and_refusals(tmp_path, capsys):
-    root = layers_sweep(tmp_path, {1: [False], 2: [True], 3: [True]},
-                        extra={2: {"optimizer.lr": 0.01}, 3: {"optimizer.lr": 0.01}})
+    root = layers_sweep(
+        tmp_path, {1: [False], 2: [True], 3: [True]}, extra={2: {"optimizer.lr": 0.01}, 3: {"optimizer.lr": 0.01}}
+    )
     args = [str(root), "--out", str(tmp_path / "out"), "--no-wandb", "--threshold", "val/acc=0.9"]
     assert main(args) == 2
-    assert capsys.readouterr().err == ("gptlab-compare: error: --threshold: the arms differ in 2 keys (model.n_layer, "
-                                       "optimizer.lr); name the one to minimise with --threshold-key KEY\n")
+    assert capsys.readouterr().err == (
+        "gptlab-compare: error: --threshold: the arms differ in 2 keys (model.n_layer, "
+        "optimizer.lr); name the one to minimise with --threshold-key KEY\n"
+    )
     assert main([*args, "--threshold-key", "optimizer.lr"]) == 2
     assert "--threshold-key optimizer.lr: arms " in capsys.readouterr().err
     assert main([*args, "--threshold-key", "model.nope"]) == 2
-    assert "--threshold-key 'model.nope': no arm has that key; keys that vary: model.n_layer, optimizer.lr" \
+    assert (
+        "--threshold-key 'model.nope': no arm has that key; keys that vary: model.n_layer, optimizer.lr"
         in capsys.readouterr().err
+    )
     assert main([*args, "--threshold-key", "model.n_layer"]) == 0
     assert "smallest model.n_layer reaching val/acc >= 0.9 in every seed (1/1): 2" in capsys.readouterr().out
     assert main([str(root), "--threshold-key", "model.n_layer", "--no-wandb"]) == 2
-    assert capsys.readouterr().err == ("gptlab-compare: error: --threshold-key needs --threshold METRIC=X "
-                                       "(the target the key's arms must reach)\n")
+    assert capsys.readouterr().err == (
+        "gptlab-compare: error: --threshold-key needs --threshold METRIC=X (the target the key's arms must reach)\n"
+    )
 
 
 def test_threshold_needs_arms(tmp_path, capsys):
@@ -229,12 +263,24 @@ def test_no_target_keeps_json_as_before(tmp_path, capsys):
 def test_real_multirun_steps_to_target_and_threshold(tmp_path, capsys):
     """Train n_layer=1,2 x seed=0,1 for 12 steps; the reported steps are each run's first eval at/below the target."""
     fast = [o for o in FAST if not o.startswith(("model.n_layer", "train.", "model.block_size"))]
-    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "-m", *fast, "model.n_layer=1,2", "seed=0,1",
-                           "model.block_size=32", "train.batch_size=4", "train.eval_sequences=8",
-                           "train.max_steps=12", "train.eval_interval=3", "train.log_interval=2",
-                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    proc = run_cli(
+        "gptlab.cli.train",
+        "-m",
+        *fast,
+        "model.n_layer=1,2",
+        "seed=0,1",
+        "model.block_size=32",
+        "train.batch_size=4",
+        "train.eval_sequences=8",
+        "train.max_steps=12",
+        "train.eval_interval=3",
+        "train.log_interval=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted((tmp_path / "sweep").glob("[0-9]"))
     records = {r: [json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()] for r in runs}
@@ -242,8 +288,9 @@ def test_real_multirun_steps_to_target_and_threshold(tmp_path, capsys):
     first = statistics.mean(v[0][1] for v in evals.values())
     last = statistics.mean(v[-1][1] for v in evals.values())
     target = round(first - 0.7 * (first - last), 3)  # between the start and end losses
-    doc = run_compare(tmp_path, capsys, str(tmp_path / "sweep"), "--target", f"val/loss={target}",
-                      "--threshold", f"val/loss={target}")
+    doc = run_compare(
+        tmp_path, capsys, str(tmp_path / "sweep"), "--target", f"val/loss={target}", "--threshold", f"val/loss={target}"
+    )
     (block,) = doc["targets"]  # the threshold's target is the same one: one table
     assert block["resolution_steps"] == [3] and sum(r["n_seeds"] for r in block["rows"]) == 4
     for row in block["rows"]:
@@ -277,5 +324,6 @@ def test_threshold_over_a_group_choice_keeps_table_order(tmp_path, capsys):
     doc = run_compare(tmp_path, capsys, str(root), "--threshold", "val/loss=2", "--baseline", "attention=mqa")
     assert doc["thresholds"][0]["sentence"] == (
         "first attention in the table's order (mqa, mha, gqa) reaching val/loss <= 2 in every seed (2/2): mha "
-        "(seeds that reached it: attention=mqa: 0/2, attention=mha: 2/2, attention=gqa: 2/2)")
+        "(seeds that reached it: attention=mqa: 0/2, attention=mha: 2/2, attention=gqa: 2/2)"
+    )
     assert doc["thresholds"][0]["numeric"] is False

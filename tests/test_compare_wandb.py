@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from compare_fixtures import default_loss, write_run, write_sweep
-from wandb_read import inspect_records, of_type
 
 from gptlab.cli.compare import main
 from gptlab.compare import wandb_log, workspace
 from gptlab.compare.runs import load_run, wandb_identity
+from helpers.compare import default_loss, write_run, write_sweep
+from helpers.wandb_read import inspect_records, of_type
 
 ARMS = {"mha": 1000.0, "gqa": 1250.0, "mqa": 1400.0}  # attention choice -> tokens/s of seed 0
 
@@ -36,16 +36,30 @@ def no_key(tmp_path, monkeypatch):
 
 def _sweep(tmp_path: Path, second_choice: dict | None = None) -> Path:
     """mha / gqa / mqa x 2 seeds; even jobs record summary["wandb"], odd ones only the id file + logger config."""
-    specs = [dict(seed=s, choices={"attention": a, **(second_choice or {})}, tokens_per_s=tps + 100 * s,
-                  peak_mem_bytes=(64 + 8 * s) * 2**20, loss_at=lambda st, s=s: default_loss(st) + 0.02 * s)
-             for a, tps in ARMS.items() for s in range(2)]
+    specs = [
+        dict(
+            seed=s,
+            choices={"attention": a, **(second_choice or {})},
+            tokens_per_s=tps + 100 * s,
+            peak_mem_bytes=(64 + 8 * s) * 2**20,
+            loss_at=lambda st, s=s: default_loss(st) + 0.02 * s,
+        )
+        for a, tps in ARMS.items()
+        for s in range(2)
+    ]
     sweep = write_sweep(tmp_path / "sweeps" / "attn", specs)
     for job in range(len(specs)):
         run = sweep / str(job)
         if job % 2 == 0:
             summary = json.loads((run / "summary.json").read_text())
-            summary["wandb"] = {"id": f"sum{job}", "project": "abl", "entity": None, "group": "attn",
-                                "mode": "offline", "folders": [f"{run}/wandb/offline-run-1-sum{job}"]}
+            summary["wandb"] = {
+                "id": f"sum{job}",
+                "project": "abl",
+                "entity": None,
+                "group": "attn",
+                "mode": "offline",
+                "folders": [f"{run}/wandb/offline-run-1-sum{job}"],
+            }
             (run / "summary.json").write_text(json.dumps(summary))
         else:
             (run / "wandb_run_id").write_text(f"idf{job}\n")
@@ -64,8 +78,13 @@ def _run(args: list, capsys) -> tuple[int, str, str]:
 def inspect_summary(folder: Path) -> dict:
     """The offline run's final summary (history rows folded in), via `wandb leet inspect --summary --json`."""
     wandb_cli = Path(sys.executable).with_name("wandb")
-    out = subprocess.run([str(wandb_cli), "leet", "inspect", "--summary", "--json", str(folder)],
-                         check=True, capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [str(wandb_cli), "leet", "inspect", "--summary", "--json", str(folder)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     return json.loads(out)["summary"]
 
 
@@ -99,14 +118,26 @@ def test_wandb_without_key_logs_offline_links_runs_and_native_charts(tmp_path, c
     labels = ["attention=mha", "attention=gqa", "attention=mqa"]
     assert config["labels"] == labels and config["step"] == 100 and config["sweep"] == "attn"
     assert config["runs"] == [
-        {"path": str((sweep / str(j)).resolve()), "wandb_id": f"sum{j}" if j % 2 == 0 else f"idf{j}",
-         "project": "abl", "entity": None, "group": "attn", "label": labels[j // 2]} for j in range(6)]
-    charts = {k.split("_wandb.visualize.", 1)[1]: v["panel_config"]["panelDefId"]
-              for k, v in config.items() if k.startswith("_wandb.visualize.")}
-    assert charts == {"charts/val_loss_vs_step": "wandb/lineseries/v0",
-                      **{f"charts/{m}": "wandb/bar/v0" for m in ("tokens_per_s", "mfu", "peak_mem_bytes")},
-                      **{f"charts/{m}_error_bars": "wandb/lineseries/v0" for m in ("tokens_per_s", "mfu",
-                                                                                   "peak_mem_bytes")}}
+        {
+            "path": str((sweep / str(j)).resolve()),
+            "wandb_id": f"sum{j}" if j % 2 == 0 else f"idf{j}",
+            "project": "abl",
+            "entity": None,
+            "group": "attn",
+            "label": labels[j // 2],
+        }
+        for j in range(6)
+    ]
+    charts = {
+        k.split("_wandb.visualize.", 1)[1]: v["panel_config"]["panelDefId"]
+        for k, v in config.items()
+        if k.startswith("_wandb.visualize.")
+    }
+    assert charts == {
+        "charts/val_loss_vs_step": "wandb/lineseries/v0",
+        **{f"charts/{m}": "wandb/bar/v0" for m in ("tokens_per_s", "mfu", "peak_mem_bytes")},
+        **{f"charts/{m}_error_bars": "wandb/lineseries/v0" for m in ("tokens_per_s", "mfu", "peak_mem_bytes")},
+    }
 
     summary = inspect_summary(folder)
     assert summary["comparison"]["nrows"] == 3 and summary["n_groups"] == 3 and summary["n_runs"] == 6
@@ -129,7 +160,8 @@ def test_wandb_without_key_logs_offline_links_runs_and_native_charts(tmp_path, c
     errs = _table(folder, summary, "charts/tokens_per_s_error_bars_table")["data"]
     assert [row for row in errs if row[1] == "2: attention=gqa"] == [
         [2, "2: attention=gqa", pytest.approx(1300 - 70.7107, abs=1e-3)],
-        [2, "2: attention=gqa", pytest.approx(1300 + 70.7107, abs=1e-3)]]
+        [2, "2: attention=gqa", pytest.approx(1300 + 70.7107, abs=1e-3)],
+    ]
     mem = _table(folder, summary, "charts/peak_mem_bytes_table")["data"]
     assert [r[3:5] for r in mem] == [[64 * 2**20, 72 * 2**20]] * 3
 
@@ -163,7 +195,8 @@ def test_wanted_and_mode_flags(tmp_path, capsys, monkeypatch, no_key):
     assert rc == 2 and not (tmp_path / "online").exists()
     assert err.strip().splitlines() == [
         "gptlab-compare: error: --wandb-mode online needs a W&B API key (set WANDB_API_KEY or run `wandb login`); "
-        "allowed without one: auto, offline, disabled"]
+        "allowed without one: auto, offline, disabled"
+    ]
     rc, out, err = _run([sweep, "--out", tmp_path / "off", "--wandb", "--wandb-mode", "disabled"], capsys)
     assert rc == 0 and "W&B:" not in out and not (tmp_path / "off" / "wandb").exists()
     with pytest.raises(SystemExit) as bad:
@@ -192,14 +225,29 @@ def test_online_start_failure_falls_back_offline_with_one_warning(tmp_path, caps
 def _spec_panels(spec: dict) -> dict[str, list[tuple]]:
     """section name -> [(title, x-axis, metrics, groupBy, groupArea)] from the stored view."""
     sections = spec["spec"]["section"]["panelBankConfig"]["sections"]
-    return {s["name"]: [(p["config"]["chartTitle"], p["config"]["xAxis"], p["config"]["metrics"],
-                         p["config"].get("groupBy"), p["config"]["groupArea"]) for p in s["panels"]] for s in sections}
+    return {
+        s["name"]: [
+            (
+                p["config"]["chartTitle"],
+                p["config"]["xAxis"],
+                p["config"]["metrics"],
+                p["config"].get("groupBy"),
+                p["config"]["groupArea"],
+            )
+            for p in s["panels"]
+        ]
+        for s in sections
+    }
 
 
 def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys, no_key):
     sweep = _sweep(tmp_path, second_choice=None)
-    swiglu = write_run(sweep / "6", seed=0, choices={"attention": "mha", "mlp": "swiglu"},
-                       leaves={"logger.wandb.project": "abl", "logger.wandb.group": "attn"})
+    swiglu = write_run(
+        sweep / "6",
+        seed=0,
+        choices={"attention": "mha", "mlp": "swiglu"},
+        leaves={"logger.wandb.project": "abl", "logger.wandb.group": "attn"},
+    )
     (swiglu / "wandb_run_id").write_text("idf6\n")
     rc, out, err = _run([sweep, "--out", tmp_path / "out", "--workspace"], capsys)
     assert rc == 0 and "warning: W&B" not in err, err
@@ -213,13 +261,17 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
     for choice in ("attention", "mlp"):
         assert panels[f"val/loss by choice/{choice}"] == [
             (f"val/loss vs {t} by choice/{choice}", x, ["val/loss"], f"choice/{choice}.value", "minmax")
-            for x, t in (("step", "step"), ("tokens", "tokens"), ("wall_s", "wall time (s)"))]
+            for x, t in (("step", "step"), ("tokens", "tokens"), ("wall_s", "wall time (s)"))
+        ]
     # two choices vary: speed follows the run set's nested grouping (one line per attention x mlp combination)
     assert [(p[1], p[2], p[3], p[4]) for p in panels["speed and memory"]] == [
-        ("step", [m], None, "stddev") for m in ("tokens_per_s", "mfu", "peak_mem_bytes")]
+        ("step", [m], None, "stddev") for m in ("tokens_per_s", "mfu", "peak_mem_bytes")
+    ]
     runset = spec["spec"]["section"]["runSets"][0]
     assert [(f["key"]["name"], f["op"], f["value"]) for f in runset["filters"]["filters"]] == [
-        ("group", "=", "attn"), ("jobType", "!=", "comparison")]
+        ("group", "=", "attn"),
+        ("jobType", "!=", "comparison"),
+    ]
     assert [g["name"] for g in runset["grouping"]] == ["choice/attention.value", "choice/mlp.value"]
     assert spec["spec"]["section"]["settings"]["xAxis"] == "step"
     assert spec["spec"]["section"]["settings"]["maxRuns"] == 10  # 7 runs fit the default
@@ -230,8 +282,10 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
 
 
 def test_workspace_groups_by_the_varying_config_value_when_no_choice_varies(tmp_path):
-    runs = [load_run(write_run(tmp_path / f"r{i}", seed=i % 2, leaves={"optimizer.lr": 10.0 ** -(2 + i // 2)}))
-            for i in range(4)]
+    runs = [
+        load_run(write_run(tmp_path / f"r{i}", seed=i % 2, leaves={"optimizer.lr": 10.0 ** -(2 + i // 2)}))
+        for i in range(4)
+    ]
     assert workspace.varying_choices(runs) == [] and workspace.group_keys(runs) == ["optimizer.lr"]
     panels = _spec_panels(workspace.to_spec(workspace.build_workspace(runs, "lr", "gptlab", "team")))
     assert list(panels) == ["val/loss by optimizer.lr", "speed and memory"]
@@ -248,7 +302,8 @@ def test_workspace_online_is_saved_and_push_needs_a_key(tmp_path, capsys, monkey
     workspace.publish([load_run(sweep / str(j)) for j in range(6)], tmp_path / "off", "auto")
     assert workspace.main(["push", str(tmp_path / "off" / "workspace.json")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: pushing a workspace needs a W&B API key (set WANDB_API_KEY or run `wandb login`)"]
+        "error: pushing a workspace needs a W&B API key (set WANDB_API_KEY or run `wandb login`)"
+    ]
 
     import wandb
 
@@ -260,7 +315,6 @@ def test_workspace_online_is_saved_and_push_needs_a_key(tmp_path, capsys, monkey
     assert capsys.readouterr().out.strip() == "VIEW-URL"
     assert (saved[-1].entity, saved[-1].project, len(saved[-1].sections)) == ("team-a", "abl", 2)
 
-    rc, out, _ = _run([sweep, "--out", tmp_path / "on", "--workspace", "--wandb-mode", "online", "--no-wandb"],
-                      capsys)
+    rc, out, _ = _run([sweep, "--out", tmp_path / "on", "--workspace", "--wandb-mode", "online", "--no-wandb"], capsys)
     assert rc == 0 and "W&B workspace: saved VIEW-URL" in out and "push" not in out
     assert saved[-1].entity == "me"  # no entity recorded by the runs: the key's default entity

@@ -1,6 +1,6 @@
 """Contracts as code: causality, KV-cache equivalence, gradient flow and dtype over every choice of every group.
 
-Choices are found by globbing conf/<group>/*.yaml; `attention=readme` (tests/readme_attention.py, written only
+Choices are found by globbing conf/<group>/*.yaml; `attention=readme` (tests/helpers/readme_attention.py, written only
 from the README's contract) and the deliberately leaking fixtures come from tests/contract_conf via
 hydra.searchpath, the way a user's own conf dir would.
 """
@@ -8,27 +8,25 @@ hydra.searchpath, the way a user's own conf dir would.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn as nn
-from model_helpers import TINY, VOCAB, choices, tokens
 from torch.testing import assert_close
 
 from gptlab.config.build import build_model, compose
 from gptlab.errors import ConfigError
-from gptlab.model.gpt import GPT
-from gptlab.model.config import GPTConfig
 from gptlab.model.attention.gqa import GroupedQueryAttention
 from gptlab.model.base import CONTRACTS, Attention, KVCache
 from gptlab.model.checks import check_model
+from gptlab.model.config import GPTConfig
+from gptlab.model.gpt import GPT
 from gptlab.model.mlp.gelu import GeluMLP
 from gptlab.model.norm.rmsnorm import rmsnorm
 from gptlab.model.position.rope import RotaryPosition
-from tests.conftest import REPO
+from helpers.cli import cli_env, run_cli
+from helpers.model import TINY, VOCAB, choices, tokens
+from helpers.paths import REPO
 
 EXTRA_CONF = REPO / "tests" / "contract_conf"
 SEARCH = f"hydra.searchpath=[file://{EXTRA_CONF}]"
@@ -55,7 +53,7 @@ def assert_causal(model: GPT, T: int = 20) -> None:
         y = x.clone()
         y[:, t] = (y[:, t] + 1) % VOCAB
         out, _ = model(y)
-        assert_close(out[:, :t], base[:, :t], msg=lambda m: f"changing token {t} moved earlier outputs: {m}")
+        assert_close(out[:, :t], base[:, :t], msg=lambda m, t=t: f"changing token {t} moved earlier outputs: {m}")
         assert not torch.allclose(out[:, t], base[:, t]), f"token {t} does not reach its own output"
 
 
@@ -65,7 +63,9 @@ def assert_cache_matches(model: GPT, prompt: int = 5, T: int = 17) -> None:
     x = tokens(T=T)
     full, _ = model(x)
     caches = [KVCache() for _ in model.blocks]
-    steps = [model(x[:, :prompt], caches=caches)[0]] + [model(x[:, t:t + 1], caches=caches)[0] for t in range(prompt, T)]
+    steps = [model(x[:, :prompt], caches=caches)[0]] + [
+        model(x[:, t : t + 1], caches=caches)[0] for t in range(prompt, T)
+    ]
     assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)
     start = x[:, :prompt]
     cached = model.generate(start, max_new_tokens=12, temperature=0, use_cache=True)
@@ -89,8 +89,11 @@ def test_every_parameter_gets_a_finite_nonzero_gradient(group, choice):
     x = tokens()
     _, loss = model(x, x.roll(-1, dims=1))
     loss.backward()
-    bad = [n for n, p in model.named_parameters()
-           if p.grad is None or not torch.isfinite(p.grad).all() or not p.grad.abs().sum() > 0]
+    bad = [
+        n
+        for n, p in model.named_parameters()
+        if p.grad is None or not torch.isfinite(p.grad).all() or not p.grad.abs().sum() > 0
+    ]
     assert not bad, f"no, non-finite or all-zero gradient: {bad}"
 
 
@@ -121,8 +124,12 @@ def test_the_causality_and_cache_checks_catch_a_leak(group, choice):
 @pytest.mark.parametrize("group,choice", CASES, ids=IDS)
 def test_components_carry_their_contract_attributes(group, choice):
     model = model_for(group, choice)
-    component = {"attention": model.blocks[0].attn, "mlp": model.blocks[0].mlp, "norm": model.norm_f,
-                 "position": model.position}[group]
+    component = {
+        "attention": model.blocks[0].attn,
+        "mlp": model.blocks[0].mlp,
+        "norm": model.norm_f,
+        "position": model.position,
+    }[group]
     base, names = CONTRACTS[group]
     assert isinstance(component, base)
     assert all(name in vars(component) for name in names if name != "has_score_bias")
@@ -166,10 +173,15 @@ class NoInit(Attention):
 def test_a_component_off_its_contract_is_refused_at_build_in_one_line():
     with pytest.raises(ConfigError) as err:
         _gpt(NotAnAttention)
-    assert str(err.value) == ("attention: test_contracts.NotAnAttention is not a gptlab.model.base.Attention; "
-                              "subclass it and call super().__init__ (contract: gptlab/model/__init__.py)")
-    with pytest.raises(ConfigError, match=r"^attention: test_contracts.SkipsTheBase has no n_head, n_kv_head, "
-                                          r"head_dim, window, impl, kernel, dropout; call Attention"):
+    assert str(err.value) == (
+        "attention: test_contracts.NotAnAttention is not a gptlab.model.base.Attention; "
+        "subclass it and call super().__init__ (contract: gptlab/model/__init__.py)"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^attention: test_contracts.SkipsTheBase has no n_head, n_kv_head, "
+        r"head_dim, window, impl, kernel, dropout; call Attention",
+    ):
         _gpt(SkipsTheBase)
     with pytest.raises(TypeError, match="init_weights"):
         _gpt(lambda d, h, b, i, norm, bias=False: NoInit(d, h, b, i))
@@ -177,8 +189,11 @@ def test_a_component_off_its_contract_is_refused_at_build_in_one_line():
 
 def test_check_model_refuses_what_cannot_train_in_one_line():
     model = model_for("attention", "sliding")
-    with pytest.raises(ConfigError, match=r"^model.vocab_size=61 is smaller than the shakespeare tokenizer's "
-                                          r"vocabulary \(65\); set model.vocab_size=null$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.vocab_size=61 is smaller than the shakespeare tokenizer's "
+        r"vocabulary \(65\); set model.vocab_size=null$",
+    ):
         check_model(model, vocab_size=65, seq_len=32, device="cpu", dtype=torch.float32, data_name="shakespeare")
     with pytest.raises(ConfigError, match=r"^data sequences of 33 tokens exceed model.block_size=32$"):
         check_model(model, vocab_size=VOCAB, seq_len=33, device="cpu", dtype=torch.float32)
@@ -193,13 +208,25 @@ def test_check_model_refuses_what_cannot_train_in_one_line():
 
 @pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_readme_attention_trains_through_gptlab_train(tmp_path):
-    """tests/readme_attention.py, written from the README alone, trains 3 steps through the real CLI."""
-    env = {"PYTHONPATH": f"{REPO / 'tests'}:{REPO}", "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
-    args = [SEARCH, "attention=readme", "logger=none", "model.block_size=32", "model.d_model=32", "model.n_layer=1",
-            "model.n_head=2", "train.max_steps=3", "train.batch_size=4", "train.eval_sequences=4", "sample.tokens=0",
-            "hardware.dtype=fp32", "hardware.peak_flops=1e12", f"hydra.run.dir={tmp_path / 'run'}"]
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **env})
+    """tests/helpers/readme_attention.py, written from the README alone, trains 3 steps through the real CLI."""
+    env = cli_env(PYTHONPATH=f"{REPO / 'tests'}:{REPO}", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    args = [
+        SEARCH,
+        "attention=readme",
+        "logger=none",
+        "model.block_size=32",
+        "model.d_model=32",
+        "model.n_layer=1",
+        "model.n_head=2",
+        "train.max_steps=3",
+        "train.batch_size=4",
+        "train.eval_sequences=4",
+        "sample.tokens=0",
+        "hardware.dtype=fp32",
+        "hardware.peak_flops=1e12",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = run_cli("gptlab.cli.train", *args, cwd=tmp_path, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 3
@@ -208,4 +235,4 @@ def test_readme_attention_trains_through_gptlab_train(tmp_path):
     val = {r["step"]: r["val/loss"] for r in rows if "val/loss" in r}
     assert val[3] < val[0]  # gradients flowed through it: 3 fp32 steps lower the fixed validation loss
     config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
-    assert "_target_: readme_attention.ReadmeAttention" in config
+    assert "_target_: helpers.readme_attention.ReadmeAttention" in config

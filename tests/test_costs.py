@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
 from gptlab.config.build import build_model, build_optimizer, compose
-from gptlab.costs.report import analyze, train_flops_per_token
 from gptlab.costs.counting import count_flops
 from gptlab.costs.memory import optimizer_state_bytes_per_param
+from gptlab.costs.report import analyze, train_flops_per_token
 from gptlab.costs.scores import SKIP_BLOCK, blocked_pairs, dense_pairs, useful_pairs
 from gptlab.errors import ConfigError
 from gptlab.model.attention.kernels import IMPLS, flash_available
-from tests.conftest import CONF_DIR, REPO, cli_env, python_bin
+from helpers.cli import cli_env, run_cli
+from helpers.paths import CONF_DIR, REPO
 
 B, T, WINDOW = 2, 32, 8
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=8", f"model.block_size={T}", "model.vocab_size=96"]
@@ -40,10 +39,14 @@ def _case(group: str, choice: str, impl: str | None = None) -> list[str]:
 
 
 def _params():
-    cases = [pytest.param(_case(g, c), id=f"{g}={c}") for g in ("attention", "mlp", "norm", "position")
-             for c in _choices(g)]
-    cases += [pytest.param(_case("attention", a, impl) + ["attention.qk_norm=true"] * (a == "sliding"), id=f"{a}+{impl}")
-              for impl in IMPLS for a in ("mha", "sliding")]
+    cases = [
+        pytest.param(_case(g, c), id=f"{g}={c}") for g in ("attention", "mlp", "norm", "position") for c in _choices(g)
+    ]
+    cases += [
+        pytest.param(_case("attention", a, impl) + ["attention.qk_norm=true"] * (a == "sliding"), id=f"{a}+{impl}")
+        for impl in IMPLS
+        for a in ("mha", "sliding")
+    ]
     cases += [pytest.param(["position=alibi", "attention.impl=naive", "attention.qk_norm=true"], id="alibi+naive")]
     return cases
 
@@ -162,7 +165,11 @@ def test_memory_and_roofline():
     naive = _report(["attention.impl=naive"], peak_flops=1e12, mem_bandwidth=1e10)
     fused = _report(["attention.impl=sdpa"], peak_flops=1e12, mem_bandwidth=1e10)
     ckpt = _report(["attention.impl=sdpa"], activation_checkpointing=True)
-    assert naive["memory"]["activations_bytes"] > fused["memory"]["activations_bytes"] > ckpt["memory"]["activations_bytes"]
+    assert (
+        naive["memory"]["activations_bytes"]
+        > fused["memory"]["activations_bytes"]
+        > ckpt["memory"]["activations_bytes"]
+    )
     assert ckpt["flops"]["step_total_kernel"] > fused["flops"]["step_total_kernel"]  # recomputed forwards
     assert naive["hardware"]["ridge_point"] == 100.0
     t = naive["time"]
@@ -187,7 +194,7 @@ def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     from gptlab.runtime import peak
 
     assert peak.measure_matmul_peak(torch.float32, n=128, repeats=2) > 1e6
-    assert peak.measure_bandwidth(nbytes=2 ** 20, repeats=2) > 1e6
+    assert peak.measure_bandwidth(nbytes=2**20, repeats=2) > 1e6
     calls = []
     monkeypatch.setattr(peak, "measure_matmul_peak", lambda dtype, device: calls.append(dtype) or 1.5e12)
     # a quiet machine (the test suite's own neighbours must not decide whether this caches; the busy case is below)
@@ -215,9 +222,8 @@ def test_a_run_beating_the_cached_peak_drops_it(tmp_path, monkeypatch, caplog):
     """A peak cached while the machine was busy is too low (MFU > 100 %): the run drops it for re-measurement."""
     import logging
 
-    from train_helpers import run_inprocess
-
     from gptlab.runtime import peak
+    from helpers.train import run_inprocess
 
     monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))
     threads = torch.get_num_threads()
@@ -235,20 +241,35 @@ def test_a_run_beating_the_cached_peak_drops_it(tmp_path, monkeypatch, caplog):
     assert any("MFU" in r.getMessage() and "measures it again" in r.getMessage() for r in caplog.records)
 
 
-def _flops_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([python_bin(), "-m", "gptlab.cli.flops", *args], cwd=cwd, capture_output=True, text=True,
-                          env=cli_env(PYTHONPATH=str(REPO)), timeout=120)
-
-
 @pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_cli_json_has_documented_keys_and_writes_nothing(tmp_path):
-    out = _flops_cli("format=json", "mode=decode", "batch_size=2",
-                     "hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", cwd=tmp_path)
+    out = run_cli(
+        "gptlab.cli.flops",
+        "format=json",
+        "mode=decode",
+        "batch_size=2",
+        "hardware.peak_flops=1e12",
+        "hardware.mem_bandwidth=2e10",
+        cwd=tmp_path,
+        env=cli_env(PYTHONPATH=str(REPO)),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
-    for dotted in ("params.total", "params.non_embedding", "flops.forward_per_token", "flops.train_per_token",
-                   "flops.forward_total", "bytes.naive_total", "bytes.fused_total", "kv_cache.bytes_per_token",
-                   "weights.bytes", "memory.train_estimate_bytes", "hardware.ridge_point", "time.lower_bound_s"):
+    for dotted in (
+        "params.total",
+        "params.non_embedding",
+        "flops.forward_per_token",
+        "flops.train_per_token",
+        "flops.forward_total",
+        "bytes.naive_total",
+        "bytes.fused_total",
+        "kv_cache.bytes_per_token",
+        "weights.bytes",
+        "memory.train_estimate_bytes",
+        "hardware.ridge_point",
+        "time.lower_bound_s",
+    ):
         node = d
         for part in dotted.split("."):
             node = node[part]
@@ -256,7 +277,15 @@ def test_cli_json_has_documented_keys_and_writes_nothing(tmp_path):
     assert d["bound"] in ("memory", "compute") and d["mode"] == "decode" and d["seq_len"] == 128
     assert {"name", "flops", "bytes_naive", "bytes_fused", "intensity", "time_lower_bound_s"} <= set(d["ops"][0])
     assert list(tmp_path.iterdir()) == []  # no Hydra output dir, no logs
-    bad = _flops_cli("mode=bogus", "hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", cwd=tmp_path)
+    bad = run_cli(
+        "gptlab.cli.flops",
+        "mode=bogus",
+        "hardware.peak_flops=1e12",
+        "hardware.mem_bandwidth=2e10",
+        cwd=tmp_path,
+        env=cli_env(PYTHONPATH=str(REPO)),
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "mode=bogus" in bad.stderr
 
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import torch
 
 from gptlab.config.build import build_cost_model, build_model, build_optimizer, compose, cost_report
+from gptlab.costs.memory import GIB, available_memory, check_fits, optimizer_state_bytes_per_param
 from gptlab.costs.report import analyze, train_flops_per_token
 from gptlab.costs.structure import describe
-from gptlab.costs.memory import GIB, available_memory, check_fits, optimizer_state_bytes_per_param
 from gptlab.errors import ConfigError
-from tests.conftest import REPO, cli_env, python_bin
+from helpers.cli import cli_env, run_cli
+from helpers.paths import REPO
 
 SMALL = ["model.d_model=64", "model.n_head=8", "model.block_size=32", "model.vocab_size=96"]
 SEARCH = f"hydra.searchpath=[file://{REPO / 'tests' / 'contract_conf'}]"
@@ -22,10 +22,20 @@ CONFIGS = {
     "hybrid-every-2": ["attention=hybrid", "attention.window=8", "attention.global_every=2"],
     "hybrid-every-4": ["attention=hybrid", "attention.window=8"],
     "sliding-global-layers": ["attention=sliding", "attention.window=8", "attention.global_layers=[0,4]"],
-    "gqa-swiglu-layernorm-learned": ["attention=gqa", "attention.n_kv_head=2", "mlp=swiglu", "norm=layernorm",
-                                     "position=learned", "model.bias=true"],
-    "alibi-naive-qknorm-ckpt": ["position=alibi", "attention.impl=naive", "attention.qk_norm=true",
-                                "hardware.activation_checkpointing=true"],
+    "gqa-swiglu-layernorm-learned": [
+        "attention=gqa",
+        "attention.n_kv_head=2",
+        "mlp=swiglu",
+        "norm=layernorm",
+        "position=learned",
+        "model.bias=true",
+    ],
+    "alibi-naive-qknorm-ckpt": [
+        "position=alibi",
+        "attention.impl=naive",
+        "attention.qk_norm=true",
+        "hardware.activation_checkpointing=true",
+    ],
     "muon": ["optimizer=muon"],  # state bytes differ between matrices and vectors: the skeleton must weight them
     "readme-attention": [SEARCH, "attention=readme"],  # no layer_key: every layer its own kind
 }
@@ -35,8 +45,15 @@ def _full_report(cfg, batch: int, seq: int, mode: str):
     """What gptlab-flops computed before: every layer built on the meta device."""
     model = build_model(cfg, device="meta")
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
-    return model, analyze(model, batch, seq, mode=mode, dtype_bytes="bf16", optimizer_state_bytes_per_param=state,
-                          activation_checkpointing=bool(cfg.hardware.activation_checkpointing))
+    return model, analyze(
+        model,
+        batch,
+        seq,
+        mode=mode,
+        dtype_bytes="bf16",
+        optimizer_state_bytes_per_param=state,
+        activation_checkpointing=bool(cfg.hardware.activation_checkpointing),
+    )
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -64,9 +81,17 @@ def test_a_skeleton_cannot_be_run():
 
 
 def _flops_cli(*args: str, cwd) -> dict:
-    out = subprocess.run([python_bin(), "-m", "gptlab.cli.flops", "format=json", "hardware.peak_flops=1e12",
-                          "hardware.mem_bandwidth=2e10", *args], cwd=cwd, capture_output=True, text=True,
-                         env=cli_env(PYTHONPATH=str(REPO)), timeout=120)
+    """gptlab-flops' JSON report, from the CLI run as a subprocess."""
+    out = run_cli(
+        "gptlab.cli.flops",
+        "format=json",
+        "hardware.peak_flops=1e12",
+        "hardware.mem_bandwidth=2e10",
+        *args,
+        cwd=cwd,
+        env=cli_env(PYTHONPATH=str(REPO)),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 
@@ -74,13 +99,24 @@ def _flops_cli(*args: str, cwd) -> dict:
 def _flops_inprocess(*args: str) -> dict:
     from gptlab.cli.flops import run
 
-    cfg = compose(["format=json", "hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", *args], config_name="flops")
+    cfg = compose(
+        ["format=json", "hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", *args], config_name="flops"
+    )
     return json.loads(json.dumps(run(cfg).to_dict()))
 
 
-QUANTITIES = ["params.total", "params.non_embedding", "flops.forward_total", "flops.train_per_token",
-              "bytes.fused_total", "bytes.naive_total", "kv_cache.bytes_per_token", "memory.train_estimate_bytes",
-              "memory.activations_bytes", "time.lower_bound_s"]
+QUANTITIES = [
+    "params.total",
+    "params.non_embedding",
+    "flops.forward_total",
+    "flops.train_per_token",
+    "bytes.fused_total",
+    "bytes.naive_total",
+    "kv_cache.bytes_per_token",
+    "memory.train_estimate_bytes",
+    "memory.activations_bytes",
+    "time.lower_bound_s",
+]
 
 
 def _get(d: dict, dotted: str) -> float:
@@ -130,7 +166,7 @@ def test_check_fits_reads_memavailable_on_cpu():
     fields = dict(line.split(":", 1) for line in open("/proc/meminfo").read().splitlines())
     expected = int(fields["MemAvailable"].split()[0]) * 1024
     free, source = available_memory("cpu")
-    assert source == "MemAvailable" and abs(free - expected) < 0.05 * expected + 64 * 2 ** 20
+    assert source == "MemAvailable" and abs(free - expected) < 0.05 * expected + 64 * 2**20
     check_fits(cost_report(compose([*SMALL, "model.n_layer=2"]), 4, 32, dtype="fp32"), "cpu")  # a few MiB fits
     huge = cost_report(compose(["model=gpt2-xl", "model.n_layer=4800"]), 8, 1024, vocab_size=50257, dtype="fp32")
     with pytest.raises(ConfigError, match=r"available on cpu \(MemAvailable\)"):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 import torch
@@ -14,7 +13,8 @@ from gptlab.config.build import build_cost_model, build_model, build_optimizer, 
 from gptlab.costs.memory import optimizer_state_bytes_per_param
 from gptlab.costs.sharding import Sharding, communication, memory_per_rank, param_layout, per_rank, world_sizes
 from gptlab.errors import ConfigError
-from tests.conftest import REPO, cli_env, python_bin
+from helpers.cli import cli_env, run_cli
+from helpers.paths import REPO
 
 # 2 layers, d 8, 2 heads, vocab 11 (odd: dim 0 of the tied embedding does not split evenly), no biases, RMSNorm:
 # wte (11, 8) = 88 | per block: norm1 (8,), qkv (24, 8), proj (8, 8), norm2 (8,), up (32, 8), down (8, 32)
@@ -45,8 +45,15 @@ def test_tiny_layout_by_hand():
     assert lay.sharded(1) == lay.total
 
 
-@pytest.mark.parametrize("overrides", [TINY, [], ["model=gpt2"], ["model=gpt2", "attention=gqa", "attention.n_kv_head=4",
-                                                                   "mlp=swiglu", "position=learned", "model.bias=true"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        TINY,
+        [],
+        ["model=gpt2"],
+        ["model=gpt2", "attention=gqa", "attention.n_kv_head=4", "mlp=swiglu", "position=learned", "model.bias=true"],
+    ],
+)
 def test_param_basis_is_the_real_models_numel(overrides):
     """The skeleton's counts = sum(p.numel()) of the model training builds; its ceil shards = FSDP2's per tensor."""
     cfg = compose(overrides + ["model.vocab_size=50257"] * (overrides != TINY))
@@ -78,7 +85,9 @@ def test_tiny_memory_per_rank_by_hand():
 def test_fsdp_on_one_rank_keeps_what_ddp_keeps():
     """gptlab.runtime.distributed.shard leaves one process unwrapped: fsdp at N=1 is ddp at N=1, term by term."""
     lay = _layout(XL)
-    one = {s: memory_per_rank(lay, Sharding(s, 1), 0.0, compute_bytes=2, state_bytes_per_param=8) for s in ("ddp", "fsdp")}
+    one = {
+        s: memory_per_rank(lay, Sharding(s, 1), 0.0, compute_bytes=2, state_bytes_per_param=8) for s in ("ddp", "fsdp")
+    }
     assert one["ddp"] == one["fsdp"] and one["fsdp"]["params_bytes"] == 4 * _xl_params()
     assert one["fsdp"]["unsharded_bytes"] == 0 and one["fsdp"]["autocast_copy_bytes"] > 0
 
@@ -88,14 +97,17 @@ def test_cpu_offload_moves_the_shards_to_the_host():
     off = memory_per_rank(lay, Sharding("fsdp", 8, cpu_offload=True), 1000.0, compute_bytes=2, state_bytes_per_param=8)
     assert (off["params_bytes"], off["grads_bytes"], off["optimizer_bytes"]) == (0, 0, 0)
     assert off["host_bytes"] == 16 * 213 and off["total_bytes"] == 8224 + 1000
-    with pytest.raises(ConfigError, match=r"^hardware.cpu_offload=true needs strategy=fsdp \(here ddp\); allowed: false$"):
+    with pytest.raises(
+        ConfigError, match=r"^hardware.cpu_offload=true needs strategy=fsdp \(here ddp\); allowed: false$"
+    ):
         Sharding("ddp", 2, cpu_offload=True)
 
 
 def test_reshard_after_forward_false_keeps_every_block_gathered():
     lay = _layout(TINY + ["model.n_layer=6"])  # root 96, block 784, 6 blocks
-    keep = memory_per_rank(lay, Sharding("fsdp", 2, reshard_after_forward=False), 0.0, compute_bytes=2,
-                           state_bytes_per_param=8)
+    keep = memory_per_rank(
+        lay, Sharding("fsdp", 2, reshard_after_forward=False), 0.0, compute_bytes=2, state_bytes_per_param=8
+    )
     free = memory_per_rank(lay, Sharding("fsdp", 2), 0.0, compute_bytes=2, state_bytes_per_param=8)
     assert keep["unsharded_bytes"] == 2 * (96 + 6 * 784) + 2 * 96 + 6 * 784
     assert free["unsharded_bytes"] == 2 * (96 + 2 * 784) + 2 * 96 + 6 * 784
@@ -123,22 +135,29 @@ def test_gpt2_xl_per_rank_by_hand(n):
     model = build_cost_model(cfg)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
     assert state == 8.0  # AdamW: two fp32 moments
-    d_model, vocab, block = 1600, 50257, 12 * 1600 ** 2 + 11 * 1600
+    d_model, vocab, block = 1600, 50257, 12 * 1600**2 + 11 * 1600
     root = vocab * d_model + d_model  # tied wte + norm_f: the FSDP2 root unit
     # every block tensor has a dim 0 divisible by 1, 2 and 8; wte keeps ceil(50257 / n) rows of 1600
     blocks = 48 * block // n
     sharded = blocks + -(-vocab // n) * d_model + d_model // n
     acts = cost_report(cfg, 32 // (2 * n), 1024, dtype="bf16").memory["activations_bytes"]
     for strategy, kept in (("ddp", p), ("fsdp", sharded)):
-        d = per_rank(model, Sharding(strategy, n), batch_size=32, grad_accum=2, seq_len=1024, compute_bytes=2,
-                     state_bytes_per_param=state)
+        d = per_rank(
+            model,
+            Sharding(strategy, n),
+            batch_size=32,
+            grad_accum=2,
+            seq_len=1024,
+            compute_bytes=2,
+            state_bytes_per_param=state,
+        )
         mem = d["memory"]
         assert d["params"]["total"] == p == 1_555_817_600 and d["micro_batch"] == 32 // (2 * n)
         assert mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"] == 16 * kept
         assert mem["activations_bytes"] == acts
         if strategy == "ddp" or n == 1:  # one fsdp rank runs unwrapped, as ddp does
             # autocast's bf16 copy of every matmul weight (48 x 12·d² and the tied LM head)
-            extra = 2 * (48 * 12 * d_model ** 2 + vocab * d_model)
+            extra = 2 * (48 * 12 * d_model**2 + vocab * d_model)
             sent = 2 * (n - 1) / n * 4 * p  # ring all-reduce of the fp32 grads, once per step (no_sync before)
         else:  # root + 2 blocks gathered, root grads, one block's bf16 grads + fp32 reduce-scatter input; or the root's
             extra = max(2 * (root + 2 * block) + 2 * root + (2 + 4) * block, (2 * 2 + 4) * root)
@@ -154,8 +173,19 @@ def test_smallest_world_size_that_fits():
     gpu = {"name": "x", "memory_bytes": 80e9, "shared_by_ranks": False, "link_bandwidth": None}
     totals = {}
     for strategy, smallest in (("ddp", 4), ("fsdp", 2)):
-        d = {n: per_rank(model, Sharding(strategy, n), batch_size=32, grad_accum=1, seq_len=1024, compute_bytes=2,
-                         state_bytes_per_param=8.0, device=gpu) for n in (1, 2, 4)}
+        d = {
+            n: per_rank(
+                model,
+                Sharding(strategy, n),
+                batch_size=32,
+                grad_accum=1,
+                seq_len=1024,
+                compute_bytes=2,
+                state_bytes_per_param=8.0,
+                device=gpu,
+            )
+            for n in (1, 2, 4)
+        }
         totals[strategy] = {n: x["memory"]["total_bytes"] for n, x in d.items()}
         assert all(x["device"]["smallest_world_size"] == smallest for x in d.values())
         assert totals[strategy][smallest] <= 80e9 < totals[strategy][smallest // 2]
@@ -163,8 +193,16 @@ def test_smallest_world_size_that_fits():
     assert totals["fsdp"][2] < totals["ddp"][2] and totals["ddp"][1] == totals["fsdp"][1]
     assert world_sizes(32, 2) == [1, 2, 4, 8, 16] and world_sizes(12, 1) == [1, 2, 3, 4, 6, 12]
     host = {**gpu, "shared_by_ranks": True}  # ranks on one host add up: more ranks never help ddp there
-    d = per_rank(model, Sharding("ddp", 2), batch_size=32, grad_accum=1, seq_len=1024, compute_bytes=2,
-                 state_bytes_per_param=8.0, device=host)
+    d = per_rank(
+        model,
+        Sharding("ddp", 2),
+        batch_size=32,
+        grad_accum=1,
+        seq_len=1024,
+        compute_bytes=2,
+        state_bytes_per_param=8.0,
+        device=host,
+    )
     assert d["device"]["need_bytes"] == 2 * d["memory"]["total_bytes"]
 
 
@@ -172,16 +210,22 @@ def _flops(*args: str) -> dict:
     return json.loads(json.dumps(run(compose(["format=json", *ROOFS, *args], config_name="flops")).to_dict()))
 
 
-@pytest.mark.parametrize("args,message", [
-    (["strategy=fsdp", "world_size=0"], "world_size=0: expected a positive integer (ranks)"),
-    (["strategy=zero", "world_size=2"], "strategy=zero: not allowed; allowed: ddp, fsdp"),
-    (["world_size=2"], "world_size=2: needs a strategy; allowed: strategy=ddp|fsdp"),
-    (["strategy=fsdp", "world_size=3"], "batch_size=32 must be divisible by train.grad_accum x world_size = 1 x 3"),
-    (["strategy=fsdp", "reduce_dtype=int8"], "reduce_dtype=int8: not allowed; allowed: fp32, bf16, fp16"),
-    (["strategy=fsdp", "gpu=H100"], "gpu=H100: not in the GPU table; allowed: NVIDIA B200, "),
-    (["strategy=fsdp", "gpu_memory=-1"], "gpu_memory=-1: expected a positive number or null"),
-    (["strategy=ddp", "mode=decode"], "strategy=ddp: per-rank memory is a training cost; allowed with mode=train only"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["strategy=fsdp", "world_size=0"], "world_size=0: expected a positive integer (ranks)"),
+        (["strategy=zero", "world_size=2"], "strategy=zero: not allowed; allowed: ddp, fsdp"),
+        (["world_size=2"], "world_size=2: needs a strategy; allowed: strategy=ddp|fsdp"),
+        (["strategy=fsdp", "world_size=3"], "batch_size=32 must be divisible by train.grad_accum x world_size = 1 x 3"),
+        (["strategy=fsdp", "reduce_dtype=int8"], "reduce_dtype=int8: not allowed; allowed: fp32, bf16, fp16"),
+        (["strategy=fsdp", "gpu=H100"], "gpu=H100: not in the GPU table; allowed: NVIDIA B200, "),
+        (["strategy=fsdp", "gpu_memory=-1"], "gpu_memory=-1: expected a positive number or null"),
+        (
+            ["strategy=ddp", "mode=decode"],
+            "strategy=ddp: per-rank memory is a training cost; allowed with mode=train only",
+        ),
+    ],
+)
 def test_bad_sharding_keys_are_one_line_errors(args, message):
     with pytest.raises(ConfigError) as err:
         _flops(*TINY, *args)
@@ -192,13 +236,16 @@ def test_hardware_keys_are_read_when_the_profile_has_them():
     """hardware=ddp is ddp over nodes x tasks_per_node ranks; hardware.strategy / world_size win when present."""
     d = _flops(*TINY, "hardware=ddp", "gpu_memory=1e9")["sharding"]
     assert (d["strategy"], d["world_size"], d["device"]["memory_bytes"]) == ("ddp", 2, 1e9)
-    d = _flops(*TINY, "+hardware.strategy=fsdp", "+hardware.world_size=4", "+hardware.reduce_dtype=bf16",
-               "gpu_memory=1e9")["sharding"]
+    d = _flops(
+        *TINY, "+hardware.strategy=fsdp", "+hardware.world_size=4", "+hardware.reduce_dtype=bf16", "gpu_memory=1e9"
+    )["sharding"]
     assert (d["strategy"], d["world_size"], d["reduce_bytes"], d["reshard_after_forward"]) == ("fsdp", 4, 2, True)
     assert _flops(*TINY)["sharding"] is None and _flops(*TINY, "hardware=ddp", "mode=decode")["sharding"] is None
 
 
-@pytest.mark.skipif(not (REPO / "conf" / "hardware" / "fsdp.yaml").exists(), reason="hardware=fsdp not in this checkout")
+@pytest.mark.skipif(
+    not (REPO / "conf" / "hardware" / "fsdp.yaml").exists(), reason="hardware=fsdp not in this checkout"
+)
 def test_the_fsdp_profile_is_costed_as_it_trains():
     """hardware=fsdp: strategy and reshard_after_forward from the profile, N from world_size, cpu_offload honoured."""
     d = _flops(*XL, "hardware=fsdp", "world_size=8", "gpu=NVIDIA H100 80GB HBM3")["sharding"]
@@ -224,23 +271,42 @@ def test_a_gpu_this_machine_lacks_is_costed_from_its_datasheet():
 
 @pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_cli_prints_the_per_rank_table(tmp_path):
-    out = subprocess.run([python_bin(), "-m", "gptlab.cli.flops", *XL, "strategy=fsdp", "world_size=8",
-                          "gpu=NVIDIA H100 80GB HBM3", *ROOFS], cwd=tmp_path, capture_output=True, text=True,
-                         env=cli_env(PYTHONPATH=str(REPO), COLUMNS="200"), timeout=300)
+    out = run_cli(
+        "gptlab.cli.flops",
+        *XL,
+        "strategy=fsdp",
+        "world_size=8",
+        "gpu=NVIDIA H100 80GB HBM3",
+        *ROOFS,
+        cwd=tmp_path,
+        env=cli_env(PYTHONPATH=str(REPO), COLUMNS="200"),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     text = " ".join(out.stdout.split())
     expected = _flops(*XL, "strategy=fsdp", "world_size=8", "gpu=NVIDIA H100 80GB HBM3")["sharding"]
-    gib = 2 ** 30
+    gib = 2**30
     assert "per rank: fsdp over N=8 ranks, micro-batch 4 x 1024 (batch 32 / grad_accum 1 / 8)" in text
-    assert f"│ parameters (fp32 master) │ 0.5 │ {expected['memory']['params_bytes'] / 2 ** 20:.3g}MiB │" in text
-    assert f"│ total │ {expected['memory']['total_bytes'] / 1_555_817_600:.3g} │ " \
-           f"{expected['memory']['total_bytes'] / gib:.3g}GiB │" in text
+    assert f"│ parameters (fp32 master) │ 0.5 │ {expected['memory']['params_bytes'] / 2**20:.3g}MiB │" in text
+    assert (
+        f"│ total │ {expected['memory']['total_bytes'] / 1_555_817_600:.3g} │ "
+        f"{expected['memory']['total_bytes'] / gib:.3g}GiB │" in text
+    )
     assert "│ reduce-scatter grads │ (N-1) · 4·Ps │ 1 │" in text and "time at 450 GB/s" in text
-    assert (f"verdict fits: {expected['memory']['total_bytes'] / gib:.3g}GiB per rank vs 74.5GiB on NVIDIA H100 80GB "
-            "HBM3 (datasheet); smallest N that fits: 2 (N tried: 1 2 4 8 16 32)") in text
+    assert (
+        f"verdict fits: {expected['memory']['total_bytes'] / gib:.3g}GiB per rank vs 74.5GiB on NVIDIA H100 80GB "
+        "HBM3 (datasheet); smallest N that fits: 2 (N tried: 1 2 4 8 16 32)"
+    ) in text
     assert list(tmp_path.iterdir()) == []
-    bad = subprocess.run([python_bin(), "-m", "gptlab.cli.flops", *TINY, "strategy=fsdp", "world_size=0", *ROOFS],
-                         cwd=tmp_path, capture_output=True, text=True, env=cli_env(PYTHONPATH=str(REPO)), timeout=120)
+    bad = run_cli(
+        "gptlab.cli.flops",
+        *TINY,
+        "strategy=fsdp",
+        "world_size=0",
+        *ROOFS,
+        cwd=tmp_path,
+        env=cli_env(PYTHONPATH=str(REPO)),
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.strip() == "error: world_size=0: expected a positive integer (ranks)"
 
 
@@ -272,12 +338,24 @@ def _fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
         return t.numel() * t.element_size()
 
     params = list(model.parameters())
-    kept = {"params_bytes": sum(nbytes(p) for p in params), "grads_bytes": sum(nbytes(p.grad) for p in params),
-            "optimizer_bytes": sum(nbytes(t) for p in params for t in optimizer.state[p].values()
-                                   if isinstance(t, torch.Tensor) and t.shape == p.shape)}
+    kept = {
+        "params_bytes": sum(nbytes(p) for p in params),
+        "grads_bytes": sum(nbytes(p.grad) for p in params),
+        "optimizer_bytes": sum(
+            nbytes(t)
+            for p in params
+            for t in optimizer.state[p].values()
+            if isinstance(t, torch.Tensor) and t.shape == p.shape
+        ),
+    }
     with open(f"{out}/{rank}.json", "w") as f:
         json.dump(kept, f)
-    del model, optimizer, params, mesh  # what holds the process group goes before it (gptlab.runtime.distributed.teardown)
+    del (
+        model,
+        optimizer,
+        params,
+        mesh,
+    )  # what holds the process group goes before it (gptlab.runtime.distributed.teardown)
     distributed.teardown()
 
 

@@ -8,7 +8,6 @@ import csv
 import json
 import os
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,12 +16,19 @@ import yaml
 
 from gptlab.config.build import compose, group_choices, plain_config
 from gptlab.sinks.dashboard import Launch, _sweep_keys, flat_config, run_group, run_name
-from tests.train_helpers import FAST, run_inprocess
-from tests.wandb_read import config, history, inspect_records, of_type
+from helpers.cli import run_cli
+from helpers.train import FAST, run_inprocess
+from helpers.wandb_read import config, history, inspect_records, of_type
 
-TINY = [o for o in FAST if not o.startswith("logger=")] + ["model.n_layer=1", "model.d_model=32", "model.n_head=2",
-                                                           "model.block_size=32", "train.batch_size=4",
-                                                           "train.eval_sequences=8", "train.log_interval=2"]
+TINY = [o for o in FAST if not o.startswith("logger=")] + [
+    "model.n_layer=1",
+    "model.d_model=32",
+    "model.n_head=2",
+    "model.block_size=32",
+    "train.batch_size=4",
+    "train.eval_sequences=8",
+    "train.log_interval=2",
+]
 OFFLINE = dict(os.environ, WANDB_MODE="offline", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
 
 
@@ -30,8 +36,7 @@ def train(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """gptlab-train as a user runs it, W&B offline (no key), in cwd."""
     flags = [a for a in args if a.startswith("-")]  # Hydra's flags go before the overrides
     overrides = [a for a in args if not a.startswith("-")]
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *flags, *TINY, *overrides], cwd=cwd, env=OFFLINE,
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("gptlab.cli.train", *flags, *TINY, *overrides, cwd=cwd, env=OFFLINE, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -71,8 +76,15 @@ def test_sweep_keys_come_from_multirun_yaml(tmp_path):
 @pytest.mark.slow
 def test_multirun_groups_by_choice_and_plots_against_step_tokens_and_wall_time(tmp_path):
     """The issue's check: mha / gqa / mqa x 3 seeds, read back from the offline W&B files."""
-    out = train(tmp_path, "-m", "attention=mha,gqa,mqa", "model.n_head=8", "seed=0,1,2",  # gqa: 4 KV heads of 8
-                "train.max_steps=4", "train.eval_interval=2")
+    out = train(
+        tmp_path,
+        "-m",
+        "attention=mha,gqa,mqa",
+        "model.n_head=8",
+        "seed=0,1,2",  # gqa: 4 KV heads of 8
+        "train.max_steps=4",
+        "train.eval_interval=2",
+    )
     runs = sorted((tmp_path / "outputs" / "sweeps" / "multirun").glob("*/*/wandb/offline-run-*"))
     assert len(runs) == 9, out.stdout[-2000:]
     by_choice, groups = defaultdict(list), set()
@@ -102,8 +114,14 @@ def test_multirun_groups_by_choice_and_plots_against_step_tokens_and_wall_time(t
 @pytest.mark.slow
 def test_offline_resume_lists_every_folder_and_both_halves_read_back(tmp_path):
     run = tmp_path / "run"
-    base = ["schedule=constant", "train.eval_interval=2", "train.ckpt_interval=2", "logger=wandb",
-            "logger.wandb.log_checkpoints=true", f"hydra.run.dir={run}"]
+    base = [
+        "schedule=constant",
+        "train.eval_interval=2",
+        "train.ckpt_interval=2",
+        "logger=wandb",
+        "logger.wandb.log_checkpoints=true",
+        f"hydra.run.dir={run}",
+    ]
     first = train(tmp_path, *base, "train.max_steps=2")
     second = train(tmp_path, *base, "train.max_steps=4")
     summary = json.loads((run / "summary.json").read_text())
@@ -129,8 +147,11 @@ def test_several_loggers_at_once(tmp_path):
     with open(run / "metrics.csv", newline="") as fh:
         table = list(csv.DictReader(fh))
     evals = [(int(r["step"]), float(r["val/loss"])) for r in table if r["val/loss"]]
-    jsonl = [(r["step"], r["val/loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-             if "val/loss" in r]
+    jsonl = [
+        (r["step"], r["val/loss"])
+        for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        if "val/loss" in r
+    ]
     assert [s for s, _ in evals] == [s for s, _ in jsonl] == [0, 2, 4]
     assert [v for _, v in evals] == pytest.approx([v for _, v in jsonl], rel=1e-12)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -146,8 +167,9 @@ def test_a_logger_that_fails_to_start_does_not_stop_training(tmp_path, caplog):
     run = tmp_path / "run"
     run.mkdir()
     (run / "blocker").write_text("a file where the TensorBoard folder should go")
-    summary = run_inprocess(run, "logger=[tensorboard,csv]", "logger.tensorboard.log_dir=blocker/tb", steps=2,
-                            eval_interval=2)
+    summary = run_inprocess(
+        run, "logger=[tensorboard,csv]", "logger.tensorboard.log_dir=blocker/tb", steps=2, eval_interval=2
+    )
     assert summary["status"] == "finished"
     assert "tensorboard" in caplog.text and "disabled" in caplog.text
     assert (run / "metrics.csv").read_text().count("\n") >= 2  # the other logger went on

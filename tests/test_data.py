@@ -20,7 +20,7 @@ from gptlab.data.hf import HFData
 from gptlab.data.shakespeare import ASSET, ShakespeareData, load_shakespeare_text
 from gptlab.data.text import TextData
 from gptlab.errors import ConfigError
-from tests.conftest import CONF_DIR
+from helpers.paths import CONF_DIR
 
 PLAY = "\n".join(f"Line {i}: to be, or not to be, that is the question {i % 7}." for i in range(400)) + "\n"
 
@@ -62,8 +62,8 @@ def test_bundled_corpus_and_split(cache):
     assert (d.vocab_size, d.seq_len, train.dtype) == (len(set(text)) + 1, 32, np.uint16)  # + U+FFFD
     # char tokens == characters: val is the last 10% of the token stream (no end-of-text token for char)
     assert len(train) + len(val) == len(text) and len(val) == int(0.1 * len(text))
-    assert d.tokenizer.decode(val[:40].tolist()) == text[len(train):len(train) + 40]
-    assert d.sample_prompt() == text[len(train):].splitlines()[0]
+    assert d.tokenizer.decode(val[:40].tolist()) == text[len(train) : len(train) + 40]
+    assert d.sample_prompt() == text[len(train) :].splitlines()[0]
 
 
 def test_same_seed_same_samples_other_seed_differs(cache):
@@ -133,8 +133,14 @@ def write_files(tmp_path):
 @pytest.mark.parametrize("pattern,column", [("doc*.txt", "text"), ("docs.jsonl", "body"), ("docs.parquet", "body")])
 def test_text_files_give_lm_batches(tmp_path, pattern, column):
     docs = write_files(tmp_path)
-    d = TextData(seed=0, block_size=16, cache_dir=tmp_path / "cache", paths=[str(tmp_path / pattern)],
-                 column=column, tokenizer="gpt2")
+    d = TextData(
+        seed=0,
+        block_size=16,
+        cache_dir=tmp_path / "cache",
+        paths=[str(tmp_path / pattern)],
+        column=column,
+        tokenizer="gpt2",
+    )
     assert isinstance(d, Data) and d.vocab_size == 50257 and d.seq_len == 16
     x, y = d.train_samples(0, 4)
     assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
@@ -147,8 +153,14 @@ def test_text_files_give_lm_batches(tmp_path, pattern, column):
 
 def test_token_cache_is_reused(tmp_path, monkeypatch):
     write_files(tmp_path)
-    kw = dict(seed=0, block_size=16, cache_dir=tmp_path / "cache", paths=[str(tmp_path / "*.txt")], tokenizer="bpe",
-              bpe_vocab_size=300)
+    kw = dict(
+        seed=0,
+        block_size=16,
+        cache_dir=tmp_path / "cache",
+        paths=[str(tmp_path / "*.txt")],
+        tokenizer="bpe",
+        bpe_vocab_size=300,
+    )
     first = TextData(**kw)
     assert not first.from_cache
     assert first.cache_path.parent == tmp_path / "cache" / "tokens"
@@ -173,13 +185,19 @@ def test_token_cache_is_reused(tmp_path, monkeypatch):
 
 def test_mixed_file_types_and_char_tokenizer(tmp_path):
     docs = write_files(tmp_path)
-    d = TextData(seed=0, block_size=16, cache_dir=tmp_path / "c", paths=[str(tmp_path / "doc0.txt"),
-                 str(tmp_path / "docs.parquet")], column="body", tokenizer="char")
+    d = TextData(
+        seed=0,
+        block_size=16,
+        cache_dir=tmp_path / "c",
+        paths=[str(tmp_path / "doc0.txt"), str(tmp_path / "docs.parquet")],
+        column="body",
+        tokenizer="char",
+    )
     ids = np.concatenate([d.train_tokens, d.val_tokens]).tolist()
     text = PLAY + "".join(docs)  # .txt first, then parquet rows; char has no end token
     # char is fitted on whole segments inside the first 90 %: "w" (only in the last document, "answer") is unseen
     fitted = set(d.tokenizer.chars) - {"\ufffd"}
-    assert fitted <= set(text[:len(d.train_tokens)]) and "w" not in fitted
+    assert fitted <= set(text[: len(d.train_tokens)]) and "w" not in fitted
     assert d.tokenizer.decode(ids) == "".join(c if c in fitted else "\ufffd" for c in text)
 
 
@@ -229,11 +247,17 @@ def test_file_errors(tmp_path):
     (tmp_path / "data.csv").write_text("a,b\n")
     one_line_error(lambda: mk(paths=[str(tmp_path / "data.csv")]), "unsupported file type '.csv'", ".parquet")
     (tmp_path / "short.txt").write_text("tiny text\n" * 3)
-    one_line_error(lambda: mk(paths=[str(tmp_path / "short.txt")], tokenizer="byte"),
-                   "split of 'text' has", "tokens but model.block_size=16 needs at least 17")
+    one_line_error(
+        lambda: mk(paths=[str(tmp_path / "short.txt")], tokenizer="byte"),
+        "split of 'text' has",
+        "tokens but model.block_size=16 needs at least 17",
+    )
     write_files(tmp_path)
-    one_line_error(lambda: mk(paths=[str(tmp_path / "docs.jsonl")], column="content"),
-                   "data.column: column 'content' not found", "body")
+    one_line_error(
+        lambda: mk(paths=[str(tmp_path / "docs.jsonl")], column="content"),
+        "data.column: column 'content' not found",
+        "body",
+    )
     one_line_error(lambda: mk(paths=[str(tmp_path / "doc0.txt")], val_fraction=1.5), "data.val_fraction: got 1.5")
 
 
@@ -249,6 +273,8 @@ def test_assoc_recall_errors():
 def test_hub_dataset_offline_fails_at_once(tmp_path):
     start = time.monotonic()
     msg = one_line_error(lambda: HFData(seed=0, block_size=16, cache_dir=tmp_path, name="nobody/no-such-set"))
-    assert msg == ("data.name: hub dataset 'nobody/no-such-set' is not available offline (HF_HUB_OFFLINE=1); "
-                   "use data=text with local files")
+    assert msg == (
+        "data.name: hub dataset 'nobody/no-such-set' is not available offline (HF_HUB_OFFLINE=1); "
+        "use data=text with local files"
+    )
     assert time.monotonic() - start < 5

@@ -101,12 +101,21 @@ def test_changing_val_fraction_reuses_the_tokens(tmp_path, monkeypatch):
 
 def test_bpe_never_fits_on_validation_text(tmp_path):
     text = write_corpus(tmp_path / "a.txt", 4000)
-    d = TextData(seed=0, block_size=32, cache_dir=tmp_path / "c", paths=[str(tmp_path / "a.txt")], tokenizer="bpe",
-                 bpe_vocab_size=300, bpe_sample_bytes=1_000_000)
+    d = TextData(
+        seed=0,
+        block_size=32,
+        cache_dir=tmp_path / "c",
+        paths=[str(tmp_path / "a.txt")],
+        tokenizer="bpe",
+        bpe_vocab_size=300,
+        bpe_sample_bytes=1_000_000,
+    )
     index = json.loads((d.cache_path / "index.json").read_text())
     assert 0 < index["fit_end"] <= len(d.train_tokens)
-    assert d.tokenizer.decode(np.asarray(d.train_tokens).tolist() + np.asarray(d.val_tokens).tolist()) == \
-        text + "<|endoftext|>"
+    assert (
+        d.tokenizer.decode(np.asarray(d.train_tokens).tolist() + np.asarray(d.val_tokens).tolist())
+        == text + "<|endoftext|>"
+    )
 
 
 def test_progress_is_logged(tmp_path, caplog):
@@ -122,7 +131,7 @@ def test_progress_is_logged(tmp_path, caplog):
 
 def test_progress_of_a_jsonl_file_ends_at_100_percent_of_its_text(tmp_path, caplog):
     """The file's size (its JSON included) is only the estimate; the last line gives the text bytes read."""
-    texts = [f"row {i} said \"hi\"\n" * 20 for i in range(300)]
+    texts = [f'row {i} said "hi"\n' * 20 for i in range(300)]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n")
     with caplog.at_level(logging.INFO, logger="gptlab.data.progress"):
         TextData(seed=0, block_size=32, cache_dir=tmp_path / "c", paths=[str(tmp_path / "d.jsonl")], tokenizer="gpt2")
@@ -144,15 +153,23 @@ def test_streaming_a_local_dataset_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     folder = tmp_path / "ds"
     folder.mkdir()
-    (folder / "train.jsonl").write_text("".join(json.dumps({"body": f"document {i}: " + " ".join(WORDS)}) + "\n"
-                                                for i in range(500)))
-    kw = dict(seed=0, block_size=32, cache_dir=tmp_path / "c", name=str(folder), column="body", tokenizer="gpt2",
-              val_fraction=0.1)
+    (folder / "train.jsonl").write_text(
+        "".join(json.dumps({"body": f"document {i}: " + " ".join(WORDS)}) + "\n" for i in range(500))
+    )
+    kw = dict(
+        seed=0,
+        block_size=32,
+        cache_dir=tmp_path / "c",
+        name=str(folder),
+        column="body",
+        tokenizer="gpt2",
+        val_fraction=0.1,
+    )
     whole = HFData(**kw)
     streamed = HFData(**kw, streaming=True, max_tokens=5000)
     assert len(streamed.train_tokens) + len(streamed.val_tokens) == 5000 and len(streamed.val_tokens) == 500
     stream = np.asarray(streamed.train_tokens)
-    assert np.array_equal(stream, np.asarray(whole.train_tokens)[:len(stream)])  # same tokens, in order
+    assert np.array_equal(stream, np.asarray(whole.train_tokens)[: len(stream)])  # same tokens, in order
     assert HFData(**kw, streaming=True, max_tokens=5000).from_cache
 
 
@@ -192,14 +209,16 @@ def test_kill_9_during_tokenization_resumes_from_the_last_shard(tmp_path, monkey
     real = encode._encode
     monkeypatch.setattr(encode, "_encode", lambda tok, segs, dtype: encoded.append(1) or real(tok, segs, dtype))
     with caplog.at_level(logging.INFO, logger="gptlab.data.corpus"):
-        resumed = TextData(seed=0, block_size=32, cache_dir=tmp_path / "c", paths=[str(path)], tokenizer="gpt2",
-                           num_proc=1)
+        resumed = TextData(
+            seed=0, block_size=32, cache_dir=tmp_path / "c", paths=[str(path)], tokenizer="gpt2", num_proc=1
+        )
     assert any("resuming tokenization at" in r.getMessage() for r in caplog.records)
     n_chunks = -(-path.stat().st_size // (1 << 15))
     assert len(encoded) < n_chunks - 10  # the chunks behind the saved shards were not tokenized again
-    clean = TextData(seed=0, block_size=32, cache_dir=tmp_path / "fresh", paths=[str(path)], tokenizer="gpt2",
-                     num_proc=1)
-    assert json.loads((resumed.cache_path / "index.json").read_text())["lengths"][:len(saved)] == saved
+    clean = TextData(
+        seed=0, block_size=32, cache_dir=tmp_path / "fresh", paths=[str(path)], tokenizer="gpt2", num_proc=1
+    )
+    assert json.loads((resumed.cache_path / "index.json").read_text())["lengths"][: len(saved)] == saved
     assert np.array_equal(np.asarray(resumed.train_tokens), np.asarray(clean.train_tokens))
     assert np.array_equal(np.asarray(resumed.val_tokens), np.asarray(clean.val_tokens))
 
@@ -219,8 +238,14 @@ def test_peak_memory_stays_flat_on_a_large_single_document(tmp_path):
     """A ~45 MB .txt (one document) stays far under the old whole-document path (934 MiB for 50 MB in issue 16)."""
     path = tmp_path / "big.txt"
     write_corpus(path, 1_000_000)  # ~45 MB
-    out = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(tmp_path / "c"), str(path)], check=True,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, str(tmp_path / "c"), str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=600,
+    )
     tokens, peak_kib = map(int, out.stdout.split())
     assert tokens > 10_000_000
     assert peak_kib * 1024 < 600 * 2**20, f"peak RSS {peak_kib / 1024:.0f} MiB"

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import FAST, cli, rows, run_inprocess
 
 from gptlab.config import build
 from gptlab.train.diagnostics import Diagnostics, group_of
 from gptlab.train.loop import TrainingDiverged
+from helpers.cli import run_cli
+from helpers.train import FAST, rows, run_inprocess, train_env
 
 GROUPS = ("attn", "mlp", "norm")
 
@@ -27,8 +28,11 @@ def expected_keys(n_layer: int) -> set[str]:
     keys = {f"diag/{g}/{f}" for g in ("embed", "final") for f in ("grad_norm", "param_norm", "update_ratio")}
     for i in range(n_layer):
         keys |= {f"diag/layer{i:02d}/{g}/{f}" for g in GROUPS for f in ("grad_norm", "param_norm", "update_ratio")}
-        keys |= {f"diag/layer{i:02d}/attn/max_logit", f"diag/layer{i:02d}/attn/entropy",
-                 f"diag/layer{i:02d}/block/act_rms"}
+        keys |= {
+            f"diag/layer{i:02d}/attn/max_logit",
+            f"diag/layer{i:02d}/attn/entropy",
+            f"diag/layer{i:02d}/block/act_rms",
+        }
     return keys
 
 
@@ -92,6 +96,7 @@ def poison(monkeypatch, module_of, change, from_call: int, until_call: int | Non
                 calls.append(1)
                 if from_call <= len(calls) <= (until_call or len(calls)):
                     return change(out)
+
         module_of(model).register_forward_hook(hook)
         return model
 
@@ -102,12 +107,20 @@ def test_an_injected_spike_is_an_event_and_its_batch_replays(tmp_path, monkeypat
     """Training step 11 (row 12) runs with its final norm's output x 40: the logits blow up, so does the loss."""
     poison(monkeypatch, lambda m: m.norm_f, lambda out: out * 40, from_call=12, until_call=12)
     with caplog.at_level(logging.WARNING, logger="gptlab.train.diagnostics"):
-        run_inprocess(tmp_path / "s", "train.spike_factor=1.5", "train.spike_dump=true", "train.log_interval=5",
-                      steps=15, eval_interval=15)
+        run_inprocess(
+            tmp_path / "s",
+            "train.spike_factor=1.5",
+            "train.spike_dump=true",
+            "train.log_interval=5",
+            steps=15,
+            eval_interval=15,
+        )
     events = [r for r in rows(tmp_path / "s") if "spike/loss" in r]
     assert [r["step"] for r in events] == [12]
     event = events[0]
-    assert event["spike/ratio"] > 1.5 and event["spike/loss"] == pytest.approx(event["spike/ratio"] * event["spike/median"])
+    assert event["spike/ratio"] > 1.5 and event["spike/loss"] == pytest.approx(
+        event["spike/ratio"] * event["spike/median"]
+    )
     assert event["spike/layers"].count(" x") == 3  # the three groups whose grad norm rose most
     named = [part.rsplit(" x", 1) for part in event["spike/layers"].split(", ")]
     ratios = [float(r) for _, r in named]
@@ -136,12 +149,27 @@ def test_detect_anomaly_names_the_first_module_that_went_nan(tmp_path, monkeypat
 @pytest.mark.slow
 def test_diagnostics_reach_the_offline_wandb_run(tmp_path):
     run = tmp_path / "w"
-    proc = cli(tmp_path, *[a for a in FAST if a != "logger=none"], "logger=wandb", "train.diagnostics=true",
-               "train.max_steps=2", "train.eval_interval=2", "train.log_interval=2", f"hydra.run.dir={run}")
+    proc = run_cli(
+        "gptlab.cli.train",
+        *[a for a in FAST if a != "logger=none"],
+        "logger=wandb",
+        "train.diagnostics=true",
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "train.log_interval=2",
+        f"hydra.run.dir={run}",
+        cwd=tmp_path,
+        env=train_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (offline,) = sorted((run / "wandb").glob("offline-run-*"))
-    out = subprocess.run(["wandb", "leet", "inspect", "--json", str(offline)], capture_output=True, text=True,
-                         timeout=120, env=os.environ | {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    out = subprocess.run(
+        ["wandb", "leet", "inspect", "--json", str(offline)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     local = train_rows(run)[-1]
@@ -158,7 +186,9 @@ def test_sinusoidal_position_is_the_fixed_formula_with_no_parameters():
     table = pos.table(torch.arange(16), torch.float32)  # (16, 8)
     p, i = 5, 2  # dims 2i, 2i+1 at position p: sin/cos of p / 10000^(2i/d)
     angle = p / 10000 ** (2 * i / 8)
-    assert table[p, 2 * i].item() == pytest.approx(math.sin(angle)) and table[p, 2 * i + 1].item() == pytest.approx(math.cos(angle))
+    assert table[p, 2 * i].item() == pytest.approx(math.sin(angle)) and table[p, 2 * i + 1].item() == pytest.approx(
+        math.cos(angle)
+    )
     assert torch.equal(table[0], torch.tensor([0.0, 1.0] * 4))
     assert list(pos.parameters()) == [] and list(pos.state_dict()) == []
     x = torch.zeros(3, 16, 8)
@@ -174,8 +204,14 @@ def test_compare_shows_the_max_logit_with_and_without_qk_norm(tmp_path, capsys):
 
     sweep = tmp_path / "sweeps" / "qk"
     for arm, qk in (("plain", "false"), ("qk", "true")):
-        run_inprocess(sweep / arm / "seed0", "train.diagnostics=true", f"attention.qk_norm={qk}", "optimizer.lr=0.01",
-                      steps=8, eval_interval=8)
+        run_inprocess(
+            sweep / arm / "seed0",
+            "train.diagnostics=true",
+            f"attention.qk_norm={qk}",
+            "optimizer.lr=0.01",
+            steps=8,
+            eval_interval=8,
+        )
     assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-wandb"]) == 0
     capsys.readouterr()
     html = (tmp_path / "out" / "comparison.html").read_text()

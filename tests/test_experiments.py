@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from compare_fixtures import write_run
 from omegaconf import OmegaConf
 
 from gptlab.cli.sweep import load_sweep, planned_overrides
@@ -20,6 +16,8 @@ from gptlab.compare.runs import load_run
 from gptlab.config.build import build_model, compose, group_choices
 from gptlab.util.paths import CONF_DIR, SWEEPS_DIR
 from gptlab.util.tree import flatten
+from helpers.cli import cli_env, run_cli
+from helpers.compare import write_run
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 STUDY_SWEEPS = ("expected_results", "expected_results_cpu", "windows")
@@ -37,15 +35,26 @@ VARIANTS = {
     "d12_fast": ({"attention": "gqa"}, {"attention.n_kv_head": 4, "attention.impl": "flash", "mlp.ratio": 3}),
     "d12_sliding": ({"attention": "sliding"}, {"attention.window": 128}),
 }
-D12_KEYS = {"attention.impl": "naive", "attention.n_kv_head": None, "attention.window": None, "mlp.ratio": 4,
-            "norm.bias": True, "norm.placement": "pre", "model.bias": True, "model.tie_embeddings": True,
-            "data.tokenizer": "gpt2"}
+D12_KEYS = {
+    "attention.impl": "naive",
+    "attention.n_kv_head": None,
+    "attention.window": None,
+    "mlp.ratio": 4,
+    "norm.bias": True,
+    "norm.placement": "pre",
+    "model.bias": True,
+    "model.tie_embeddings": True,
+    "data.tokenizer": "gpt2",
+}
 
 
 def resolved(cfg) -> dict:
     """The run config (Hydra's own section left out) as plain, resolved containers."""
-    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-            for k, v in cfg.items() if k != "hydra"}
+    return {
+        k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+        for k, v in cfg.items()
+        if k != "hydra"
+    }
 
 
 def arch(cfg) -> dict:
@@ -96,7 +105,12 @@ def test_each_cpu_twin_keeps_its_arms_architecture_and_shrinks_the_rest(name):
     gpu, cpu = compose([f"experiment={name}"]), compose([f"experiment={name}", "scale=cpu"])
     assert arch(cpu) == arch(gpu)
     choices = group_choices(cpu)
-    assert (choices["experiment"], choices["scale"], choices["model"], choices["hardware"]) == (name, "cpu", "tiny", "cpu")
+    assert (choices["experiment"], choices["scale"], choices["model"], choices["hardware"]) == (
+        name,
+        "cpu",
+        "tiny",
+        "cpu",
+    )
     sizes = {k: cpu.model[k] for k in ("n_layer", "n_head", "d_model", "block_size")}
     assert sizes == {"n_layer": 4, "n_head": 12, "d_model": 192, "block_size": 256}
     assert cpu.data.tokenizer == "char" and cpu.hardware.dtype == "fp32"
@@ -138,11 +152,22 @@ def _fake_sweep(root: Path, sweep: str) -> list[Path]:
         cfg = compose(planned_overrides(name, spec, arm, []))
         choices = {k: v for k, v in group_choices(cfg).items() if k != "logger"}
         plain = resolved(cfg)
-        leaves = {k: v for k, v in flatten({g: plain[g] for g in (*ARCH_GROUPS, "model")}, empty_as_leaf=True).items()
-                  if not k.rsplit(".", 1)[-1].startswith("_")}
+        leaves = {
+            k: v
+            for k, v in flatten({g: plain[g] for g in (*ARCH_GROUPS, "model")}, empty_as_leaf=True).items()
+            if not k.rsplit(".", 1)[-1].startswith("_")
+        }
         for seed in (0, 1):
-            paths.append(write_run(root / arm / f"seed{seed}", seed=seed, choices=choices, leaves=leaves,
-                                   tokens_per_s=1000.0 + 100 * i, loss_at=lambda s, i=i, seed=seed: 2 + 0.01 * (i + seed)))
+            paths.append(
+                write_run(
+                    root / arm / f"seed{seed}",
+                    seed=seed,
+                    choices=choices,
+                    leaves=leaves,
+                    tokens_per_s=1000.0 + 100 * i,
+                    loss_at=lambda s, i=i, seed=seed: 2 + 0.01 * (i + seed),
+                )
+            )
     return paths
 
 
@@ -167,13 +192,18 @@ def test_claims_are_documented_as_claims_not_measurements():
 
 
 def test_gptlab_train_cfg_job_shows_gpt2s_architecture(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "experiment=d12", "--cfg", "job"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    proc = run_cli("gptlab.cli.train", "experiment=d12", "--cfg", "job", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     job = yaml.safe_load(proc.stdout)
     assert {k: job["model"][k] for k in ("n_layer", "n_head", "d_model", "block_size", "bias", "tie_embeddings")} == {
-        "n_layer": 12, "n_head": 12, "d_model": 768, "block_size": 1024, "bias": True, "tie_embeddings": True}
+        "n_layer": 12,
+        "n_head": 12,
+        "d_model": 768,
+        "block_size": 1024,
+        "bias": True,
+        "tie_embeddings": True,
+    }
     assert job["attention"]["_target_"].endswith("GroupedQueryAttention") and job["attention"]["n_kv_head"] is None
     assert job["norm"]["_target_"].endswith("layernorm.layernorm") and job["norm"]["bias"] is True
     assert job["position"]["_target_"].endswith("learned.LearnedPosition")
@@ -181,16 +211,33 @@ def test_gptlab_train_cfg_job_shows_gpt2s_architecture(tmp_path):
     assert job["data"]["tokenizer"] == "gpt2"
 
 
-QUICK = ["train.max_steps=4", "train.eval_interval=2", "train.eval_sequences=4", "train.batch_size=2",
-         "sample.tokens=0", "logger=none", "hardware.threads=1"]
+QUICK = [
+    "train.max_steps=4",
+    "train.eval_interval=2",
+    "train.eval_sequences=4",
+    "train.batch_size=2",
+    "sample.tokens=0",
+    "logger=none",
+    "hardware.threads=1",
+]
 
 
 @pytest.mark.slow
 def test_the_cpu_twin_sweep_runs_end_to_end_in_its_quick_form(tmp_path):
     out = tmp_path / "sweep"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.sweep", "expected_results_cpu", *QUICK, "--seeds", "0",
-                           "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    env = cli_env(OMP_NUM_THREADS="1")
+    proc = run_cli(
+        "gptlab.cli.sweep",
+        "expected_results_cpu",
+        *QUICK,
+        "--seeds",
+        "0",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     arms = load_sweep("expected_results_cpu")[1]["arms"]
     for arm in arms:

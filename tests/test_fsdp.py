@@ -1,6 +1,6 @@
 """hardware=fsdp_cpu: FSDP2 over real gloo ranks on this CPU, and its sharded (DCP) checkpoints.
 
-Two ranks follow one process's curve within TOLERANCE (fsdp_helpers says why); a resume on the same world size is
+Two ranks follow one process's curve within TOLERANCE (helpers/fsdp.py says why); a resume on the same world size is
 bit-identical; 2 -> 1 and 1 -> 2 ranks continue within the tolerance (DCP reshards); a corrupt newest checkpoint
 is skipped; the single-file export is what gptlab-sample loads; checkpointing + compile + FSDP2 on 2 ranks (slow).
 There is no GPU here: the CUDA path (bf16 params, fp32 reduce, CPU offload, compile per block before sharding) is
@@ -11,24 +11,22 @@ test_fsdp_kill.py.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from fsdp_helpers import ARGS, FSDP, assert_close_curves, curve, interrupted_copy, launch, train, wait
-from gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
-from train_helpers import run_inprocess
 
 from gptlab.cli import export as export_cli
-from gptlab.cli.sample import load_run
 from gptlab.errors import ConfigError
 from gptlab.runtime import distributed
 from gptlab.runtime.hardware import Hardware
 from gptlab.state import checkpoint
+from gptlab.state.rundir import load_trained as load_run
+from helpers.cli import cli_env, run_cli
+from helpers.fsdp import ARGS, FSDP, assert_close_curves, curve, interrupted_copy, launch, train, wait
+from helpers.gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
+from helpers.train import run_inprocess
 
-TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gptlab.cli.train"]
+TORCHRUN = ["torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gptlab.cli.train"]  # python -m ...
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +34,7 @@ def runs(tmp_path_factory):
     """{"two": 2-rank run under torchrun, "one": the same config in one process}: 8 steps, checkpoints at 4 and 8."""
     base = tmp_path_factory.mktemp("fsdp")
     two = base / "two"
-    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
-    out = subprocess.run([sys.executable, *TORCHRUN, *ARGS, f"hydra.run.dir={two}"], env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = run_cli(*TORCHRUN, *ARGS, f"hydra.run.dir={two}", env=cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0"))
     assert out.returncode == 0, out.stderr[-3000:]
     run_inprocess(base / "one", *FSDP, steps=8, eval_interval=4)  # one process: not wrapped, same DCP checkpoints
     return {"two": two, "one": base / "one", "base": base}
@@ -56,8 +52,10 @@ def test_two_ranks_follow_one_process_and_shard_their_checkpoints(runs):
     state = checkpoint.load(newest)
     assert state["step"] == 8 and state["identity"]["world"] == 2 and "model" not in state
     assert state["identity"]["config"]["hardware"]["strategy"] == "fsdp"
-    assert [p.name for p in sorted(checkpoint.ckpt_dir(runs["one"]).iterdir())] == ["step_0000004.dcp",
-                                                                                  "step_0000008.dcp"]
+    assert [p.name for p in sorted(checkpoint.ckpt_dir(runs["one"]).iterdir())] == [
+        "step_0000004.dcp",
+        "step_0000008.dcp",
+    ]
 
 
 @pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
@@ -71,7 +69,9 @@ def test_resume_two_ranks_on_one_continues_the_curve(runs):
     run = interrupted_copy(runs["two"], runs["base"] / "two-one", keep_step=4)
     run_inprocess(run, *FSDP, steps=8, eval_interval=4)  # train.resume=auto
     assert curve(run)[:6] == curve(runs["two"])[:6]  # rows up to the checkpoint (step 4 and its eval) are kept
-    worst = max(assert_close_curves(curve(run), curve(runs["two"])), assert_close_curves(curve(run), curve(runs["one"])))
+    worst = max(
+        assert_close_curves(curve(run), curve(runs["two"])), assert_close_curves(curve(run), curve(runs["one"]))
+    )
     print(f"\nmax |2 -> 1 resume - uninterrupted (2 ranks or 1 process)|: {worst:.2e}")
     assert checkpoint.load(checkpoint.latest_path(run))["identity"]["world"] == 1
 
@@ -81,7 +81,9 @@ def test_two_ranks_with_activation_checkpointing_and_compile_follow_one_process(
     """The order torch's FSDP2 docs give: checkpointing (the model's flag), compile each block, then fully_shard."""
     run = runs["base"] / "two-ac-compile"
     wait(launch(run, 2, "hardware.activation_checkpointing=true", "hardware.compile=true"), run, timeout=900)
-    print(f"\nmax |2 ranks, checkpointing + compile - 1 process|: {assert_close_curves(curve(run), curve(runs['one'])):.2e}")
+    print(
+        f"\nmax |2 ranks, checkpointing + compile - 1 process|: {assert_close_curves(curve(run), curve(runs['one'])):.2e}"
+    )
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd", "lion", "muon"])
@@ -159,8 +161,11 @@ def test_wandb_uploads_the_newest_sharded_checkpoint_as_a_folder(runs, monkeypat
     sink.run_dir, sink.run_id = runs["two"], "x"
     sink.run = SimpleNamespace(log_artifact=lambda artifact, aliases: got.update(aliases=aliases))
     sink._log_checkpoint()
-    assert got == {"metadata": {"step": 8}, "dir": str(checkpoint.ckpt_dir(runs["two"]) / "step_0000008.dcp"),
-                   "aliases": ["latest", "step8"]}
+    assert got == {
+        "metadata": {"step": 8},
+        "dir": str(checkpoint.ckpt_dir(runs["two"]) / "step_0000008.dcp"),
+        "aliases": ["latest", "step8"],
+    }
 
 
 @pytest.mark.slow  # 10 s on an idle 2-core machine, 30 s on a busy one: two more rank processes
@@ -195,7 +200,9 @@ def test_cuda_fsdp_compiles_then_shards_each_block_then_the_root(monkeypatch):
         assert kw["mesh"] == ("mesh", "cuda", (4,))
         assert kw["mp_policy"] == fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         assert isinstance(kw["offload_policy"], fsdp.CPUOffloadPolicy)
-    assert all(kw["reshard_after_forward"] is True for _, kw in calls[:-1]) and "reshard_after_forward" not in calls[-1][1]
+    assert (
+        all(kw["reshard_after_forward"] is True for _, kw in calls[:-1]) and "reshard_after_forward" not in calls[-1][1]
+    )
 
 
 def test_fsdp_in_fp32_gathers_fp32_and_one_process_is_not_wrapped(monkeypatch):

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fsdp_helpers import curve, launch, wait
 from test_reliability import freeze, last_step, wait_for_step
 
 from gptlab.state import checkpoint
+from helpers.fsdp import curve, launch, wait
 
 KILL = ["train.max_steps=12", "train.eval_interval=4", "train.ckpt_interval=1"]  # a checkpoint after every step
 TRIALS = [["write"], ["moment", "write"]]  # the kinds of kill each trial suffers, at random steps and moments
@@ -49,8 +49,12 @@ def kill_at_random(procs, run_dir: Path, rng: random.Random, mode: str) -> dict:
         time.sleep(rng.uniform(0.0005, 0.004))
     for proc in procs:
         proc.wait(timeout=240)
-    return {"mode": mode, "killed": any(p.returncode == -signal.SIGKILL for p in procs),
-            "during_write": any(checkpoint.ckpt_dir(run_dir).glob(checkpoint.TMP_GLOB)), "after_step": last_step(run_dir)}
+    return {
+        "mode": mode,
+        "killed": any(p.returncode == -signal.SIGKILL for p in procs),
+        "during_write": any(checkpoint.ckpt_dir(run_dir).glob(checkpoint.TMP_GLOB)),
+        "after_step": last_step(run_dir),
+    }
 
 
 def assert_checkpoints_complete(run_dir: Path) -> None:

@@ -6,25 +6,24 @@ with 2 gloo ranks under torchrun on this CPU.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-from ddp_worker import batch, model
 
 from gptlab.runtime import distributed
-
-TESTS = Path(__file__).resolve().parent
+from helpers.cli import cli_env, run_cli
+from helpers.ddp_worker import batch, model
+from helpers.paths import pythonpath_with_tests
 
 
 def test_init_args_bind_nccl_to_the_rank_gpu_with_a_long_timeout():
-    assert distributed.init_args("cuda:1") == {"backend": "nccl", "device_id": torch.device("cuda", 1),
-                                               "timeout": timedelta(minutes=30)}
+    assert distributed.init_args("cuda:1") == {
+        "backend": "nccl",
+        "device_id": torch.device("cuda", 1),
+        "timeout": timedelta(minutes=30),
+    }
     assert distributed.init_args("cpu", timeout_s=60) == {"backend": "gloo", "timeout": timedelta(seconds=60)}
 
 
@@ -38,8 +37,12 @@ def test_setup_on_cuda_passes_device_id(monkeypatch):
     monkeypatch.setattr(dist, "init_process_group", lambda **kw: calls.update(kw))
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.update(set_device=index))
     assert distributed.setup("cuda:0") == (1, 2, "cuda:1")
-    assert calls == {"set_device": 1, "backend": "nccl", "device_id": torch.device("cuda", 1),
-                     "timeout": timedelta(seconds=distributed.DEFAULT_TIMEOUT_S)}
+    assert calls == {
+        "set_device": 1,
+        "backend": "nccl",
+        "device_id": torch.device("cuda", 1),
+        "timeout": timedelta(seconds=distributed.DEFAULT_TIMEOUT_S),
+    }
     assert distributed.DEFAULT_TIMEOUT_S >= 30 * 60  # NCCL's own default (10 min) is shorter than a big checkpoint
 
 
@@ -47,10 +50,17 @@ def test_setup_on_cuda_passes_device_id(monkeypatch):
 @pytest.mark.timeout(120)
 def test_two_gloo_ranks_share_identical_gradients(tmp_path):
     """2 real gloo ranks: DDP without buffer broadcast, gradients as bucket views, equal to one process's."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(TESTS / "ddp_worker.py"), str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=110)
+    env = cli_env(OMP_NUM_THREADS="1", PYTHONPATH=pythonpath_with_tests())
+    proc = run_cli(
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "helpers.ddp_worker",
+        str(tmp_path),
+        env=env,
+        timeout=110,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
     assert all(r["world"] == 2 and r["broadcast_buffers"] is False and r["bucket_view"] is True for r in ranks)

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import tiny_model, tokens
 
 from gptlab.model.attention import kernels
+from helpers.model import tiny_model, tokens
 
 H, HD, TK = 4, 8, 20
 # (Tq, q_offset): training (square), one decode step, a chunk of queries after a cache
@@ -35,8 +35,9 @@ def _spy(monkeypatch) -> list[dict]:
     calls, real = [], F.scaled_dot_product_attention
 
     def spy(q, k, v, attn_mask=None, **kw):
-        calls.append({"hq": q.size(1), "hk": k.size(1), "masked": attn_mask is not None,
-                      "gqa": kw.get("enable_gqa", False)})
+        calls.append(
+            {"hq": q.size(1), "hk": k.size(1), "masked": attn_mask is not None, "gqa": kw.get("enable_gqa", False)}
+        )
         return real(q, k, v, attn_mask=attn_mask, **kw)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
@@ -72,19 +73,25 @@ def test_sdpa_gradients_match_naive(hkv, window, bias):
 
 
 def _fake_q(device_type, dtype, head_dim=64):
-    return SimpleNamespace(device=torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu"),
-                           dtype=dtype, size=lambda dim: head_dim)
+    return SimpleNamespace(
+        device=torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu"),
+        dtype=dtype,
+        size=lambda dim: head_dim,
+    )
 
 
-@pytest.mark.parametrize("device,dtype,head_dim,major,masked,native", [
-    ("cuda", torch.bfloat16, 64, 9, False, True),     # flash: takes GQA natively
-    ("cuda", torch.bfloat16, 64, 9, True, False),     # a mask rules flash out; efficient has no GQA
-    ("cuda", torch.float32, 64, 9, False, False),     # fp32: no flash
-    ("cuda", torch.float16, 64, 7, False, False),     # V100: no flash
-    ("cuda", torch.bfloat16, 512, 9, False, False),   # head_dim > 256: no flash
-    ("cpu", torch.float32, 64, None, False, True),    # the CPU flash kernel takes GQA
-    ("cpu", torch.float32, 64, None, True, False),
-])
+@pytest.mark.parametrize(
+    "device,dtype,head_dim,major,masked,native",
+    [
+        ("cuda", torch.bfloat16, 64, 9, False, True),  # flash: takes GQA natively
+        ("cuda", torch.bfloat16, 64, 9, True, False),  # a mask rules flash out; efficient has no GQA
+        ("cuda", torch.float32, 64, 9, False, False),  # fp32: no flash
+        ("cuda", torch.float16, 64, 7, False, False),  # V100: no flash
+        ("cuda", torch.bfloat16, 512, 9, False, False),  # head_dim > 256: no flash
+        ("cpu", torch.float32, 64, None, False, True),  # the CPU flash kernel takes GQA
+        ("cpu", torch.float32, 64, None, True, False),
+    ],
+)
 def test_native_gqa_only_where_flash_runs(monkeypatch, device, dtype, head_dim, major, masked, native):
     """torch.cuda mocked (device properties): enable_gqa is used only where a fused kernel takes it."""
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(major=major))

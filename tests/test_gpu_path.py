@@ -1,7 +1,7 @@
 """The CUDA path of hardware setup, the peak table, the DDP profiles and local GPU placement (issue 12).
 
 This machine has no GPU: every test that needs CUDA says so and runs against the mocked torch.cuda of
-gpu_mocks.fake_cuda (device count, names, capabilities and set_device calls are the mock's).
+helpers.gpu_mocks.fake_cuda (device count, names, capabilities and set_device calls are the mock's).
 """
 
 from __future__ import annotations
@@ -12,16 +12,17 @@ import warnings
 
 import pytest
 import torch
-from gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
-from train_helpers import run_inprocess
 
 from gptlab.config import build
 from gptlab.config.build import build_hardware, compose
 from gptlab.errors import ConfigError
 from gptlab.runtime import placement
 from gptlab.runtime.hardware import Hardware, threads_for_job
+from helpers.gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
+from helpers.train import run_inprocess
 
 # ---- 1. device resolution -----------------------------------------------------------------------------
+
 
 def test_cuda_resolves_to_an_indexed_device_and_apply_sets_it(fake_cuda):
     """CUDA mocked: "cuda" and "auto" become "cuda:0", and apply() hands set_device an index (not a bare device)."""
@@ -50,6 +51,7 @@ class _Reached(Exception):
 
 def test_gptlab_train_hardware_cuda_gets_past_device_setup(fake_cuda, monkeypatch, tmp_path):
     """CUDA mocked: execute() with hardware=cuda sets up the device and reaches data loading (stopped there)."""
+
     def stop(*args, **kwargs):
         raise _Reached
 
@@ -83,8 +85,11 @@ PEAKS = [  # name, bf16 peak, fp32 peak with TF32 on, fp32 peak with TF32 off (v
 def test_datasheet_peak_by_exact_name(fake_cuda, name, bf16, tf32, fp32):
     """CUDA mocked: the peak for this device name; fp32 uses the TF32 peak when TF32 is on, plain FP32 when off."""
     fake_cuda.name = name
-    peak = {(d, t): Hardware(device="cuda", dtype=d, tf32=t).resolved_peak_flops(None)
-            for d in ("bf16", "fp32") for t in (True, False)}
+    peak = {
+        (d, t): Hardware(device="cuda", dtype=d, tf32=t).resolved_peak_flops(None)
+        for d in ("bf16", "fp32")
+        for t in (True, False)
+    }
     assert peak == {("bf16", True): bf16, ("bf16", False): bf16, ("fp32", True): tf32, ("fp32", False): fp32}
 
 
@@ -94,13 +99,15 @@ def test_unknown_or_partial_names_are_not_guessed(fake_cuda, name):
     fake_cuda.name = name
     with pytest.raises(ConfigError) as err:
         Hardware(device="cuda").resolved_peak_flops(None)
-    assert str(err.value) == (f"hardware.peak_flops: no datasheet peak known for '{name}'; "
-                              "set hardware.peak_flops=<FLOP/s>")
+    assert str(err.value) == (
+        f"hardware.peak_flops: no datasheet peak known for '{name}'; set hardware.peak_flops=<FLOP/s>"
+    )
     assert Hardware(device="cuda", peak_flops=1e14).resolved_peak_flops(None) == 1e14
 
 
-@pytest.mark.parametrize("name,cap,fp16,fp32", [("Tesla V100-SXM2-16GB", (7, 0), 125e12, 15.7e12),
-                                                 ("Tesla T4", (7, 5), 65e12, 8.1e12)])
+@pytest.mark.parametrize(
+    "name,cap,fp16,fp32", [("Tesla V100-SXM2-16GB", (7, 0), 125e12, 15.7e12), ("Tesla T4", (7, 5), 65e12, 8.1e12)]
+)
 def test_pre_sm80_refuses_bf16_and_has_no_tf32(fake_cuda, name, cap, fp16, fp32):
     """CUDA mocked: V100/T4 have no bf16 tensor cores (refused in one line) and no TF32 (fp32 peak either way)."""
     fake_cuda.name, fake_cuda.capability = name, cap
@@ -117,6 +124,7 @@ def test_pre_sm80_refuses_bf16_and_has_no_tf32(fake_cuda, name, cap, fp16, fp32)
 
 
 # ---- 4. TF32 through fp32_precision, never allow_tf32 --------------------------------------------------
+
 
 class _Recorder:
     """Records every attribute set on it (stands in for torch.backends.cuda.matmul / cudnn.conv)."""
@@ -154,6 +162,7 @@ def test_tf32_never_touches_the_deprecated_allow_tf32(fake_cuda, monkeypatch):
 
 # ---- 2. the DDP profiles: GPUs asked of SLURM, or explicitly CPU ---------------------------------------
 
+
 def test_ddp_profile_asks_slurm_for_one_gpu_per_rank():
     cfg = compose(["launcher=slurm", "hardware=ddp", "hardware.tasks_per_node=4"])
     assert cfg.hardware.device == "cuda" and cfg.hardware.distributed is True
@@ -176,6 +185,7 @@ def test_ddp_without_cuda_points_to_ddp_cpu():
 
 # ---- 15. threads: SLURM_CPUS_PER_TASK is already per rank ---------------------------------------------
 
+
 def test_threads_for_job(monkeypatch):
     for var in ("SLURM_CPUS_PER_TASK", "GPTLAB_THREADS", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(var, raising=False)
@@ -191,6 +201,7 @@ def test_threads_for_job(monkeypatch):
 
 # ---- 15. local placement: GPUs never shared, CPU wrap-around warned -----------------------------------
 
+
 def test_local_gpu_slices_never_wrap_around():
     gpus = ["0", "1", "2", "3"]
     assert [placement.gpus_for_job(k, 1, gpus) for k in range(4)] == [["0"], ["1"], ["2"], ["3"]]
@@ -198,8 +209,10 @@ def test_local_gpu_slices_never_wrap_around():
     assert placement.gpus_for_job(3, 0, gpus) == [] and placement.gpus_for_job(0, 1, []) == []
     with pytest.raises(ConfigError) as err:
         placement.gpus_for_job(4, 1, gpus)
-    assert str(err.value).startswith("hydra.launcher.gpus_per_node=1: this machine has 4 GPU(s), room for 4 run(s) "
-                                     "at a time, but this is run 5 of the local sweep")
+    assert str(err.value).startswith(
+        "hydra.launcher.gpus_per_node=1: this machine has 4 GPU(s), room for 4 run(s) "
+        "at a time, but this is run 5 of the local sweep"
+    )
     with pytest.raises(ConfigError, match="room for 1 run"):
         placement.gpus_for_job(1, 3, gpus)
     with pytest.raises(ConfigError, match="room for 0 run"):

@@ -12,14 +12,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.cli import run_cli
-from helpers.train import FAST, rows, run_inprocess
 
 from gptlab.config.build import compose, group_choices
 from gptlab.config.validate import validate
 from gptlab.errors import ConfigError
 from gptlab.state import checkpoint
 from gptlab.train.run import execute
+from helpers.cli import run_cli
+from helpers.train import FAST, rows, run_inprocess
 
 
 def snapshot(folder: Path) -> dict[str, str]:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from test_reliability import launch, wait_for_step
 from test_resume import every_row
-from train_helpers import FAST
 
 from gptlab.sinks.jsonl import read_rows
 from gptlab.state import checkpoint
+from helpers.cli import cli_env, run_cli
+from helpers.train import FAST
 
 ARGS = [*FAST, "train.max_steps=30", "train.eval_interval=10", "train.ckpt_interval=0", "hardware.threads=1"]
 
@@ -35,8 +33,9 @@ def test_ctrl_c_checkpoints_the_current_step_and_exits_130(tmp_path):
     assert proc.wait(timeout=120) == 130
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted"
-    assert last_line(f"{run}.err") == (f"interrupted (Ctrl-C) at step {summary['steps']}: checkpoint written; "
-                                       f"run the same command to resume ({run})")
+    assert last_line(f"{run}.err") == (
+        f"interrupted (Ctrl-C) at step {summary['steps']}: checkpoint written; run the same command to resume ({run})"
+    )
     assert "Traceback" not in Path(f"{run}.err").read_text()
     assert checkpoint.latest_path(run).name == f"step_{summary['steps']:07d}.pt"
     assert launch(run, *ARGS).wait(timeout=300) == 0
@@ -51,18 +50,27 @@ def test_disk_full_while_logging_names_the_file_and_keeps_whole_rows(tmp_path):
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (8 * 1024, 8 * 1024))
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
     # First fill the caches (the corpus' token shards, measured peaks) without the limit, so that the limited run's
     # first file to outgrow 8 KiB is metrics.jsonl whatever ran before this test.
-    warm = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *ARGS, "train.max_steps=1", "logger=none",
-                           f"hydra.run.dir={tmp_path / 'warm'}"], env=env, capture_output=True, text=True, timeout=300)
+    warm = run_cli(
+        "gptlab.cli.train", *ARGS, "train.max_steps=1", "logger=none", f"hydra.run.dir={tmp_path / 'warm'}", env=env
+    )
     assert warm.returncode == 0, warm.stderr[-2000:]
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *ARGS, "train.max_steps=60", "logger=none",
-                           f"hydra.run.dir={run}"], env=env, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    proc = run_cli(
+        "gptlab.cli.train",
+        *ARGS,
+        "train.max_steps=60",
+        "logger=none",
+        f"hydra.run.dir={run}",
+        env=env,
+        preexec_fn=limit,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: I/O error '{run}/metrics.jsonl': cannot append to the metrics file (File too large); "
-        f"the file size limit (ulimit -f) is too small")
+        f"the file size limit (ulimit -f) is too small"
+    )
     text = (run / "metrics.jsonl").read_text()
     assert text.endswith("\n") and len(read_rows(run / "metrics.jsonl")) == len(text.splitlines()) > 10
     assert json.loads((run / "summary.json").read_text())["status"] == "failed"
@@ -74,11 +82,11 @@ def test_a_folder_of_the_users_own_files_is_refused_untouched(tmp_path):
     (mine / "metrics.jsonl").write_text("my own numbers\n")
     (mine / "notes.txt").write_text("do not touch\n")
     before = {p.name: p.read_bytes() for p in mine.iterdir()}
-    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *ARGS, "logger=none", f"hydra.run.dir={mine}"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    proc = run_cli("gptlab.cli.train", *ARGS, "logger=none", f"hydra.run.dir={mine}", env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: hydra.run.dir: '{mine}' holds files that are not a gptlab run (metrics.jsonl, notes.txt); "
-        f"allowed: a new or empty dir, or a gptlab run dir to resume"]
+        f"allowed: a new or empty dir, or a gptlab run dir to resume"
+    ]
     assert {p.name: p.read_bytes() for p in mine.iterdir()} == before  # no .hydra/, no lock, nothing rewritten

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 import torch
-from model_helpers import choices, tiny_model, tokens
 from torch.testing import assert_close
 
 from gptlab.infer.cache import RingCache, StaticCache, cache_nbytes, dequantize, make_caches, quantize
+from helpers.model import choices, tiny_model, tokens
 
 WINDOW = ["attention.window=5"]  # shorter than the prompt, so ring buffers wrap during prefill and decoding
 CASES = list(itertools.product(choices("attention"), choices("position")))
@@ -27,7 +27,7 @@ def model_for(attention: str, position: str):
 def stepwise(model, x: torch.Tensor, prompt: int, caches) -> torch.Tensor:
     """Logits of prefill + one token at a time through `caches`: (B, T, vocab)."""
     steps = [model(x[:, :prompt], caches=caches)[0]]
-    steps += [model(x[:, t:t + 1], caches=caches)[0] for t in range(prompt, x.size(1))]
+    steps += [model(x[:, t : t + 1], caches=caches)[0] for t in range(prompt, x.size(1))]
     return torch.cat(steps, dim=1)
 
 
@@ -74,11 +74,14 @@ def test_ring_cache_memory_is_bounded_by_the_window():
 def test_a_full_ring_writes_only_the_new_positions_slots(monkeypatch):
     """A decode step into a full ring writes one slot per K and V, not all `window` of them (the old cost)."""
     from gptlab.infer import cache as cache_mod
+
     ring = RingCache(1, 1, 4, 2)
     ring.update(torch.randn(1, 1, 6, 2), torch.randn(1, 1, 6, 2))  # prefill past the window: the ring is full
     writes = []
     real_write = cache_mod._Store.write
-    monkeypatch.setattr(cache_mod._Store, "write", lambda self, start, x: writes.append(start) or real_write(self, start, x))
+    monkeypatch.setattr(
+        cache_mod._Store, "write", lambda self, start, x: writes.append(start) or real_write(self, start, x)
+    )
     k, v = torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)
     keys, values, k_start = ring.update(k, v)
     assert writes == [6 % 4, 6 % 4] and k_start == 2  # position 6 goes to slot 2; keys are positions 2..6 (mask: 3..6)

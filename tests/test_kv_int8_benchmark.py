@@ -18,8 +18,14 @@ from benchmarks.kv_int8 import KINDS, cache_bytes, measure, teacher_forced
 from gptlab.config.build import build_model, compose
 
 VOCAB = 65
-SMALL = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.init_std=0.1",
-         "hardware.dtype=fp32"]
+SMALL = [
+    "model.n_layer=2",
+    "model.d_model=64",
+    "model.n_head=4",
+    "model.block_size=64",
+    "model.init_std=0.1",
+    "hardware.dtype=fp32",
+]
 
 
 def tiny(*overrides: str):
@@ -39,7 +45,13 @@ def figures():
 def test_structure(figures):
     _, doc = figures
     assert set(doc["kinds"]) == set(KINDS)
-    assert (doc["sequences"], doc["seq_len"], doc["prompts"], doc["prompt_len"], doc["new_tokens"]) == (6, 32, 4, 24, 16)
+    assert (doc["sequences"], doc["seq_len"], doc["prompts"], doc["prompt_len"], doc["new_tokens"]) == (
+        6,
+        32,
+        4,
+        24,
+        16,
+    )
     for fig in doc["kinds"].values():
         assert set(fig["nll_per_sequence"]) == {"mean", "std", "min", "max"}
         for ref in ("bf16", "fp32"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import torch
-from model_helpers import tiny_model, tokens
 
 from gptlab.optim.lion import Lion, lion
+from helpers.model import tiny_model, tokens
 
 
 class LoopLion(torch.optim.Optimizer):
@@ -48,8 +48,11 @@ def test_foreach_lion_equals_the_loop_exactly():
     b = copy.deepcopy(a)
     fast = lion(a, lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1)  # decay and no-decay groups
     params_b = dict(b.named_parameters())
-    ref = LoopLion([{"params": [params_b[n] for n in _names(a, g)], "weight_decay": g["weight_decay"]}
-                    for g in fast.param_groups], lr=3e-3, betas=(0.9, 0.99))
+    ref = LoopLion(
+        [{"params": [params_b[n] for n in _names(a, g)], "weight_decay": g["weight_decay"]} for g in fast.param_groups],
+        lr=3e-3,
+        betas=(0.9, 0.99),
+    )
     assert isinstance(fast, Lion) and {g["weight_decay"] for g in fast.param_groups} == {0.0, 0.1}
     _train(a, fast)
     _train(b, ref)

@@ -112,9 +112,11 @@ def test_a_multi_rank_job_counts_its_sibling_ranks_as_its_own():
     """With local_world > 1 'own' is the launcher's tree, so a sibling rank's work is not outside load."""
     sibling = subprocess.Popen([sys.executable, "-c", BUSY.format(s=0.6)])  # stands in for rank 1
     try:
-        code = ("import sys, time; sys.path.insert(0, %r); from gptlab.runtime.cpu_load import job_sampler; "
-                "s = job_sampler(2); s.start(); time.sleep(0.5); s.sample(force=True); print(s.own_ticks)"
-                % str(load.Path(load.__file__).parents[2]))
+        root = str(load.Path(load.__file__).parents[2])
+        code = (
+            f"import sys, time; sys.path.insert(0, {root!r}); from gptlab.runtime.cpu_load import job_sampler; "
+            "s = job_sampler(2); s.start(); time.sleep(0.5); s.sample(force=True); print(s.own_ticks)"
+        )
         rank0 = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     finally:
         sibling.wait()

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from model_helpers import TINY, VOCAB, tiny_model, tokens
 from torch.testing import assert_close
 
 from gptlab.config.build import build_model, compose
 from gptlab.costs.report import analyze
-from tests.conftest import REPO
+from helpers.cli import cli_env, run_cli
+from helpers.model import TINY, VOCAB, tiny_model, tokens
+from helpers.paths import REPO
 
 L, d, T = 2, 32, 32  # TINY: 2 layers, d_model 32, 4 heads, block 32
 
@@ -47,11 +45,14 @@ def test_model_equals_the_same_weights_with_a_zeroed_mlp():
     assert_close(none(x)[0], gelu(x)[0], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("extra,per_layer_vectors,norm_vectors", [
-    ([], 0, 1),                                # rmsnorm (gain), no biases
-    (["model.bias=true"], 4 * d, 1),           # qkv bias 3d + proj bias d
-    (["norm=layernorm"], 0, 2),                # layernorm gain + bias
-])
+@pytest.mark.parametrize(
+    "extra,per_layer_vectors,norm_vectors",
+    [
+        ([], 0, 1),  # rmsnorm (gain), no biases
+        (["model.bias=true"], 4 * d, 1),  # qkv bias 3d + proj bias d
+        (["norm=layernorm"], 0, 2),  # layernorm gain + bias
+    ],
+)
 def test_param_count_formula(extra, per_layer_vectors, norm_vectors):
     """params = V·d (tied) + L·(4d² + biases + one norm) + final norm; the gelu model has L·(8d² + norm) more."""
     model = tiny_model("mlp=none", *extra)
@@ -65,10 +66,16 @@ def test_param_count_formula(extra, per_layer_vectors, norm_vectors):
 @pytest.fixture(scope="module")
 def flops_json():
     """`gptlab-flops mlp=none ... format=json` on the tiny shape (V 61, B 4, T 32)."""
-    args = ["mlp=none", *TINY[1:], f"model.vocab_size={VOCAB}", "batch_size=4", "format=json",
-            "hardware.peak_flops=1e12", "hardware.mem_bandwidth=1e11"]
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.flops", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        "mlp=none",
+        *TINY[1:],
+        f"model.vocab_size={VOCAB}",
+        "batch_size=4",
+        "format=json",
+        "hardware.peak_flops=1e12",
+        "hardware.mem_bandwidth=1e11",
+    ]
+    proc = run_cli("gptlab.cli.flops", *args, cwd=REPO, timeout=120, env=cli_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -83,7 +90,9 @@ def test_gptlab_flops_counts_no_mlp(flops_json):
     assert all(op["flops"] == 0 and op["bytes_naive"] == 0 and op["bytes_fused"] == 0 for op in mlp_ops)
     # 3 x forward matmuls: 2·L·4d² projections + 2·d·V head + 4·L·d·c̄ scores and A·V, c̄ = (T+1)/2 causal
     attention = 4 * L * d * (T + 1) / 2
-    assert report["flops"]["forward_per_token"] == pytest.approx(2 * L * 4 * d * d + 2 * d * VOCAB + attention, rel=1e-12)
+    assert report["flops"]["forward_per_token"] == pytest.approx(
+        2 * L * 4 * d * d + 2 * d * VOCAB + attention, rel=1e-12
+    )
     assert report["flops"]["train_per_token"] == pytest.approx(3 * report["flops"]["forward_per_token"], rel=1e-12)
     norms = [op for op in report["ops"] if op["name"] == "norm"]
     assert norms[0]["layers"] == L  # one norm per block (not two)
@@ -91,9 +100,11 @@ def test_gptlab_flops_counts_no_mlp(flops_json):
 
 def test_cost_model_mlp_none_equals_gelu_minus_its_mlp():
     """Per token, gelu's forward matmul FLOPs minus mlp=none's = L·2·8d² (the two MLP matrices), nothing else."""
+
     def fwd(choice):
         model = build_model(compose([*TINY, f"mlp={choice}"]), vocab_size=VOCAB, device="meta")
         return analyze(model, 4, T).flops["forward_per_token"]
+
     assert fwd("gelu") - fwd("none") == pytest.approx(L * 2 * 8 * d * d, rel=1e-12)
 
 
@@ -105,6 +116,7 @@ def test_unfused_residual_is_one_add_per_attention_only_block():
         model = build_model(compose([*TINY, f"mlp={choice}"]), vocab_size=VOCAB, device="meta")
         ops = analyze(model, 4, T, accounting=Accounting(unfused=tuple(ELEMENTWISE))).ops
         return next(op for op in ops if op["name"] == "residual")
+
     n = 4 * T  # tokens
     for choice, adds in (("gelu", 2), ("none", 1)):
         op = residual(choice)
@@ -114,15 +126,34 @@ def test_unfused_residual_is_one_add_per_attention_only_block():
 
 def test_training_with_mlp_none_lowers_the_recall_loss(tmp_path):
     """60 fp32 steps of gptlab-train mlp=none on a small recall task lower the fixed validation loss."""
-    env = {"OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}
-    args = ["mlp=none", "data=assoc_recall", "data.num_keys=16", "data.num_values=16", "data.num_pairs=4",
-            "data.num_queries=4", "data.seq_len=16", "model.block_size=16", "model.d_model=32", "model.n_head=2",
-            "model.n_layer=2", "train.max_steps=60", "train.eval_interval=60", "train.batch_size=32",
-            "train.eval_sequences=64", "optimizer.lr=1e-2", "schedule.warmup_steps=5", "train.ckpt_interval=0",
-            "logger=none", "sample.tokens=0", "hardware.dtype=fp32", "hardware.threads=1",
-            "hardware.peak_flops=1e12", "hardware.mem_bandwidth=1e11", f"hydra.run.dir={tmp_path / 'run'}"]
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **env})
+    args = [
+        "mlp=none",
+        "data=assoc_recall",
+        "data.num_keys=16",
+        "data.num_values=16",
+        "data.num_pairs=4",
+        "data.num_queries=4",
+        "data.seq_len=16",
+        "model.block_size=16",
+        "model.d_model=32",
+        "model.n_head=2",
+        "model.n_layer=2",
+        "train.max_steps=60",
+        "train.eval_interval=60",
+        "train.batch_size=32",
+        "train.eval_sequences=64",
+        "optimizer.lr=1e-2",
+        "schedule.warmup_steps=5",
+        "train.ckpt_interval=0",
+        "logger=none",
+        "sample.tokens=0",
+        "hardware.dtype=fp32",
+        "hardware.threads=1",
+        "hardware.peak_flops=1e12",
+        "hardware.mem_bandwidth=1e11",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = run_cli("gptlab.cli.train", *args, cwd=tmp_path, env=cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["choices"]["mlp"] == "none"

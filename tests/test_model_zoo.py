@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_helpers import TINY, VOCAB, choices, tiny_model, tokens
 from torch.testing import assert_close
 
 from gptlab.config.build import build_model, build_optimizer, compose
 from gptlab.model.attention.kernels import IMPLS
+from helpers.model import TINY, VOCAB, choices, tiny_model, tokens
 
 GROUPS = ["attention", "mlp", "norm", "position"]
 CASES = [(g, c) for g in GROUPS for c in choices(g)]
@@ -58,8 +58,11 @@ def _impl_cases():
 @torch.no_grad()
 def test_causality(att, impl):
     """Changing token t leaves every output before t unchanged."""
-    model = tiny_model(f"attention={att}", f"attention.impl={impl}", "attention.window=4"
-                       if att in ("sliding", "hybrid") else f"attention={att}")
+    model = tiny_model(
+        f"attention={att}",
+        f"attention.impl={impl}",
+        "attention.window=4" if att in ("sliding", "hybrid") else f"attention={att}",
+    )
     x = tokens(T=20)
     t = 11
     y = x.clone()
@@ -117,8 +120,9 @@ def test_sliding_window_at_least_T_is_full(impl):
 def test_sliding_window_pattern(impl):
     """Output t depends on inputs s exactly when t - window < s <= t (one layer, no positions)."""
     window, T = 5, 16
-    model = tiny_model("attention=sliding", f"attention.window={window}", f"attention.impl={impl}",
-                       "position=none", "model.n_layer=1")
+    model = tiny_model(
+        "attention=sliding", f"attention.window={window}", f"attention.impl={impl}", "position=none", "model.n_layer=1"
+    )
     attn, position = model.blocks[0].attn, model.position
     x = torch.randn(1, T, 32)
     base = attn(x, position)
@@ -142,8 +146,11 @@ def test_hybrid_layers_ask_the_attention_choice():
 @pytest.mark.parametrize("att", choices("attention"))
 @pytest.mark.parametrize("position", choices("position"))
 def test_kv_cache_generation_equals_recompute(att, position):
-    model = tiny_model(f"attention={att}", f"position={position}", "attention.window=6"
-                       if att in ("sliding", "hybrid") else f"attention={att}")
+    model = tiny_model(
+        f"attention={att}",
+        f"position={position}",
+        "attention.window=6" if att in ("sliding", "hybrid") else f"attention={att}",
+    )
     prompt = tokens(B=2, T=5)
     cached = model.generate(prompt, max_new_tokens=12, temperature=0, use_cache=True)
     full = model.generate(prompt, max_new_tokens=12, temperature=0, use_cache=False)

@@ -10,18 +10,18 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import submitit
-from unittest import mock
-from conftest import cli_env
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf
-from train_helpers import FAST, rows, workers
 
 from gptlab.state import checkpoint
+from helpers.cli import cli_env, run_cli
+from helpers.train import FAST, rows, workers
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -38,8 +38,9 @@ def sbatch_text(tmp_path: Path, *overrides: str) -> str:
     # submitit refuses to build a SLURM executor where `srun` is missing; only the script text is read here, so
     # its srun probe is the one thing mocked (the sbatch text is submitit's own writer)
     with mock.patch.object(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1)):
-        executor = submitit.AutoExecutor(folder=params.pop("submitit_folder"), cluster="slurm",
-                                         slurm_max_num_timeout=params.pop("max_num_timeout"))
+        executor = submitit.AutoExecutor(
+            folder=params.pop("submitit_folder"), cluster="slurm", slurm_max_num_timeout=params.pop("max_num_timeout")
+        )
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
     return executor._executor._make_submission_file_text("python -m gptlab.cli.train", "uid")
@@ -70,29 +71,56 @@ def test_every_task_of_a_two_node_job_gets_torchruns_env(tmp_path, submitit_job)
     is the master, one port per job; CUDA_VISIBLE_DEVICES stays as SLURM set it (each rank takes cuda:LOCAL_RANK)."""
     seen = []
     for procid in range(4):
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(CONF.parent), "SLURM_JOB_ID": "4242",
-               "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]",
-               "SLURM_NODEID": str(procid // 2), "SLURM_PROCID": str(procid), "SLURM_LOCALID": str(procid % 2),
-               "CUDA_VISIBLE_DEVICES": "0,1"}
+        env = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(CONF.parent),
+            "SLURM_JOB_ID": "4242",
+            "SLURM_NTASKS": "4",
+            "SLURM_JOB_NUM_NODES": "2",
+            "SLURM_JOB_NODELIST": "gpu[07-08]",
+            "SLURM_NODEID": str(procid // 2),
+            "SLURM_PROCID": str(procid),
+            "SLURM_LOCALID": str(procid % 2),
+            "CUDA_VISIBLE_DEVICES": "0,1",
+        }
         if submitit_job:
             env["SUBMITIT_EXECUTOR"] = "slurm"
         out = subprocess.run([sys.executable, "-c", SLURM_TASK], env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr[-2000:]
         seen.append(json.loads(out.stdout))
     assert [(s["RANK"], s["LOCAL_RANK"], s["WORLD_SIZE"]) for s in seen] == [
-        ("0", "0", "4"), ("1", "1", "4"), ("2", "0", "4"), ("3", "1", "4")]
+        ("0", "0", "4"),
+        ("1", "1", "4"),
+        ("2", "0", "4"),
+        ("3", "1", "4"),
+    ]
     assert {(s["MASTER_ADDR"], s["MASTER_PORT"]) for s in seen} == {("gpu07", seen[0]["MASTER_PORT"])}
     assert all(s["CUDA_VISIBLE_DEVICES"] == "0,1" for s in seen)
 
 
 def test_a_master_address_the_job_script_exported_is_kept():
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(CONF.parent), "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2",
-           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NODEID": "1", "SLURM_PROCID": "1",
-           "SLURM_LOCALID": "0", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29555"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(CONF.parent),
+        "SLURM_JOB_ID": "7",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "gpu[07-08]",
+        "SLURM_NODEID": "1",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "MASTER_ADDR": "10.0.0.7",
+        "MASTER_PORT": "29555",
+    }
     out = subprocess.run([sys.executable, "-c", SLURM_TASK], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout)
-    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == ("10.0.0.7", "29555", "1", "2")
+    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == (
+        "10.0.0.7",
+        "29555",
+        "1",
+        "2",
+    )
 
 
 def free_port() -> int:
@@ -108,15 +136,35 @@ def test_two_torchrun_agents_rendezvous_like_two_nodes_and_match_one_process(tmp
     process's with the same global batch."""
     common = [*FAST, "train.max_steps=4", "train.eval_interval=2", "hardware.dtype=fp32"]
     env = cli_env(OMP_NUM_THREADS="1")
-    one = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *common, f"hydra.run.dir={tmp_path / 'one'}"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    one = run_cli("gptlab.cli.train", *common, f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path, env=env)
     assert one.returncode == 0, one.stderr[-2000:]
     port, run = free_port(), tmp_path / "two"
-    agents = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
-         "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=gptlab-test",
-         "-m", "gptlab.cli.train", *common, "hardware=ddp_cpu", f"hydra.run.dir={run}"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in (0, 1)]
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                f"--node_rank={node}",
+                "--nproc_per_node=1",
+                "--rdzv_backend=c10d",
+                f"--rdzv_endpoint=127.0.0.1:{port}",
+                "--rdzv_id=gptlab-test",
+                "-m",
+                "gptlab.cli.train",
+                *common,
+                "hardware=ddp_cpu",
+                f"hydra.run.dir={run}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
     try:
         results = [a.communicate(timeout=300) for a in agents]
     finally:  # a hung rank outlives a killed agent (torchrun starts workers in their own session): kill both

@@ -8,12 +8,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from train_helpers import FAST, rows, run_inprocess
+
+from helpers.cli import run_cli
+from helpers.train import FAST, rows, run_inprocess
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
@@ -49,13 +50,30 @@ def two_nodes():
 @pytest.mark.timeout(300)
 def test_ddp_over_two_slurm_nodes_matches_one_process(two_nodes, tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "launcher=slurm", *FAST, "train.max_steps=6", "train.eval_interval=3", "hardware=ddp_cpu",
-            "hardware.dtype=fp32", "hardware.nodes=2", "hardware.tasks_per_node=1", "hardware.cpus_per_task=1",
-            "hydra.launcher.timeout_min=5", "hydra.launcher.partition=debug",
-            # the test nodes are named node1/node2, names no resolver knows; a real cluster's node names resolve
-            "hydra.launcher.setup=['export MASTER_ADDR=127.0.0.1']", f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=280, env=dict(two_nodes, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0"))
+    args = [
+        "-m",
+        "launcher=slurm",
+        *FAST,
+        "train.max_steps=6",
+        "train.eval_interval=3",
+        "hardware=ddp_cpu",
+        "hardware.dtype=fp32",
+        "hardware.nodes=2",
+        "hardware.tasks_per_node=1",
+        "hardware.cpus_per_task=1",
+        "hydra.launcher.timeout_min=5",
+        "hydra.launcher.partition=debug",
+        # the test nodes are named node1/node2, names no resolver knows; a real cluster's node names resolve
+        "hydra.launcher.setup=['export MASTER_ADDR=127.0.0.1']",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    proc = run_cli(
+        "gptlab.cli.train",
+        *args,
+        cwd=tmp_path,
+        timeout=280,
+        env=dict(two_nodes, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (job,) = [p for p in (sweep / ".submitit").iterdir() if p.name.isdigit()]
     script = next(job.glob("*_submission.sh")).read_text()

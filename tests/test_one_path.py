@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import inspect
 
-from train_helpers import run_inprocess
-
 from gptlab.config import build
 from gptlab.model.gpt import GPT
 from gptlab.train import loop
+from helpers.train import run_inprocess
 
 
 def test_hardware_once_and_the_model_once_on_its_device(tmp_path, monkeypatch):

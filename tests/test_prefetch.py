@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from train_helpers import rows, run_inprocess
 
 from gptlab.config import build
 from gptlab.config.schema import check_schema
@@ -20,9 +19,10 @@ from gptlab.errors import ConfigError
 from gptlab.state import checkpoint, resume
 from gptlab.train import loop, prefetch
 from gptlab.train.prefetch import THREAD_NAME
+from helpers.train import rows, run_inprocess
 
 ARGS = ["train.grad_accum=2", "hardware.threads=1", "train.ckpt_interval=0"]  # 2 micro-batches of 4 per step
-B = 8  # train.batch_size in train_helpers.FAST
+B = 8  # train.batch_size in helpers.train.FAST
 CURVE = ("step", "train/loss", "val/loss", "grad_norm", "lr", "tokens")  # what must match exactly
 
 
@@ -199,8 +199,12 @@ def test_cuda_batches_are_pinned_in_the_prefetch_thread_on_the_runs_gpu(monkeypa
 
 def test_each_rank_and_micro_batch_draws_its_share_of_the_global_batch():
     for world, accum in ((1, 1), (2, 2), (4, 1)):
-        got = sorted(i for rank in range(world) for first, count in prefetch.rank_slices(3, 8, accum, rank, world)
-                     for i in range(first, first + count))
+        got = sorted(
+            i
+            for rank in range(world)
+            for first, count in prefetch.rank_slices(3, 8, accum, rank, world)
+            for i in range(first, first + count)
+        )
         assert got == list(range(24, 32))
 
 
@@ -221,4 +225,9 @@ def test_prefetch_is_validated_and_may_change_on_resume():
         check_schema(cfg)
     saved = {"config": {"train": {"prefetch": 2, "batch_size": 8}}}
     assert resume.differences(saved, {"config": {"train": {"prefetch": 0, "batch_size": 8}}}) == []
-    assert resume.differences({"config": {"train": {"batch_size": 8}}}, {"config": {"train": {"prefetch": 2, "batch_size": 8}}}) == []
+    assert (
+        resume.differences(
+            {"config": {"train": {"batch_size": 8}}}, {"config": {"train": {"prefetch": 2, "batch_size": 8}}}
+        )
+        == []
+    )

@@ -30,10 +30,19 @@ def own_keys(group: str, option: str) -> dict:
 
 def test_the_attention_hardware_and_gpt2_size_presets_inherit():
     assert {(g, o) for g, o, _ in INHERITING} >= {
-        ("attention", "gqa"), ("attention", "mqa"), ("attention", "sliding"), ("attention", "hybrid"),
-        ("hardware", "cuda"), ("hardware", "ddp"), ("hardware", "fsdp"), ("hardware", "ddp_cpu"),
-        ("hardware", "fsdp_cpu"), ("hardware", "auto"),
-        ("model", "gpt2-medium"), ("model", "gpt2-large"), ("model", "gpt2-xl"),
+        ("attention", "gqa"),
+        ("attention", "mqa"),
+        ("attention", "sliding"),
+        ("attention", "hybrid"),
+        ("hardware", "cuda"),
+        ("hardware", "ddp"),
+        ("hardware", "fsdp"),
+        ("hardware", "ddp_cpu"),
+        ("hardware", "fsdp_cpu"),
+        ("hardware", "auto"),
+        ("model", "gpt2-medium"),
+        ("model", "gpt2-large"),
+        ("model", "gpt2-xl"),
     }
 
 

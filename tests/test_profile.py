@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
-from model_helpers import least_disturbed_profile
 
 from gptlab.config.build import build_model, build_optimizer, compose
-from gptlab.costs.report import analyze
 from gptlab.costs.ops import GROUPS
-from gptlab.profile.table import format_breakdown
+from gptlab.costs.report import analyze
 from gptlab.profile.steps import predicted_shares, profile_steps
+from gptlab.profile.table import format_breakdown
+from helpers.model import least_disturbed_profile
 
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.vocab_size=128"]
 B, T = 4, 64
@@ -36,7 +36,8 @@ def test_breakdown_sums_to_measured_step_time(overrides, tmp_path):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     predicted = predicted_shares(analyze(model, B, T, mode="train"))
     result = least_disturbed_profile(
-        lambda: profile_steps(model, optimizer, batch, steps=2, warmup=1, run_dir=tmp_path, predicted=predicted))
+        lambda: profile_steps(model, optimizer, batch, steps=2, warmup=1, run_dir=tmp_path, predicted=predicted)
+    )
     assert set(result.seconds) == set(GROUPS)
     assert all(v >= 0 for v in result.seconds.values())
     assert 0.90 * result.step_s <= result.attributed_s <= result.step_s  # regions cover >= 90 % of the step
@@ -51,6 +52,8 @@ def test_breakdown_sums_to_measured_step_time(overrides, tmp_path):
     assert saved["predicted_share"] == predicted and saved["step_s"] == pytest.approx(result.step_s)
     # profiling leaves the run as it was: weights restored, every hook removed
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert not any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks for m in model.modules())
+    assert not any(
+        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks for m in model.modules()
+    )
     table = format_breakdown(result)
     assert "attention kernel" in table and "step (measured)" in table

@@ -6,14 +6,13 @@ import json
 
 import pytest
 import torch
-from model_helpers import least_disturbed_profile
 
 from gptlab.config.build import build_model, build_optimizer, compose
-from gptlab.costs.report import analyze
 from gptlab.costs.ops import GROUPS
-from gptlab.profile.table import format_breakdown
+from gptlab.costs.report import analyze
 from gptlab.profile.steps import predicted_layer_shares, predicted_shares, profile_steps
-from gptlab.profile.table import LAYER_KINDS
+from gptlab.profile.table import LAYER_KINDS, format_breakdown
+from helpers.model import least_disturbed_profile
 
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.vocab_size=128"]
 B, T = 4, 64
@@ -34,9 +33,18 @@ def profiled(tmp_path_factory):
     report = analyze(model, B, T, mode="train")
     run_dir = tmp_path_factory.mktemp("profile")
     optimizer = build_optimizer(cfg, model)
-    result = least_disturbed_profile(lambda: profile_steps(
-        model, optimizer, lambda i: (batches[i][:, :-1], batches[i][:, 1:]), steps=2, warmup=1, run_dir=run_dir,
-        predicted=predicted_shares(report), predicted_layers=predicted_layer_shares(report, model)))
+    result = least_disturbed_profile(
+        lambda: profile_steps(
+            model,
+            optimizer,
+            lambda i: (batches[i][:, :-1], batches[i][:, 1:]),
+            steps=2,
+            warmup=1,
+            run_dir=run_dir,
+            predicted=predicted_shares(report),
+            predicted_layers=predicted_layer_shares(report, model),
+        )
+    )
     return result, report.to_dict(), run_dir
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_helpers import tiny_model
-from train_helpers import rows, run_inprocess
 
 from gptlab.profile import state as profile_state
+from helpers.model import tiny_model
+from helpers.train import rows, run_inprocess
 
 
 def test_profile_does_not_change_the_curve_with_dropout(tmp_path):
@@ -16,8 +16,9 @@ def test_profile_does_not_change_the_curve_with_dropout(tmp_path):
     plain = run_inprocess(tmp_path / "plain", *dropout, steps=4, eval_interval=2)
     profiled = run_inprocess(tmp_path / "profiled", *dropout, "profile=true", steps=4, eval_interval=2)
     assert (tmp_path / "profiled" / "profile.json").is_file()
-    losses = [[(r["step"], r.get("train/loss"), r.get("val/loss")) for r in rows(tmp_path / d)]
-              for d in ("plain", "profiled")]
+    losses = [
+        [(r["step"], r.get("train/loss"), r.get("val/loss")) for r in rows(tmp_path / d)] for d in ("plain", "profiled")
+    ]
     assert losses[0] == losses[1] and len(losses[0]) >= 4
     assert profiled["final_val_loss"] == plain["final_val_loss"]
 

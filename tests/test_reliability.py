@@ -24,11 +24,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import FAST, rows, run_inprocess
 
 from gptlab.sinks.jsonl import read_rows
 from gptlab.state import checkpoint
 from gptlab.train.loop import TrainingDiverged
+from helpers.cli import run_cli
+from helpers.train import FAST, rows, run_inprocess
 
 # 30 fp32 steps, a checkpoint after every step (so kills often land in a write), one torch thread
 KILL_ARGS = [*FAST, "train.max_steps=30", "train.eval_interval=5", "train.ckpt_interval=1", "hardware.threads=1"]
@@ -40,8 +41,12 @@ def launch(run_dir: Path, *args: str, logger: str = "logger=none") -> subprocess
     """`python -m gptlab.cli.train` into run_dir, its stderr kept in <run_dir>.err."""
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
     with open(f"{run_dir}.err", "a") as err:
-        return subprocess.Popen([sys.executable, "-m", "gptlab.cli.train", *args, logger, f"hydra.run.dir={run_dir}"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+        return subprocess.Popen(
+            [sys.executable, "-m", "gptlab.cli.train", *args, logger, f"hydra.run.dir={run_dir}"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
 
 def curve(run_dir: Path) -> list[dict]:
@@ -93,8 +98,12 @@ def kill_at_random(proc: subprocess.Popen, run_dir: Path, rng: random.Random) ->
         time.sleep(rng.uniform(0.0005, 0.004))
     proc.wait()
     during_write = any(checkpoint.ckpt_dir(run_dir).glob(checkpoint.TMP_GLOB))
-    return {"mode": mode, "killed": proc.returncode == -signal.SIGKILL, "during_write": during_write,
-            "after_step": last_step(run_dir)}
+    return {
+        "mode": mode,
+        "killed": proc.returncode == -signal.SIGKILL,
+        "during_write": during_write,
+        "after_step": last_step(run_dir),
+    }
 
 
 def assert_checkpoints_loadable(run_dir: Path) -> None:
@@ -146,7 +155,10 @@ def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_curve(tmp
     print(f"\n{TRIALS} trials, {len(kills)} SIGKILLs, {writes} during a checkpoint write: {kills}")
     assert len(kills) >= TRIALS and writes >= 1
     assert all(k["during_write"] for k in kills if k["mode"] == "write")
-    want, want_summary = curve(tmp_path / "reference"), json.loads((tmp_path / "reference" / "summary.json").read_text())
+    want, want_summary = (
+        curve(tmp_path / "reference"),
+        json.loads((tmp_path / "reference" / "summary.json").read_text()),
+    )
     assert [r["step"] for r in want if "val/loss" in r] == [0, 5, 10, 15, 20, 25, 30] and want[-1]["step"] == 30
     for i in range(TRIALS + 1):  # the last one was stopped by SIGTERM
         run_dir = tmp_path / f"trial{i}"
@@ -171,7 +183,8 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
         summary = run_inprocess(run, "train.ckpt_interval=2", steps=8, eval_interval=2)
     assert [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()] == [
         f"skipping train.resume: checkpoint '{newest}' is unreadable (RuntimeError: PytorchStreamReader failed "
-        f"reading zip archive: failed finding central directory)"]
+        f"reading zip archive: failed finding central directory)"
+    ]
     assert curve(run) == want and summary["steps"] == 8
     assert checkpoint.load(newest)["step"] == 8  # rewritten whole from the redone steps 7-8
     assert not stale.exists()
@@ -181,8 +194,16 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
 def test_nan_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
     """SGD at lr 30 without clipping really diverges: loss 4.3 -> 18 -> 8e2 -> 3e6 -> 4.3 (saturated) -> nan."""
     run = tmp_path / "run"
-    proc = launch(run, *FAST, "optimizer=sgd", "optimizer.lr=30", "train.grad_clip=0", "train.ckpt_interval=2",
-                  "train.max_steps=20", "train.eval_interval=4")
+    proc = launch(
+        run,
+        *FAST,
+        "optimizer=sgd",
+        "optimizer.lr=30",
+        "train.grad_clip=0",
+        "train.ckpt_interval=2",
+        "train.max_steps=20",
+        "train.eval_interval=4",
+    )
     assert proc.wait(timeout=120) == 1
     lines = [line for line in Path(f"{run}.err").read_text().splitlines() if line.strip()]
     train_rows = [r for r in rows(run) if "train/loss" in r]
@@ -195,9 +216,13 @@ def test_nan_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tmp_pat
     loss, grad_norm = float(found[1]), float(found[2])
     assert not (math.isfinite(loss) and math.isfinite(grad_norm)), lines[-1]
     assert int(found[3]) == bad_step
-    assert found[4] == (f"(1 non-finite steps, train.nan_skip=0); last good checkpoint: "
-                        f"{run}/checkpoints/step_{good:07d}.pt; lower optimizer.lr or raise train.nan_skip")
-    assert max(r["train/loss"] for r in train_rows) > 1e6 and all(torch.isfinite(torch.tensor([r["train/loss"] for r in train_rows])))
+    assert found[4] == (
+        f"(1 non-finite steps, train.nan_skip=0); last good checkpoint: "
+        f"{run}/checkpoints/step_{good:07d}.pt; lower optimizer.lr or raise train.nan_skip"
+    )
+    assert max(r["train/loss"] for r in train_rows) > 1e6 and all(
+        torch.isfinite(torch.tensor([r["train/loss"] for r in train_rows]))
+    )
     state = checkpoint.load(run / "checkpoints" / f"step_{good:07d}.pt")
     assert state["step"] == good and all(torch.isfinite(t).all() for t in state["model"].values())
     assert json.loads((run / "summary.json").read_text())["status"] == "failed"
@@ -208,7 +233,10 @@ def test_nan_skip_skips_a_bounded_number_of_steps(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="gptlab.train.loop"), pytest.raises(TrainingDiverged) as err:
         run_inprocess(run, "optimizer=sgd", "optimizer.lr=30", "train.grad_clip=0", "train.nan_skip=2", steps=20)
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    assert [m.split(";")[-1] for m in skipped] == [" skipped (1 of train.nan_skip=2)", " skipped (2 of train.nan_skip=2)"]
+    assert [m.split(";")[-1] for m in skipped] == [
+        " skipped (1 of train.nan_skip=2)",
+        " skipped (2 of train.nan_skip=2)",
+    ]
     first_bad = max(r["step"] for r in rows(run) if "train/loss" in r)
     assert f"at step {first_bad + 2} (3 non-finite steps, train.nan_skip=2)" in str(err.value)
 
@@ -249,10 +277,29 @@ def test_runs_started_in_the_same_second_get_their_own_dirs(tmp_path):
     """Two sweeps of the same name at once. ${now} is pinned to one value so the time part surely collides;
     only gptlab's uid (as in the default hydra.sweep.dir) keeps them apart."""
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")}
-    args = [sys.executable, "-m", "gptlab.cli.train", "-m", *FAST, "train.max_steps=6", "train.eval_interval=3",
-            "seed=0,1", "sweep=same", "hydra.sweep.dir=sweeps/same/2025-01-01_00-00-00-${gptlab_uid:}"]
-    procs = [subprocess.Popen(args, cwd=tmp_path, env=env | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    args = [
+        sys.executable,
+        "-m",
+        "gptlab.cli.train",
+        "-m",
+        *FAST,
+        "train.max_steps=6",
+        "train.eval_interval=3",
+        "seed=0,1",
+        "sweep=same",
+        "hydra.sweep.dir=sweeps/same/2025-01-01_00-00-00-${gptlab_uid:}",
+    ]
+    procs = [
+        subprocess.Popen(
+            args,
+            cwd=tmp_path,
+            env=env | {"OMP_NUM_THREADS": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     assert [p.wait(timeout=180) for p in procs] == [0, 0], [p.stderr.read()[-2000:] for p in procs]
     sweep_dirs = sorted((tmp_path / "sweeps" / "same").iterdir())
     assert len(sweep_dirs) == 2
@@ -270,11 +317,11 @@ def test_a_second_run_into_a_live_run_dir_is_refused(tmp_path):
     assert wait_for_step(first, run, 2)
     freeze(first)  # frozen mid-run, holding the run dir
     hydra_files = {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()}
-    second = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *args, "seed=7", "logger=none",
-                             f"hydra.run.dir={run}"], capture_output=True, text=True, timeout=120)
+    second = run_cli("gptlab.cli.train", *args, "seed=7", "logger=none", f"hydra.run.dir={run}", timeout=120)
     first.send_signal(signal.SIGCONT)
     assert second.returncode == 2 and second.stderr.strip().splitlines()[-1] == (
-        f"error: hydra.run.dir: '{run}' is in use by another running gptlab-train; give this run its own dir")
+        f"error: hydra.run.dir: '{run}' is in use by another running gptlab-train; give this run its own dir"
+    )
     assert {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()} == hydra_files  # Hydra's rewrite undone
     assert first.wait(timeout=120) == 0
     assert [r["step"] for r in rows(run) if "train/loss" in r] == list(range(1, 21))

@@ -6,13 +6,10 @@ import base64
 import json
 import re
 import statistics
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from compare_fixtures import default_loss, write_sweep
-from conftest import REPO, cli_env, python_bin
 from matplotlib.collections import PathCollection, PolyCollection
 from matplotlib.container import ErrorbarContainer
 from PIL import Image
@@ -22,6 +19,9 @@ from gptlab.compare.analysis import compare
 from gptlab.compare.plots import make_plots, x_at_evals
 from gptlab.compare.report import cells, html_report, markdown, print_table
 from gptlab.compare.runs import discover, load_run
+from helpers.cli import cli_env, run_cli
+from helpers.compare import default_loss, write_sweep
+from helpers.paths import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
 SEED_SHIFT = (0.0, 0.03, 0.06)  # val-loss offset of seeds 0, 1, 2: the band spans 0.06
@@ -45,9 +45,19 @@ def _step_ms(tps: float) -> float:
 
 def _write(root: Path) -> Path:
     """3 arms x 3 seeds; each run's metrics start with an older-style step-0 eval row (no tokens, no wall_s)."""
-    specs = [dict(seed=s, choices={"attention": arm}, loss_at=_loss(shift + SEED_SHIFT[s]), tokens_per_s=tps[s],
-                  step_ms=_step_ms(tps[s]), peak_mem_bytes=mib[s] * 2**20, **extra)
-             for arm, (shift, tps, mib, extra) in ARMS.items() for s in range(3)]
+    specs = [
+        dict(
+            seed=s,
+            choices={"attention": arm},
+            loss_at=_loss(shift + SEED_SHIFT[s]),
+            tokens_per_s=tps[s],
+            step_ms=_step_ms(tps[s]),
+            peak_mem_bytes=mib[s] * 2**20,
+            **extra,
+        )
+        for arm, (shift, tps, mib, extra) in ARMS.items()
+        for s in range(3)
+    ]
     sweep = write_sweep(root, specs)
     for job, spec in enumerate(specs):
         metrics = sweep / str(job) / "metrics.jsonl"
@@ -75,8 +85,11 @@ def report(tmp_path_factory):
 def _ticks(ax, axis: str = "x") -> list[str]:
     """Text of the tick labels inside the view (matplotlib also keeps some just outside it)."""
     lo, hi = sorted(getattr(ax, f"get_{axis}lim")())
-    return [t.get_text() for t in getattr(ax, f"get_{axis}ticklabels")()
-            if lo <= t.get_position()[0 if axis == "x" else 1] <= hi]
+    return [
+        t.get_text()
+        for t in getattr(ax, f"get_{axis}ticklabels")()
+        if lo <= t.get_position()[0 if axis == "x" else 1] <= hi
+    ]
 
 
 def _curves(ax) -> dict[str, object]:
@@ -126,10 +139,13 @@ def _bar_parts(ax) -> tuple[ErrorbarContainer, np.ndarray]:
     return err, dots
 
 
-@pytest.mark.parametrize("name, per_seed", [
-    ("tokens_per_s", lambda tps, mib: list(tps)),
-    ("peak_memory", lambda tps, mib: [float(m) for m in mib]),
-])
+@pytest.mark.parametrize(
+    "name, per_seed",
+    [
+        ("tokens_per_s", lambda tps, mib: list(tps)),
+        ("peak_memory", lambda tps, mib: [float(m) for m in mib]),
+    ],
+)
 def test_speed_and_memory_bars_show_std_error_bars_and_every_run(report, name, per_seed):
     _, _, figures, _ = report
     ax = figures[name].axes[0]
@@ -140,8 +156,9 @@ def test_speed_and_memory_bars_show_std_error_bars_and_every_run(report, name, p
     for i, (_, tps, mib, _) in enumerate(ARMS.values()):
         values = per_seed(tps, mib)
         ys = sorted(segments[i][:, 1])
-        assert ys == pytest.approx([statistics.mean(values) - statistics.stdev(values),
-                                    statistics.mean(values) + statistics.stdev(values)])
+        assert ys == pytest.approx(
+            [statistics.mean(values) - statistics.stdev(values), statistics.mean(values) + statistics.stdev(values)]
+        )
         mine = dots[np.abs(dots[:, 0] - i) < 0.4]
         assert sorted(mine[:, 1]) == pytest.approx(sorted(values))
         assert ax.patches[i].get_height() == pytest.approx(statistics.mean(values))
@@ -169,12 +186,12 @@ def test_html_highlights_flags_with_a_legend_and_embeds_every_plot(report):
     _, images, _, out = report
     page = (out / "comparison.html").read_text()
     assert re.findall(r'<tr data-flags="([^"]*)">', page) == ["identical", "identical noise", "load"]
-    mqa_row = page[page.index('<tr data-flags="load">'):].split("</tr>")[0]
+    mqa_row = page[page.index('<tr data-flags="load">') :].split("</tr>")[0]
     assert mqa_row.count('class="flag-load"') == 2  # tokens/s and step ms cells
     assert '<span class="flag flag-load">under load</span>' in mqa_row
-    gqa_row = page[page.index('<tr data-flags="identical noise">'):].split("</tr>")[0]
+    gqa_row = page[page.index('<tr data-flags="identical noise">') :].split("</tr>")[0]
     assert 'class="flag-noise"' in gqa_row and 'class="flag-identical"' in gqa_row
-    legend = page[page.index('<ul class="legend">'):].split("</ul>")[0]
+    legend = page[page.index('<ul class="legend">') :].split("</ul>")[0]
     assert [m for m in re.findall(r'class="flag flag-(\w+)"', legend)] == ["identical", "noise", "load"]
     assert re.search(r"td\.flag-load,\.flag-load\{background:#[0-9a-f]{6}\}", page)
     srcs = re.findall(r'<img alt="(\w+)" src="data:image/png;base64,([^"]+)"', page)
@@ -201,8 +218,14 @@ def _long_dark_runs(img: np.ndarray, length: int = 300) -> list[tuple[int, int]]
 def test_headless_chromium_screenshot_shows_the_table_and_every_plot(report):
     _, _, _, out = report
     png = out / "shot.png"
-    proc = subprocess.run([python_bin(), "-m", "gptlab.compare.screenshot", str(out / "comparison.html"), str(png)],
-                          cwd=REPO, capture_output=True, text=True, timeout=180, env=cli_env(PYTHONPATH=str(REPO)))
+    proc = run_cli(
+        "gptlab.compare.screenshot",
+        str(out / "comparison.html"),
+        str(png),
+        cwd=REPO,
+        timeout=180,
+        env=cli_env(PYTHONPATH=str(REPO)),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     img = np.asarray(Image.open(png).convert("RGB"))
     assert proc.stdout.strip() == f"wrote {png} ({img.shape[1]}x{img.shape[0]})"
@@ -211,24 +234,29 @@ def test_headless_chromium_screenshot_shows_the_table_and_every_plot(report):
     assert len(np.unique(img.reshape(-1, 3), axis=0)) > 200
     top = img[: height // 5]
     assert (top.max(axis=-1) < 90).sum() > 2000  # dark text: the title and the table
-    assert _near(top, (0xff, 0xd6, 0xd6)).sum() > 500 and _near(top, (0xdb, 0xe8, 0xff)).sum() > 500  # flag cells
+    assert _near(top, (0xFF, 0xD6, 0xD6)).sum() > 500 and _near(top, (0xDB, 0xE8, 0xFF)).sum() > 500  # flag cells
     spines = _long_dark_runs(img)  # each plot's top and bottom axis lines: 5 plots, 2 columns
     assert len(spines) == 10 and min(r for r, _ in spines) > height // 5
     assert sum(c < 700 for _, c in spines) == 6 and sum(c > 700 for _, c in spines) == 4
-    assert _near(img[-height // 5:], (120, 173, 210), 4).sum() > 2000  # the memory plot's blue bar is rendered
+    assert _near(img[-height // 5 :], (120, 173, 210), 4).sum() > 2000  # the memory plot's blue bar is rendered
     assert (img[-30:] == img[-1, 0]).all() and not (img[-40:] == img[-1, 0]).all()  # trimmed 32 px below the content
 
 
 def test_screenshot_cli_bad_input_is_one_line(tmp_path):
     env = cli_env(PYTHONPATH=str(REPO))
-    run = [python_bin(), "-m", "gptlab.compare.screenshot"]
-    proc = subprocess.run([*run, str(tmp_path / "nope.html"), str(tmp_path / "x.png")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, env=env)
+    screenshot = "gptlab.compare.screenshot"
+    proc = run_cli(screenshot, str(tmp_path / "nope.html"), str(tmp_path / "x.png"), cwd=REPO, timeout=60, env=env)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert proc.stderr.startswith("screenshot: error: ") and "nope.html' is not a file" in proc.stderr
     (tmp_path / "a.html").write_text("<p>hi</p>")
-    proc = subprocess.run([*run, str(tmp_path / "a.html"), str(tmp_path / "x.png")], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, env={**env, "GPTLAB_CHROMIUM": str(tmp_path / "no-chromium")})
+    proc = run_cli(
+        screenshot,
+        str(tmp_path / "a.html"),
+        str(tmp_path / "x.png"),
+        cwd=REPO,
+        timeout=60,
+        env={**env, "GPTLAB_CHROMIUM": str(tmp_path / "no-chromium")},
+    )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "no Chromium found (GPTLAB_CHROMIUM=" in proc.stderr and not (tmp_path / "x.png").exists()
 

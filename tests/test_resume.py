@@ -9,22 +9,28 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from test_reliability import CURVE, kill_at_random, launch, wait_for_step
-from train_helpers import FAST, rows, run_inprocess
 
 from gptlab.runtime.metrics import mfu
 from gptlab.state import checkpoint
 from gptlab.train.signals import StopFlag
+from helpers.cli import cli_env, run_cli
+from helpers.train import FAST, rows, run_inprocess
 
 # dropout (RNG state matters) and two micro-batches per step (accumulation order matters)
-HARD = [*FAST, "model.dropout=0.1", "train.grad_accum=2", "train.eval_interval=5", "train.ckpt_interval=3",
-        "hardware.threads=1", "train.max_steps=24"]
+HARD = [
+    *FAST,
+    "model.dropout=0.1",
+    "train.grad_accum=2",
+    "train.eval_interval=5",
+    "train.ckpt_interval=3",
+    "hardware.threads=1",
+    "train.max_steps=24",
+]
 # each optimizer once and each schedule once (warmup short enough that every shape is exercised)
 PAIRS = [("adamw", "wsd"), ("sgd", "linear"), ("lion", "constant"), ("muon", "cosine")]
 
@@ -107,8 +113,17 @@ def test_summary_lost_in_a_kill_is_recomputed_from_the_checkpoint(tmp_path):
     (run / "summary.json").unlink()
     (run / ".summary.json.4242.tmp").write_text('{"half": ')
     again = run_inprocess(run, "train.speed_warmup=1")
-    for key in ("final_val_loss", "best_val_loss", "steps", "tokens", "tokens_per_s_median", "step_ms_median",
-                "mfu_median", "peak_mem_bytes", "wall_s"):
+    for key in (
+        "final_val_loss",
+        "best_val_loss",
+        "steps",
+        "tokens",
+        "tokens_per_s_median",
+        "step_ms_median",
+        "mfu_median",
+        "peak_mem_bytes",
+        "wall_s",
+    ):
         assert again[key] == first[key], key
     assert not (run / ".summary.json.4242.tmp").exists()
 
@@ -129,8 +144,11 @@ def test_init_from_starts_a_new_run_with_the_configs_hyper_parameters(tmp_path):
     summary = run_inprocess(tmp_path / "new", f"train.init_from={ckpt}", "optimizer.lr=0.03", steps=9, eval_interval=3)
     new_rows = rows(tmp_path / "new")
     old_eval = rows(tmp_path / "old")[-1]
-    assert {k: new_rows[0][k] for k in ("step", "val/loss", "tokens")} == \
-        {"step": 6, "val/loss": pytest.approx(old_eval["val/loss"], rel=1e-6), "tokens": old_eval["tokens"]}
+    assert {k: new_rows[0][k] for k in ("step", "val/loss", "tokens")} == {
+        "step": 6,
+        "val/loss": pytest.approx(old_eval["val/loss"], rel=1e-6),
+        "tokens": old_eval["tokens"],
+    }
     assert set(new_rows[0]) == {"step", "val/loss", "tokens", "wall_s"}  # an eval row: x-axes and the loss only
     lr_rows = [r for r in new_rows if "lr" in r]
     assert [r["step"] for r in lr_rows] == [7, 8, 9]
@@ -160,14 +178,20 @@ def test_optimizer_set_param_groups_follow_load_state_dict():
 def test_peak_memory_is_each_runs_own(tmp_path):
     """A big then a tiny model in ONE process (Hydra multirun): each peak within 15 % of the same run alone
     (before: both reported the big run's ru_maxrss)."""
-    base = [*(o for o in FAST if not o.startswith(("model.d_model", "model.n_layer", "model.n_head"))),
-            "train.max_steps=3", "train.eval_interval=3", "hardware.threads=1", "model.n_layer=4", "model.n_head=8"]
+    base = [
+        *(o for o in FAST if not o.startswith(("model.d_model", "model.n_layer", "model.n_head"))),
+        "train.max_steps=3",
+        "train.eval_interval=3",
+        "hardware.threads=1",
+        "model.n_layer=4",
+        "model.n_head=8",
+    ]
 
     def cli(*args, multirun=False):
-        env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
-        out = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *(["-m"] if multirun else []), *base, *args],
-                             cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=600)
+        env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+        out = run_cli(
+            "gptlab.cli.train", *(["-m"] if multirun else []), *base, *args, cwd=tmp_path, env=env, timeout=600
+        )
         assert out.returncode == 0, out.stderr[-2000:]
 
     peak = lambda run: json.loads((run / "summary.json").read_text())["peak_mem_bytes"]  # noqa: E731

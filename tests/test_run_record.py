@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 from gptlab.compare.runs import load_run
-from tests.train_helpers import FAST, run_inprocess
+from helpers.cli import cli_env, run_cli
+from helpers.train import FAST, run_inprocess
 
 
 @pytest.mark.slow
@@ -23,10 +21,16 @@ def test_refused_multirun_job_rewrites_hydra_but_not_the_runs_own_config(tmp_pat
     own = json.loads((run / "provenance.json").read_text())["config"]
     assert own["attention"]["n_kv_head"] is None and own["train"]["max_steps"] == 2
     # the same dir as job `job` of a multirun with another attention: Hydra writes .hydra/, gptlab refuses to resume
-    args = [*FAST, "train.max_steps=2", "train.eval_interval=2", "attention=gqa", "attention.n_kv_head=2",
-            f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job"]
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "-m", *args], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    args = [
+        *FAST,
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "attention=gqa",
+        "attention.n_kv_head=2",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=job",
+    ]
+    proc = run_cli("gptlab.cli.train", "-m", *args, env=cli_env(OMP_NUM_THREADS="1"))
     assert proc.returncode != 0 and "attention=mha there, gqa here" in proc.stderr
     rewritten = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
     assert rewritten["attention"]["n_kv_head"] == 2  # Hydra's copy now describes the refused launch

@@ -58,60 +58,84 @@ def test_every_shipped_key_has_a_check_and_every_check_a_key():
 
 @pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_every_shipped_choice_passes_the_schema():
-    overrides = [[]] + [[f"{p.parent.name}={p.stem}"] for p in sorted(CONF.glob("*/*.yaml"))
-                        if p.parent.name not in GLOBAL_PACKAGES]
+    overrides = [[]] + [
+        [f"{p.parent.name}={p.stem}"] for p in sorted(CONF.glob("*/*.yaml")) if p.parent.name not in GLOBAL_PACKAGES
+    ]
     for override in overrides:
         check_schema(compose(override))  # raises on the first refusal
 
 
-@pytest.mark.parametrize("check, value, message", [
-    (Number(">= 1", int), -5, "k=-5: must be >= 1"),
-    (Number(">= 1", int), 1.5, "k=1.5: expected an integer >= 1"),
-    (Number(">= 1", int), "abc", "k='abc': expected an integer >= 1"),
-    (Number(">= 1", int), True, "k=true: expected an integer >= 1"),
-    (Number(">= 1", int, null=True), 0, "k=0: must be >= 1 or null"),
-    (Number("> 0"), -1, "k=-1: must be > 0"),
-    (Number("> 0"), 0.0, "k=0.0: must be > 0"),
-    (Number("> 0"), float("nan"), "k=nan: must be a finite number > 0"),
-    (Number("> 0"), 10**400, f"k={10**400}: must be a finite number > 0"),
-    (Number("[0, 1)"), 1, "k=1: must be in [0, 1)"),
-    (Number("[0, 1)"), "abc", "k='abc': expected a number in [0, 1)"),
-    (Number("(0, 1]"), 0, "k=0: must be in (0, 1]"),
-    (Number("[0, 1]"), -3, "k=-3: must be in [0, 1]"),
-    (Number(">= 0", note="0 = greedy"), -1, "k=-1: must be >= 0 (0 = greedy)"),
-    (SEED, 2**63, f"k={2**63}: must be in [0, 2**63)"),
-    (SEED, -1, "k=-1: must be in [0, 2**63)"),
-    (Bool(), "false", "k='false': expected true or false (unquoted)"),
-    (Bool(), 1, "k=1: expected true or false"),
-    (Bool(null=True), "auto", "k='auto': expected true or false or null"),
-    (OneOf(COMPILE_MODES), "false", "k: 'false' is not allowed; allowed: false, true, default, reduce-overhead, "
-                                    "max-autotune (true/false unquoted)"),
-    (OneOf(COMPILE_MODES), 2, "k: 2 is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"),
-    (OneOf(COMPILE_MODES), 1, "k: 1 is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"),
-    (OneOf(("pre", "post")), "middle", "k: 'middle' is not allowed; allowed: pre, post"),
-    (Text(), 3, "k=3: expected a string"),
-    (Text(many=True), ["a", 1], "k=['a', 1]: expected a string or a list of strings"),
-    (Auto(Number("> 0")), "abc", "k='abc': expected 'auto' or a number > 0"),
-    (Auto(Number("> 0")), 0, "k=0: must be > 0"),
-    (Seq(Number("[0, 1)"), length=2), "abc", "k='abc': expected a list of 2 numbers, each in [0, 1)"),
-    (Seq(Number("[0, 1)"), length=2), [0.9], "k=[0.9]: expected a list of 2 numbers, each in [0, 1)"),
-    (Seq(Number("[0, 1)"), length=2), [0.9, 1.0], "k[1]=1.0: must be in [0, 1)"),
-    (Seq(Number(">= 0", int), null=True), [1, -1], "k[1]=-1: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "check, value, message",
+    [
+        (Number(">= 1", int), -5, "k=-5: must be >= 1"),
+        (Number(">= 1", int), 1.5, "k=1.5: expected an integer >= 1"),
+        (Number(">= 1", int), "abc", "k='abc': expected an integer >= 1"),
+        (Number(">= 1", int), True, "k=true: expected an integer >= 1"),
+        (Number(">= 1", int, null=True), 0, "k=0: must be >= 1 or null"),
+        (Number("> 0"), -1, "k=-1: must be > 0"),
+        (Number("> 0"), 0.0, "k=0.0: must be > 0"),
+        (Number("> 0"), float("nan"), "k=nan: must be a finite number > 0"),
+        (Number("> 0"), 10**400, f"k={10**400}: must be a finite number > 0"),
+        (Number("[0, 1)"), 1, "k=1: must be in [0, 1)"),
+        (Number("[0, 1)"), "abc", "k='abc': expected a number in [0, 1)"),
+        (Number("(0, 1]"), 0, "k=0: must be in (0, 1]"),
+        (Number("[0, 1]"), -3, "k=-3: must be in [0, 1]"),
+        (Number(">= 0", note="0 = greedy"), -1, "k=-1: must be >= 0 (0 = greedy)"),
+        (SEED, 2**63, f"k={2**63}: must be in [0, 2**63)"),
+        (SEED, -1, "k=-1: must be in [0, 2**63)"),
+        (Bool(), "false", "k='false': expected true or false (unquoted)"),
+        (Bool(), 1, "k=1: expected true or false"),
+        (Bool(null=True), "auto", "k='auto': expected true or false or null"),
+        (
+            OneOf(COMPILE_MODES),
+            "false",
+            "k: 'false' is not allowed; allowed: false, true, default, reduce-overhead, "
+            "max-autotune (true/false unquoted)",
+        ),
+        (OneOf(COMPILE_MODES), 2, "k: 2 is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"),
+        (OneOf(COMPILE_MODES), 1, "k: 1 is not allowed; allowed: false, true, default, reduce-overhead, max-autotune"),
+        (OneOf(("pre", "post")), "middle", "k: 'middle' is not allowed; allowed: pre, post"),
+        (Text(), 3, "k=3: expected a string"),
+        (Text(many=True), ["a", 1], "k=['a', 1]: expected a string or a list of strings"),
+        (Auto(Number("> 0")), "abc", "k='abc': expected 'auto' or a number > 0"),
+        (Auto(Number("> 0")), 0, "k=0: must be > 0"),
+        (Seq(Number("[0, 1)"), length=2), "abc", "k='abc': expected a list of 2 numbers, each in [0, 1)"),
+        (Seq(Number("[0, 1)"), length=2), [0.9], "k=[0.9]: expected a list of 2 numbers, each in [0, 1)"),
+        (Seq(Number("[0, 1)"), length=2), [0.9, 1.0], "k[1]=1.0: must be in [0, 1)"),
+        (Seq(Number(">= 0", int), null=True), [1, -1], "k[1]=-1: must be >= 0"),
+    ],
+)
 def test_refusal_messages(check, value, message):
     with pytest.raises(ConfigError) as err:
         check("k", value)
     assert str(err.value) == message
 
 
-@pytest.mark.parametrize("check, value", [
-    (Number(">= 1", int), 1), (Number("> 0"), 1e-12), (Number("> 0"), 3), (Number("[0, 1)"), 0),
-    (Number("(0, 1]"), 1), (Number("[0, 1]"), 1.0), (Number(">= 1", int, null=True), None), (SEED, 2**63 - 1),
-    (Bool(), False), (Bool(null=True), None), (OneOf(COMPILE_MODES), True), (OneOf(COMPILE_MODES), "max-autotune"),
-    (Text(null=True, numbers=True), 12), (Text(many=True), ["a.txt"]), (Text(many=True), "a.txt"),
-    (Auto(Number("> 0")), "auto"), (Auto(Number("> 0")), 1e12), (Seq(Number("[0, 1)"), length=2), [0.9, 0.95]),
-    (Seq(Number(">= 0", int), null=True), None),
-])
+@pytest.mark.parametrize(
+    "check, value",
+    [
+        (Number(">= 1", int), 1),
+        (Number("> 0"), 1e-12),
+        (Number("> 0"), 3),
+        (Number("[0, 1)"), 0),
+        (Number("(0, 1]"), 1),
+        (Number("[0, 1]"), 1.0),
+        (Number(">= 1", int, null=True), None),
+        (SEED, 2**63 - 1),
+        (Bool(), False),
+        (Bool(null=True), None),
+        (OneOf(COMPILE_MODES), True),
+        (OneOf(COMPILE_MODES), "max-autotune"),
+        (Text(null=True, numbers=True), 12),
+        (Text(many=True), ["a.txt"]),
+        (Text(many=True), "a.txt"),
+        (Auto(Number("> 0")), "auto"),
+        (Auto(Number("> 0")), 1e12),
+        (Seq(Number("[0, 1)"), length=2), [0.9, 0.95]),
+        (Seq(Number(">= 0", int), null=True), None),
+    ],
+)
 def test_accepted_values(check, value):
     check("k", value)
 
@@ -142,8 +166,16 @@ def test_interpolations_are_resolved_before_checking():
         check_schema(cfg)
 
 
-@pytest.mark.parametrize("value, mode", [(False, None), (True, "default"), ("default", "default"),
-                                         ("reduce-overhead", "reduce-overhead"), ("max-autotune", "max-autotune")])
+@pytest.mark.parametrize(
+    "value, mode",
+    [
+        (False, None),
+        (True, "default"),
+        ("default", "default"),
+        ("reduce-overhead", "reduce-overhead"),
+        ("max-autotune", "max-autotune"),
+    ],
+)
 def test_compile_mode(value, mode):
     assert compile_mode(value) == mode
     model = torch.nn.Linear(2, 2)
@@ -155,8 +187,11 @@ def test_compile_mode(value, mode):
 
 @pytest.mark.parametrize("value", ["false", "yes", 2, 1, 0, None, "Default"])
 def test_compile_mode_refuses_everything_else(value):
-    with pytest.raises(ConfigError, match=r"^hardware.compile: .* is not allowed; allowed: false, true, default, "
-                                          r"reduce-overhead, max-autotune$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^hardware.compile: .* is not allowed; allowed: false, true, default, "
+        r"reduce-overhead, max-autotune$",
+    ):
         compile_mode(value)
     with pytest.raises(ConfigError):
         Hardware(device="cpu", dtype="fp32", compile=value)

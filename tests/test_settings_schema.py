@@ -67,8 +67,9 @@ def test_train_settings_are_read_from_the_keys_the_schema_checked():
     assert train_settings(cfg).init_from is None
 
 
-@pytest.mark.parametrize("group, key", [("model", "n_layers"), ("hardware", "thread"), ("sample", "topk"),
-                                        ("train", "max_step")])
+@pytest.mark.parametrize(
+    "group, key", [("model", "n_layers"), ("hardware", "thread"), ("sample", "topk"), ("train", "max_step")]
+)
 def test_unknown_keys_of_a_settings_group_are_refused_by_name(group, key):
     with pytest.raises(ConfigError, match=rf"^{group}.{key}: not a {group} key; allowed: "):
         check_known_keys(group, {key: 1})
@@ -93,6 +94,9 @@ def test_train_settings_refuse_a_missing_required_key_instead_of_reading_none():
     cfg = compose([])
     with open_dict(cfg):
         del cfg.train["max_steps"]
-    with pytest.raises(ConfigError, match=r"^train.max_steps: missing from the config \(removed with ~\?\); it is "
-                                          r"required$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^train.max_steps: missing from the config \(removed with ~\?\); it is "
+        r"required$",
+    ):
         train_settings(cfg)

@@ -12,13 +12,12 @@ import torch
 import yaml
 
 from gptlab.errors import ConfigError
-from gptlab.sinks.jsonl import JsonlSink
-from gptlab.sinks.progress import ProgressSink
-from gptlab.sinks.safe import SafeSink
 from gptlab.sinks import Sink
-from gptlab.sinks.progress import format_duration
+from gptlab.sinks.jsonl import JsonlSink
+from gptlab.sinks.progress import ProgressSink, format_duration
+from gptlab.sinks.safe import SafeSink
 from gptlab.sinks.wandb import RUN_ID_FILE, WandbSink, api_key_configured, resolve_mode
-from tests.wandb_read import inspect_records, of_type
+from helpers.wandb_read import inspect_records, of_type
 
 CONF_LOGGER = Path(__file__).resolve().parents[1] / "conf" / "logger"
 
@@ -83,8 +82,15 @@ def test_jsonl_fresh_start_drops_stale_files(tmp_path):
 # ---------------------------------------------------------------- WandbSink (offline, read back)
 def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     config = {"seed": 3, "model": {"n_layer": 2, "d_model": 64}, "train": {"max_steps": 30}}
-    sink = WandbSink(tmp_path, config=config, project="gptlab-test", group="sweep-a", name="gqa-s3",
-                     tags=["attention=gqa", "mlp=gelu", "attention=gqa"], mode="offline")
+    sink = WandbSink(
+        tmp_path,
+        config=config,
+        project="gptlab-test",
+        group="sweep-a",
+        name="gqa-s3",
+        tags=["attention=gqa", "mlp=gelu", "attention=gqa"],
+        mode="offline",
+    )
     assert sink.mode == "offline"
     run_id = (tmp_path / RUN_ID_FILE).read_text().strip()
     assert sink.run_id == run_id and sink.run_dir_path.parent == tmp_path / "wandb"
@@ -170,14 +176,18 @@ def test_mode_resolution_rules(tmp_path):
     empty = {"HOME": str(tmp_path)}
     assert resolve_mode("auto", {**empty, "WANDB_API_KEY": "x" * 40}) == "online"
     assert resolve_mode("auto", {**empty, "NETRC": str(netrc_file)}) == "online"
-    assert resolve_mode("auto", {**empty, "NETRC": str(netrc_file), "WANDB_BASE_URL": "https://wb.example"}) == "offline"
+    assert (
+        resolve_mode("auto", {**empty, "NETRC": str(netrc_file), "WANDB_BASE_URL": "https://wb.example"}) == "offline"
+    )
     assert resolve_mode("auto", {**empty, "WANDB_API_KEY": "x" * 40, "WANDB_MODE": "disabled"}) == "disabled"
     assert resolve_mode("auto", {**empty, "WANDB_MODE": "dryrun"}) == "offline"
     assert resolve_mode("offline", {**empty, "WANDB_API_KEY": "x" * 40}) == "offline"
     with pytest.raises(ConfigError) as err:
         resolve_mode("online", empty)
     assert "logger.wandb.mode=online" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match=r"logger.wandb.mode=.cloud. is not valid; allowed: auto, online, offline, disabled"):
+    with pytest.raises(
+        ConfigError, match=r"logger.wandb.mode=.cloud. is not valid; allowed: auto, online, offline, disabled"
+    ):
         resolve_mode("cloud", empty)
 
 

@@ -15,9 +15,9 @@ import torch
 from tensorboard.backend.event_processing import event_accumulator, plugin_event_accumulator
 from tensorboard.summary.writer import event_file_writer
 
-from gptlab.sinks.safe import SafeSink
 from gptlab.sinks import Sink
 from gptlab.sinks.csv import CsvSink
+from gptlab.sinks.safe import SafeSink
 from gptlab.sinks.tensorboard import TensorboardSink, markdown_table
 
 
@@ -63,11 +63,16 @@ def test_tensorboard_scalars_config_and_summary_read_back(tmp_path):
     text = texts(tmp_path / "tensorboard")
     assert text["config"] == [(0, markdown_table(config))]
     assert text["config"][0][1].splitlines() == [
-        "| key | value |", "|---|---|", "| choice/attention | gqa |", "| model.n_layer | 2 |", "| name | a\\|b |",
+        "| key | value |",
+        "|---|---|",
+        "| choice/attention | gqa |",
+        "| model.n_layer | 2 |",
+        "| name | a\\|b |",
         "| optimizer.lr | 0.001 |",
     ]
-    assert text["summary"] == [(20, "| key | value |\n|---|---|\n| choices.attention | gqa |\n"
-                                    "| git_dirty | False |\n| status | finished |")]
+    assert text["summary"] == [
+        (20, "| key | value |\n|---|---|\n| choices.attention | gqa |\n| git_dirty | False |\n| status | finished |")
+    ]
 
 
 def test_tensorboard_non_finite_values_are_logged_as_they_are(tmp_path):
@@ -235,8 +240,13 @@ except OSError as err:
 
 def test_csv_failed_append_keeps_whole_rows_and_names_the_file(tmp_path):
     # a subprocess, so the file size limit cannot touch pytest's own files
-    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1], timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=60,
+    )
     path = tmp_path / "metrics.csv"
     assert done.stdout == f"[Errno 27] cannot append to the CSV file (File too large): '{path}'\n", done.stderr
     assert path.read_text() == "step,train/loss\n0,1.0\n1,0.123456789\n"  # the torn third row is cut off

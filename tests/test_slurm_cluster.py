@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_fixtures import (  # noqa: F401  (slurm_cluster is a fixture)
+
+from helpers.slurm import (  # noqa: F401  (slurm_cluster is a fixture)
     REPO,
     job_info,
     job_states,
@@ -139,17 +140,29 @@ def test_sacct_wrapper_answers_from_jobcomp_log_and_squeue(tmp_path):
     env = dict(os.environ, SLURM_CONF=str(tmp_path / "slurm.conf"), PATH=f"{fake_squeue.parent}:/usr/bin:/bin")
 
     def sacct(*args: str) -> list[str]:
-        out = subprocess.run([str(REPO / "scripts" / "sacct-wrapper"), *args], env=env, capture_output=True,
-                             text=True, timeout=10, check=True)
+        out = subprocess.run(
+            [str(REPO / "scripts" / "sacct-wrapper"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
         return out.stdout.splitlines()
 
     # submitit's query: array tasks as <array>_<task>; the last record of a requeued job wins;
     # the live view (squeue) beats the log.
     assert sacct("-o", "JobID,State,NodeList", "--parsable2", "-j", "2", "-j", "6", "-j", "7") == [
-        "JobID|State|NodeList", "2_0|COMPLETED|localhost", "2_1|FAILED|localhost",
-        "6|COMPLETED|localhost", "7|RUNNING|localhost"]
+        "JobID|State|NodeList",
+        "2_0|COMPLETED|localhost",
+        "2_1|FAILED|localhost",
+        "6|COMPLETED|localhost",
+        "7|RUNNING|localhost",
+    ]
     assert sacct("-n", "-P", "-X", "-o", "JobID%20,JobIDRaw,JobName,ExitCode", "-j", "2_1,6") == [
-        "2_1|2|wrap|1:0", "6|6|my job|0:0"]
+        "2_1|2|wrap|1:0",
+        "6|6|my job|0:0",
+    ]
 
 
 # ---- the real cluster ---------------------------------------------------------------------------------
@@ -225,8 +238,14 @@ def test_hydra_submitit_slurm_multirun_of_two_jobs(slurm_cluster, tmp_path):
     assert sorted(r["env"]["SLURM_ARRAY_TASK_ID"] for r in results) == ["0", "1"]
     assert all(r["env"]["SLURM_JOB_PARTITION"] == slurm_cluster.partition for r in results)
     script = next(sweep.glob(".submitit/*/*_submission.sh")).read_text()
-    for flag in ("--requeue", f"--partition={slurm_cluster.partition}", "--cpus-per-task=2", "--time=5",
-                 "--signal=USR2@120", "--array=0-1%2"):
+    for flag in (
+        "--requeue",
+        f"--partition={slurm_cluster.partition}",
+        "--cpus-per-task=2",
+        "--time=5",
+        "--signal=USR2@120",
+        "--array=0-1%2",
+    ):
         assert f"#SBATCH {flag}\n" in script, flag
 
 

@@ -1,7 +1,7 @@
 """gptlab-train through the real SLURM cluster: a sweep, a 2-task DDP job, and a requeued run that resumes.
 
 Every test is marked `slurm` and skips with the reason when no cluster answers (scripts/slurm-cluster.sh up).
-Runs use tests/train_helpers.FAST (tiny fp32 model), so losses are exactly reproducible across processes.
+Runs use tests/helpers/train.py FAST (tiny fp32 model), so losses are exactly reproducible across processes.
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_fixtures import (  # noqa: F401  (slurm_cluster is a fixture)
+
+from helpers.cli import run_cli
+from helpers.slurm import (  # noqa: F401  (slurm_cluster is a fixture)
     job_info,
     probe_cluster,
     requeue_job,
     slurm_cluster,
     wait_for_job,
 )
-from train_helpers import FAST, cli, rows, run_inprocess
+from helpers.train import FAST, rows, run_inprocess, train_env
 
 JOB_MINUTES = "hydra.launcher.timeout_min=5"  # SLURM kills a stuck job instead of leaving it on the node
 RESUME_STEPS, RESUME_EVAL, RESUME_CKPT, RESUME_LOG = 160, 40, 20, 10
@@ -71,8 +73,20 @@ def _wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | N
 def test_slurm_sweep_of_two_runs_finishes(slurm_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_PARTITION", slurm_cluster.partition)
     sweep = tmp_path / "sweep"
-    proc = cli(tmp_path, "-m", "launcher=slurm", "seed=0,1", *FAST, "train.max_steps=6", "train.eval_interval=3",
-               JOB_MINUTES, f"hydra.sweep.dir={sweep}", timeout=150)
+    proc = run_cli(
+        "gptlab.cli.train",
+        "-m",
+        "launcher=slurm",
+        "seed=0,1",
+        *FAST,
+        "train.max_steps=6",
+        "train.eval_interval=3",
+        JOB_MINUTES,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        env=train_env(),
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     finals = []
     for num, seed in ((0, 0), (1, 1)):
@@ -99,10 +113,21 @@ def test_slurm_sweep_of_two_runs_finishes(slurm_cluster, tmp_path, monkeypatch):
 def test_slurm_ddp_two_tasks_match_one_process(slurm_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_PARTITION", slurm_cluster.partition)
     sweep = tmp_path / "sweep"
-    ddp = ["hardware=ddp_cpu", "hardware.dtype=fp32", "hardware.tasks_per_node=2",
-           "hardware.cpus_per_task=1"]
-    proc = cli(tmp_path, "-m", "launcher=slurm", *FAST, *ddp, "train.max_steps=6", "train.eval_interval=3",
-               JOB_MINUTES, f"hydra.sweep.dir={sweep}", timeout=150)
+    ddp = ["hardware=ddp_cpu", "hardware.dtype=fp32", "hardware.tasks_per_node=2", "hardware.cpus_per_task=1"]
+    proc = run_cli(
+        "gptlab.cli.train",
+        "-m",
+        "launcher=slurm",
+        *FAST,
+        *ddp,
+        "train.max_steps=6",
+        "train.eval_interval=3",
+        JOB_MINUTES,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        env=train_env(),
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (job_dir,) = _job_dirs(sweep)
     script = next(job_dir.glob("*_submission.sh")).read_text()
@@ -134,9 +159,14 @@ def _hermetic(mp: pytest.MonkeyPatch, base: Path, cluster) -> None:
         (base / sub).mkdir(parents=True, exist_ok=True)
     mp.setenv("WANDB_MODE", "offline")
     mp.setenv("WANDB_SILENT", "true")
-    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_CACHE_DIR", "wandb-cache"), ("WANDB_DATA_DIR", "wandb-data"),
-                     ("WANDB_ARTIFACT_DIR", "wandb-artifacts"), ("WANDB_CONFIG_DIR", "wandb-config"),
-                     ("GPTLAB_CACHE", "gptlab-cache")):
+    for var, sub in (
+        ("WANDB_DIR", "wandb"),
+        ("WANDB_CACHE_DIR", "wandb-cache"),
+        ("WANDB_DATA_DIR", "wandb-data"),
+        ("WANDB_ARTIFACT_DIR", "wandb-artifacts"),
+        ("WANDB_CONFIG_DIR", "wandb-config"),
+        ("GPTLAB_CACHE", "gptlab-cache"),
+    ):
         mp.setenv(var, str(base / sub))
     mp.delenv("WANDB_API_KEY", raising=False)
     mp.setenv("HF_HUB_OFFLINE", "1")
@@ -148,12 +178,26 @@ def _hermetic(mp: pytest.MonkeyPatch, base: Path, cluster) -> None:
 
 def _submit_long_run(tmp: Path) -> subprocess.Popen:
     """Start `gptlab-train -m launcher=slurm` for one W&B-offline run long enough to be requeued mid-way."""
-    args = [*FAST, f"train.max_steps={RESUME_STEPS}", f"train.eval_interval={RESUME_EVAL}",
-            f"train.ckpt_interval={RESUME_CKPT}", f"train.log_interval={RESUME_LOG}", "logger=wandb",
-            "logger.wandb.mode=offline", JOB_MINUTES, f"hydra.sweep.dir={tmp / 'sweep'}"]
+    args = [
+        *FAST,
+        f"train.max_steps={RESUME_STEPS}",
+        f"train.eval_interval={RESUME_EVAL}",
+        f"train.ckpt_interval={RESUME_CKPT}",
+        f"train.log_interval={RESUME_LOG}",
+        "logger=wandb",
+        "logger.wandb.mode=offline",
+        JOB_MINUTES,
+        f"hydra.sweep.dir={tmp / 'sweep'}",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
-    return subprocess.Popen([sys.executable, "-m", "gptlab.cli.train", "-m", "launcher=slurm", *args], cwd=tmp,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gptlab.cli.train", "-m", "launcher=slurm", *args],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +221,14 @@ def requeued_run(tmp_path_factory):
             wandb_id_before = (run_dir / "wandb_run_id").read_text().strip()
             restarts = requeue_job(job_dir.name)
             # The reference trains in this process while the requeued job runs (2 cores).
-            reference = run_inprocess(tmp / "reference", f"train.ckpt_interval={RESUME_CKPT}",
-                                      f"train.log_interval={RESUME_LOG}", "hardware.threads=1",
-                                      steps=RESUME_STEPS, eval_interval=RESUME_EVAL)
+            reference = run_inprocess(
+                tmp / "reference",
+                f"train.ckpt_interval={RESUME_CKPT}",
+                f"train.log_interval={RESUME_LOG}",
+                "hardware.threads=1",
+                steps=RESUME_STEPS,
+                eval_interval=RESUME_EVAL,
+            )
             state = wait_for_job(job_dir.name, timeout=90)
             job_done = time.monotonic()
         finally:
@@ -190,9 +239,18 @@ def requeued_run(tmp_path_factory):
             if proc.poll() is None:
                 proc.kill()
             waiter.join(timeout=10)
-        yield {"run_dir": run_dir, "job_dir": job_dir, "state": state, "restarts": restarts,
-               "wandb_id_before": wandb_id_before, "reference": reference, "reference_dir": tmp / "reference",
-               "cli_rc": proc.returncode, "cli_exit": exited.get("t"), "job_done": job_done}
+        yield {
+            "run_dir": run_dir,
+            "job_dir": job_dir,
+            "state": state,
+            "restarts": restarts,
+            "wandb_id_before": wandb_id_before,
+            "reference": reference,
+            "reference_dir": tmp / "reference",
+            "cli_rc": proc.returncode,
+            "cli_exit": exited.get("t"),
+            "job_done": job_done,
+        }
 
 
 @pytest.mark.slurm

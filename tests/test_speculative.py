@@ -8,11 +8,9 @@ import math
 
 import pytest
 import torch
-from model_helpers import tiny_model, tokens
 from omegaconf import OmegaConf
 from scipy.stats import chisquare
 from torch.testing import assert_close
-from train_helpers import FAST, run_inprocess
 
 from gptlab.cli.speculative import main, same_tokenizer
 from gptlab.config.build import compose
@@ -31,6 +29,8 @@ from gptlab.infer.speculative import (
     static_caches,
     verify,
 )
+from helpers.model import tiny_model, tokens
+from helpers.train import FAST, run_inprocess
 
 UNTIED = ["model.tie_embeddings=false"]  # tied random models mostly predict their input token: drafts always agree
 CASES = [("mha", "rope"), ("gqa", "learned"), ("sliding", "alibi")]
@@ -44,7 +44,13 @@ def _one_thread(one_thread):
 
 def pair(attention: str = "mha", position: str = "rope", *extra: str, vocab: int = 61):
     """(target: 2 layers, seed 0; draft: 1 layer, seed 1) of one attention x position choice."""
-    ov = [f"attention={attention}", f"position={position}", *UNTIED, *(WINDOW if attention == "sliding" else []), *extra]
+    ov = [
+        f"attention={attention}",
+        f"position={position}",
+        *UNTIED,
+        *(WINDOW if attention == "sliding" else []),
+        *extra,
+    ]
     return tiny_model(*ov, seed=0, vocab=vocab), tiny_model(*ov, "model.n_layer=1", seed=1, vocab=vocab)
 
 
@@ -143,7 +149,7 @@ def test_leviathan_formulas():
     assert expected_tokens_per_forward(0.5, 3) == pytest.approx(1.875)  # 1 + .5 + .25 + .125
     assert expected_tokens_per_forward(1.0, 4) == 5.0
     assert expected_tokens_per_forward(1 - 1e-9, 4) == pytest.approx(5.0)
-    assert expected_speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.4))  # 2.4011
+    assert expected_speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))  # 2.4011
     assert expected_speedup(0.0, 2, 0.5) == pytest.approx(0.5)  # every draft rejected: pure overhead
     s = Stats(k=4, proposed=8, accepted=5, rejected=1, target_forwards=2, new_tokens=7).summary()
     assert s["acceptance_rate"] == 5 / 6 and s["accepted_fraction"] == 5 / 8 and s["tokens_per_target_forward"] == 3.5
@@ -172,12 +178,20 @@ def test_refusals():
     target, draft = pair()
     idx = tokens(B=1, T=6)
     cases = [
-        (lambda: speculative_generate(target, pair(vocab=8)[1], idx, 4, 2), "target vocab_size=61 != draft vocab_size=8"),
+        (
+            lambda: speculative_generate(target, pair(vocab=8)[1], idx, 4, 2),
+            "target vocab_size=61 != draft vocab_size=8",
+        ),
         (lambda: speculative_generate(target, draft, idx, 4, 0), "k=0 must be >= 1"),
         (lambda: speculative_generate(target, draft, idx, 4, 2, temperature=-1), "temperature=-1 must be >= 0"),
-        (lambda: speculative_generate(target, draft, idx, 30, 2), "needs 35 positions > the target's model.block_size=32"),
-        (lambda: speculative_generate(target, tiny_model("model.block_size=16"), idx, 12, 2),
-         "needs 17 positions > the draft's model.block_size=16"),
+        (
+            lambda: speculative_generate(target, draft, idx, 30, 2),
+            "needs 35 positions > the target's model.block_size=32",
+        ),
+        (
+            lambda: speculative_generate(target, tiny_model("model.block_size=16"), idx, 12, 2),
+            "needs 17 positions > the draft's model.block_size=16",
+        ),
         (lambda: speculative_generate(target, draft, idx[0], 4, 2), r"idx of shape \(B, T >= 1\), got \(6,\)"),
         (lambda: rollback(make_caches(pair("sliding")[0], 1, 20), 3), "rolls back StaticCache only, not RingCache"),
         (lambda: rollback(static_caches(target, 1, 8), 3), r"rollback to 3: must be in \[0, 0\]"),
@@ -204,25 +218,62 @@ def test_tokenizers_must_match():
         same_tokenizer(Tok("abc"), Tok("axc"), "t", "d")
 
 
-KEYS = {"target", "draft", "k", "tokens", "proposed", "accepted", "rejected", "acceptance_rate", "accepted_fraction",
-        "target_forwards", "draft_forwards", "tokens_per_target_forward", "expected_tokens_per_target_forward",
-        "wall_s", "speculative_s", "target_s", "speedup", "target_ms_per_token", "draft_ms_per_token", "cost_ratio",
-        "expected_speedup", "matches_target_greedy", "threads"}
+KEYS = {
+    "target",
+    "draft",
+    "k",
+    "tokens",
+    "proposed",
+    "accepted",
+    "rejected",
+    "acceptance_rate",
+    "accepted_fraction",
+    "target_forwards",
+    "draft_forwards",
+    "tokens_per_target_forward",
+    "expected_tokens_per_target_forward",
+    "wall_s",
+    "speculative_s",
+    "target_s",
+    "speedup",
+    "target_ms_per_token",
+    "draft_ms_per_token",
+    "cost_ratio",
+    "expected_speedup",
+    "matches_target_greedy",
+    "threads",
+}
 
 
 def trained_run(path, *overrides: str) -> None:
     """A 3-step run dir as gptlab-train leaves it (checkpoint + .hydra/config.yaml, which Hydra would write)."""
     run_inprocess(path, *overrides, steps=3)
     (path / ".hydra").mkdir()
-    OmegaConf.save(compose([*FAST, "train.max_steps=3", "train.eval_interval=3", *overrides]), path / ".hydra" / "config.yaml")
+    OmegaConf.save(
+        compose([*FAST, "train.max_steps=3", "train.eval_interval=3", *overrides]), path / ".hydra" / "config.yaml"
+    )
 
 
 def test_cli_on_two_trained_runs(tmp_path, capsys):
     trained_run(tmp_path / "target", "model.n_layer=2")
     trained_run(tmp_path / "draft", "model.n_layer=1")
     out = tmp_path / "speculative.json"
-    args = ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--k", "3", "--tokens", "24",
-            "--repeats", "1", "--out", str(out), "--prompt", "ROMEO:"]
+    args = [
+        "--target",
+        str(tmp_path / "target"),
+        "--draft",
+        str(tmp_path / "draft"),
+        "--k",
+        "3",
+        "--tokens",
+        "24",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+        "--prompt",
+        "ROMEO:",
+    ]
     assert main(args) == 0
     r = json.loads(out.read_text())
     assert KEYS <= set(r) and r["target_n_layer"] == 2 and r["draft_n_layer"] == 1 and r["tokens"] == 24

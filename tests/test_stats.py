@@ -37,7 +37,7 @@ def test_t_two_sided_p_matches_closed_forms():
 def test_t_critical_inverts_the_p_value():
     for df in (1, 2.5, 6, 40, math.inf):
         assert stats.t_two_sided_p(stats.t_critical(0.05, df), df) == pytest.approx(0.05, rel=1e-9)
-    assert stats.t_critical(0.05, 2) == pytest.approx(math.sqrt(2 / (0.95 ** -2 - 1)), rel=1e-12)  # df=2 closed form
+    assert stats.t_critical(0.05, 2) == pytest.approx(math.sqrt(2 / (0.95**-2 - 1)), rel=1e-12)  # df=2 closed form
 
 
 def test_edge_cases():
@@ -48,7 +48,9 @@ def test_edge_cases():
     assert same.t == 0.0 and same.p == pytest.approx(1.0) and same.df == pytest.approx(4.0)
     nan = stats.welch_test([math.nan, 1.0], [2.0, 3.0])
     assert math.isnan(nan.t) and math.isnan(nan.df) and math.isnan(nan.p)
-    assert stats.std([1.0]) is None and math.isnan(stats.std([math.nan, 1.0])) and math.isnan(stats.std([math.inf, 1.0]))
+    assert (
+        stats.std([1.0]) is None and math.isnan(stats.std([math.nan, 1.0])) and math.isnan(stats.std([math.inf, 1.0]))
+    )
     assert stats.std([1.0, 2.0, 3.0, 4.0]) == pytest.approx(math.sqrt(5 / 3))  # sample std, n - 1
     assert stats.mean([1, 3]) == 2.0 and isinstance(stats.mean([1, 3]), float) and math.isnan(stats.mean([math.nan, 1]))
     assert stats.median([3.0, None, 1.0, 2.0]) == 2.0 and stats.median([4, 1]) == 2.5 and stats.median([None]) is None

@@ -17,8 +17,13 @@ def _sweep_file(tmp_path, arms: dict) -> str:
 
 def test_dry_run_flags_identical_arms_and_no_ops_once_each(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    arms = {"mha": ["attention=mha"], "gqa": ["attention=gqa"], "gqa2": ["attention=gqa", "attention.n_kv_head=2"],
-            "lr": ["optimizer.lr=0.01"], "wide": ["attention=sliding", "attention.window=512"]}
+    arms = {
+        "mha": ["attention=mha"],
+        "gqa": ["attention=gqa"],
+        "gqa2": ["attention=gqa", "attention.n_kv_head=2"],
+        "lr": ["optimizer.lr=0.01"],
+        "wide": ["attention=sliding", "attention.window=512"],
+    }
     assert main([_sweep_file(tmp_path, arms), "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     warnings = [line for line in out if line.startswith("[mini] warning:")]
@@ -28,7 +33,8 @@ def test_dry_run_flags_identical_arms_and_no_ops_once_each(tmp_path, capsys, mon
         f"[mini] warning: arms 'mha' and 'gqa' build the identical model (fingerprint {fingerprint}): "
         "the same experiment twice, every difference is noise",
         "[mini] warning: arm 'wide': attention=sliding with attention.window=512 >= model.block_size=128 "
-        "is full attention"]
+        "is full attention",
+    ]
     # 'lr' builds the mha model too, but trains it differently: a real experiment, not flagged.
     assert sum(" -m " in line for line in out) == 5
     assert not (tmp_path / "outputs").exists()  # a dry run writes nothing
@@ -39,8 +45,9 @@ def test_an_arm_that_does_not_build_fails_the_dry_run_in_one_line(tmp_path, caps
     arms = {"mha": ["attention=mha"], "odd": ["attention=gqa", "attention.n_kv_head=3"]}
     assert main([_sweep_file(tmp_path, arms), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("[mini] arm 'odd' does not build: attention.n_kv_head=3 must be >= 1 "
-                                               "and divide model.n_head=4")
+    assert len(err) == 1 and err[0].startswith(
+        "[mini] arm 'odd' does not build: attention.n_kv_head=3 must be >= 1 and divide model.n_head=4"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import yaml
-from train_helpers import FAST, rows, run_inprocess
 
 from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
 from gptlab.config.build import compose
 from gptlab.runtime.placement import slice_for_job
 from gptlab.util.paths import SWEEPS_DIR
+from helpers.cli import cli_env, run_cli
+from helpers.train import FAST, rows, run_inprocess
 
 SWEEPS = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
 
@@ -23,6 +22,8 @@ def torch_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
 SEEDS_SHORT = ["--seeds", "0"]
 
 
@@ -39,8 +40,16 @@ def test_every_sweep_arm_composes(name):
 
 # Shortening that keeps every arm's own choices (run_inprocess's small FAST model applies only where the sweep
 # does not set the shape itself).
-SHORT = ["train.max_steps=2", "train.eval_interval=1", "train.eval_sequences=2", "train.batch_size=2",
-         "train.log_interval=1", "sample.tokens=0", "logger=none", "hardware.peak_flops=1e12"]
+SHORT = [
+    "train.max_steps=2",
+    "train.eval_interval=1",
+    "train.eval_sequences=2",
+    "train.batch_size=2",
+    "train.log_interval=1",
+    "sample.tokens=0",
+    "logger=none",
+    "hardware.peak_flops=1e12",
+]
 
 
 DECODE_SHORT = ["batch_sizes=1", "contexts=8", "new_tokens=2", "repeats=1", "warmup=0"]
@@ -53,8 +62,10 @@ def test_every_sweep_runs_end_to_end(tmp_path, name):
     every = [*spec["overrides"], *(o for arm in spec["arms"].values() for o in arm)]
     needs = [o for o in every if o.startswith(("hardware=cuda", "hardware=ddp", "data=hf"))]
     if needs and not torch_cuda():
-        pytest.skip(f"sweep '{name}' is for a GPU machine ({', '.join(sorted(set(needs)))}); "
-                    "its arms compose and build in test_every_sweep_arm_composes, its CPU twin trains in tests")
+        pytest.skip(
+            f"sweep '{name}' is for a GPU machine ({', '.join(sorted(set(needs)))}); "
+            "its arms compose and build in test_every_sweep_arm_composes, its CPU twin trains in tests"
+        )
     if config_name(spec) == "decode":  # gptlab-decode sweeps: each arm measures one tiny point
         from gptlab.cli.decode import execute
 
@@ -83,21 +94,30 @@ def test_local_job_slices():
     assert slice_for_job(0, 8, cores) == cores and slice_for_job(3, 0, cores) == [] and slice_for_job(0, 1, []) == []
 
 
-def _sweep(tmp_path, *args, timeout=600):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "gptlab.cli.sweep", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.mark.slow
 def test_local_launcher_sweep_runs_then_skips(tmp_path):
     sweep_file = tmp_path / "mini.yaml"
-    sweep_file.write_text(yaml.safe_dump({"description": "test", "seeds": [0, 1, 2],
-                                          "overrides": [*FAST, "train.max_steps=4", "train.eval_interval=2",
-                                                        "hardware.cpus_per_task=1"],
-                                          "arms": {"base": ["mlp.ratio=2"]}}))
+    sweep_file.write_text(
+        yaml.safe_dump(
+            {
+                "description": "test",
+                "seeds": [0, 1, 2],
+                "overrides": [*FAST, "train.max_steps=4", "train.eval_interval=2", "hardware.cpus_per_task=1"],
+                "arms": {"base": ["mlp.ratio=2"]},
+            }
+        )
+    )
     out = tmp_path / "sweep"
-    first = _sweep(tmp_path, str(sweep_file), "launcher=local", "--out", str(out))
+    first = run_cli(
+        "gptlab.cli.sweep",
+        str(sweep_file),
+        "launcher=local",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+        env=cli_env(OMP_NUM_THREADS="1"),
+        timeout=600,
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     for seed in range(3):
         run = out / "base" / f"seed{seed}"
@@ -110,19 +130,36 @@ def test_local_launcher_sweep_runs_then_skips(tmp_path):
         cores = sorted(os.sched_getaffinity(0))
         assert hw["cpu_cores"] == [cores[seed % len(cores)]] and hw["cpu_threads"] == 1
     assert (out / "sweep.yaml").is_file() and list((out / ".submitit").iterdir())
-    again = _sweep(tmp_path, str(sweep_file), "launcher=local", "--out", str(out))
+    again = run_cli(
+        "gptlab.cli.sweep",
+        str(sweep_file),
+        "launcher=local",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+        env=cli_env(OMP_NUM_THREADS="1"),
+        timeout=600,
+    )
     assert again.returncode == 0 and "all 3 runs finished, skipping" in again.stdout
     assert "3 finished runs skipped" in again.stdout
 
 
 def test_unknown_sweep_is_one_line(tmp_path):
-    proc = _sweep(tmp_path, "nope")
+    proc = run_cli("gptlab.cli.sweep", "nope", cwd=tmp_path, env=cli_env(OMP_NUM_THREADS="1"), timeout=600)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sweep 'nope': no such sweep file; available: ")
 
 
 def test_dry_run_prints_one_multirun_per_arm(tmp_path):
-    proc = _sweep(tmp_path, "attention", "--dry-run", "train.max_steps=10")
+    proc = run_cli(
+        "gptlab.cli.sweep",
+        "attention",
+        "--dry-run",
+        "train.max_steps=10",
+        cwd=tmp_path,
+        env=cli_env(OMP_NUM_THREADS="1"),
+        timeout=600,
+    )
     assert proc.returncode == 0
     lines = [l for l in proc.stdout.splitlines() if l.startswith("[attention] ") and "-m" in l]
     assert len(lines) == 4 and all("seed=0,1,2" in l and "sweep=attention" in l for l in lines)
@@ -132,14 +169,21 @@ def test_dry_run_prints_one_multirun_per_arm(tmp_path):
 def test_ddp_two_processes_match_one(tmp_path):
     """torchrun with 2 gloo ranks and the same global batch gives the same losses as 1 process."""
     common = [*FAST, "train.max_steps=4", "train.eval_interval=2", "hardware.dtype=fp32"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    one = subprocess.run([sys.executable, "-m", "gptlab.cli.train", *common, f"hydra.run.dir={tmp_path / 'one'}"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = cli_env(OMP_NUM_THREADS="1")
+    one = run_cli("gptlab.cli.train", *common, f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path, env=env)
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "gptlab.cli.train", *common, "hardware=ddp_cpu",
-                          f"hydra.run.dir={tmp_path / 'two'}"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=300)
+    two = run_cli(
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "gptlab.cli.train",
+        *common,
+        "hardware=ddp_cpu",
+        f"hydra.run.dir={tmp_path / 'two'}",
+        cwd=tmp_path,
+        env=env,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = rows(tmp_path / "one"), rows(tmp_path / "two")
     assert [r["step"] for r in a] == [r["step"] for r in b]  # rank 0 alone wrote: no duplicate rows
@@ -153,10 +197,19 @@ def test_ddp_two_processes_match_one(tmp_path):
 def test_optuna_sweeper_minimises_final_val_loss(tmp_path):
     """`+tune=lr` runs Hydra's Optuna sweeper; its objective is the final val loss each run returns."""
     out = tmp_path / "tune"
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    proc = subprocess.run([sys.executable, "-m", "gptlab.cli.train", "-m", "+tune=lr", "hydra.sweeper.n_trials=3",
-                           *FAST, "train.max_steps=3", "train.eval_interval=3", f"hydra.sweep.dir={out}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = cli_env(OMP_NUM_THREADS="2")
+    proc = run_cli(
+        "gptlab.cli.train",
+        "-m",
+        "+tune=lr",
+        "hydra.sweeper.n_trials=3",
+        *FAST,
+        "train.max_steps=3",
+        "train.eval_interval=3",
+        f"hydra.sweep.dir={out}",
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = yaml.safe_load((out / "optimization_results.yaml").read_text())
     runs = sorted(p for p in out.iterdir() if (p / "summary.json").is_file())

@@ -10,14 +10,27 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import choices
-from train_helpers import FAST, cli, rows, run_inprocess
 
 from gptlab.config.build import build_data, compose
 from gptlab.optim.schedule import WSD, Constant, Cosine, Linear
+from helpers.cli import run_cli
+from helpers.model import choices
+from helpers.train import FAST, rows, run_inprocess, train_env
 
-SUMMARY_KEYS = {"final_val_loss", "best_val_loss", "steps", "tokens", "tokens_per_s_median", "step_ms_median",
-                "mfu_median", "peak_mem_bytes", "params", "flops_per_token", "wall_s", "choices"}
+SUMMARY_KEYS = {
+    "final_val_loss",
+    "best_val_loss",
+    "steps",
+    "tokens",
+    "tokens_per_s_median",
+    "step_ms_median",
+    "mfu_median",
+    "peak_mem_bytes",
+    "params",
+    "flops_per_token",
+    "wall_s",
+    "choices",
+}
 ROW_KEYS = {"train/loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu", "peak_mem_bytes"}
 
 
@@ -26,8 +39,16 @@ def default_run(tmp_path_factory):
     """The default gptlab-train, shortened, through the real CLI with W&B offline."""
     tmp = tmp_path_factory.mktemp("default")
     run_dir = tmp / "run"
-    proc = cli(tmp, "train.max_steps=60", "train.eval_interval=20", "sample.tokens=20",
-               "hardware.peak_flops=2e12", f"hydra.run.dir={run_dir}")
+    proc = run_cli(
+        "gptlab.cli.train",
+        "train.max_steps=60",
+        "train.eval_interval=20",
+        "sample.tokens=20",
+        "hardware.peak_flops=2e12",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp,
+        env=train_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir, proc
 
@@ -55,8 +76,13 @@ def test_wandb_offline_run_matches_local_files(default_run):
     run_dir, _ = default_run
     wandb_runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(wandb_runs) == 1
-    out = subprocess.run(["wandb", "leet", "inspect", "--json", str(wandb_runs[0])], capture_output=True,
-                         text=True, timeout=120, env=os.environ | {"PATH": f"{Path(os.sys.executable).parent}:{os.environ['PATH']}"})
+    out = subprocess.run(
+        ["wandb", "leet", "inspect", "--json", str(wandb_runs[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PATH": f"{Path(os.sys.executable).parent}:{os.environ['PATH']}"},
+    )
     assert out.returncode == 0, out.stderr
     records = [json.loads(line) for line in out.stdout.splitlines() if line.strip().startswith("{")]
     text = json.dumps(records)
@@ -94,13 +120,19 @@ def _group_cases():
 @pytest.mark.parametrize("group,choice", _group_cases(), ids=lambda v: str(v))
 def test_every_run_choice_trains(tmp_path, group, choice):
     extra = []
-    if group == "hardware" and compose([f"hardware={choice}"]).hardware.device == "cuda" and not torch.cuda.is_available():
+    if (
+        group == "hardware"
+        and compose([f"hardware={choice}"]).hardware.device == "cuda"
+        and not torch.cuda.is_available()
+    ):
         pytest.skip("no CUDA device on this machine (the profile is exercised where a GPU exists)")
     if group == "data" and choice == "hf":
         pytest.skip("a hub dataset needs the network; its offline error is tested in test_bad_input")
     if group == "data" and choice == "text":
         corpus = tmp_path / "corpus.jsonl"
-        corpus.write_text("".join(json.dumps({"text": f"line {i}: the quick brown fox jumps. " * 3}) + "\n" for i in range(300)))
+        corpus.write_text(
+            "".join(json.dumps({"text": f"line {i}: the quick brown fox jumps. " * 3}) + "\n" for i in range(300))
+        )
         extra = [f"data.paths=[{corpus}]", "data.tokenizer=byte"]
     summary = run_inprocess(tmp_path / "run", f"{group}={choice}", *extra)
     assert summary["steps"] == 6
@@ -121,7 +153,9 @@ def test_runs_with_different_models_see_identical_batches():
 def test_same_seed_twice_gives_identical_losses(tmp_path):
     run_inprocess(tmp_path / "a", "data=assoc_recall")
     run_inprocess(tmp_path / "b", "data=assoc_recall")
-    strip = lambda rs: [{k: v for k, v in r.items() if k in ("step", "train/loss", "val/loss", "val/acc", "grad_norm")} for r in rs]
+    strip = lambda rs: [
+        {k: v for k, v in r.items() if k in ("step", "train/loss", "val/loss", "val/acc", "grad_norm")} for r in rs
+    ]
     assert strip(rows(tmp_path / "a")) == strip(rows(tmp_path / "b"))
     assert any("val/acc" in r for r in rows(tmp_path / "a"))
 
@@ -143,7 +177,11 @@ def test_resume_continues_the_same_curve(tmp_path):
 
     loop._emit = emit_then_signal
     try:
-        first = run_inprocess(part, steps=8, eval_interval=2, )
+        first = run_inprocess(
+            part,
+            steps=8,
+            eval_interval=2,
+        )
     finally:
         loop._emit = real_emit
         signal.signal(signal.SIGUSR1, original)
@@ -177,7 +215,9 @@ def test_bad_run_does_not_touch_a_finished_run(default_run, tmp_path):
     run_dir, _ = default_run
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
     ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    proc = cli(tmp_path, "train.eval_interval=0", f"hydra.run.dir={run_dir}")
+    proc = run_cli(
+        "gptlab.cli.train", "train.eval_interval=0", f"hydra.run.dir={run_dir}", cwd=tmp_path, env=train_env()
+    )
     assert proc.returncode == 2
     after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name in before}
     assert {k: v for k, v in after.items() if k != "train.log"} == {k: v for k, v in before.items() if k != "train.log"}
@@ -186,10 +226,9 @@ def test_bad_run_does_not_touch_a_finished_run(default_run, tmp_path):
 
 def test_sample_cli_prints_text_from_the_checkpoint(default_run, tmp_path):
     run_dir, _ = default_run
-    proc = subprocess.run([os.sys.executable, "-m", "gptlab.cli.sample", str(run_dir), "--prompt", "ROMEO:",
-                           "--tokens", "40"], capture_output=True, text=True, timeout=120)
+    proc = run_cli("gptlab.cli.sample", str(run_dir), "--prompt", "ROMEO:", "--tokens", "40", timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("ROMEO:") and len(proc.stdout.strip()) >= 40
     assert "@ step 60" in proc.stderr
-    missing = subprocess.run([os.sys.executable, "-m", "gptlab.cli.sample", str(tmp_path)], capture_output=True, text=True)
+    missing = run_cli("gptlab.cli.sample", str(tmp_path), timeout=None)
     assert missing.returncode == 2 and "not a run directory" in missing.stderr

@@ -1,22 +1,29 @@
-"""gptlab-sweep NAME: run an ablation from sweeps/NAME.yaml as Hydra multiruns, one per arm, into one sweep dir.
+"""gptlab-sweep NAME: run an ablation from sweeps/NAME.yaml, every arm x seed in one launch, into one sweep dir.
 
 A sweep file lists `arms` (name -> overrides), `seeds`, and shared `overrides`. Every run lands in
-<out>/<arm>/seed<k>/ with `sweep=<name>` (the W&B group), the same data_seed and eval steps. Re-running
-the same command skips runs that finished with the same overrides and resumes unfinished ones
-(train.resume=auto in the same run dir). Each arm is one `gptlab-train -m` call, printed (shell-quoted, ready
-to paste) before it runs, so any launcher works: `gptlab-sweep attention launcher=slurm`. A `hydra.sweep.dir=DIR`
-override is the same as `--out DIR`. `command: decode` in the file runs `gptlab-decode -m` instead (a run is
-finished once it wrote decode.json).
+<out>/<arm>/seed<k>/ with `sweep=<name>` (the W&B group), the same data_seed and eval steps. Re-running the same
+command skips runs that finished with the same overrides or are still in flight, and launches the failed and
+never-run ones (a run resumes from its own checkpoint: train.resume=auto in the same run dir).
+
+One launch (gptlab/sweep/plan.py): each pending run becomes a generated config; `launcher=slurm` (or any Hydra
+launcher) gets ONE `gptlab-train -m +sweep_run=...` multirun, i.e. one job array; with no launcher or
+`launcher=local` the local queue (gptlab/sweep/queue.py) runs them, as many at once as the machine has slots.
+`--detach` returns once the runs are queued; `gptlab-sweep status DIR` shows each run's state. A
+`hydra.sweep.dir=DIR` override is the same as `--out DIR`. `command: decode` in the file runs `gptlab-decode`
+instead (a run is finished once it wrote decode.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import cast
 
@@ -24,7 +31,14 @@ import yaml
 
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
+from gptlab.runtime.hardware import thread_choice
+from gptlab.sweep.plan import PLAN_DIR, PlannedRun, is_launch_setting, launch_command, write_plan
+from gptlab.sweep.queue import Queue, Slots, plan_slots
+from gptlab.sweep.status import format_status, job_ids, sweep_status
+from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import SWEEPS_DIR
+
+LAUNCHED = "launched.json"  # written once the runs are queued (what --detach waits for)
 
 # a sweep file's `command`: (console script, its module, its Hydra config, the file a finished run has written)
 COMMANDS = {
@@ -192,7 +206,148 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _pending(name: str, spec: dict, seeds: list[int], sweep_dir: Path, extra: list[str]) -> tuple[list, int, int]:
+    """(runs to launch, finished runs skipped, runs in flight skipped): failed and never-run runs are launched."""
+    command = spec.get("command", "train")
+    flight = {s.name: s.state for s in sweep_status(sweep_dir) if s.state in ("running", "pending", "requeued")}
+    runs, done, busy = [], 0, 0
+    for arm in spec["arms"]:
+        overrides = planned_overrides(name, spec, arm, extra)
+        if any(is_launch_setting(o) for o in spec["arms"][arm]):
+            raise ConfigError(f"arm '{arm}': launch settings (hydra.*, launcher=) belong in the sweep's overrides")
+        for seed in seeds:
+            run = PlannedRun(arm, seed, tuple([*(o for o in overrides if not is_launch_setting(o)), f"seed={seed}"]))
+            if finished(run.run_dir(sweep_dir), overrides, seed, command):
+                done += 1
+            elif run.name in flight:
+                busy += 1
+                print(f"[{name}] {run.name}: {flight[run.name]} already, not launched again", flush=True)
+            else:
+                runs.append(run)
+    return runs, done, busy
+
+
+def _launcher(launch: list[str]) -> str | None:
+    """The launcher preset the launch settings pick (the last launcher=X), None for none."""
+    picked = [o.split("=", 1)[1] for o in launch if o.lstrip("+").split("=", 1)[0] == "launcher"]
+    return picked[-1] if picked else None
+
+
+def _local_slots(runs: list, command: str) -> tuple[Slots, int]:
+    """(slots, threads per run) for the local queue, from the environment or the first run's hardware settings."""
+    from gptlab.config.build import compose
+
+    cfg = compose(list(runs[0].overrides), COMMANDS[command][2])
+    cores = sorted(os.sched_getaffinity(0))
+    threads, _ = thread_choice()
+    explicit = any(os.environ.get(v) for v in ("GPTLAB_THREADS", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"))
+    threads = threads if explicit else int(cfg.hardware.get("threads") or len(cores))
+    gpus: list[str] = []
+    per_run = 0
+    if str(cfg.hardware.get("device", "cpu")).startswith("cuda"):
+        import torch
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+        per_run = int(cfg.hardware.get("gpus_per_node") or 1)
+    return plan_slots(threads, per_run, cores, gpus), threads
+
+
+def _write_launched(sweep_dir: Path, record: dict) -> None:
+    atomic_write_text(sweep_dir / PLAN_DIR / LAUNCHED, json.dumps(record) + "\n")
+
+
+def _run_local(name: str, runs: list, sweep_dir: Path, args, command: str) -> list[str]:
+    """The local queue (launcher=local, or none): at most as many runs at once as the machine has slots."""
+    slots, threads = _local_slots(runs, command)
+    gpu = f", GPUs {slots.gpus}" if slots.gpus else ""
+    print(f"[{name}] local queue: {len(runs)} runs, {slots.count} at a time ({threads} threads each{gpu})", flush=True)
+    if args.dry_run:
+        return []
+    queue = Queue(runs, sweep_dir, slots, threads, fail_fast=args.fail_fast)
+    _write_launched(sweep_dir, {"launcher": "local", "pid": os.getpid(), "runs": [r.name for r in runs]})
+    return queue.run()
+
+
+def _run_hydra(name: str, runs: list, sweep_dir: Path, launch: list[str], args, command: str) -> list[str]:
+    """One multirun over every pending run (one job array under launcher=slurm); fail-fast cancels the rest."""
+    cmd = launch_command(runs, sweep_dir, launch, COMMANDS[command][0])
+    print(f"[{name}] {len(runs)} runs in one launch (the configs above, generated in {sweep_dir / PLAN_DIR}):")
+    print(f"[{name}] {shlex.join(cmd)}", flush=True)
+    if args.dry_run:
+        return []
+    # the same command through this Python: works without the venv's bin/ on PATH
+    proc = subprocess.Popen([sys.executable, "-m", COMMANDS[command][1], *cmd[1:]])
+    launched = False
+    while proc.poll() is None:
+        time.sleep(1.0)
+        ids = job_ids(sweep_dir)
+        if not launched and len(ids) >= len(runs):
+            launched = True
+            _write_launched(sweep_dir, {"launcher": _launcher(launch), "jobs": sorted(ids.values())})
+        failed = [s.name for s in sweep_status(sweep_dir) if s.state == "failed"]
+        if failed and args.fail_fast:
+            arrays = sorted({i.split("_")[0] for i in ids.values()})
+            if arrays and shutil.which("scancel"):
+                subprocess.run(["scancel", *arrays], check=False)
+            proc.terminate()
+            proc.wait()
+            return failed
+    if not launched:  # every run ended before a poll saw them queued
+        _write_launched(sweep_dir, {"launcher": _launcher(launch), "jobs": sorted(job_ids(sweep_dir).values())})
+    return [s.name for s in sweep_status(sweep_dir) if s.state != "finished"] if proc.returncode else []
+
+
+def _detach(argv: list[str], sweep_dir: Path, timeout_s: float = 600.0) -> int:
+    """Start this sweep in its own session and return once its runs are queued (the sweep log has the rest)."""
+    folder = sweep_dir / PLAN_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LAUNCHED).unlink(missing_ok=True)
+    log_path = folder / "sweep.log"
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "gptlab.cli.sweep", *[a for a in argv if a != "--detach"]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # survives the shell that started it (logout, Ctrl-C)
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (folder / LAUNCHED).is_file():
+            record = json.loads((folder / LAUNCHED).read_text())
+            where = f"jobs {' '.join(record['jobs'])}" if record.get("jobs") else f"local queue, pid {child.pid}"
+            print(f"sweep dir: {sweep_dir}\nqueued: {where}\nlog: {log_path}\nstatus: gptlab-sweep status {sweep_dir}")
+            return 0
+        if child.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            print("\n".join(tail))
+            return child.returncode or 0
+        time.sleep(0.2)
+    print(f"sweep dir: {sweep_dir}\nstill launching (pid {child.pid}); log: {log_path}")
+    return 0
+
+
+def status_main(argv: list[str]) -> int:
+    """gptlab-sweep status DIR: each run's state, read from the run dirs, the local queue and the scheduler."""
+    parser = argparse.ArgumentParser(prog="gptlab-sweep status", description=status_main.__doc__)
+    parser.error = lambda message: fail(f"gptlab-sweep status: {message}")  # type: ignore[method-assign]
+    parser.add_argument("sweep_dir", type=Path)
+    args = parser.parse_args(argv)
+    definition = args.sweep_dir / "sweep.yaml"
+    if not definition.is_file():
+        fail(f"{args.sweep_dir}: not a gptlab-sweep dir (no sweep.yaml)")
+    spec = yaml.safe_load(definition.read_text()) or {}
+    seeds = spec.get("seeds", [0])
+    rows = sweep_status(args.sweep_dir.resolve(), {arm: seeds for arm in spec.get("arms", {})})
+    print(format_status(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["status"]:
+        return status_main(argv[1:])
     parser = argparse.ArgumentParser(prog="gptlab-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="a name in sweeps/ (e.g. attention) or a path to a sweep YAML")
     parser.add_argument(
@@ -202,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, help="sweep dir (default: outputs/sweeps/<name>; hydra.sweep.dir=DIR is the same)"
     )
     parser.add_argument("--seeds", help="comma-separated seeds instead of the file's")
-    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed arm")
+    parser.add_argument("--fail-fast", action="store_true", help="stop (cancel the rest) at the first failed run")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--detach", action="store_true", help="return once the runs are queued; see `status`")
     args = parser.parse_intermixed_args(argv)
     try:
         args.out, args.overrides = take_sweep_dir(args.out, args.overrides)
@@ -214,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             record_definition(sweep_dir, spec, args.overrides)
     except (ConfigError, ValueError) as err:
         fail(err)
+    if args.detach and not args.dry_run:
+        return _detach([*argv, "--out", str(sweep_dir)] if args.out is None else argv, sweep_dir)
     warnings, errors = identity_warnings(name, spec, args.overrides, seeds[0])
     for line in warnings:
         print(line, flush=True)
@@ -221,29 +379,27 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
     if errors and args.dry_run:
         return 2
-    failures, skipped, command = [], 0, spec.get("command", "train")
-    for arm in spec["arms"]:
-        overrides = planned_overrides(name, spec, arm, args.overrides)
-        todo = [s for s in seeds if not finished(sweep_dir / arm / f"seed{s}", overrides, s, command)]
-        skipped += len(seeds) - len(todo)
-        if not todo:
-            print(f"[{name}] {arm}: all {len(seeds)} runs finished, skipping", flush=True)
-            continue
-        cmd = arm_command(overrides, todo, sweep_dir, arm, command)
-        print(f"[{name}] {arm}: {shlex.join(cmd)}", flush=True)
-        if args.dry_run:
-            continue
-        # the same command through this Python: works without the venv's bin/ on PATH
-        if subprocess.run([sys.executable, "-m", COMMANDS[command][1], *cmd[1:]]).returncode != 0:
-            failures.append(arm)
-            if args.fail_fast:
-                break
+    command = spec.get("command", "train")
+    try:
+        runs, skipped, busy = _pending(name, spec, seeds, sweep_dir, args.overrides)
+        launch = [o for o in [*spec["overrides"], *args.overrides] if is_launch_setting(o)]
+        if runs and not args.dry_run:
+            write_plan(sweep_dir, runs)
+    except ConfigError as err:
+        fail(err)
+    for run in runs:  # each run as a plain command, ready to paste: the config its generated file composes
+        plain = [COMMANDS[command][0], *run.overrides, f"hydra.run.dir={run.run_dir(sweep_dir)}"]
+        print(f"[{name}] {run.name}: {shlex.join(plain)}", flush=True)
+    if not runs:
+        print(f"[{name}] all {skipped} runs finished" + (f", {busy} in flight" if busy else "") + ", nothing to launch")
+        failures: list[str] = []
+    elif _launcher(launch) in (None, "local"):
+        failures = _run_local(name, runs, sweep_dir, args, command)
+    else:
+        failures = _run_hydra(name, runs, sweep_dir, launch, args, command)
     print(f"[{name}] sweep dir: {sweep_dir}  ({skipped} finished runs skipped)")
-    for arm in failures:
-        print(
-            f"[{name}] FAILED arm '{arm}': see the logs in {sweep_dir / arm}/seed*/ (*.log) and .submitit/",
-            file=sys.stderr,
-        )
+    for run in failures:
+        print(f"[{name}] FAILED {run}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
     if not args.dry_run and not failures:
         print(f"[{name}] compare: gptlab-compare {sweep_dir}")
     return 1 if failures else 0

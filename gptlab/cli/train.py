@@ -215,7 +215,7 @@ def check_completion(args: list[str]) -> None:
 def _exit_rank() -> None:
     """A rank of a finished torchrun job exits here, without interpreter shutdown: on this torch a rank sometimes
     aborts while shutting down after its gloo group is destroyed ("terminate called without an active exception",
-    SIGABRT in about 1 of 4 runs of tests/ddp_worker.py), and torchrun then reports a finished run as failed. Logs
+    SIGABRT in about 1 of 4 runs of tests/helpers/ddp_worker.py), and torchrun then reports a finished run as failed. Logs
     and streams are flushed first; every run file is already closed by then."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         logging.shutdown()

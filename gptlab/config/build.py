@@ -27,6 +27,11 @@ def compose(overrides: list[str] | None = None, config_name: str = "train") -> D
         return hydra_compose(config_name=config_name, overrides=list(overrides or []), return_hydra_config=True)
 
 
+# gptlab-sweep's generated per-run configs (gptlab/sweep/plan.py): bookkeeping, not a choice (their content is the
+# arm's choices and keys, already in the config), so never a difference between runs
+SWEEP_RUN_GROUP = "sweep_run"
+
+
 def group_choices(cfg: DictConfig) -> dict[str, str]:
     """The option picked in each config group, e.g. {"attention": "gqa", ...} (hydra/* groups left out)."""
     choices = OmegaConf.select(cfg, "hydra.runtime.choices")
@@ -34,7 +39,9 @@ def group_choices(cfg: DictConfig) -> dict[str, str]:
         from hydra.core.hydra_config import HydraConfig
 
         choices = HydraConfig.get().runtime.choices
-    out = {k: str(v) for k, v in choices.items() if not k.startswith("hydra") and v is not None}  # unset: no choice
+    out = {
+        k: str(v) for k, v in choices.items() if not k.startswith("hydra") and k != SWEEP_RUN_GROUP and v is not None
+    }  # unset: no choice
     if "logger" in out or cfg.get("logger"):  # a list-valued group has no runtime choice: name what is selected
         out["logger"] = "+".join(cfg.get("logger") or {}) or "none"
     return out

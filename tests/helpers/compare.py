@@ -10,9 +10,18 @@ from pathlib import Path
 
 import yaml
 
-DEFAULT_CHOICES = {"attention": "mha", "mlp": "gelu", "norm": "layernorm", "position": "learned", "model": "tiny",
-                   "optimizer": "adamw", "schedule": "cosine", "hardware": "cpu", "data": "shakespeare",
-                   "logger": "none"}
+DEFAULT_CHOICES = {
+    "attention": "mha",
+    "mlp": "gelu",
+    "norm": "layernorm",
+    "position": "learned",
+    "model": "tiny",
+    "optimizer": "adamw",
+    "schedule": "cosine",
+    "hardware": "cpu",
+    "data": "shakespeare",
+    "logger": "none",
+}
 # Choice-specific leaves, so that switching a choice changes leaves the way real configs do.
 GROUP_LEAVES = {
     "attention": {"mha": {"n_kv_head": None}, "gqa": {"n_kv_head": 2}, "mqa": {"n_kv_head": 1}},
@@ -21,13 +30,24 @@ GROUP_LEAVES = {
 }
 
 
-def make_config(choices: dict[str, str], seed: int, leaves: dict[str, object], max_steps: int,
-                eval_interval: int) -> dict:
+def make_config(
+    choices: dict[str, str], seed: int, leaves: dict[str, object], max_steps: int, eval_interval: int
+) -> dict:
     """A resolved config like .hydra/config.yaml: root keys, train.*, and one section per group."""
     cfg: dict = {
-        "name": f"run-seed{seed}", "seed": seed, "data_seed": 1234,
-        "train": {"max_steps": max_steps, "batch_size": 4, "grad_accum": 1, "eval_interval": eval_interval,
-                  "eval_sequences": 16, "log_interval": 5, "ckpt_interval": 50, "resume": "auto"},
+        "name": f"run-seed{seed}",
+        "seed": seed,
+        "data_seed": 1234,
+        "train": {
+            "max_steps": max_steps,
+            "batch_size": 4,
+            "grad_accum": 1,
+            "eval_interval": eval_interval,
+            "eval_sequences": 16,
+            "log_interval": 5,
+            "ckpt_interval": 50,
+            "resume": "auto",
+        },
         "paths": {"out_dir": f"/tmp/somewhere/seed{seed}"},
     }
     for group, choice in choices.items():
@@ -49,13 +69,30 @@ def default_loss(step: int) -> float:
     return 1.5 + 2.5 * math.exp(-step / 40.0)
 
 
-def write_run(path: Path, *, seed: int = 0, choices: dict[str, str] | None = None,
-              leaves: dict[str, object] | None = None, max_steps: int = 100, eval_interval: int = 25,
-              log_interval: int = 5, loss_at: Callable[[int], float] = default_loss, stop_at: int | None = None,
-              status: str | None = None, tokens_per_s: float = 1000.0, step_ms: float = 50.0, mfu: float = 0.01,
-              peak_mem_bytes: int = 64 * 2**20, params: int = 120_000, flops_per_token: float = 7.2e5,
-              acc: bool = False, summary: bool = True, fingerprint: str | None = None,
-              data_fingerprint: str | None = None, outside_load: float | None = None) -> Path:
+def write_run(
+    path: Path,
+    *,
+    seed: int = 0,
+    choices: dict[str, str] | None = None,
+    leaves: dict[str, object] | None = None,
+    max_steps: int = 100,
+    eval_interval: int = 25,
+    log_interval: int = 5,
+    loss_at: Callable[[int], float] = default_loss,
+    stop_at: int | None = None,
+    status: str | None = None,
+    tokens_per_s: float = 1000.0,
+    step_ms: float = 50.0,
+    mfu: float = 0.01,
+    peak_mem_bytes: int = 64 * 2**20,
+    params: int = 120_000,
+    flops_per_token: float = 7.2e5,
+    acc: bool = False,
+    summary: bool = True,
+    fingerprint: str | None = None,
+    data_fingerprint: str | None = None,
+    outside_load: float | None = None,
+) -> Path:
     """Write one run dir; stop_at < max_steps makes it a crashed run (status "failed" unless given).
 
     fingerprint / data_fingerprint / outside_load go into summary.json only when given (older runs lack them).
@@ -70,9 +107,18 @@ def write_run(path: Path, *, seed: int = 0, choices: dict[str, str] | None = Non
         # Speeds wiggle around the given medians: (0.9, 1.0, 1.1) x value, so the median is the value.
         wiggle = (0.9, 1.0, 1.1)[(step // log_interval) % 3]
         tokens += 4 * 32 * log_interval
-        rec = {"step": step, "train/loss": loss_at(step) + 0.05, "lr": 1e-3, "grad_norm": 1.0, "tokens": tokens,
-               "tokens_per_s": tokens_per_s * wiggle, "step_ms": step_ms * wiggle, "mfu": mfu * wiggle,
-               "peak_mem_bytes": peak_mem_bytes, "wall_s": step * step_ms / 1000.0}
+        rec = {
+            "step": step,
+            "train/loss": loss_at(step) + 0.05,
+            "lr": 1e-3,
+            "grad_norm": 1.0,
+            "tokens": tokens,
+            "tokens_per_s": tokens_per_s * wiggle,
+            "step_ms": step_ms * wiggle,
+            "mfu": mfu * wiggle,
+            "peak_mem_bytes": peak_mem_bytes,
+            "wall_s": step * step_ms / 1000.0,
+        }
         records.append(rec)
         speeds.append(rec)
         if step % eval_interval == 0:
@@ -84,16 +130,35 @@ def write_run(path: Path, *, seed: int = 0, choices: dict[str, str] | None = Non
         fh.writelines(json.dumps(r) + "\n" for r in records)
     evals = [r for r in records if "val/loss" in r]
     if summary:
-        (path / "summary.json").write_text(json.dumps({
-            "final_val_loss": evals[-1]["val/loss"] if evals else None,
-            "best_val_loss": min((r["val/loss"] for r in evals), default=None), "steps": last, "tokens": tokens,
-            "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in speeds),
-            "step_ms_median": statistics.median(r["step_ms"] for r in speeds),
-            "mfu_median": statistics.median(r["mfu"] for r in speeds), "peak_mem_bytes": peak_mem_bytes,
-            "params": params, "flops_per_token": flops_per_token, "wall_s": last * step_ms / 1000.0,
-            "choices": chosen, "status": status,
-            **{k: v for k, v in (("model_fingerprint", fingerprint), ("data_fingerprint", data_fingerprint),
-                                 ("outside_load", outside_load)) if v is not None}}, indent=2))
+        (path / "summary.json").write_text(
+            json.dumps(
+                {
+                    "final_val_loss": evals[-1]["val/loss"] if evals else None,
+                    "best_val_loss": min((r["val/loss"] for r in evals), default=None),
+                    "steps": last,
+                    "tokens": tokens,
+                    "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in speeds),
+                    "step_ms_median": statistics.median(r["step_ms"] for r in speeds),
+                    "mfu_median": statistics.median(r["mfu"] for r in speeds),
+                    "peak_mem_bytes": peak_mem_bytes,
+                    "params": params,
+                    "flops_per_token": flops_per_token,
+                    "wall_s": last * step_ms / 1000.0,
+                    "choices": chosen,
+                    "status": status,
+                    **{
+                        k: v
+                        for k, v in (
+                            ("model_fingerprint", fingerprint),
+                            ("data_fingerprint", data_fingerprint),
+                            ("outside_load", outside_load),
+                        )
+                        if v is not None
+                    },
+                },
+                indent=2,
+            )
+        )
     hydra_dir = path / ".hydra"
     hydra_dir.mkdir(exist_ok=True)
     cfg = make_config(chosen, seed, leaves, max_steps, eval_interval)
@@ -101,7 +166,9 @@ def write_run(path: Path, *, seed: int = 0, choices: dict[str, str] | None = Non
     overrides = [f"{g}={c}" for g, c in (choices or {}).items() if DEFAULT_CHOICES.get(g) != c]
     overrides += [f"{k}={v}" for k, v in leaves.items()] + [f"seed={seed}"]
     (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    hydra_yaml = {"hydra": {"runtime": {"choices": {**chosen, "hydra/launcher": "basic"}}, "overrides": {"task": overrides}}}
+    hydra_yaml = {
+        "hydra": {"runtime": {"choices": {**chosen, "hydra/launcher": "basic"}}, "overrides": {"task": overrides}}
+    }
     (hydra_dir / "hydra.yaml").write_text(yaml.safe_dump(hydra_yaml))
     return path
 

@@ -1,4 +1,7 @@
-"""One rank of tests/test_gpu_distributed.py (run by torchrun): wrap a tiny GPT, one backward on its shard, save."""
+"""One rank of tests/test_gpu_distributed.py: wrap a tiny GPT, one backward on its shard, save.
+
+torchrun runs it as a module, `-m helpers.ddp_worker`, with tests/ on PYTHONPATH (helpers.paths.pythonpath_with_tests).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,15 @@ import torch
 from gptlab.config.build import build_model, compose
 from gptlab.runtime import distributed
 
-OVERRIDES = ["~data", "model.n_layer=2", "model.n_head=4", "model.d_model=32", "model.block_size=16",
-             "position=rope", "attention=gqa"]
+OVERRIDES = [
+    "~data",
+    "model.n_layer=2",
+    "model.n_head=4",
+    "model.d_model=32",
+    "model.block_size=16",
+    "position=rope",
+    "attention=gqa",
+]
 VOCAB, B, T = 61, 4, 16
 
 
@@ -35,9 +45,15 @@ def main(out: Path) -> None:
     x, y = batch()
     _, loss = ddp(x[rank::world], y[rank::world])  # equal shards: the mean of rank means is the global mean
     loss.backward()
-    torch.save({"grads": {n: p.grad for n, p in net.named_parameters()}, "world": world,
-                "broadcast_buffers": ddp.broadcast_buffers, "bucket_view": ddp.gradient_as_bucket_view},
-               out / f"rank{rank}.pt")
+    torch.save(
+        {
+            "grads": {n: p.grad for n, p in net.named_parameters()},
+            "world": world,
+            "broadcast_buffers": ddp.broadcast_buffers,
+            "bucket_view": ddp.gradient_as_bucket_view,
+        },
+        out / f"rank{rank}.pt",
+    )
     del ddp, net, loss  # what holds the process group goes before it (gptlab.runtime.distributed.teardown)
     distributed.teardown()
 

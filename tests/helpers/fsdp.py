@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from train_helpers import FAST
-
 from gptlab.state import checkpoint
+from helpers.train import FAST
 
 # fp32 (FAST), a checkpoint every 4 steps, clipping active at every step (grad norms here are 1-2), one thread
 FSDP = ["hardware=fsdp_cpu", "hardware.threads=1", "train.ckpt_interval=4", "train.grad_clip=0.5"]
@@ -43,12 +42,23 @@ def launch(run_dir: Path, world: int, *args: str) -> list[subprocess.Popen]:
     for rank in range(world):
         env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
         if world > 1:
-            env |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                    "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            env |= {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_WORLD_SIZE": str(world),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            }
         with open(f"{run_dir}.err{rank}", "a") as err:
-            procs.append(subprocess.Popen([sys.executable, "-m", "gptlab.cli.train", *ARGS, *args,
-                                           f"hydra.run.dir={run_dir}"], env=env, stdout=subprocess.DEVNULL,
-                                          stderr=err))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "gptlab.cli.train", *ARGS, *args, f"hydra.run.dir={run_dir}"],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                )
+            )
     return procs
 
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from gptlab.config.build import build_model, compose
+from helpers.paths import CONF_DIR
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY = ["~data", "model.n_layer=2", "model.n_head=4", "model.d_model=32", "model.block_size=32"]
 VOCAB = 61
 
 
 def choices(group: str) -> list[str]:
     """Every option of a config group, found by globbing conf/<group>/*.yaml."""
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
 def tiny_model(*overrides: str, seed: int = 0, vocab: int = VOCAB):

@@ -1,6 +1,6 @@
 """Fixture and helpers for tests that need a real SLURM cluster (scripts/slurm-cluster.sh up).
 
-Use in a test module:  `from slurm_fixtures import slurm_cluster, wait_for_job  # noqa: F401`
+Use in a test module:  `from helpers.slurm import slurm_cluster, wait_for_job  # noqa: F401`
 """
 
 from __future__ import annotations
@@ -15,14 +15,26 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO
+
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 SKIP_REASON = "no SLURM cluster reachable: run scripts/slurm-cluster.sh up"
 # Job states after which a job never runs again (unless requeued by hand).
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
-})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 PROBE_TIMEOUT_S = 10.0
 
 
@@ -66,8 +78,9 @@ def probe_cluster() -> SlurmCluster | str:
         return SKIP_REASON
     env = dict(os.environ, SLURM_CONF=str(conf), PATH=_path_with_sacct(conf))
     try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%P %t"], env=env, capture_output=True, text=True,
-                             timeout=PROBE_TIMEOUT_S)
+        out = subprocess.run(
+            ["sinfo", "-h", "-o", "%P %t"], env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return f"{SKIP_REASON} (sinfo did not answer within {PROBE_TIMEOUT_S:.0f} s, SLURM_CONF={conf})"
     rows = [line.split() for line in out.stdout.splitlines() if line.strip()]

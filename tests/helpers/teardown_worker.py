@@ -1,6 +1,9 @@
 """One rank of tests/test_teardown.py (run by torchrun): train a tiny run through gptlab.train.run.execute and record, when
 the process group is left, how many DDP wrappers are still alive (a live one holds the group; see
-gptlab.runtime.distributed.teardown). With `fail`, the loop raises after the wrapper is built."""
+gptlab.runtime.distributed.teardown). With `fail`, the loop raises after the wrapper is built.
+
+torchrun runs it as a module, `-m helpers.teardown_worker`, with tests/ on PYTHONPATH (helpers.paths.pythonpath_with_tests).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +19,21 @@ from gptlab.config.build import compose, group_choices
 from gptlab.runtime import distributed
 from gptlab.train import run
 
-OVERRIDES = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "train.batch_size=8",
-             "train.eval_sequences=16", "train.max_steps=2", "train.eval_interval=2", "sample.tokens=0",
-             "hardware=ddp_cpu", "hardware.dtype=fp32", "hardware.peak_flops=1e12", "logger=none"]
+OVERRIDES = [
+    "model.n_layer=2",
+    "model.d_model=64",
+    "model.n_head=4",
+    "model.block_size=64",
+    "train.batch_size=8",
+    "train.eval_sequences=16",
+    "train.max_steps=2",
+    "train.eval_interval=2",
+    "sample.tokens=0",
+    "hardware=ddp_cpu",
+    "hardware.dtype=fp32",
+    "hardware.peak_flops=1e12",
+    "logger=none",
+]
 
 
 def main(out: Path, mode: str) -> None:
@@ -32,6 +47,7 @@ def main(out: Path, mode: str) -> None:
 
     distributed.teardown = recording_teardown  # run.execute calls it through the module
     if mode == "fail":
+
         def failing_train(*args, **kwargs):
             raise RuntimeError("injected failure in the loop")
 

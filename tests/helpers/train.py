@@ -1,20 +1,29 @@
-"""Helpers for training tests: run gptlab-train in-process (fast) or as a real subprocess (CLI behaviour)."""
+"""Helpers for training tests: a fast config, gptlab-train in-process, the env to run it as a real CLI (run_cli)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from gptlab.config.build import compose, group_choices
 from gptlab.train.run import execute
+from helpers.cli import cli_env
 
 # A fast configuration: 2 layers, d_model 64, 64-token blocks, fp32 so losses are exactly reproducible.
-FAST = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "train.batch_size=8",
-        "train.eval_sequences=16", "train.log_interval=1", "sample.tokens=0", "hardware.dtype=fp32",
-        "hardware.peak_flops=1e12", "logger=none", "schedule.warmup_steps=2"]
+FAST = [
+    "model.n_layer=2",
+    "model.d_model=64",
+    "model.n_head=4",
+    "model.block_size=64",
+    "train.batch_size=8",
+    "train.eval_sequences=16",
+    "train.log_interval=1",
+    "sample.tokens=0",
+    "hardware.dtype=fp32",
+    "hardware.peak_flops=1e12",
+    "logger=none",
+    "schedule.warmup_steps=2",
+]
 
 
 def run_inprocess(run_dir: Path, *overrides: str, steps: int = 6, eval_interval: int = 3) -> dict:
@@ -29,11 +38,9 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def cli(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run `python -m gptlab.cli.train ARGS` in tmp_path, as a user would run gptlab-train."""
-    env = dict(os.environ, OMP_NUM_THREADS="2", HYDRA_FULL_ERROR="0")
-    return subprocess.run([sys.executable, "-m", "gptlab.cli.train", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def train_env(**extra: str) -> dict[str, str]:
+    """The environment the tests run gptlab-train in as a user would (run_cli): 2 threads, Hydra's one-line errors."""
+    return cli_env(OMP_NUM_THREADS="2", HYDRA_FULL_ERROR="0", **extra)
 
 
 def workers(parent: int) -> list[int]:

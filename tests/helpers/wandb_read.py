@@ -13,7 +13,10 @@ def inspect_records(wandb_run_folder: Path) -> list[dict]:
     wandb_cli = Path(sys.executable).with_name("wandb")  # the CLI installed next to this interpreter
     out = subprocess.run(
         [str(wandb_cli), "leet", "inspect", "--json", str(wandb_run_folder)],
-        check=True, capture_output=True, text=True, timeout=60,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
     ).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 

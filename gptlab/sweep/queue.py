@@ -1,0 +1,124 @@
+"""The local queue: a sweep's runs on this machine, at most as many at a time as it has slots.
+
+A slot is one GPU per run on a GPU box (a run needing k GPUs takes k), and on a CPU box `threads` cores, so
+`floor(cores / threads)` runs share the machine without oversubscribing it (every run taking every core as torch
+threads made a sweep of small runs slower all at once than one after another). Each run gets its slot's cores as
+its CPU affinity, OMP_NUM_THREADS = GPTLAB_THREADS = threads, and its slot's GPUs as CUDA_VISIBLE_DEVICES; its
+output goes to `<sweep dir>/.plan/logs/<arm>__seed<k>.log`. `.plan/queue.json` holds every run's state (pending,
+running with its pid, finished / failed with its exit code), rewritten at each change, for `gptlab-sweep status`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gptlab.sweep.plan import PLAN_DIR, PlannedRun, single_command
+from gptlab.util.io import atomic_write_text
+
+QUEUE_FILE = "queue.json"
+
+
+@dataclass
+class Slots:
+    """What one run may use: CPU cores (its affinity) and GPU ids; `count` runs fit at once."""
+
+    cores: list[list[int]]
+    gpus: list[list[str]] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus) if self.gpus else len(self.cores)
+
+
+def plan_slots(threads: int, gpus_per_run: int, cores: list[int], gpus: list[str]) -> Slots:
+    """Slots for runs of `threads` CPU threads (and `gpus_per_run` GPUs each when > 0) on these cores and GPUs."""
+    threads = max(1, min(threads, len(cores)))
+    per_core = [cores[i : i + threads] for i in range(0, len(cores) - threads + 1, threads)]
+    if gpus_per_run <= 0:
+        return Slots(per_core)
+    per_gpu = [gpus[i : i + gpus_per_run] for i in range(0, len(gpus) - gpus_per_run + 1, gpus_per_run)]
+    if not per_gpu:
+        return Slots(per_core[:1])  # fewer GPUs than one run needs: one at a time (it fails with its own message)
+    # a GPU run still needs CPU threads: share the cores out between the GPU slots
+    share = max(1, len(cores) // len(per_gpu))
+    return Slots([cores[i * share : (i + 1) * share] or cores for i in range(len(per_gpu))], per_gpu)
+
+
+class Queue:
+    """Runs `runs` (in order) through `slots`; `max_running` is recorded to check the packing."""
+
+    def __init__(self, runs: list[PlannedRun], sweep_dir: Path, slots: Slots, threads: int, fail_fast: bool = False):
+        self.runs, self.sweep_dir, self.slots, self.threads, self.fail_fast = runs, sweep_dir, slots, threads, fail_fast
+        self.folder = sweep_dir / PLAN_DIR
+        (self.folder / "logs").mkdir(parents=True, exist_ok=True)
+        self.state = {r.name: {"state": "pending", "arm": r.arm, "seed": r.seed} for r in runs}
+        self.max_running = 0
+
+    def _save(self) -> None:
+        atomic_write_text(self.folder / QUEUE_FILE, json.dumps(self.state, indent=1) + "\n")
+
+    def _start(self, run: PlannedRun, slot: int) -> subprocess.Popen:
+        cores = self.slots.cores[slot]
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), GPTLAB_THREADS=str(self.threads))
+        if self.slots.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.slots.gpus[slot])
+        cmd = [sys.executable, "-m", "gptlab.cli.train", *single_command(run, self.sweep_dir)[1:]]
+        with open(self.folder / "logs" / f"{run.name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=lambda: os.sched_setaffinity(0, cores)
+            )
+        self.state[run.name] |= {
+            "state": "running",
+            "pid": proc.pid,
+            "slot": slot,
+            "cores": cores,
+            "started": time.time(),
+        }
+        self._save()
+        return proc
+
+    def run(self, poll_s: float = 0.2) -> list[str]:
+        """Run everything; returns the names of the runs that failed (and, with fail_fast, stops at the first)."""
+        waiting, running, failed = list(self.runs), {}, []  # type: list[PlannedRun], dict, list[str]
+        free = list(range(self.slots.count))
+        self._save()
+        try:
+            while waiting or running:
+                while waiting and free and not (failed and self.fail_fast):
+                    slot = free.pop(0)
+                    run = waiting.pop(0)
+                    running[run.name] = (self._start(run, slot), slot)
+                self.max_running = max(self.max_running, len(running))
+                if not running:
+                    break
+                time.sleep(poll_s)
+                for name, (proc, slot) in list(running.items()):
+                    if proc.poll() is None:
+                        continue
+                    del running[name]
+                    free.append(slot)
+                    state = "finished" if proc.returncode == 0 else "failed"
+                    self.state[name] |= {"state": state, "returncode": proc.returncode, "ended": time.time()}
+                    failed += [name] if state == "failed" else []
+                    self._save()
+                if failed and self.fail_fast:
+                    for proc, _ in running.values():
+                        proc.terminate()  # SIGTERM: each run checkpoints and stops ("preempted")
+                    for name, (proc, _) in running.items():
+                        proc.wait()
+                        self.state[name] |= {"state": "cancelled", "returncode": proc.returncode}
+                    for run in waiting:
+                        self.state[run.name]["state"] = "cancelled"
+                    self._save()
+                    return failed
+        finally:
+            for proc, _ in running.values():
+                if proc.poll() is None:
+                    proc.terminate()
+        return failed

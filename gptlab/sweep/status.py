@@ -1,0 +1,199 @@
+"""`gptlab-sweep status DIR`: each run of a sweep in flight, read from its run dir, the local queue's record and the
+scheduler (sacct / squeue), never from a process that must stay alive.
+
+States: finished; running (its step and last val loss); pending (queued, nothing written yet); requeued (SLURM put
+it back in the queue: preempted or timed out, it resumes from its checkpoint); failed (with the last line of its
+log); cancelled; never ran (in the sweep file, never launched).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gptlab.state.rundir import LOCK_FILE
+from gptlab.sweep.plan import PLAN_DIR, read_plan
+from gptlab.sweep.queue import QUEUE_FILE
+
+# sacct/squeue states -> ours
+SLURM_STATES = {
+    "PENDING": "pending",
+    "CONFIGURING": "pending",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "REQUEUED": "requeued",
+    "REQUEUE_HOLD": "requeued",
+    "REQUEUE_FED": "requeued",
+    "PREEMPTED": "requeued",
+    "COMPLETED": "finished",
+    "FAILED": "failed",
+    "TIMEOUT": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "NODE_FAIL": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+    "CANCELLED": "cancelled",
+}
+
+
+@dataclass
+class RunStatus:
+    name: str
+    arm: str
+    seed: int
+    state: str
+    detail: str = ""
+    job_id: str | None = None
+
+
+def _lock_held(run_dir: Path) -> bool:
+    """True while a gptlab-train holds the run dir's lock (it trains there now)."""
+    path = run_dir / LOCK_FILE
+    if not path.is_file():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops a lock this check took
+    return False
+
+
+def _progress(run_dir: Path) -> str:
+    """'step 40, val loss 2.531' from metrics.jsonl (the last step and the last val row)."""
+    step, val = None, None
+    try:
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            step = row.get("step", step)
+            val = row.get("val/loss", val)
+    except (OSError, ValueError):
+        return "starting"
+    return f"step {step}" + (f", val loss {val:.4g}" if isinstance(val, (int, float)) else "")
+
+
+def _last_line(*paths: Path) -> str:
+    for path in paths:
+        try:
+            lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            continue
+        if lines:
+            return lines[-1][:300]
+    return ""
+
+
+def job_ids(sweep_dir: Path) -> dict[int, str]:
+    """Array task index (= the run's index in plan.json) -> SLURM job id, from submitit's folders `<array>_<task>`."""
+    ids, single = {}, []
+    for folder in (sweep_dir / ".submitit").glob("*"):
+        array, _, task = folder.name.partition("_")
+        if array.isdigit() and task.isdigit():
+            ids[int(task)] = folder.name
+        elif folder.name.isdigit():
+            single.append(folder.name)  # a launch of one run is a plain job, not an array
+    if not ids and len(single) == 1 and len(read_plan(sweep_dir)) == 1:
+        ids[0] = single[0]
+    return ids
+
+
+def scheduler_states(ids: list[str]) -> dict[str, str]:
+    """SLURM job id -> its state ("REQUEUED" while a requeued job waits or runs again: sacct's history has it); {}
+    where no scheduler answers."""
+    if not ids:
+        return {}
+    arrays = ",".join(sorted({i.split("_")[0] for i in ids}))
+    if shutil.which("sacct"):
+        cmd = ["sacct", "-n", "-P", "-X", "-D", "-o", "JobID,State", "-j", arrays]
+    elif shutil.which("squeue"):
+        cmd = ["squeue", "-h", "-r", "-o", "%i|%T", "-j", arrays]
+    else:
+        return {}
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    history: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        job, _, state = line.partition("|")
+        if state.split():
+            history.setdefault(job.strip(), []).append(state.split()[0])
+    states = {}
+    for job, seen in history.items():
+        now = seen[-1]
+        requeued = "REQUEUED" in seen and SLURM_STATES.get(now) in ("pending", "running", "requeued")
+        states[job] = "REQUEUED" if requeued else now
+    return states
+
+
+def sweep_status(sweep_dir: Path, arms: dict[str, list[int]] | None = None) -> list[RunStatus]:
+    """The status of every run of the sweep dir's plan (plus `arms`' runs that were never launched)."""
+    plan = read_plan(sweep_dir)
+    try:
+        queue = json.loads((sweep_dir / PLAN_DIR / QUEUE_FILE).read_text())
+    except (OSError, ValueError):
+        queue = {}
+    ids = job_ids(sweep_dir) if not queue else {}
+    sched = scheduler_states(list(ids.values()))
+    out, seen = [], set()
+    for index, entry in enumerate(plan):
+        job = ids.get(index)
+        seen.add(entry["name"])
+        out.append(_one(sweep_dir, entry, queue.get(entry["name"], {}), sched.get(job or ""), job))
+    for arm, seeds in (arms or {}).items():
+        for seed in seeds:
+            name = f"{arm}__seed{seed}"
+            if name not in seen:
+                entry = {"name": name, "arm": arm, "seed": seed}
+                out.append(_one(sweep_dir, entry, {}, None, None, launched=False))
+    return out
+
+
+def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str | None, launched=True) -> RunStatus:
+    run_dir = sweep_dir / entry["arm"] / f"seed{entry['seed']}"
+    status = RunStatus(entry["name"], entry["arm"], int(entry["seed"]), "never ran" if not launched else "pending")
+    status.job_id = job
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    log = sweep_dir / PLAN_DIR / "logs" / f"{entry['name']}.log"
+    err_logs = sorted((sweep_dir / ".submitit" / job).glob("*_log.err")) if job else []
+    if summary.get("status") == "finished":
+        status.state = "finished"
+        val = summary.get("final_val_loss")
+        status.detail = f"{summary.get('steps')} steps" + (f", val loss {val:.4g}" if val is not None else "")
+    elif _lock_held(run_dir) or queued.get("state") == "running" and sched is None and not summary:
+        status.state, status.detail = "running", _progress(run_dir)
+    elif sched in SLURM_STATES and SLURM_STATES[sched] != "finished":
+        status.state = SLURM_STATES[sched]
+        status.detail = _progress(run_dir) if status.state in ("running", "requeued") else ""
+    elif queued.get("state") in ("failed", "cancelled") or summary.get("status") in ("failed", "interrupted"):
+        status.state = queued.get("state") or "failed"
+        status.detail = _last_line(log, *err_logs, run_dir / "train.log")
+    elif summary.get("status") == "preempted":
+        status.state, status.detail = "requeued" if sched else "failed", "preempted at " + _progress(run_dir)
+    if status.state == "pending" and (run_dir / "metrics.jsonl").is_file():
+        status.state, status.detail = "requeued", "queued again at " + _progress(run_dir)  # it ran, and waits again
+    if status.state == "failed" and not status.detail:
+        status.detail = _last_line(log, *err_logs, run_dir / "train.log")
+    return status
+
+
+def format_status(rows: list[RunStatus]) -> str:
+    """One line per run, then the counts per state."""
+    width = max((len(r.name) for r in rows), default=4)
+    lines = [f"{r.name:<{width}}  {r.state:<9}  {r.detail}" + (f"  [job {r.job_id}]" if r.job_id else "") for r in rows]
+    order = ("finished", "running", "requeued", "pending", "failed", "cancelled", "never ran")
+    counts = [(sum(r.state == state for r in rows), state) for state in order]
+    lines.append(", ".join(f"{n} {state}" for n, state in counts if n))
+    return "\n".join(lines)

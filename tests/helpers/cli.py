@@ -1,0 +1,54 @@
+"""The one way a test runs a CLI as a subprocess: `python -m MODULE ARGS` under the test's hermetic environment.
+
+conftest.py's hermetic_env fixture makes os.environ offline (W&B, HF) with private caches; cli_env() copies it for
+a child process. run_cli runs the interpreter running the tests (the project's venv) on a module, with text output
+captured, and returns the finished process for the test to assert on.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+
+def python_bin() -> str:
+    """The interpreter running the tests (the project's venv), for subprocess runs of the CLIs."""
+    return sys.executable
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """Environment for a CLI subprocess: the test env plus short thread counts."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    module: str,
+    *args: str,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 300,
+    input: str | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run `python -m MODULE ARGS` to the end and return it (returncode, stdout and stderr as text).
+
+    env is the child's whole environment (default: cli_env(); pass cli_env(KEY=value) to add to it); cwd defaults
+    to this process's; timeout in seconds (None: no limit) raises subprocess.TimeoutExpired past it; input is
+    written to its stdin; preexec_fn runs in the child before the interpreter starts (e.g. a resource limit).
+    """
+    return subprocess.run(
+        [python_bin(), "-m", module, *args],
+        cwd=cwd,
+        env=dict(cli_env() if env is None else env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        preexec_fn=preexec_fn,
+    )

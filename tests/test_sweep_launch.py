@@ -1,0 +1,162 @@
+"""gptlab-sweep at cluster scale: every arm x seed in one launch (one SLURM job array), a shell that returns
+(--detach), `gptlab-sweep status`, a re-invocation that launches only what failed or never ran, and a local queue
+that packs the machine (threads x concurrent runs <= cores; one GPU per run, GPUs mocked by their ids)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from gptlab.cli.sweep import load_sweep, planned_overrides
+from gptlab.config.build import SWEEP_RUN_GROUP, compose, group_choices
+from gptlab.runtime.hardware import thread_choice
+from gptlab.sweep.plan import PlannedRun, write_plan
+from gptlab.sweep.queue import plan_slots
+from gptlab.sweep.status import sweep_status
+from gptlab.util.paths import SWEEPS_DIR
+from helpers.cli import cli_env, run_cli
+from helpers.slurm import requeue_job, slurm_cluster  # noqa: F401  (slurm_cluster is a fixture)
+
+TINY = [
+    "model.n_layer=1", "model.d_model=32", "model.n_head=4", "model.block_size=32", "train.batch_size=4",
+    "train.eval_sequences=8", "sample.tokens=0", "logger=none", "hardware.dtype=fp32", "hardware.peak_flops=1e12",
+]  # fmt: skip
+
+
+def sweep_file(tmp_path: Path, arms: dict, steps: int = 3, seeds=(0, 1)) -> Path:
+    path = tmp_path / "sw.yaml"
+    spec = {"seeds": list(seeds), "overrides": [*TINY, f"train.max_steps={steps}", f"train.eval_interval={steps}"]}
+    path.write_text(yaml.safe_dump({**spec, "arms": arms}))
+    return path
+
+
+def plain(cfg) -> dict:
+    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+
+
+@pytest.mark.slow  # composes every shipped sweep's arms twice (~20 s)
+def test_generated_run_configs_compose_exactly_the_plain_overrides(tmp_path):
+    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+        name, spec, _ = load_sweep(str(path))
+        root = "decode" if spec.get("command") == "decode" else "train"
+        runs = [
+            PlannedRun(arm, spec["seeds"][0], (*planned_overrides(name, spec, arm, ["seed=5"]),))
+            for arm in spec["arms"]
+        ]
+        folder = write_plan(tmp_path / name, runs)
+        for run in runs:
+            made = compose([f"+{SWEEP_RUN_GROUP}={run.name}", f"hydra.searchpath=[file://{folder}]"], root)
+            given = compose(list(run.overrides), root)
+            assert plain(made) == plain(given), (name, run.name)
+            assert group_choices(made) == group_choices(given), (name, run.name)  # sweep_run is not a choice
+
+
+def test_slots_pack_cpu_cores_and_give_each_gpu_run_its_own_gpus():
+    assert [s for s in plan_slots(1, 0, [0, 1], []).cores] == [[0], [1]]
+    assert plan_slots(2, 0, [0, 1], []).cores == [[0, 1]]  # 2 threads per run on 2 cores: one at a time
+    assert plan_slots(4, 0, [0, 1], []).count == 1  # more threads than cores: still one run, never zero
+    one = plan_slots(1, 1, list(range(8)), ["0", "1", "2", "3"])
+    assert one.count == 4 and one.gpus == [["0"], ["1"], ["2"], ["3"]] and one.cores[3] == [6, 7]
+    two = plan_slots(1, 2, list(range(8)), ["0", "1", "2", "3", "4"])
+    assert two.count == 2 and two.gpus == [["0", "1"], ["2", "3"]]  # GPU 4 alone cannot hold a 2-GPU run
+
+
+def test_threads_per_run_follow_the_environment(monkeypatch):
+    for name in ("GPTLAB_THREADS", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert thread_choice() == (1, "OMP_NUM_THREADS")
+    monkeypatch.setenv("GPTLAB_THREADS", "3")
+    assert thread_choice() == (3, "GPTLAB_THREADS")
+    monkeypatch.delenv("GPTLAB_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert thread_choice() == (len(os.sched_getaffinity(0)), "cores this process may use")
+
+
+def test_the_local_queue_never_oversubscribes_the_cores(tmp_path):
+    """OMP_NUM_THREADS=1: floor(cores / 1) runs at once, each with 1 torch thread and its own core."""
+    cores = len(os.sched_getaffinity(0))
+    path = sweep_file(tmp_path, {"mha": ["attention=mha"], "mqa": ["attention=mqa"]})
+    done = run_cli("gptlab.cli.sweep", str(path), "--out", str(tmp_path / "out"), env=cli_env(OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"local queue: 4 runs, {min(cores, 4)} at a time (1 threads each)" in done.stdout
+    queue = json.loads((tmp_path / "out" / ".plan" / "queue.json").read_text())
+    spans = [(r["started"], r["ended"], tuple(r["cores"])) for r in queue.values()]
+    overlap = max(sum(1 for s, e, _ in spans if s <= t < e) for t, _, _ in spans)
+    assert overlap <= cores and all(len(c) == 1 for _, _, c in spans)
+    for run in (tmp_path / "out").glob("*/seed*"):
+        record = json.loads((run / "provenance.json").read_text())["hardware"]
+        assert record["cpu_threads"] == 1 and record["cpu_threads_source"] == "GPTLAB_THREADS"
+        assert len(record["cpu_cores"]) == 1  # its slot's core as its affinity
+
+
+def test_a_failed_run_is_named_in_status_and_only_it_is_launched_again(tmp_path):
+    path = sweep_file(tmp_path, {"ok": ["attention=mha"], "bad": ["train.grad_clip=-1"]}, seeds=(0,))
+    out = tmp_path / "out"
+    first = run_cli("gptlab.cli.sweep", str(path), "--out", str(out))
+    assert first.returncode == 1 and "FAILED bad__seed0" in first.stderr
+    states = {s.name: s for s in sweep_status(out)}
+    assert states["ok__seed0"].state == "finished"
+    assert states["bad__seed0"].state == "failed" and "train.grad_clip=-1" in states["bad__seed0"].detail
+    shown = run_cli("gptlab.cli.sweep", "status", str(out)).stdout
+    assert "bad__seed0  failed" in shown and "1 finished, 1 failed" in shown
+    again = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), "--dry-run")
+    assert "bad__seed0: gptlab-train" in again.stdout and "ok__seed0: gptlab-train" not in again.stdout
+
+
+def test_detach_returns_before_the_first_run_ends(tmp_path):
+    path = sweep_file(tmp_path, {"mha": ["attention=mha"]}, steps=60, seeds=(0,))
+    out = tmp_path / "out"
+    done = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), "--detach", timeout=120)
+    assert done.returncode == 0, done.stderr
+    returned_before_end = not (out / "mha" / "seed0" / "summary.json").exists()
+    assert "queued: local queue" in done.stdout and f"gptlab-sweep status {out}" in done.stdout
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and sweep_status(out)[0].state != "finished":
+        time.sleep(1)
+    assert sweep_status(out)[0].state == "finished"
+    assert returned_before_end
+
+
+@pytest.mark.slurm
+def test_one_array_detach_status_requeue_and_relaunch_on_slurm(slurm_cluster, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("SLURM_PARTITION", slurm_cluster.partition)
+    arms = {"mha": ["attention=mha"], "mqa": ["attention=mqa"], "bad": ["train.grad_clip=-1"]}
+    path = sweep_file(tmp_path, arms, steps=4000)  # ~10 s each: still running when requeued
+    out = tmp_path / "out"
+    done = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), "--detach", "launcher=slurm", timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = done.stdout.split("queued: jobs ", 1)[1].splitlines()[0].split()
+    assert len(jobs) == 6 and len({j.split("_")[0] for j in jobs}) == 1  # one sbatch: one array of 6 tasks
+    assert not all((out / a / f"seed{s}" / "summary.json").exists() for a in arms for s in (0, 1))
+
+    def states() -> dict[str, str]:
+        return {s.name: s.state for s in sweep_status(out)}
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and states().get("mha__seed0") != "running":
+        time.sleep(0.5)
+    index = [p["name"] for p in json.loads((out / ".plan" / "plan.json").read_text())].index("mha__seed0")
+    requeue_job(next(j for j in jobs if j.endswith(f"_{index}")))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and states()["mha__seed0"] != "requeued":
+        time.sleep(0.5)
+    assert states()["mha__seed0"] == "requeued"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and any(s in ("pending", "running", "requeued") for s in states().values()):
+        time.sleep(2)
+    final = {s.name: s for s in sweep_status(out)}
+    assert {n: s.state for n, s in final.items()} == {
+        "mha__seed0": "finished", "mha__seed1": "finished", "mqa__seed0": "finished", "mqa__seed1": "finished",
+        "bad__seed0": "failed", "bad__seed1": "failed",
+    }  # fmt: skip
+    assert "train.grad_clip=-1" in final["bad__seed0"].detail
+    again = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), "--dry-run", "launcher=slurm")
+    planned = [line.split(":")[0] for line in again.stdout.splitlines() if ": gptlab-train " in line]
+    assert planned == ["[sw] bad__seed0", "[sw] bad__seed1"]
