@@ -140,7 +140,10 @@ def test_one_array_detach_status_requeue_and_relaunch_on_slurm(slurm_cluster, tm
         return {s.name: s.state for s in sweep_status(out)}
 
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and states().get("mha__seed0") != "running":
+    while time.monotonic() < deadline:  # running, and past its first steps (its run files written)
+        mha = next(s for s in sweep_status(out) if s.name == "mha__seed0")
+        if mha.state == "running" and mha.detail.startswith("step ") and not mha.detail.startswith("step 0"):
+            break
         time.sleep(0.5)
     index = [p["name"] for p in json.loads((out / ".plan" / "plan.json").read_text())].index("mha__seed0")
     requeue_job(next(j for j in jobs if j.endswith(f"_{index}")))

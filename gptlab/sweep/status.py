@@ -84,12 +84,35 @@ def _progress(run_dir: Path) -> str:
 def _last_line(*paths: Path) -> str:
     for path in paths:
         try:
-            lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+            # the run's own last words, not the launcher's ("[submitit][INFO] - Exiting after successful completion")
+            lines = [
+                line.strip()
+                for line in path.read_text(errors="replace").splitlines()
+                if line.strip() and "][submitit][" not in line
+            ]
         except OSError:
             continue
         if lines:
             return lines[-1][:300]
     return ""
+
+
+def _job_error(folder: Path) -> str | None:
+    """The error a finished submitit job returned: Hydra's launcher catches a run's exception and the job ends
+    COMPLETED with a failed JobReturn in <id>_result.pkl (submitit's own file, written by this sweep's job)."""
+    import pickle
+
+    for path in folder.glob("*_result.pkl"):
+        try:
+            outcome, value = pickle.loads(path.read_bytes())
+        except Exception:  # noqa: BLE001 - unreadable result: the logs say the rest
+            continue
+        if outcome == "error":
+            return str(value).strip().splitlines()[-1][:300]
+        status = getattr(value, "status", None)
+        if getattr(status, "name", "") == "FAILED":
+            return " ".join(str(getattr(value, "_return_value", "failed")).split())[:300]
+    return None
 
 
 def job_ids(sweep_dir: Path) -> dict[int, str]:
@@ -177,12 +200,16 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
     elif sched in SLURM_STATES and SLURM_STATES[sched] != "finished":
         status.state = SLURM_STATES[sched]
         status.detail = _progress(run_dir) if status.state in ("running", "requeued") else ""
+    elif sched == "COMPLETED" or (job and _job_error(sweep_dir / ".submitit" / job)):
+        # the job ended without a finished run: the launcher caught the run's error
+        error = _job_error(sweep_dir / ".submitit" / job) if job else None
+        status.state, status.detail = "failed", error or _last_line(*err_logs, log, run_dir / "train.log")
     elif queued.get("state") in ("failed", "cancelled") or summary.get("status") in ("failed", "interrupted"):
         status.state = queued.get("state") or "failed"
         status.detail = _last_line(log, *err_logs, run_dir / "train.log")
     elif summary.get("status") == "preempted":
         status.state, status.detail = "requeued" if sched else "failed", "preempted at " + _progress(run_dir)
-    if status.state == "pending" and (run_dir / "metrics.jsonl").is_file():
+    if status.state == "pending" and (run_dir / "provenance.json").is_file():
         status.state, status.detail = "requeued", "queued again at " + _progress(run_dir)  # it ran, and waits again
     if status.state == "failed" and not status.detail:
         status.detail = _last_line(log, *err_logs, run_dir / "train.log")
