@@ -32,7 +32,7 @@ import yaml
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
 from gptlab.runtime.hardware import thread_choice
-from gptlab.sweep.plan import PLAN_DIR, PlannedRun, is_launch_setting, launch_command, write_plan
+from gptlab.sweep.plan import PLAN_DIR, PlannedRun, is_launch_setting, launch_command, parse_lr_grid, write_plan
 from gptlab.sweep.queue import Queue, Slots, plan_slots
 from gptlab.sweep.status import format_status, job_ids, sweep_status
 from gptlab.util.io import atomic_write_text
@@ -54,18 +54,58 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
         known = ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
         raise ConfigError(f"sweep '{name}': no such sweep file; available: {known}")
     try:
-        spec = yaml.safe_load(path.read_text()) or {}
+        spec = yaml.load(path.read_text(), Loader=_UniqueKeys) or {}  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())[:200]})") from None
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping with 'arms' (and optional 'seeds', 'overrides')")
     if not isinstance(spec.get("arms"), dict) or not spec["arms"]:
         raise ConfigError(f"{path}: 'arms' must map arm names to lists of overrides")
+    _check_spec(path, spec)
     if spec.get("command", "train") not in COMMANDS:
         raise ConfigError(f"{path}: command: {spec['command']!r} is not allowed; allowed: {', '.join(COMMANDS)}")
     spec.setdefault("seeds", [0])
     spec.setdefault("overrides", [])
     return path.stem, spec, path
+
+
+SPEC_KEYS = ("description", "seeds", "overrides", "arms", "command", "lr_grid")
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (PyYAML keeps the last without a word)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ConfigError(f"key '{twice[0]}' is given twice in one mapping (line {node.start_mark.line + 1})")
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def _check_spec(path: Path, spec: dict) -> None:
+    """A sweep file's keys, arm names, seeds and override lists, before anything runs (one line per refusal)."""
+    unknown = sorted(str(k) for k in spec if k not in SPEC_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: '{unknown[0]}' is not a sweep file key; allowed: {', '.join(SPEC_KEYS)}")
+    for arm, overrides in (spec.get("arms") or {}).items():
+        if not isinstance(arm, str) or not ARM_NAME.match(arm) or "__" in arm:
+            raise ConfigError(f"{path}: arm name {arm!r}: allowed: letters, digits and _ . + - (no '__', no '/')")
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise ConfigError(f"{path}: arm '{arm}' must be a list of override strings, got {overrides!r}")
+    seeds = spec.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int and 0 <= s < 2**63 for s in seeds):
+        raise ConfigError(f"{path}: seeds: {seeds!r}; allowed: a non-empty list of integers in [0, 2**63)")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{path}: seeds: {seeds!r} lists a seed twice (it would count as two seeds)")
+    overrides = spec.get("overrides", [])
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"{path}: overrides must be a list of override strings, got {overrides!r}")
 
 
 def config_name(spec: dict) -> str:
@@ -206,7 +246,9 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _pending(name: str, spec: dict, seeds: list[int], sweep_dir: Path, extra: list[str]) -> tuple[list, int, int]:
+def _pending(
+    name: str, spec: dict, seeds: list[int], sweep_dir: Path, extra: list[str], lrs: list[float] | None = None
+) -> tuple[list, int, int]:
     """(runs to launch, finished runs skipped, runs in flight skipped): failed and never-run runs are launched."""
     command = spec.get("command", "train")
     flight = {s.name: s.state for s in sweep_status(sweep_dir) if s.state in ("running", "pending", "requeued")}
@@ -215,9 +257,10 @@ def _pending(name: str, spec: dict, seeds: list[int], sweep_dir: Path, extra: li
         overrides = planned_overrides(name, spec, arm, extra)
         if any(is_launch_setting(o) for o in spec["arms"][arm]):
             raise ConfigError(f"arm '{arm}': launch settings (hydra.*, launcher=) belong in the sweep's overrides")
-        for seed in seeds:
-            run = PlannedRun(arm, seed, tuple([*(o for o in overrides if not is_launch_setting(o)), f"seed={seed}"]))
-            if finished(run.run_dir(sweep_dir), overrides, seed, command):
+        for seed, lr in [(s, lr) for lr in lrs or [None] for s in seeds]:
+            given = [o for o in overrides if not is_launch_setting(o)] + ([f"optimizer.lr={lr:g}"] if lr else [])
+            run = PlannedRun(arm, seed, tuple([*given, f"seed={seed}"]), lr)
+            if finished(run.run_dir(sweep_dir), given, seed, command):
                 done += 1
             elif run.name in flight:
                 busy += 1
@@ -339,7 +382,9 @@ def status_main(argv: list[str]) -> int:
         fail(f"{args.sweep_dir}: not a gptlab-sweep dir (no sweep.yaml)")
     spec = yaml.safe_load(definition.read_text()) or {}
     seeds = spec.get("seeds", [0])
-    rows = sweep_status(args.sweep_dir.resolve(), {arm: seeds for arm in spec.get("arms", {})})
+    grid = spec.get("lr_grid")
+    lrs = parse_lr_grid(grid) if grid is not None else None
+    rows = sweep_status(args.sweep_dir.resolve(), {arm: seeds for arm in spec.get("arms", {})}, lrs)
     print(format_status(rows))
     return 0
 
@@ -360,12 +405,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-fast", action="store_true", help="stop (cancel the rest) at the first failed run")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--detach", action="store_true", help="return once the runs are queued; see `status`")
+    parser.add_argument(
+        "--lr-grid",
+        help="every arm at every lr: 3e-4,1e-3,3e-3 or 1e-4:1e-2:5 (log-spaced); run dirs <arm>/lr<v>/seed<k>",
+    )
     args = parser.parse_intermixed_args(argv)
     try:
         args.out, args.overrides = take_sweep_dir(args.out, args.overrides)
         name, spec, _ = load_sweep(args.sweep)
         seeds = parse_seeds(args.seeds) if args.seeds else list(spec["seeds"])
+        grid = args.lr_grid if args.lr_grid is not None else spec.get("lr_grid")
+        lrs = parse_lr_grid(grid) if grid is not None else None
         sweep_dir = (args.out or Path("outputs/sweeps") / name).resolve()
+        if args.lr_grid is not None:  # recorded, so `status` and re-runs see the grid
+            spec = {**spec, "lr_grid": lrs}
         if not args.dry_run:
             record_definition(sweep_dir, spec, args.overrides)
     except (ConfigError, ValueError) as err:
@@ -381,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = spec.get("command", "train")
     try:
-        runs, skipped, busy = _pending(name, spec, seeds, sweep_dir, args.overrides)
+        runs, skipped, busy = _pending(name, spec, seeds, sweep_dir, args.overrides, lrs)
         launch = [o for o in [*spec["overrides"], *args.overrides] if is_launch_setting(o)]
         if runs and not args.dry_run:
             write_plan(sweep_dir, runs)

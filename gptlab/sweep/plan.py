@@ -31,18 +31,50 @@ LAUNCH_GROUPS = ("launcher", "tune")  # groups that configure Hydra (the launch)
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One (arm, seed) run of a sweep and the overrides that compose it (seed and arm included)."""
+    """One (arm, seed) run of a sweep, or (arm, lr, seed) under an lr grid, and the overrides that compose it (seed,
+    arm and optimizer.lr included)."""
 
     arm: str
     seed: int
     overrides: tuple[str, ...]
+    lr: float | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.arm}__seed{self.seed}"
+        return f"{self.arm}__lr{self.lr:g}__seed{self.seed}" if self.lr is not None else f"{self.arm}__seed{self.seed}"
+
+    def subdir(self) -> str:
+        """Where the run lives under the sweep dir: <arm>/seed<k>, or <arm>/lr<value>/seed<k> under an lr grid."""
+        lr = f"lr{self.lr:g}/" if self.lr is not None else ""
+        return f"{self.arm}/{lr}seed{self.seed}"
 
     def run_dir(self, sweep_dir: Path) -> Path:
-        return sweep_dir / self.arm / f"seed{self.seed}"
+        return sweep_dir / self.subdir()
+
+
+def parse_lr_grid(text) -> list[float]:
+    """`3e-4,1e-3,3e-3`, `1e-4:1e-2:5` (5 log-spaced values, both ends included) or a list of numbers."""
+    import math
+
+    try:
+        if isinstance(text, (list, tuple)):
+            values = [float(v) for v in text]
+        elif ":" in str(text):
+            low, high, count = str(text).split(":")
+            n = int(count)
+            if n < 2:
+                raise ValueError
+            a, b = math.log10(float(low)), math.log10(float(high))
+            values = [float(f"{10 ** (a + (b - a) * i / (n - 1)):.6g}") for i in range(n)]
+        else:
+            values = [float(v) for v in str(text).split(",")]
+    except ValueError:
+        raise ConfigError(
+            f"lr grid {text!r}: allowed: comma-separated numbers (3e-4,1e-3,3e-3) or LOW:HIGH:N (1e-4:1e-2:5, N >= 2)"
+        ) from None
+    if not values or any(not (v > 0 and math.isfinite(v)) for v in values) or len(set(values)) != len(values):
+        raise ConfigError(f"lr grid {text!r}: every learning rate must be a distinct number > 0")
+    return values
 
 
 def is_launch_setting(override: str) -> bool:
@@ -90,6 +122,7 @@ def run_config(run: PlannedRun) -> str:
     defaults = [
         {f"override /{group}" if group in primary else f"/{group}": choice} for group, choice in choices.items()
     ]
+    body.setdefault("hydra", {}).setdefault("sweep", {})["subdir"] = run.subdir()  # this job's run dir
     doc = {"defaults": [*defaults, "_self_"], **body}
     return "# @package _global_\n" + yaml.safe_dump(doc, sort_keys=False)
 
@@ -101,7 +134,10 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
     (folder / SWEEP_RUN_GROUP).mkdir(parents=True, exist_ok=True)
     for run in runs:
         atomic_write_text(folder / SWEEP_RUN_GROUP / f"{run.name}.yaml", run_config(run))
-    plan = [{"name": r.name, "arm": r.arm, "seed": r.seed, "overrides": list(r.overrides)} for r in runs]
+    plan = [
+        {"name": r.name, "arm": r.arm, "seed": r.seed, "lr": r.lr, "subdir": r.subdir(), "overrides": list(r.overrides)}
+        for r in runs
+    ]
     atomic_write_text(folder / "plan.json", json.dumps(plan, indent=1) + "\n")
     return folder
 
@@ -122,8 +158,7 @@ def launch_command(runs: list[PlannedRun], sweep_dir: Path, launch: list[str], s
         "-m",
         f"+{SWEEP_RUN_GROUP}={','.join(r.name for r in runs)}",
         f"hydra.searchpath=[file://{sweep_dir / PLAN_DIR}]",
-        f"hydra.sweep.dir={sweep_dir}",
-        "hydra.sweep.subdir=${arm}/seed${seed}",
+        f"hydra.sweep.dir={sweep_dir}",  # each run's hydra.sweep.subdir is in its generated config
         *launch,
     ]
 

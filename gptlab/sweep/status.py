@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gptlab.state.rundir import LOCK_FILE
-from gptlab.sweep.plan import PLAN_DIR, read_plan
+from gptlab.sweep.plan import PLAN_DIR, PlannedRun, read_plan
 from gptlab.sweep.queue import QUEUE_FILE
 
 # sacct/squeue states -> ours
@@ -158,8 +158,10 @@ def scheduler_states(ids: list[str]) -> dict[str, str]:
     return states
 
 
-def sweep_status(sweep_dir: Path, arms: dict[str, list[int]] | None = None) -> list[RunStatus]:
-    """The status of every run of the sweep dir's plan (plus `arms`' runs that were never launched)."""
+def sweep_status(
+    sweep_dir: Path, arms: dict[str, list[int]] | None = None, lrs: list[float] | None = None
+) -> list[RunStatus]:
+    """The status of every run of the sweep dir's plan (plus `arms`' runs, at every lr of `lrs`, never launched)."""
     plan = read_plan(sweep_dir)
     try:
         queue = json.loads((sweep_dir / PLAN_DIR / QUEUE_FILE).read_text())
@@ -174,15 +176,16 @@ def sweep_status(sweep_dir: Path, arms: dict[str, list[int]] | None = None) -> l
         out.append(_one(sweep_dir, entry, queue.get(entry["name"], {}), sched.get(job or ""), job))
     for arm, seeds in (arms or {}).items():
         for seed in seeds:
-            name = f"{arm}__seed{seed}"
-            if name not in seen:
-                entry = {"name": name, "arm": arm, "seed": seed}
-                out.append(_one(sweep_dir, entry, {}, None, None, launched=False))
+            for lr in lrs or [None]:
+                run = PlannedRun(arm, seed, (), lr)
+                if run.name not in seen:
+                    entry = {"name": run.name, "arm": arm, "seed": seed, "subdir": run.subdir()}
+                    out.append(_one(sweep_dir, entry, {}, None, None, launched=False))
     return out
 
 
 def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str | None, launched=True) -> RunStatus:
-    run_dir = sweep_dir / entry["arm"] / f"seed{entry['seed']}"
+    run_dir = sweep_dir / entry.get("subdir", f"{entry['arm']}/seed{entry['seed']}")
     status = RunStatus(entry["name"], entry["arm"], int(entry["seed"]), "never ran" if not launched else "pending")
     status.job_id = job
     try:

@@ -1,0 +1,250 @@
+"""Each arm at its own best learning rate: the arm x lr x seed grid `gptlab-sweep NAME --lr-grid ...` writes.
+
+Run dirs are `<sweep>/<arm>/lr<value>/seed<k>`. Per arm: final val loss vs lr (mean and spread over seeds), the best
+lr (lowest mean final val loss; a diverged seed makes its lr ineligible), a warning when the best lr is the smallest
+or the largest tried (the optimum may lie outside the grid), and the stability margin: the largest lr at which every
+seed trained without diverging, with the spike events (train.spike_factor) and the largest attention logit
+(train.diagnostics) at the best and at that lr.
+
+Diverged: the run stopped on a non-finite loss, a val loss is non-finite, or its final val loss is above
+DIVERGE_FACTOR x its step-0 val loss (it ended worse than it began).
+
+Two verdicts per arm against the baseline (the first arm): at each arm's own best lr (the headline) and at the
+baseline's best lr (the shared-lr comparison most ablations report). Selection bias: picking the minimum of a noisy
+curve and reporting the same seeds' losses flatters the pick. With `holdout` seeds the lr is picked on the other
+seeds and the verdicts use only the holdout seeds; without, the report says the figures are optimistic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gptlab.compare.stats import ALPHA, mean, std, welch_interval
+from gptlab.errors import ConfigError
+
+DIVERGE_FACTOR = 1.5
+LR_DIR = re.compile(r"^lr(?P<lr>[0-9.eE+-]+)$")
+SEED_DIR = re.compile(r"^seed(?P<seed>\d+)$")
+
+
+@dataclass
+class GridRun:
+    """One run of the grid, as read from its run dir."""
+
+    arm: str
+    lr: float
+    seed: int
+    final: float | None  # final val loss; None when the run diverged or never finished
+    diverged: bool
+    spikes: int
+    max_logit: float | None
+
+
+@dataclass
+class ArmCurve:
+    """One arm's runs by lr, its pick and its stability margin."""
+
+    arm: str
+    runs: list[GridRun]
+    lrs: list[float] = field(default_factory=list)
+    best_lr: float | None = None
+    edge: str | None = None  # "smallest" | "largest": the best lr is at that end of the grid
+    max_stable_lr: float | None = None
+
+    def at(self, lr: float, seeds: set[int] | None = None) -> list[GridRun]:
+        return [r for r in self.runs if r.lr == lr and (seeds is None or r.seed in seeds)]
+
+
+def _read_run(arm: str, lr: float, seed: int, run_dir: Path) -> GridRun:
+    rows = []
+    try:
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        pass
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    vals = [float(r["val/loss"]) for r in rows if "val/loss" in r and r["val/loss"] is not None]
+    train = [float(r["train/loss"]) for r in rows if r.get("train/loss") is not None]
+    nonfinite = any(not math.isfinite(v) for v in vals + train)
+    final = summary.get("final_val_loss") if summary.get("status") == "finished" else None
+    blew_up = final is not None and vals and math.isfinite(vals[0]) and final > DIVERGE_FACTOR * vals[0]
+    diverged = bool(nonfinite or blew_up or (final is None and rows))  # started, never finished: it stopped
+    logits = [float(v) for r in rows for k, v in r.items() if k.endswith("/max_logit") and v is not None]
+    return GridRun(
+        arm=arm,
+        lr=lr,
+        seed=seed,
+        final=None if diverged else final,
+        diverged=diverged,
+        spikes=sum(1 for r in rows if "spike/loss" in r),
+        max_logit=max(logits) if logits else None,
+    )
+
+
+def read_grid(sweep_dir: Path) -> dict[str, ArmCurve]:
+    """{arm: its curve} from `<sweep>/<arm>/lr<v>/seed<k>/` (arms in sweep.yaml's order when it lists them)."""
+    order: list[str] = []
+    try:
+        import yaml
+
+        order = list((yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) or {}).get("arms", {}))
+    except (OSError, ValueError):
+        pass
+    curves: dict[str, ArmCurve] = {}
+    for lr_dir in sorted(sweep_dir.glob("*/lr*")):
+        match = LR_DIR.match(lr_dir.name)
+        if not match or not lr_dir.is_dir():
+            continue
+        arm, lr = lr_dir.parent.name, float(match["lr"])
+        for seed_dir in sorted(lr_dir.iterdir()):
+            seed = SEED_DIR.match(seed_dir.name)
+            if seed and ((seed_dir / "metrics.jsonl").exists() or (seed_dir / "summary.json").exists()):
+                curves.setdefault(arm, ArmCurve(arm, [])).runs.append(_read_run(arm, lr, int(seed["seed"]), seed_dir))
+    if not curves:
+        raise ConfigError(
+            f"{sweep_dir}: no lr grid runs (<arm>/lr<value>/seed<k>/); run gptlab-sweep NAME --lr-grid ..."
+        )
+    ranked = sorted(curves, key=lambda a: order.index(a) if a in order else len(order))
+    return {arm: curves[arm] for arm in ranked}
+
+
+def analyse(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> None:
+    """Fill each curve's lrs, best lr (picked on the non-holdout seeds), edge and max stable lr."""
+    for curve in curves.values():
+        curve.lrs = sorted({r.lr for r in curve.runs})
+        pick = [s for s in {r.seed for r in curve.runs} if not holdout or s not in holdout]
+        scores = {}
+        for lr in curve.lrs:
+            runs = curve.at(lr, set(pick))
+            if runs and not any(r.diverged for r in runs) and all(r.final is not None for r in runs):
+                scores[lr] = mean([r.final for r in runs if r.final is not None])
+        curve.best_lr = min(scores, key=lambda lr: scores[lr]) if scores else None
+        if curve.best_lr is not None and len(curve.lrs) > 1:
+            curve.edge = (
+                "smallest" if curve.best_lr == curve.lrs[0] else "largest" if curve.best_lr == curve.lrs[-1] else None
+            )
+        stable = [lr for lr in curve.lrs if curve.at(lr) and not any(r.diverged for r in curve.at(lr))]
+        curve.max_stable_lr = max(stable) if stable else None
+
+
+def _finals(curve: ArmCurve, lr: float | None, seeds: set[int] | None) -> list[float]:
+    if lr is None:
+        return []
+    return [r.final for r in curve.at(lr, seeds) if r.final is not None]
+
+
+def _verdict(arm: list[float], base: list[float]) -> str:
+    interval = welch_interval(arm, base, ALPHA)
+    if interval is None:
+        return "n/a (needs 2+ seeds each)"
+    call = "lower" if interval.hi < 0 else "higher" if interval.lo > 0 else "within noise"
+    return f"{interval.diff:+.4f} [{interval.lo:+.4f}, {interval.hi:+.4f}] {call}"
+
+
+def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict:
+    """The per-arm table (JSON-ready) and the warning lines: picks, edges, both verdicts, stability columns."""
+    analyse(curves, holdout)
+    base = next(iter(curves.values()))
+    verdict_seeds = holdout or None
+    rows, warnings = [], []
+    for curve in curves.values():
+        best_runs = curve.at(curve.best_lr) if curve.best_lr is not None else []
+        stable_runs = curve.at(curve.max_stable_lr) if curve.max_stable_lr is not None else []
+        finals = _finals(curve, curve.best_lr, verdict_seeds)
+        row = {
+            "arm": curve.arm,
+            "lrs": curve.lrs,
+            "best_lr": curve.best_lr,
+            "val_loss_at_best": mean(finals) if finals else None,
+            "val_loss_std": std(finals) if len(finals) > 1 else None,
+            "max_stable_lr": curve.max_stable_lr,
+            "diverged_runs": sum(r.diverged for r in curve.runs),
+            "spikes_at_best": sum(r.spikes for r in best_runs),
+            "spikes_at_max_stable": sum(r.spikes for r in stable_runs),
+            "max_logit_at_best": max((r.max_logit for r in best_runs if r.max_logit is not None), default=None),
+            "max_logit_at_max_stable": max((r.max_logit for r in stable_runs if r.max_logit is not None), default=None),
+            "curve": {f"{lr:g}": _finals(curve, lr, None) for lr in curve.lrs},
+        }
+        if curve is not base:
+            row["vs_baseline_own_best"] = _verdict(finals, _finals(base, base.best_lr, verdict_seeds))
+            row["vs_baseline_shared_lr"] = _verdict(
+                _finals(curve, base.best_lr, verdict_seeds), _finals(base, base.best_lr, verdict_seeds)
+            )
+        rows.append(row)
+        if curve.best_lr is None:
+            warnings.append(f"{curve.arm}: no lr trained every seed without diverging: widen the grid downwards")
+        elif curve.edge:
+            way = "larger" if curve.edge == "largest" else "smaller"
+            warnings.append(
+                f"{curve.arm}'s best lr {curve.best_lr:g} is the {curve.edge} tried: extend the grid to {way} lrs"
+            )
+    if holdout:
+        note = f"lr picked on seeds other than {sorted(holdout)}; verdicts on the holdout seeds {sorted(holdout)}"
+    else:
+        note = (
+            "lr picked and reported on the same seeds: the minimum of a noisy curve is optimistic (use --holdout-seeds)"
+        )
+    return {
+        "baseline": base.arm,
+        "rows": rows,
+        "warnings": warnings,
+        "selection": note,
+        "diverge_factor": DIVERGE_FACTOR,
+    }
+
+
+def format_report(doc: dict) -> str:
+    """The terminal table: one line per arm, then the warnings and the selection note."""
+    lines = [
+        f"{'arm':<12} {'best lr':>8} {'val loss':>16} {'max stable lr':>13} {'diverged':>8} {'spikes':>6}  "
+        f"vs {doc['baseline']} at own best | at {doc['baseline']}'s lr"
+    ]
+    for r in doc["rows"]:
+        loss = "-" if r["val_loss_at_best"] is None else f"{r['val_loss_at_best']:.4f}"
+        loss += f" ± {r['val_loss_std']:.4f}" if r["val_loss_std"] is not None else ""
+        best = "-" if r["best_lr"] is None else f"{r['best_lr']:g}"
+        stable = "-" if r["max_stable_lr"] is None else f"{r['max_stable_lr']:g}"
+        verdicts = f"{r.get('vs_baseline_own_best', 'baseline')} | {r.get('vs_baseline_shared_lr', '')}"
+        lines.append(
+            f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {r['spikes_at_best']:>6}  {verdicts}"
+        )
+    lines += [f"warning: {w}" for w in doc["warnings"]]
+    lines.append(f"note: {doc['selection']}; diverged = non-finite or final val loss > {doc['diverge_factor']}x step 0")
+    return "\n".join(lines)
+
+
+def plot_curves(curves: dict[str, ArmCurve], path: Path) -> Path:
+    """Final val loss vs lr per arm (log x), mean with the seeds' min-max band; diverged lrs marked with an x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for curve in curves.values():
+        grid = sorted({r.lr for r in curve.runs})
+        lrs = [lr for lr in grid if _finals(curve, lr, None)]
+        means = [mean(_finals(curve, lr, None)) for lr in lrs]
+        line = ax.plot(lrs, means, marker="o", label=curve.arm)[0]
+        ax.fill_between(
+            lrs, [min(_finals(curve, lr, None)) for lr in lrs], [max(_finals(curve, lr, None)) for lr in lrs],
+            color=line.get_color(), alpha=0.2,
+        )  # fmt: skip
+        bad = [lr for lr in grid if any(r.diverged for r in curve.at(lr))]
+        if bad and means:
+            ax.scatter(bad, [max(means)] * len(bad), marker="x", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final val loss (seed mean, band: min-max)")
+    ax.set_title("each arm's lr curve (x: a seed diverged)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
