@@ -116,6 +116,8 @@ def _build(
                 max_tokens,
                 f"tokenizing ({tokenizer})",
             )
+            if fit is not None and fit.prefix is not None:  # fitted on part of the first segment: val may follow it
+                fit_end = min(fit_end, len(tok.encode(fit.prefix)))
             meta = {
                 "format": CACHE_FORMAT,
                 "source": source.key,
@@ -144,6 +146,17 @@ def _build_once(source, tokens_dir: Path, key: str, **build) -> None:
         if not (folder / "index.json").is_file():
             _build(source, folder, partial, **build)
             (tokens_dir / f"{key}.lock").unlink(missing_ok=True)  # waiters wake, find index.json
+
+
+LAST_USED = "last_used"  # an empty file whose mtime is when a run last opened the entry (gptlab-cache list / prune)
+
+
+def touch_last_used(folder: Path) -> None:
+    """Mark the cache entry as used now (best effort: a read-only cache stays usable)."""
+    try:
+        (folder / LAST_USED).touch()
+    except OSError:
+        pass
 
 
 def shard_tokens() -> int:
@@ -188,6 +201,7 @@ def build_token_splits(
             max_tokens=max_tokens,
         )
     shards, index = open_shards(folder)
+    touch_last_used(folder)
     tok = load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
     if verify:
         check_ids(folder, shards, tok.vocab_size)

@@ -27,6 +27,7 @@ class FitSample:
 
     def __init__(self, source, limit: int):
         self.source, self.limit, self.segments = source, limit, 0
+        self.prefix: str | None = None  # the first segment's prefix, when even it is past the limit
 
     def __iter__(self):
         used, n = 0, 0
@@ -35,7 +36,8 @@ class FitSample:
             if used + size > self.limit:
                 if n == 0:  # a corpus whose first segment is past the limit: its prefix, never an empty fit
                     n = 1  # (an empty fit gave a one-symbol vocabulary: every token id 0, a loss of 0)
-                    yield text.encode("utf-8")[: self.limit].decode("utf-8", "ignore")
+                    self.prefix = text.encode("utf-8")[: self.limit].decode("utf-8", "ignore")
+                    yield self.prefix
                 break
             used, n = used + size, n + 1
             yield text

@@ -1,0 +1,62 @@
+"""gptlab-cache: list what the cache holds (corpus, tokenizer, tokens, size, last use), remove one entry, prune by age."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from gptlab.config.build import build_data, compose
+from gptlab.data import default_cache_dir
+from helpers.cli import run_cli
+
+
+@pytest.fixture
+def cache_with_entries(tmp_path):
+    """Two token caches (char and byte tokenizers over one small corpus) in the test's private cache."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 300)
+    for tokenizer in ("char", "byte"):
+        build_data(compose(["data=text", f"data.paths=[{corpus}]", f"data.tokenizer={tokenizer}"]), 32)
+    return default_cache_dir()
+
+
+def listed(cache) -> list[list[str]]:
+    done = run_cli("gptlab.cli.cache", "list")
+    assert done.returncode == 0, done.stderr
+    return [line.split() for line in done.stdout.splitlines()[1:-1]]
+
+
+def test_list_shows_each_token_cache_with_its_tokenizer_and_tokens(cache_with_entries):
+    rows = [r for r in listed(cache_with_entries) if r[1] == "tokens"]
+    assert sorted(r[2] for r in rows) == ["byte", "char"]
+    assert {r[3] for r in rows} == {f"{44 * 300:,}"}  # one token per character / byte of the ASCII corpus
+
+
+def test_rm_by_prefix_and_prune_by_age(cache_with_entries):
+    tokens = sorted(p for p in (cache_with_entries / "tokens").iterdir() if p.is_dir())
+    assert len(tokens) == 2
+    done = run_cli("gptlab.cli.cache", "rm", tokens[0].name[:8])
+    assert done.returncode == 0 and not tokens[0].exists() and tokens[1].exists()
+    old = time.time() - 40 * 86400
+    for path in [tokens[1], *tokens[1].iterdir()]:
+        os.utime(path, (old, old))  # last used 40 days ago
+    dry = run_cli("gptlab.cli.cache", "prune", "--older-than", "30d", "--dry-run")
+    assert "would remove 1 entries" in dry.stdout and tokens[1].exists()
+    assert run_cli("gptlab.cli.cache", "prune", "--older-than", "30d").returncode == 0
+    assert not tokens[1].exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["prune", "--older-than", "soon"], "--older-than 'soon': allowed: a number and a unit s, m, h or d"),
+        (["rm", "abc"], "'abc': give at least 6 characters of a key"),
+        (["rm", "ffffffffff"], "'ffffffffff' matches 0 cache entries"),
+    ],
+)
+def test_bad_input_is_one_line(args, message):
+    done = run_cli("gptlab.cli.cache", *args)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and message in lines[0]
