@@ -103,12 +103,14 @@ def check_ddp(bench: Bench, sizes: dict) -> dict:
     if n < 2:
         return {"ok": True, "skipped": True, "detail": f"{n} GPU here: DDP needs 2 or more (not measured)"}
     rows, worst = {}, 0.0
-    for label, accum, extra in (("plain", 1, []), ("grad_accum 4", 4, []), ("compile", 1, ["hardware.compile=true"])):
+    eager, compiled = ["hardware.compile=false"], ["hardware.compile=true"]  # GPU presets compile by default
+    for label, accum, extra in (("plain", 1, eager), ("grad_accum 4", 4, eager), ("compile", 1, compiled)):
         args = [*_ddp_args(n, accum), *extra]
-        one = train(bench, f"ddp1-{accum}-{len(extra)}", "hardware=cuda", *args, steps=sizes["steps"])
+        tag = f"{accum}-{int(extra is compiled)}"
+        one = train(bench, f"ddp1-{tag}", "hardware=cuda", *args, steps=sizes["steps"])
         many = train(
             bench,
-            f"ddp{n}-{accum}-{len(extra)}",
+            f"ddp{n}-{tag}",
             "hardware=ddp",
             *args,
             steps=sizes["steps"],

@@ -36,7 +36,7 @@ def test_dry_run_flags_identical_arms_and_no_ops_once_each(tmp_path, capsys, mon
         "is full attention",
     ]
     # 'lr' builds the mha model too, but trains it differently: a real experiment, not flagged.
-    assert sum(" -m " in line for line in out) == 5
+    assert sum(": gptlab-train " in line for line in out) == 10  # 5 arms x 2 seeds, each run printed once
     assert not (tmp_path / "outputs").exists()  # a dry run writes nothing
 
 

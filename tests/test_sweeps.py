@@ -150,7 +150,7 @@ def test_unknown_sweep_is_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sweep 'nope': no such sweep file; available: ")
 
 
-def test_dry_run_prints_one_multirun_per_arm(tmp_path):
+def test_dry_run_prints_every_run_of_the_one_launch(tmp_path):
     proc = run_cli(
         "gptlab.cli.sweep",
         "attention",
@@ -161,8 +161,12 @@ def test_dry_run_prints_one_multirun_per_arm(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("[attention] ") and "-m" in l]
-    assert len(lines) == 4 and all("seed=0,1,2" in l and "sweep=attention" in l for l in lines)
+    # one launch: one plain gptlab-train command per (arm, seed), ready to paste, and the local queue for all 12
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("[attention] ") and ": gptlab-train " in l]
+    runs = {(l.split("arm=")[1].split()[0], l.split(" seed=")[1].split()[0]) for l in lines}
+    assert len(lines) == 12 and runs == {(a, s) for a in ("mha", "gqa4", "gqa2", "mqa") for s in "012"}
+    assert all("sweep=attention" in l and "train.max_steps=10" in l for l in lines)
+    assert "[attention] local queue: 12 runs" in proc.stdout
 
 
 @pytest.mark.slow

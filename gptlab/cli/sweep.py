@@ -257,7 +257,8 @@ def _pending(
         overrides = planned_overrides(name, spec, arm, extra)
         if any(is_launch_setting(o) for o in spec["arms"][arm]):
             raise ConfigError(f"arm '{arm}': launch settings (hydra.*, launcher=) belong in the sweep's overrides")
-        for seed, lr in [(s, lr) for lr in lrs or [None] for s in seeds]:
+        grid: list[float | None] = list(lrs) if lrs else [None]
+        for seed, lr in [(s, lr) for lr in grid for s in seeds]:
             given = [o for o in overrides if not is_launch_setting(o)] + ([f"optimizer.lr={lr:g}"] if lr else [])
             run = PlannedRun(arm, seed, tuple([*given, f"seed={seed}"]), lr)
             if finished(run.run_dir(sweep_dir), given, seed, command):

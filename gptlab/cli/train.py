@@ -9,9 +9,11 @@ Every user mistake ends in ONE line on stderr, `error: ...`, and a non-zero exit
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir re
 from gptlab.errors import ConfigError
 from gptlab.runtime.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
-from gptlab.state.rundir import HYDRA_WRITES, check_run_dir, run_dir_lock
+from gptlab.state.rundir import HYDRA_WRITES, LOCK_FILE, check_run_dir, run_dir_lock
 from gptlab.util.paths import CONF_DIR
 
 log = logging.getLogger("gptlab")
@@ -50,17 +52,19 @@ def one_line(err: BaseException) -> str:
     """A user error as one line naming the key, file or override and what is allowed."""
     if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:
         group, _, choice = err.missing_cfg_file.rpartition("/")
-        return f"{group}={choice}: no such option; available: {', '.join(err.options)}"
+        near = difflib.get_close_matches(choice, err.options, n=1)
+        hint = f" (did you mean {group}={near[0]}?)" if near else ""
+        return f"{group}={choice}: no such option{hint}; available: {', '.join(err.options)}"
     if isinstance(err, OverrideParseException):
         return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
     cause: Any = err.__cause__  # an OmegaConf key error when it has full_key
     if isinstance(err, ConfigCompositionException) and getattr(cause, "full_key", None):
         parent = cause.parent_node if OmegaConf.is_dict(cause.parent_node) else {}
-        keys = [k for k in parent if not str(k).startswith("_") and k != "hydra"]
-        return (
-            f"{cause.full_key}: no such key or group; allowed here: {', '.join(map(str, keys))} "
-            f"(add a new key with +{cause.full_key}=...)"
-        )
+        keys = [str(k) for k in parent if not str(k).startswith("_") and k != "hydra"]
+        near = difflib.get_close_matches(str(cause.full_key).rpartition(".")[2], keys, n=1)
+        prefix = str(cause.full_key).rpartition(".")[0]
+        hint = f" (did you mean {prefix + '.' if prefix else ''}{near[0]}?)" if near else ""
+        return f"{cause.full_key}: no such key or group{hint}; allowed here: {', '.join(keys)}"
     if isinstance(err, OSError) and not isinstance(err, HydraException):
         where = f" '{err.filename}'" if err.filename else ""
         hint = OS_HINTS.get(err.errno, "check the path and the disk")
@@ -122,6 +126,8 @@ def train_app(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    if not multirun:
+        _STARTED["run_dir"] = run_dir
     if multirun and os.environ.get("SUBMITIT_EXECUTOR") == "local":  # launcher=local: own cores and GPUs
         place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
     stop = StopFlag()  # SIGTERM/SIGUSR1/SIGUSR2/Ctrl-C: finish the step, checkpoint, then hand the signal on
@@ -153,6 +159,17 @@ def train_app(cfg: DictConfig) -> float | None:
         # SLURM requeues this job: exit without a result so submitit (and the sweep) wait for the next attempt
         raise SystemExit(143)
     return summary["final_val_loss"]
+
+
+_STARTED: dict[str, Path] = {}  # the run dir of this process's single run (a refused run leaves no folder behind)
+
+
+def _remove_refused(run_dir: Path | None) -> None:
+    """A run refused before gptlab wrote anything: remove the folder Hydra made for it (.hydra/, train.log)."""
+    if run_dir is None or not run_dir.is_dir():
+        return
+    if {p.name for p in run_dir.iterdir()} <= HYDRA_WRITES | {LOCK_FILE}:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _explicit_run_dir(args: list[str]) -> Path | None:
@@ -249,11 +266,11 @@ def main() -> None:
         fail("interrupted (Ctrl-C); run the same command to resume from the newest checkpoint", 130)
     except SystemExit as stop:
         if stop.code == 2:
-            _put_back(saved)
+            _put_back(saved) if saved is not None else _remove_refused(_STARTED.get("run_dir"))
         raise
     except (HydraException, *run_errors()) as err:  # type: ignore[misc]  # mypy cannot type a starred tuple of exception types
         if exit_code(err) == 2:
-            _put_back(saved)
+            _put_back(saved) if saved is not None else _remove_refused(_STARTED.get("run_dir"))
         fail(one_line(err), exit_code(err))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from typing import cast
@@ -65,9 +66,12 @@ def _check_keys(group: str, factory: functools.partial) -> None:
         return
     unknown = sorted(set(factory.keywords) - set(params))
     if unknown:
-        allowed = ", ".join(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.default is not p.empty)
+        keys = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.default is not p.empty]
+        near = difflib.get_close_matches(unknown[0], keys, n=1)
+        hint = f" (did you mean {group}.{near[0]}?)" if near else ""
         raise ConfigError(
-            f"{group}.{unknown[0]}: not a key of this {group} choice ({factory.func.__name__}); allowed: {allowed}"
+            f"{group}.{unknown[0]}: not a key of this {group} choice ({factory.func.__name__}){hint}; "
+            f"allowed: {', '.join(keys)}"
         )
 
 

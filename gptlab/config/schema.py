@@ -195,7 +195,14 @@ def check_known_keys(group: str, node) -> None:
     unknown = sorted(k for k in node if not str(k).startswith("_") and k not in known)  # _target_ is Hydra's
     if unknown:
         key = f"{group}.{unknown[0]}"
-        hint = f" (renamed: use {RENAMED[key]})" if key in RENAMED else ""
+        near = difflib.get_close_matches(str(unknown[0]), known, n=1)
+        hint = (
+            f" (renamed: use {RENAMED[key]})"
+            if key in RENAMED
+            else f" (did you mean {group}.{near[0]}?)"
+            if near
+            else ""
+        )
         raise ConfigError(f"{key}: not a {group} key{hint}; allowed: {', '.join(known)}")
 
 

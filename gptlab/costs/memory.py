@@ -39,8 +39,11 @@ def activation_bytes(
     """Saved activations of one training micro-batch; checkpointing keeps only block inputs plus one block."""
     layers = [(_layer_bytes(b, m.position_rotates, batch, seq, s, materialized), c) for b, c in m.layers()]
     tokens = batch * seq
-    # embedding output, final-norm input and LM-head input (d each) + logits in s bytes and an fp32 copy
-    outside = tokens * (3 * s * m.d_model + m.vocab_size * (s + 4))
+    # embedding output, final-norm input and LM-head input (d each) + what the loss keeps (gptlab.model.gpt):
+    # fp32 logits go through torch's cross-entropy, which keeps an fp32 log-softmax beside them (4 + 4 bytes per
+    # logit); bf16/fp16 logits go through the chunked loss, which keeps the logits alone (s bytes per logit) and one
+    # fp32 log-sum-exp per token, its fp32 upcast one chunk at a time (not counted: <= 256 MiB, freed per chunk)
+    outside = tokens * (3 * s * m.d_model + (m.vocab_size * (s + 4) if s >= 4 else m.vocab_size * s + 4))
     if checkpointing:
         return outside + m.n_layer * tokens * s * m.d_model + max((b for b, _ in layers), default=0)
     return outside + sum(b * c for b, c in layers)

@@ -23,6 +23,9 @@ class GPTConfig:
     block_size: int = field(default=256, metadata=NEEDED)
     # the config may say null (= the tokenizer's vocabulary, filled in by gptlab.config.build.model_config)
     vocab_size: int = field(default=50257, metadata=rule(check=Number(">= 1", int, null=True)))
+    # null = exactly vocab_size rows; N = the embedding and LM head allocate vocab_size rounded up to a multiple of N
+    # (64: 50257 -> 50304, friendlier matmul shapes); the extra ids are never predicted (see GPT.forward)
+    vocab_multiple: int | None = field(default=None, metadata=rule(check=Number(">= 1", int, null=True)))
     tie_embeddings: bool = True
     bias: bool = False
     dropout: float = field(default=0.0, metadata=rule("[0, 1)", required=True))
@@ -31,3 +34,10 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
+
+    @property
+    def padded_vocab(self) -> int:
+        """Rows the embedding and LM head allocate: vocab_size, rounded up to a multiple of vocab_multiple if set."""
+        if self.vocab_multiple is None:
+            return self.vocab_size
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple

@@ -1,7 +1,19 @@
-"""GPT: token embedding -> n_layer blocks -> final norm -> LM head, built from component factories."""
+"""GPT: token embedding -> n_layer blocks -> final norm -> LM head, built from component factories.
+
+The loss is next-token cross-entropy, the mean over scored targets (target -100 = unscored), as
+`F.cross_entropy(logits.float(), targets, ignore_index=-100)` defines it. For fp32 logits it is exactly that call.
+For bf16/fp16 logits (autocast) it is `chunked_cross_entropy`: the same value and gradient computed a slice of rows
+at a time, so no fp32 copy of all the logits is ever made and backward keeps only the logits themselves.
+
+`model.vocab_multiple` pads the embedding and LM head to `cfg.padded_vocab` rows; the padded ids are never predicted:
+`forward` returns logits over the real `cfg.vocab_size` ids only, and the loss never sees the padded columns (as if
+their logits were -inf: zero probability, never the argmax, zero gradient).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Callable
 from typing import cast
 
@@ -13,6 +25,61 @@ from torch.utils.checkpoint import checkpoint
 from gptlab.errors import ConfigError
 from gptlab.model.base import KVCache, Norm, check_contract
 from gptlab.model.config import GPTConfig
+
+IGNORE_INDEX = -100  # a target that is not scored (prompt tokens, padding)
+# Logits upcast at once by the chunked loss: 2**26 fp32 elements = 256 MiB per chunk (~1,335 rows at GPT-2's vocab).
+LOSS_CHUNK_ELEMENTS = 2**26
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy over scored rows of `logits[:, :vocab]`, upcast to fp32 `rows` rows at a time.
+
+    Saves for backward only the logits (the caller's tensor, no copy) and one fp32 log-sum-exp per row; backward
+    recomputes each chunk's softmax from them and writes the gradient in the logits' dtype. Columns past `vocab`
+    (a padded vocabulary) take no part: their gradient is 0.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, vocab: int, rows: int):
+        # logits (N, V_alloc) in their own dtype, V_alloc >= vocab; targets (N,) int64
+        n = logits.size(0)
+        scored = targets != IGNORE_INDEX  # (N,)
+        ids = torch.where(scored, targets, 0).unsqueeze(1)  # (N, 1): a valid column for unscored rows too
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)  # (N,)
+        total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        for start in range(0, n, rows):
+            end = min(n, start + rows)
+            x = logits[start:end, :vocab].float()  # (c, vocab) fp32: the only upcast copy alive
+            lse[start:end] = torch.logsumexp(x, dim=1)
+            nll = lse[start:end] - x.gather(1, ids[start:end]).squeeze(1)  # (c,)
+            total = total + torch.where(scored[start:end], nll, 0.0).sum()
+        count = scored.sum()
+        ctx.save_for_backward(logits, ids, scored, lse, count)
+        ctx.vocab, ctx.rows = vocab, rows
+        return total / count  # 0 scored targets: 0/0 = nan, as F.cross_entropy's mean
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        logits, ids, scored, lse, count = ctx.saved_tensors
+        vocab, rows = ctx.vocab, ctx.rows
+        grad = torch.empty_like(logits)  # (N, V_alloc) in the logits' dtype
+        grad[:, vocab:] = 0  # padded columns: never predicted, no gradient
+        # d loss / d nll_row = grad_loss / count for a scored row, 0 for an unscored one; (N, 1)
+        row_scale = torch.where(scored, grad_loss.float() / count, 0.0).unsqueeze(1)
+        for start in range(0, logits.size(0), rows):
+            end = min(logits.size(0), start + rows)
+            p = torch.exp(logits[start:end, :vocab].float() - lse[start:end, None])  # (c, vocab) softmax
+            p.scatter_add_(1, ids[start:end], torch.full_like(p[:, :1], -1.0))  # softmax - one-hot(target)
+            grad[start:end, :vocab] = p.mul_(row_scale[start:end])
+        return grad, None, None, None
+
+
+def chunked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, vocab: int | None = None) -> torch.Tensor:
+    """`F.cross_entropy(logits[:, :vocab].float(), targets, ignore_index=-100)` (mean over scored targets) without
+    an fp32 copy of all of `logits` (N, V_alloc): LOSS_CHUNK_ELEMENTS logits are upcast at a time."""
+    vocab = logits.size(-1) if vocab is None else vocab
+    rows = max(1, LOSS_CHUNK_ELEMENTS // vocab)
+    return cast(torch.Tensor, _ChunkedCrossEntropy.apply(logits, targets, vocab, rows))
 
 
 class Block(nn.Module):
@@ -37,6 +104,19 @@ class Block(nn.Module):
             return x if self.norm2 is None else x + self.drop(self.mlp(self.norm2(x)))
         x = self.norm1(x + self.drop(self.attn(x, position, cache)))
         return x if self.norm2 is None else self.norm2(x + self.drop(self.mlp(x)))
+
+
+def _pad_rows(module: nn.Embedding | nn.Linear, size_attr: str, rows: int) -> None:
+    """Grow `module.weight` (V, d) to (rows, d) with zero rows (model.vocab_multiple), its size attribute with it.
+
+    The module is built at its real size first, so it draws from the RNG exactly what an unpadded model's does; the
+    padded rows draw nothing (every later weight of the model starts as it would without padding)."""
+    weight = module.weight
+    if rows == weight.size(0):
+        return
+    pad = torch.zeros(rows - weight.size(0), weight.size(1), dtype=weight.dtype, device=weight.device)
+    module.weight = nn.Parameter(torch.cat([weight.detach(), pad]))
+    setattr(module, size_attr, rows)
 
 
 def check_components(model: GPT) -> None:
@@ -75,6 +155,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.activation_checkpointing = activation_checkpointing  # recompute each block in backward (training only)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        _pad_rows(self.wte, "num_embeddings", cfg.padded_vocab)  # model.vocab_multiple
         self.position = position(cfg.d_model, cfg.n_head, cfg.head_dim, cfg.block_size)
         self.drop = nn.Dropout(cfg.dropout)
         layers = range(cfg.n_layer) if layer_counts is None else list(layer_counts)
@@ -83,6 +164,7 @@ class GPT(nn.Module):
         # post-norm blocks already end in a norm; a final norm keeps the head's input scale the same
         self.norm_f = norm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        _pad_rows(self.lm_head, "out_features", cfg.padded_vocab)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         check_components(self)
@@ -90,13 +172,17 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """GPT-2 init: N(0, init_std), residual projections scaled by 1/√(2·n_layer), norms to identity."""
-        std = self.cfg.init_std
+        """GPT-2 init: N(0, init_std), residual projections scaled by 1/√(2·n_layer), norms to identity.
+
+        Padded vocabulary rows (model.vocab_multiple) start at 0 and draw nothing from the RNG: every other weight
+        starts exactly as without padding, and the padded rows stay 0 (no gradient reaches them; decay keeps 0)."""
+        std, vocab = self.cfg.init_std, self.cfg.vocab_size
         if self.wte.weight.device.type == "meta":
             return
-        nn.init.normal_(self.wte.weight, std=std)
-        if not self.cfg.tie_embeddings:
-            nn.init.normal_(self.lm_head.weight, std=std)
+        for table in (self.wte.weight, None if self.cfg.tie_embeddings else self.lm_head.weight):
+            if table is not None:
+                nn.init.normal_(table[:vocab], std=std)  # the leading rows: contiguous, the unpadded draws
+                table[vocab:].zero_()
         self.position.init_weights(std)
         for block in cast(list[Block], self.blocks):
             block.attn.init_weights(self.cfg.n_layer, std)
@@ -106,7 +192,8 @@ class GPT(nn.Module):
                 m.reset_parameters()
 
     def num_params(self, non_embedding: bool = False) -> int:
-        """Parameter count (shared tensors once); non_embedding drops token and position tables."""
+        """Parameter count as allocated (shared tensors once): padded vocabulary rows (model.vocab_multiple) count;
+        non_embedding drops token and position tables."""
         total = sum(p.numel() for p in self.parameters())
         for block, count in zip(self.blocks, self.layer_counts or ()):  # a skeleton's block stands for `count`
             total += (count - 1) * sum(p.numel() for p in block.parameters())
@@ -132,11 +219,21 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, self.position, use_reentrant=False)
             else:
                 x = block(x, self.position, cache)
-        logits = self.lm_head(self.norm_f(x))  # (B, T, vocab)
+        logits = self.lm_head(self.norm_f(x))  # (B, T, padded_vocab)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
-        return logits, loss
+            loss = self.loss(logits.view(B * T, -1), targets.reshape(-1))
+        vocab = self.cfg.vocab_size
+        # padded ids are never predicted: the logits returned cover the real vocabulary only (a view, no copy)
+        return (logits if logits.size(-1) == vocab else logits[..., :vocab]), loss
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of (N, padded_vocab) logits against (N,) targets, -100 unscored (module docstring)."""
+        vocab = self.cfg.vocab_size
+        if logits.dtype == torch.float32 and logits.size(-1) == vocab:
+            # already fp32, so no copy to save: torch's own kernel, bit for bit the loss this model always had
+            return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+        return chunked_cross_entropy(logits, targets, vocab)
 
     def _extrapolates(self) -> bool:
         return not any(isinstance(m, nn.Embedding) for m in self.position.modules())
@@ -156,8 +253,15 @@ class GPT(nn.Module):
 
         With use_cache, K/V live in preallocated caches (a ring of `window` positions on sliding-window layers;
         int8 with kv_quant="int8"); past model.block_size a model without length extrapolation recomputes its last
-        block_size tokens each step instead.
+        block_size tokens each step instead. Runs eager even on a model compiled in place (hardware.compile): the
+        shapes change every token, and each would be a recompilation (or a CUDA graph re-recorded).
         """
+        # torch._dynamo not imported: nothing was compiled, and importing it for set_stance would cost ~1 s
+        eager = torch.compiler.set_stance("force_eager") if "torch._dynamo" in sys.modules else contextlib.nullcontext()
+        with eager:
+            return self._generate(idx, max_new_tokens, temperature, top_k, use_cache, generator, kv_quant)
+
+    def _generate(self, idx, max_new_tokens, temperature, top_k, use_cache, generator, kv_quant):
         from gptlab.infer.cache import make_caches
 
         caches = None

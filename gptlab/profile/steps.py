@@ -164,13 +164,15 @@ def profile_steps(
     if str(device).startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     try:
-        for i in range(warmup):
-            _plain_step(model, optimizer, *batch(i), autocast)
-        handles = hook_modules(model, timer)
-        with torch.profiler.profile(activities=activities) as prof:
-            step_times = [
-                _timed(model, optimizer, batch(i), autocast, timer, sync) for i in range(warmup, warmup + steps)
-            ]
+        # eager even when the model is compiled in place (hardware.compile): the hooks time each module's own forward
+        with torch.compiler.set_stance("force_eager"):
+            for i in range(warmup):
+                _plain_step(model, optimizer, *batch(i), autocast)
+            handles = hook_modules(model, timer)
+            with torch.profiler.profile(activities=activities) as prof:
+                step_times = [
+                    _timed(model, optimizer, batch(i), autocast, timer, sync) for i in range(warmup, warmup + steps)
+                ]
     finally:
         for h in handles:
             h.remove()

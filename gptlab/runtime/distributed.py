@@ -56,8 +56,9 @@ def init_args(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
 def wrap(model, hardware, world: int):
     """The module training runs forward/backward through, per `hardware.strategy` (the one place that wraps).
 
-    ddp: `model` compiled (hardware.compile) under DistributedDataParallel when world > 1. fsdp: `model` itself,
-    sharded in place by shard(). Build the optimizer AFTER this: fully_shard replaces the parameters.
+    ddp: `model` compiled in place (hardware.compile: `model.compile()`, so its state-dict keys and checkpoints are
+    the eager model's) under DistributedDataParallel when world > 1. fsdp: `model` itself, sharded in place by
+    shard(). Build the optimizer AFTER this: fully_shard replaces the parameters.
     """
     if hardware.strategy == "fsdp":
         return shard(model, hardware, world)
@@ -88,7 +89,7 @@ def shard(model, hardware, world: int):
     reduce-scattered in fp32. One process is not wrapped (nothing to shard; its curve is one process's), but
     still writes sharded checkpoints, so it resumes on any number of ranks and back.
     """
-    from gptlab.runtime.hardware import compile_mode
+    from gptlab.runtime.hardware import check_compiles_on_cuda, compile_mode
 
     if world == 1:
         return hardware.compiled(model)
@@ -96,6 +97,8 @@ def shard(model, hardware, world: int):
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     mode = compile_mode(hardware.compile)
+    if mode is not None and hardware.device.startswith("cuda"):
+        check_compiles_on_cuda(torch.device(hardware.device).index, hardware.compile)
     mesh = init_device_mesh(hardware.device.split(":")[0], (world,))
     param_dtype = None if hardware.dtype == "fp32" else hardware.torch_dtype  # None: gather the fp32 params as they are
     options: dict[str, Any] = {

@@ -3,7 +3,9 @@
 Figures are the vendors' dense (no 2:4 sparsity) tensor-core peaks in FLOP/s per GPU: bf16/fp16 with fp32
 accumulation (what torch's matmuls use), TF32, and plain FP32 (CUDA cores). Names are matched whole
 (`re.fullmatch` on torch.cuda.get_device_name()), never by substring: "H100" alone would give the PCIe and
-NVL parts the SXM peak, and "A10" would match "A100" and "A10G".
+NVL parts the SXM peak, and "A10" would match "A100" and "A10G". A GPU no pattern matches is never given another
+part's figure: its MFU is measured against its own matmul peak, measured on the device and cached
+(gptlab.runtime.peak.cached_gpu_peak; the run says so in one warning).
 """
 
 from __future__ import annotations

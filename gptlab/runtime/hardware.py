@@ -1,8 +1,21 @@
-"""Hardware profiles: where a run executes, in what precision, and the peak FLOP/s its MFU is measured against."""
+"""Hardware profiles: where a run executes, in what precision, and the peak FLOP/s its MFU is measured against.
+
+Compilation (hardware.compile) is applied in place with `nn.Module.compile`, so parameter names and checkpoints are
+those of the eager model. CUDA graphs (compile modes reduce-overhead and max-autotune) are refused in one line where
+they cannot work: without a CUDA device (reduce-overhead; max-autotune on CPU keeps its CPU autotuning) and in a
+distributed run (DDP's and FSDP's gradient hooks, run outside the captured graphs). Generation, whose shapes change
+every token, runs eager either way (gptlab.model.gpt.GPT.generate).
+
+MFU's denominator (peak FLOP/s): hardware.peak_flops when given; on CUDA the datasheet figure of the GPU model
+(gptlab.runtime.gpus), or for a model the table lacks its dense matmul peak measured on the device (cached per device
+name and dtype, gptlab.runtime.peak), said in one warning; on CPU a cached measurement.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -11,9 +24,13 @@ import torch
 from gptlab.errors import ConfigError
 from gptlab.util.checks import Auto, Number, OneOf, rule
 
+log = logging.getLogger(__name__)
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # hardware.compile: false = eager; true = torch.compile's "default" mode; or a torch.compile mode by name
 COMPILE_MODES = (False, True, "default", "reduce-overhead", "max-autotune")
+# the modes that capture CUDA graphs (torch._inductor.list_mode_options: triton.cudagraphs)
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 # hardware.strategy: how gptlab.runtime.distributed.wrap spreads a distributed run over its ranks
 STRATEGIES = ("ddp", "fsdp")
 
@@ -71,6 +88,23 @@ class Hardware:
         if self.dtype == "auto":
             self.dtype = native_low_precision(self.device)
         self._check_strategy()
+        self._check_cuda_graphs()
+
+    def _check_cuda_graphs(self) -> None:
+        """Refuse (one line) a CUDA-graph compile mode where the graphs cannot work: no CUDA device, or distributed."""
+        mode = compile_mode(self.compile)
+        if mode not in CUDA_GRAPH_MODES:
+            return
+        if mode == "reduce-overhead" and not self.device.startswith("cuda"):
+            raise ConfigError(
+                f"hardware.compile=reduce-overhead: CUDA graphs need a CUDA device (device={self.device}); "
+                "allowed here: false, true, default, max-autotune"
+            )
+        if self.distributed and self.device.startswith("cuda"):
+            raise ConfigError(
+                f"hardware.compile={mode}: CUDA graphs do not work under hardware.distributed=true (the "
+                f"{self.strategy} gradient hooks run outside the captured graphs); allowed here: false, true, default"
+            )
 
     def _check_strategy(self) -> None:
         """The strategy keys against each other, the device and the resolved dtype (one-line ConfigError)."""
@@ -102,9 +136,16 @@ class Hardware:
             )
 
     def compiled(self, model):
-        """`model` under torch.compile in this profile's mode, or `model` itself when compile is false."""
+        """`model`, compiled in place (`model.compile(mode=...)`: state-dict keys stay unprefixed) in this profile's
+        mode, or untouched when compile is false; returns `model`. On CUDA, a missing Triton or a GPU older than
+        sm_70 (which Triton cannot compile for) is refused in one line before any compilation starts."""
         mode = compile_mode(self.compile)
-        return model if mode is None else torch.compile(model, mode=mode)
+        if mode is None:
+            return model
+        if self.device.startswith("cuda"):
+            check_compiles_on_cuda(torch.device(self.device).index, self.compile)
+        model.compile(mode=mode)
+        return model
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -130,14 +171,36 @@ class Hardware:
             torch.backends.cudnn.conv.fp32_precision = precision  # type: ignore[attr-defined]  # not in torch's stubs
 
     def resolved_peak_flops(self, cache_dir) -> float:
-        """The peak FLOP/s for MFU: the configured number, a datasheet value, or a cached CPU measurement."""
+        """The peak FLOP/s for MFU: the configured number; on CUDA the GPU's datasheet value, or for a GPU the table
+        lacks its measured matmul peak (cached per device name and dtype in cache_dir; one warning line says so);
+        on CPU a cached measurement. cache_dir None: a measurement is not cached."""
         if self.peak_flops != "auto":
             return float(self.peak_flops)
         if self.device.startswith("cuda"):
-            return datasheet_peak(torch.device(self.device).index, self.dtype, self.tf32)
+            index = torch.device(self.device).index
+            peak = datasheet_peak(index, self.dtype, self.tf32)
+            return peak if peak is not None else self._measured_gpu_peak(index, cache_dir)
         from gptlab.runtime.peak import cached_peak
 
         return cached_peak(self.device, self.torch_dtype, cache_dir)
+
+    def _measured_gpu_peak(self, index: int, cache_dir) -> float:
+        """The matmul peak of a GPU without a datasheet entry, measured (or cached) in this run's dtype."""
+        from gptlab.runtime.peak import cached_gpu_peak
+
+        check_native_dtype(self.dtype, index)  # bf16 on a pre-sm80 GPU: refused, not measured emulated
+        name = torch.cuda.get_device_name(index)
+        peak, source = cached_gpu_peak(self.device, self.torch_dtype, self.tf32, cache_dir)
+        what = self.dtype + (" (TF32)" if self.dtype == "fp32" and self.tf32 else "")
+        log.warning(
+            "no datasheet peak for '%s': MFU uses its measured dense %s matmul peak, %.1f TFLOP/s (%s); "
+            "set hardware.peak_flops=<FLOP/s> for a datasheet figure",
+            name,
+            what,
+            peak / 1e12,
+            source,
+        )
+        return peak
 
 
 def cpu_has_bf16() -> bool:
@@ -191,16 +254,31 @@ def check_native_dtype(dtype: str, index: int) -> None:
         )
 
 
-def datasheet_peak(index: int, dtype: str, tf32: bool) -> float:
-    """The datasheet matmul peak of GPU `index` for this dtype (TF32's for fp32 with TF32 on)."""
+def check_compiles_on_cuda(index: int, value) -> None:
+    """torch.compile on CUDA generates Triton kernels: refuse (one line) when Triton is missing or GPU `index` is
+    older than sm_70, instead of failing inside the first step with Inductor's traceback."""
+    if importlib.util.find_spec("triton") is None:
+        raise ConfigError(
+            f"hardware.compile={str(value).lower()}: torch.compile on CUDA needs Triton, which is not installed; "
+            "install it (pip install triton) or set hardware.compile=false"
+        )
+    major, minor = torch.cuda.get_device_capability(index)
+    if major < 7:
+        raise ConfigError(
+            f"hardware.compile={str(value).lower()}: {torch.cuda.get_device_name(index)} (sm_{major}{minor}) is older "
+            "than Triton supports (sm_70); set hardware.compile=false"
+        )
+
+
+def datasheet_peak(index: int, dtype: str, tf32: bool) -> float | None:
+    """The datasheet matmul peak of GPU `index` for this dtype (TF32's for fp32 with TF32 on); None for a GPU model
+    the table lacks (the caller measures it)."""
     from gptlab.runtime.gpus import gpu_peaks, peak_for
 
     name = torch.cuda.get_device_name(index)
     peaks = gpu_peaks(name)
     if peaks is None:
-        raise ConfigError(
-            f"hardware.peak_flops: no datasheet peak known for '{name}'; set hardware.peak_flops=<FLOP/s>"
-        )
+        return None
     peak = peak_for(peaks, dtype, tf32)
     if peak is None:
         check_native_dtype(dtype, index)  # raises the one-line bf16 refusal

@@ -1,4 +1,10 @@
-"""Measured hardware roofs: matmul peak FLOP/s and copy bandwidth, cached per machine, torch version and dtype."""
+"""Measured hardware roofs: matmul peak FLOP/s and copy bandwidth, cached per machine, torch version and dtype.
+
+CPU: `cached_peak` / `cached_bandwidth`, keyed by the processor model and torch's thread count; a figure taken while
+other processes used more than MAX_OUTSIDE_LOAD of the cores serves that run only. CUDA (a GPU the datasheet table of
+gptlab.runtime.gpus lacks): `cached_gpu_peak`, keyed by the device name, dtype and, for fp32, the TF32 switch; a figure
+is cached only when NVML says the GPU was idle before it was taken (busy, or no NVML to ask: that run only).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ log = logging.getLogger(__name__)
 # which made MFU look up to ~2x too high without tripping the > 100 % check)
 CACHE_FILE = "hardware_peaks_v2.json"
 MAX_OUTSIDE_LOAD = 0.25  # share of all cores other processes may use while a peak is measured for the cache
+MAX_GPU_BUSY = 0.10  # NVML utilisation (share of its sample period with kernels running) a quiet GPU may show
+NVML_PERIOD_S = 1.0  # NVML averages utilisation over the last 1/6 s to 1 s, depending on the GPU
 
 
 def _sync(device: str) -> None:
@@ -52,6 +60,61 @@ def measure_matmul_peak(
     return 2.0 * n**3 / seconds
 
 
+def measure_gpu_matmul_peak(
+    dtype: torch.dtype,
+    device: str,
+    tf32: bool,
+    n: int = 8192,
+    per_call: int = 4,
+    repeats: int = 8,
+    budget_s: float = 2.0,
+) -> float:
+    """FLOP/s of the best timed call of `per_call` (n×n)·(n×n) matmuls in `dtype` on a CUDA device (2·n³ FLOPs each).
+
+    n = 8192 keeps tensor cores busy (a 2048 product is too short on a big GPU to beat the launch and sync cost),
+    halved while the three operands would take over half of the memory free now (the model is already there);
+    fp32 runs as hardware.tf32 says (TF32 tensor cores or IEEE fp32), the process-wide flag restored after. The
+    operands come from their own generator, so the run's CUDA RNG stream is untouched; their memory is released.
+    """
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    while n > 1024 and 3 * n * n * dtype.itemsize > free // 2:
+        n //= 2
+    saved = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32" if tf32 else "ieee"
+    try:
+        seconds = _time_gpu_matmuls(dtype, device, n, per_call, repeats, budget_s)
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
+        torch.cuda.empty_cache()  # the operands (freed on return) back to the driver, not held by the allocator
+    return 2.0 * n**3 * per_call / seconds
+
+
+def _time_gpu_matmuls(dtype: torch.dtype, device: str, n: int, per_call: int, repeats: int, budget_s: float) -> float:
+    """Seconds of the fastest call of `per_call` (n×n)·(n×n) matmuls; the operands live only inside this call."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, generator=gen, device=device, dtype=dtype)  # (n, n)
+    b = torch.randn(n, n, generator=gen, device=device, dtype=dtype)  # (n, n)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+
+    def calls() -> None:
+        for _ in range(per_call):
+            torch.mm(a, b, out=out)
+
+    return _best_time(calls, device, repeats, budget_s)
+
+
+def gpu_busy(device: str) -> float | None:
+    """Share of NVML's last sample period in which some kernel ran on `device`, read after this process has been
+    idle for a whole period (so its own kernels are not counted); None where NVML cannot be asked (no nvidia-ml-py
+    installed, a MIG slice, a container without the library)."""
+    torch.cuda.synchronize(device)
+    time.sleep(NVML_PERIOD_S)
+    try:
+        return torch.cuda.utilization(device) / 100.0
+    except Exception:  # ModuleNotFoundError without pynvml; pynvml's own NVMLError family otherwise
+        return None
+
+
 def measure_bandwidth(device: str = "cpu", nbytes: int = 256 * 2**20, repeats: int = 8, budget_s: float = 1.0) -> float:
     """Bytes/s of copying a large buffer (counts the read and the write), best of a few."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
@@ -78,13 +141,26 @@ def _cache_key(device: str, what: str) -> str:
     return f"{machine_name(device)} | torch {torch.__version__} | {what} | threads {threads}"
 
 
+def _table(path: Path) -> dict:
+    """The cache file's {key: value}; {} when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(path: Path, key: str, value: float) -> None:
+    """Add one value to the cache file (re-read first: another run may have added its own since)."""
+    table = _table(path)
+    table[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, table, sort_keys=True)
+
+
 def _cached(cache_dir, key: str, measure) -> float:
     """The value stored under key in cache_dir/CACHE_FILE, else measure() and store it (atomic write)."""
     path = Path(cache_dir).expanduser() / CACHE_FILE
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        table = {}
+    table = _table(path)
     if key in table:
         return float(table[key])
     load = LoadSampler()
@@ -99,9 +175,7 @@ def _cached(cache_dir, key: str, measure) -> float:
             100 * busy,
         )
         return value
-    table[key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, table, sort_keys=True)
+    _store(path, key, value)
     return value
 
 
@@ -111,14 +185,45 @@ def cached_peak(device: str, dtype: torch.dtype, cache_dir) -> float:
     return _cached(cache_dir, _cache_key(device, f"matmul {dtype_name}"), lambda: measure_matmul_peak(dtype, device))
 
 
-def forget_peak(device: str, dtype: torch.dtype, cache_dir) -> bool:
-    """Drop the cached matmul peak for this dtype (a run beat it: it was measured on a busy machine); True if dropped."""
+def gpu_peak_key(device: str, dtype: torch.dtype, tf32: bool) -> str:
+    """The cache key of a CUDA device's matmul peak: device name, torch version, dtype (and TF32 or IEEE for fp32)."""
+    what = f"matmul {str(dtype).replace('torch.', '')}"
+    if dtype == torch.float32:
+        what += " tf32" if tf32 else " ieee"
+    return _cache_key(device, what)
+
+
+def cached_gpu_peak(device: str, dtype: torch.dtype, tf32: bool, cache_dir) -> tuple[float, str]:
+    """(matmul peak FLOP/s of this CUDA device's model, where it came from in words) for a GPU without a datasheet
+    entry: cached per device name, dtype and torch version, else measured now and cached only when NVML saw the GPU
+    idle first (a busy GPU gives a low peak and an MFU that reads high). cache_dir None: measured, never cached."""
+    key = gpu_peak_key(device, dtype, tf32)
+    path = None if cache_dir is None else Path(cache_dir).expanduser() / CACHE_FILE
+    if path is not None and key in (table := _table(path)):
+        return float(table[key]), f"cached in {path}"
+    busy = gpu_busy(device)
+    value = float(measure_gpu_matmul_peak(dtype, device, tf32))
+    if path is None:
+        return value, "measured now, not cached"
+    if busy is None:
+        return value, "measured now, not cached: without NVML (pip install nvidia-ml-py) the GPU's load is unknown"
+    if busy > MAX_GPU_BUSY:
+        return value, f"measured now while the GPU was {100 * busy:.0f}% busy: not cached"
+    _store(path, key, value)
+    return value, f"measured now, cached in {path}"
+
+
+def forget_peak(device: str, dtype: torch.dtype, cache_dir, tf32: bool = True) -> bool:
+    """Drop the cached matmul peak for this dtype (a run beat it: it was measured on a busy machine); True if dropped.
+
+    CUDA: the measured peak of a GPU without a datasheet entry (gpu_peak_key; `tf32` picks the fp32 one); a GPU of
+    the datasheet table has no cached peak, so nothing is dropped."""
     path = Path(cache_dir).expanduser() / CACHE_FILE
-    key = _cache_key(device, f"matmul {str(dtype).replace('torch.', '')}")
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
+    if device.startswith("cuda"):
+        key = gpu_peak_key(device, dtype, tf32)
+    else:
+        key = _cache_key(device, f"matmul {str(dtype).replace('torch.', '')}")
+    table = _table(path)
     if table.pop(key, None) is None:
         return False
     write_json_atomic(path, table, sort_keys=True)

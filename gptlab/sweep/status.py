@@ -176,7 +176,8 @@ def sweep_status(
         out.append(_one(sweep_dir, entry, queue.get(entry["name"], {}), sched.get(job or ""), job))
     for arm, seeds in (arms or {}).items():
         for seed in seeds:
-            for lr in lrs or [None]:
+            grid: list[float | None] = list(lrs) if lrs else [None]
+            for lr in grid:
                 run = PlannedRun(arm, seed, (), lr)
                 if run.name not in seen:
                     entry = {"name": run.name, "arm": arm, "seed": seed, "subdir": run.subdir()}

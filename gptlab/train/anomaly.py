@@ -39,7 +39,8 @@ def find_anomaly(model, batches: list, hardware, device: str, run_dir: Path, ste
             x, y = x.to(device), y.to(device)
             with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly(check_nan=True):
                 warnings.simplefilter("always")
-                with hardware.autocast():
+                # eager even when compiled in place (hardware.compile): the hooks must see each module's own output
+                with hardware.autocast(), torch.compiler.set_stance("force_eager"):
                     loss = training_loss(model, x, y).total
                 try:
                     loss.backward()

@@ -79,6 +79,7 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
     hardware, rank, world, threads_why = _placed(hardware)
     settings = train_settings(cfg)
     _check_batch(settings, world)
+    _warn_short_run(cfg, settings)
     data = build.build_data(cfg, int(cfg.model.block_size))
     _check_memory(cfg, hardware, settings, data, world, choices)
     model = _model(cfg, hardware, data, settings.seed, choices)
@@ -156,6 +157,19 @@ def _placed(hardware: Hardware) -> tuple[Hardware, int, int, str]:
     hardware = dataclasses.replace(hardware, device=device, threads=threads)
     hardware.apply()
     return hardware, rank, world, why
+
+
+def _warn_short_run(cfg: DictConfig, settings: TrainSettings) -> None:
+    """A run mostly spent in lr warm-up compares arms at a learning rate none of them trains at for long: say so."""
+    warmup = cfg.get("schedule", {}).get("warmup_steps")
+    if isinstance(warmup, int) and 4 * warmup > settings.max_steps:
+        log.warning(
+            "schedule.warmup_steps=%d is %.0f%% of train.max_steps=%d: most of this run is lr warm-up "
+            "(lower schedule.warmup_steps or train more steps for a verdict about the trained model)",
+            warmup,
+            100 * min(1.0, warmup / settings.max_steps),
+            settings.max_steps,
+        )
 
 
 def _check_batch(settings: TrainSettings, world: int) -> None:

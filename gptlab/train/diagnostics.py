@@ -117,8 +117,8 @@ class Diagnostics:
         with _recorded(model, stats, n):
             was_training = model.training
             model.eval()
-            try:
-                with self.hardware.autocast():
+            try:  # eager even when compiled in place: hooks and a swapped kernel would force recompiles
+                with self.hardware.autocast(), torch.compiler.set_stance("force_eager"):
                     model(x[:PROBE_SEQUENCES])
             finally:
                 model.train(was_training)

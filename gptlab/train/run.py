@@ -222,12 +222,13 @@ def _train_and_summarise(
 
 
 def check_peak(summary: dict, hardware) -> None:
-    """MFU above 100 % means the measured-and-cached CPU peak is too low: drop it so the next run measures again."""
+    """MFU above 100 % means the measured-and-cached peak (CPU, or a GPU without a datasheet entry) is too low: drop
+    it so the next run measures again."""
     from gptlab.runtime.peak import forget_peak
 
     mfu = summary.get("mfu_median") or 0.0
-    if mfu > 1.0 and hardware.peak_flops == "auto" and not hardware.device.startswith("cuda"):
-        if forget_peak(hardware.device, hardware.torch_dtype, default_cache_dir()):
+    if mfu > 1.0 and hardware.peak_flops == "auto":
+        if forget_peak(hardware.device, hardware.torch_dtype, default_cache_dir(), hardware.tf32):
             log.warning(
                 "MFU %.0f%% is impossible: the cached %s matmul peak was measured while the machine was busy; "
                 "dropped from %s, the next run measures it again",
