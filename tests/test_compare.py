@@ -169,7 +169,15 @@ def test_all_outputs_exist_pngs_are_valid_and_html_is_self_contained(tmp_path, c
     rc, out, _ = _run([sweep, "--no-wandb"], capsys)  # default --out for a sweep dir: <sweep>/comparison
     assert rc == 0 and "attention=gqa" in out and "1.25×" in out
     outdir = sweep / "comparison"
-    pngs = ["val_loss_vs_step", "val_loss_vs_wall_time", "val_loss_vs_tokens", "tokens_per_s", "peak_memory"]
+    pngs = [
+        "val_loss_vs_step",
+        "train_loss_vs_step",
+        "delta_val_loss_vs_step",
+        "val_loss_vs_wall_time",
+        "val_loss_vs_tokens",
+        "tokens_per_s",
+        "peak_memory",
+    ]
     for name in ["comparison.md", "comparison.json", "comparison.html"] + [f"{n}.png" for n in pngs]:
         assert (outdir / name).is_file(), name
     for n in pngs:
@@ -179,7 +187,7 @@ def test_all_outputs_exist_pngs_are_valid_and_html_is_self_contained(tmp_path, c
     page = (outdir / "comparison.html").read_text()
     assert not re.search(r"<script|<link|https?://|url\(", page)
     srcs = re.findall(r'src="([^"]+)"', page)
-    assert len(srcs) == 5 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert len(srcs) == len(pngs) == 7 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert all(base64.b64decode(s.split(",", 1)[1])[:8] == PNG_MAGIC for s in srcs)
     md = (outdir / "comparison.md").read_text().splitlines()
     assert sum(line.startswith("| attention=") for line in md) == 2
@@ -213,7 +221,7 @@ def test_html_opens_in_headless_chromium_without_console_errors(tmp_path, capsys
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ":CONSOLE" not in proc.stderr  # any console message (error, warning, log) would be listed here
-    assert "attention=gqa" in proc.stdout and proc.stdout.count("data:image/png;base64,") == 5
+    assert "attention=gqa" in proc.stdout and proc.stdout.count("data:image/png;base64,") == 7
 
 
 def test_labels_group_seeds_and_show_leaf_values(tmp_path, capsys):

@@ -88,8 +88,16 @@ def test_different_fingerprints_data_or_older_runs_are_not_flagged(tmp_path, cap
     assert "identical model" not in md
     again = _arm([1000, 1001], [0.0, 0.001], fingerprint=FP_MHA, data_fingerprint="text:aaa")
     again += _arm([1000, 1001], [0.0, 0.001], fingerprint=FP_MHA, data_fingerprint="text:bbb", **GQA4)
-    doc, _, _ = _compare(tmp_path / "data", capsys, again)
-    assert [r["identical_to"] for r in doc["rows"]] == [[], []]  # same model, other tokens: not one experiment
+    # same model, other tokens: not one experiment, and since the val losses are on different validation sets
+    # not one table either (gptlab-compare refuses; --split-by gives one table per data fingerprint)
+    sweep = write_sweep(tmp_path / "data" / "sw", again)
+    assert main([str(sweep), "--out", str(tmp_path / "data" / "out"), "--no-wandb"]) == 2
+    assert "runs differ in data_fingerprint (text:aaa in 0, text:bbb in 2)" in capsys.readouterr().err
+    out = tmp_path / "data" / "split"
+    assert main([str(sweep), "--out", str(out), "--no-wandb", "--split-by", "data_fingerprint"]) == 0
+    for part in ("data_fingerprint=text_aaa", "data_fingerprint=text_bbb"):
+        doc = json.loads((out / part / "comparison.json").read_text())
+        assert [r["identical_to"] for r in doc["rows"]] == [[]] and doc["rows"][0]["n_seeds"] == 2
 
 
 def test_speed_is_mean_and_std_over_seeds_with_a_welch_ci(tmp_path, capsys):

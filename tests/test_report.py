@@ -175,7 +175,8 @@ def test_flags_in_the_table_markdown_and_terminal(report):
     flags = [line[headers.index("flags")] for line in body]
     assert flags == ["identical model", "identical model; speed within noise", "under load"]
     md = markdown(cmp, images)
-    assert "| flags |" in md.splitlines()[2] + " " and "identical model; speed within noise |" in md
+    header = next(line for line in md.splitlines() if line.startswith("| label |"))  # below the verdicts
+    assert "| flags |" in header + " " and "identical model; speed within noise |" in md
     assert "shaded band = min–max over seeds" in md and "bar = mean ± std over seeds, dots = each run" in md
     console = Console(width=400, record=True)
     print_table(cmp, console)
@@ -195,7 +196,7 @@ def test_html_highlights_flags_with_a_legend_and_embeds_every_plot(report):
     assert [m for m in re.findall(r'class="flag flag-(\w+)"', legend)] == ["identical", "noise", "load"]
     assert re.search(r"td\.flag-load,\.flag-load\{background:#[0-9a-f]{6}\}", page)
     srcs = re.findall(r'<img alt="(\w+)" src="data:image/png;base64,([^"]+)"', page)
-    assert [a for a, _ in srcs] == list(images) and len(srcs) == 5
+    assert [a for a, _ in srcs] == list(images) and len(srcs) == 7
     assert all(base64.b64decode(s)[:4] == b"\x89PNG" for _, s in srcs)
 
 
@@ -230,14 +231,16 @@ def test_headless_chromium_screenshot_shows_the_table_and_every_plot(report):
     img = np.asarray(Image.open(png).convert("RGB"))
     assert proc.stdout.strip() == f"wrote {png} ({img.shape[1]}x{img.shape[0]})"
     height = img.shape[0]
-    assert img.shape[1] == 1400 and 1500 < height < 4000  # three rows of figures, trimmed below the last
+    assert img.shape[1] == 1400 and 2500 < height < 4000  # four rows of figures, trimmed below the last
     assert len(np.unique(img.reshape(-1, 3), axis=0)) > 200
     top = img[: height // 5]
     assert (top.max(axis=-1) < 90).sum() > 2000  # dark text: the title and the table
     assert _near(top, (0xFF, 0xD6, 0xD6)).sum() > 500 and _near(top, (0xDB, 0xE8, 0xFF)).sum() > 500  # flag cells
-    spines = _long_dark_runs(img)  # each plot's top and bottom axis lines: 5 plots, 2 columns
-    assert len(spines) == 10 and min(r for r, _ in spines) > height // 5
-    assert sum(c < 700 for _, c in spines) == 6 and sum(c > 700 for _, c in spines) == 4
+    # each plot's top and bottom axis lines, 7 plots in 2 columns; the Δ val loss plot (left, second row) has one
+    # panel per arm (2 here), each with a third long dark line: its zero line
+    spines = _long_dark_runs(img)
+    assert len(spines) == 18 and min(r for r, _ in spines) > height // 5
+    assert sum(c < 700 for _, c in spines) == 2 + 2 * 3 + 2 + 2 and sum(c > 700 for _, c in spines) == 6
     assert _near(img[-height // 5 :], (120, 173, 210), 4).sum() > 2000  # the memory plot's blue bar is rendered
     assert (img[-30:] == img[-1, 0]).all() and not (img[-40:] == img[-1, 0]).all()  # trimmed 32 px below the content
 

@@ -1,4 +1,9 @@
-"""`gptlab-compare PATH...`: compare runs at an equal step; prints a table and writes md/json/html/PNG reports."""
+"""`gptlab-compare PATH...`: compare runs like with like; prints verdicts and a table, writes md/json/html/PNG reports.
+
+Runs scored on different validation sets are refused (or, with --split-by KEY, compared in separate tables, one
+folder each under --out); a folder holding several sweeps is refused with their list; of a partial sweep the runs
+that finished are compared and the others named; copied run dirs count once.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ from pathlib import Path
 from gptlab.compare import decode, wandb_log
 from gptlab.compare.analysis import Comparison, add_targets, compare
 from gptlab.compare.claims import load_claims
-from gptlab.compare.runs import RUN_MARKERS, discover, load_run
+from gptlab.compare.like import Part, split
+from gptlab.compare.runs import RUN_MARKERS, discover, expand_paths, load_run
 from gptlab.compare.stats import ALPHA
+from gptlab.compare.sweeps import check_one_sweep, finished_runs
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
 from gptlab.util.io import strict_json
@@ -36,6 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, help="compare at this step (every run must have val/loss there)")
     p.add_argument("--out", help="output directory (default: <sweep dir>/comparison, else ./comparison)")
     p.add_argument("--claims", help="YAML: label or choice string -> {speedup: 1.25, delta_val_loss: -0.01}")
+    p.add_argument(
+        "--split-by",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="compare the runs in separate tables, one per value of KEY (repeatable): a validation-set key "
+        "(data_fingerprint, data_seed, train.eval_sequences, seq_len), a budget key (train.max_steps, "
+        "tokens_per_step), a config group or a dotted config key; each table goes to <out>/<KEY=value>/",
+    )
+    p.add_argument(
+        "--power",
+        action="store_true",
+        help="also print (and report) the power table: the smallest Δ val loss and speed-up these seeds detect "
+        "(α 0.05, power 0.8, Welch t) and the seeds per arm that would decide each undecided arm",
+    )
+    p.add_argument(
+        "--peak-flops",
+        metavar="FLOPS",
+        help="the machine peak (FLOP/s) every MFU is against (default: the peak most runs recorded); runs "
+        "measured against another peak have their MFU recomputed",
+    )
     _add_target_args(p)
     _add_wandb_args(p)
     return p
@@ -112,8 +140,9 @@ def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
     return out
 
 
-def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
-    """Write PNGs, comparison.json/.md/.html into out; returns the PNGs by name."""
+def write_reports(cmp: Comparison, out: Path, power: bool = False) -> dict[str, Path]:
+    """Write PNGs, comparison.json/.md/.html into out (the --power table in md/html with power); returns the PNGs
+    by name."""
     from gptlab.compare.plots import make_plots
     from gptlab.compare.report import html_report, markdown
 
@@ -121,9 +150,43 @@ def write_reports(cmp: Comparison, out: Path) -> dict[str, Path]:
     images = make_plots(cmp, out)
     (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
     extra = "\n".join(decode.markdown(cmp.decode)) + "\n" if cmp.decode else ""
-    (out / "comparison.md").write_text(markdown(cmp, images) + extra)
-    (out / "comparison.html").write_text(html_report(cmp, images, decode.html(cmp.decode) if cmp.decode else ""))
+    (out / "comparison.md").write_text(markdown(cmp, images, power) + extra)
+    (out / "comparison.html").write_text(html_report(cmp, images, decode.html(cmp.decode) if cmp.decode else "", power))
     return images
+
+
+def write_index(parts: list[Part], comparisons: list[Comparison], out: Path, keys: list[str]) -> None:
+    """--split-by: <out>/comparison.json and .md list the parts and the folder each one's reports are in."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "split_by": keys,
+        "parts": [
+            {"split": part.values, "out": part.slug, "baseline": cmp.baseline, "compared_at": cmp.at()}
+            for part, cmp in zip(parts, comparisons)
+        ],
+    }
+    (out / "comparison.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = [f"# Comparisons split by {', '.join(keys)}", ""]
+    lines += [
+        f"- [{part.title}]({part.slug}/comparison.md): baseline {cmp.baseline}, at {cmp.at()}"
+        for part, cmp in zip(parts, comparisons)
+    ]
+    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+
+
+def parse_peak(text: str | None) -> float | None:
+    """--peak-flops as a positive finite number, else a one-line ConfigError."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise ConfigError(
+            f"--peak-flops: {text!r} is not allowed; give the machine peak in FLOP/s, a positive number (e.g. 3.12e14)"
+        )
+    return value
 
 
 def check_mode(mode: str | None) -> None:
@@ -213,31 +276,57 @@ def main(argv: list[str] | None = None) -> int:
         thresholds = [parse_target(s, "--threshold") for s in args.threshold]
         if args.threshold_key and not thresholds:
             raise ConfigError("--threshold-key needs --threshold METRIC=X (the target the key's arms must reach)")
+        peak = parse_peak(args.peak_flops)
         run_dirs = discover(args.paths)
         runs = [load_run(p) for p in run_dirs]
         if decode.decode_only(runs):
             return decode_main(runs, args, run_dirs)
+        given = expand_paths(args.paths)
+        check_one_sweep(given, runs)
+        runs, left_out = finished_runs(given, runs)
         claims = load_claims(args.claims) if args.claims else None
-        cmp = compare(runs, baseline=args.baseline, step=args.step, claims=claims)
-        add_targets(cmp, runs, targets, thresholds, args.threshold_key)
-        cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in runs) else []
+        parts = split(runs, args.split_by) if args.split_by else [Part({}, runs)]
+        comparisons = []
+        for part in parts:
+            try:
+                cmp = compare(part.runs, baseline=args.baseline, step=args.step, claims=claims, peak_flops=peak)
+                add_targets(cmp, part.runs, targets, thresholds, args.threshold_key)
+            except ConfigError as exc:
+                raise ConfigError(f"[{part.title}] {exc}" if args.split_by else str(exc)) from None
+            cmp.split = part.values
+            cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in part.runs) else []
+            comparisons.append(cmp)
         out = out_dir(args.out, args.paths[0], run_dirs)
     except ConfigError as exc:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)
         return 2
-    for warning in cmp.warnings:
+    for warning in left_out:
         print(warning, file=sys.stderr)
     from gptlab.compare.report import print_table
 
-    print_table(cmp)
-    if cmp.decode:
-        decode.print_decode(cmp.decode, cmp.baseline)
-    images = write_reports(cmp, out)
-    if wandb_log.wanted(args.wandb, args.wandb_mode):
-        log_to_wandb(cmp, images, runs, out, args.wandb_mode)
+    written = []
+    for part, cmp in zip(parts, comparisons):
+        for line in cmp.warnings + cmp.notes:
+            print(line, file=sys.stderr)
+        cmp.warnings = left_out + cmp.warnings
+        print_table(cmp, power=args.power)
+        if cmp.decode:
+            decode.print_decode(cmp.decode, cmp.baseline)
+        where = out / part.slug if args.split_by else out
+        images = write_reports(cmp, where, args.power)
+        if wandb_log.wanted(args.wandb, args.wandb_mode):
+            log_to_wandb(cmp, images, part.runs, where, args.wandb_mode)
+        written.append(f"{where}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")
+    if args.split_by:
+        write_index(parts, comparisons, out, args.split_by)
     if args.workspace:
         write_workspace(runs, out, args.wandb_mode)
-    print(f"wrote {out}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")
+    for line in written:
+        print(f"wrote {line}")
+    if args.split_by:
+        print(
+            f"wrote {out}/comparison.md and comparison.json: the {len(parts)} tables split by {', '.join(args.split_by)}"
+        )
     return 0
 
 

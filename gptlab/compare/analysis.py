@@ -1,18 +1,23 @@
-"""Line runs up at one common step and compute the per-group comparison rows (the comparison.json contract)."""
+"""Compare like with like: drop copied runs, refuse runs scored on different validation sets, line the runs up at one
+point (equal step, or equal tokens), and compute the per-group rows with their verdicts and power (the
+comparison.json contract)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 from gptlab.compare import speed, stats
+from gptlab.compare.align import Point, align
 from gptlab.compare.claims import attach_claims
 from gptlab.compare.group import Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs
 from gptlab.compare.identical import identical_groups, mixed_fingerprints, shared
+from gptlab.compare.identity import dedupe
+from gptlab.compare.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_notes, check_like, value
+from gptlab.compare.machine import Peak, common_peak, machine_warnings, peak_warnings, run_mfu
+from gptlab.compare.power import POWER, Power, arm_power
 from gptlab.compare.runs import Run
 from gptlab.compare.stats import ALPHA
-from gptlab.errors import ConfigError
 
 
 @dataclass
@@ -51,11 +56,19 @@ class Row:
     under_load: bool = False
     model_fingerprint: str | None = None
     identical_to: list[str] = field(default_factory=list)
+    # Like with like: the step this group is compared at (arms differ only when compared at equal tokens), the
+    # 95% Welch CI of delta_val_loss (None with 1 seed on a side), the budget, and the power vs the baseline.
+    at_step: int = 0
+    delta_ci: list[float] | None = None
+    budget: dict[str, str] = field(default_factory=dict)
+    power: Power | None = None
 
 
 @dataclass
 class Comparison:
-    """Everything the reports need: the step, the baseline label, rows (baseline first) and warnings."""
+    """Everything the reports need: the step (the baseline's), the baseline label, rows (baseline first), warnings,
+    the point every run is compared at, the one MFU peak, notes (arm differences in budget) and, for one part of
+    --split-by, its key values."""
 
     step: int
     baseline: str
@@ -65,16 +78,33 @@ class Comparison:
     targets: list[Any] = field(default_factory=list)  # target.TargetResult per --target / --threshold
     thresholds: list[Any] = field(default_factory=list)  # threshold.Threshold per --threshold
     decode: list[Any] = field(default_factory=list)  # decode.DecodeRow per group and point, when runs have decode.json
+    point: Point | None = None
+    peak: Peak | None = None
+    notes: list[str] = field(default_factory=list)
+    split: dict[str, str] = field(default_factory=dict)
+    validation_set: dict[str, str] = field(default_factory=dict)
+
+    def at(self) -> str:
+        """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
+        return self.point.describe() if self.point else f"step {self.step}"
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json document (`targets`/`thresholds` only when asked for)."""
         doc = {
             "step": self.step,
+            "compared_at": {"by": self.point.by, "value": self.point.value} if self.point else None,
             "baseline": self.baseline,
             "alpha": ALPHA,
+            "power": POWER,
+            "validation_set": self.validation_set,
+            "peak_flops": self.peak.flops if self.peak else None,
+            "peak_flops_source": self.peak.source if self.peak else None,
             "rows": [asdict(r) for r in self.rows],
             "warnings": self.warnings,
+            "notes": self.notes,
         }
+        if self.split:
+            doc["split"] = self.split
         doc.update(
             {k: [x.to_json() for x in v] for k, v in (("targets", self.targets), ("thresholds", self.thresholds)) if v}
         )
@@ -85,46 +115,30 @@ class Comparison:
         return doc
 
 
-def common_step(runs: list[Run], step: int | None) -> int:
-    """Largest step with val/loss in every run, or the requested step if every run has it."""
-    if step is not None:
-        for run in runs:
-            if step not in run.val_steps():
-                have = run.val_steps()
-                span = f"val/loss steps {have[0]}..{have[-1]}" if have else "no val/loss"
-                raise ConfigError(f"--step {step}: run {run.path} has no val/loss at that step ({span})")
-        return step
-    shared = set(runs[0].val_steps())
-    for run in runs[1:]:
-        shared &= set(run.val_steps())
-    if not shared:
-        root = os.path.commonpath([str(r.path) for r in runs])
-        spans = ", ".join(f"{os.path.relpath(r.path, root)}: {_span(r)}" for r in runs[:4])
-        spans += ", ..." if len(runs) > 4 else ""
-        raise ConfigError(f"no common step: the runs share no step with val/loss ({spans})")
-    return max(shared)
+def _budget_end(run: Run) -> bool:
+    """True when the run's last eval is at its own train.max_steps (it finished a shorter budget, not early)."""
+    steps = value(run, "train.max_steps")
+    return steps != UNSET and str(run.val_steps()[-1]) == steps
 
 
-def _span(run: Run) -> str:
-    steps = run.val_steps()
-    return f"{steps[0]}..{steps[-1]}" if steps else "none"
-
-
-def stop_warnings(runs: list[Run], step: int) -> list[str]:
-    """One line per run that crashed, is unfinished or stopped before the others."""
+def stop_warnings(runs: list[Run], point: Point) -> list[str]:
+    """One line per run that crashed, is unfinished or stopped before the others (a finished run of a shorter
+    budget is an arm difference, named by like.arm_notes instead)."""
     reach = max(r.val_steps()[-1] for r in runs)
     out = []
     for run in runs:
         last = run.val_steps()[-1]
+        if run.status == "finished" and _budget_end(run):
+            continue
         if run.status != "finished":
             out.append(
                 f"warning: {run.path}: status {run.status}, last val/loss at step {last} "
-                f"(others reach {reach}); compared at step {step}"
+                f"(others reach {reach}); compared at {point.describe()}"
             )
         elif last < reach:
             out.append(
                 f"warning: {run.path}: stopped early, last val/loss at step {last} (others reach {reach}); "
-                f"compared at step {step}"
+                f"compared at {point.describe()}"
             )
     return out
 
@@ -133,10 +147,11 @@ def _first(runs: list[Run], key: str) -> Any:
     return next((r.summary[key] for r in runs if r.summary.get(key) is not None), None)
 
 
-def _row(g: Group, step: int) -> Row:
+def _row(g: Group, point: Point, peak: Peak) -> Row:
     runs = g.runs
-    losses = [float(r.by_step[step]["val/loss"]) for r in runs]
-    accs = [float(r.by_step[step]["val/acc"]) for r in runs if r.by_step[step].get("val/acc") is not None]
+    losses = [float(r.by_step[point.step_of(r)]["val/loss"]) for r in runs]
+    evals = [r.by_step[point.step_of(r)] for r in runs]
+    accs = [float(e["val/acc"]) for e in evals if e.get("val/acc") is not None]
     peaks = [speed.run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max) for r in runs]
     tps = speed.per_run(runs, "tokens_per_s_median", "tokens_per_s")
     (tps_mean, tps_std), (ms_mean, ms_std) = (
@@ -154,7 +169,7 @@ def _row(g: Group, step: int) -> Row:
         significant=None,
         tokens_per_s=tps_mean,
         step_ms=ms_mean,
-        mfu=stats.median(cast(list[float], [speed.run_speed(r, "mfu_median", "mfu", stats.median) for r in runs])),
+        mfu=stats.median(cast(list[float], [run_mfu(r, peak) for r in runs])),
         peak_mem_bytes=max((int(p) for p in peaks if p is not None), default=None),
         speedup=None,
         params=_first(runs, "params"),
@@ -169,6 +184,8 @@ def _row(g: Group, step: int) -> Row:
         outside_load=load,
         under_load=load is not None and load > speed.OUTSIDE_LOAD_LIMIT,
         model_fingerprint=shared(g, "model_fingerprint"),
+        at_step=point.step_of(runs[0]),
+        budget={k: value(runs[0], k) for k in BUDGET_KEYS},
     )
 
 
@@ -197,8 +214,20 @@ def _versus(row: Row, base: Row) -> None:
     if test is not None:
         row.p_value = test.p
         row.significant = bool(test.p < ALPHA)
-    if base.label in row.identical_to:
+    interval = stats.welch_interval(row.val_losses, base.val_losses, ALPHA)
+    row.delta_ci = [interval.lo, interval.hi] if interval else None
+    identical = base.label in row.identical_to
+    if identical:
         row.significant = False  # the same experiment twice: any gap is seed or load noise
+    row.power = arm_power(
+        row.val_losses,
+        base.val_losses,
+        row.tokens_per_s_seeds,
+        base.tokens_per_s_seeds,
+        loss_decided=bool(row.significant),
+        speed_decided=row.speed_verdict.startswith(("faster", "slower")),
+        identical=identical,
+    )
 
 
 def identity_warnings(rows: list[Row], groups: list[Group]) -> list[str]:
@@ -229,15 +258,21 @@ def compare(
     baseline: str | None = None,
     step: int | None = None,
     claims: dict[str, dict[str, float]] | None = None,
+    peak_flops: float | None = None,
 ) -> Comparison:
-    """Group runs, choose the baseline and step, and compute one row per group (baseline first)."""
+    """Compare like with like: count copied runs once, refuse runs of different tasks or validation sets
+    (ConfigError), choose the baseline and the point (equal step, or equal tokens), and compute one row per group
+    (baseline first) with MFU against one machine peak (`peak_flops`, else the one most runs recorded)."""
+    runs, copies = dedupe(runs)
     check_same_task(runs)
-    at = common_step(runs, step)
+    unchecked = check_like(runs)
+    point, unequal = align(runs, step)
     groups = group_runs(runs)
     base = find_baseline(groups, baseline)
     assign_labels(groups, base)
     ordered = [base] + [g for g in groups if g is not base]
-    rows = [_row(g, at) for g in ordered]
+    peak = common_peak(runs, peak_flops)
+    rows = [_row(g, point, peak) for g in ordered]
     twins = identical_groups(ordered)
     for g, row in zip(ordered, rows):
         row.differs = dict(diff_items(g, base)) if g is not base else {}
@@ -246,7 +281,19 @@ def compare(
         _versus(row, rows[0])
     if claims:
         attach_claims(rows, ordered, claims)
-    return Comparison(at, base.label, rows, ordered, stop_warnings(runs, at) + identity_warnings(rows, ordered))
+    warnings = copies + unchecked + unequal + stop_warnings(runs, point) + identity_warnings(rows, ordered)
+    warnings += peak_warnings(runs, peak) + machine_warnings(runs)
+    notes = arm_notes(ordered, base)
+    if point.by == "tokens":
+        steps = ", ".join(f"'{r.label}' step {r.at_step}" for r in rows)
+        notes.append(
+            f"note: compared at equal tokens, {point.value:,}, since the arms differ in tokens per step ({steps})"
+        )
+    cmp = Comparison(point.step_of(base.runs[0]), base.label, rows, ordered, warnings, point=point, peak=peak)
+    cmp.notes = notes
+    # check_like made every recorded value equal: the first run that recorded each key speaks for all
+    cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
+    return cmp
 
 
 def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: list, key: str | None) -> None:

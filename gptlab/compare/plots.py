@@ -1,4 +1,10 @@
-"""Comparison plots as PNG files (matplotlib, Agg backend): loss curves with seed bands, speed/memory bars."""
+"""Comparison plots as PNG files (matplotlib, Agg backend): loss curves with seed bands, Δ val loss vs the baseline
+with its 95% interval, smoothed train loss, speed/memory bars.
+
+Plots carry the verdict: the numbers the Δ, train-loss and speed plots draw come from gptlab.compare.curves (the
+table's statistics), and every speed-dependent plot (the wall-time axis, tokens/s) marks runs taken under outside
+load in grey / hatched with a legend note.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +20,11 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import EngFormatter, FuncFormatter  # noqa: E402
 
-from gptlab.compare import speed, stats  # noqa: E402
+from gptlab.compare import curves, speed, stats  # noqa: E402
 from gptlab.compare.analysis import Comparison  # noqa: E402
 from gptlab.compare.group import Group  # noqa: E402
 from gptlab.compare.layers import layer_figures  # noqa: E402
-from gptlab.compare.report import BAND, BARS  # noqa: E402
+from gptlab.compare.report import BAND, BARS, LOADED  # noqa: E402
 from gptlab.compare.runs import Run  # noqa: E402
 
 # x-axis key -> (axis label, file/plot name)
@@ -87,11 +93,42 @@ def _plain(value: float, _pos=None) -> str:
     return f"{value:g}"
 
 
-def _draw_band(ax, band: LossBand, color, label: str) -> None:
-    """Mean line with a marker at every eval point, shaded min–max band where a step had ≥ 2 seeds."""
+def _draw_band(ax, band: LossBand, color, label: str, hatched: bool = False) -> None:
+    """Mean line with a marker at every eval point, shaded min–max band where a step had ≥ 2 seeds (hatched grey
+    edges for a group whose speed was taken under outside load)."""
     ax.plot(band.x, band.mean, color=color, marker="o", markersize=4, label=label)
     if band.n.max() > 1:
-        ax.fill_between(band.x, band.lo, band.hi, color=color, alpha=0.2, linewidth=0)
+        if hatched:
+            ax.fill_between(band.x, band.lo, band.hi, facecolor=color, alpha=0.2, hatch="//", edgecolor="grey")
+        else:
+            ax.fill_between(band.x, band.lo, band.hi, color=color, alpha=0.2, linewidth=0)
+
+
+def _loaded_patch() -> Patch:
+    return Patch(facecolor="none", edgecolor="grey", hatch="//", label=LOADED)
+
+
+def _mark_loaded_runs(ax, cmp: Comparison, scale: float) -> bool:
+    """Each run taken under outside load as its own grey dashed val-loss curve on the wall-time axis; True if any."""
+    first = True
+    for g in cmp.groups:
+        for run in curves.loaded_runs(g):
+            xs = x_at_evals(run, "wall_s")
+            if not xs:
+                continue
+            steps = sorted(xs)
+            ax.plot(
+                [xs[s] / scale for s in steps],
+                [float(run.by_step[s]["val/loss"]) for s in steps],
+                color="grey",
+                linestyle="--",
+                marker="x",
+                markersize=4,
+                linewidth=1,
+                label=f"one run, {LOADED}" if first else "_loaded run",
+            )
+            first = False
+    return not first
 
 
 def _loss_figure(cmp: Comparison, key: str):
@@ -103,11 +140,19 @@ def _loss_figure(cmp: Comparison, key: str):
     name, _ = CURVES[key]
     scale, unit = _time_unit(max(b.x.max() for _, _, b in bands)) if key == "wall_s" else (1.0, "")
     fig, ax = plt.subplots(figsize=(8, 5))
+    timed = key == "wall_s"  # the one loss axis that depends on speed
     for i, row, b in bands:
         b.x = b.x / scale
-        _draw_band(ax, b, _color(i), f"{row.label} (n={int(b.n.max())})")
-    if key == "step":
+        loaded = timed and row.under_load
+        _draw_band(
+            ax, b, _color(i), f"{row.label} (n={int(b.n.max())}{', under outside load' if loaded else ''})", loaded
+        )
+    marked = _mark_loaded_runs(ax, cmp, scale) if timed else False
+    by = cmp.point.by if cmp.point else "step"
+    if key == by == "step":
         ax.axvline(cmp.step, color="grey", linestyle="--", linewidth=1, label=f"common step {cmp.step}")
+    elif key == by == "tokens" and cmp.point:
+        ax.axvline(cmp.point.value, color="grey", linestyle="--", linewidth=1, label=f"compared at {cmp.at()}")
     ax.xaxis.set_major_formatter(FuncFormatter(_plain) if key == "wall_s" else EngFormatter(sep=""))
     where = ", x = mean over seeds" if key == "wall_s" else ""
     ax.set_xlabel(f"{name} ({unit}){where}" if unit else name)
@@ -116,6 +161,8 @@ def _loss_figure(cmp: Comparison, key: str):
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Patch(color="grey", alpha=0.3, label=f"band: {BAND}"))
+    if marked:
+        handles.append(_loaded_patch())
     ax.legend(handles=handles, fontsize=8)
     fig.tight_layout()
     return fig
@@ -126,19 +173,57 @@ def _mem_unit(peak: float) -> tuple[float, str]:
     return (2.0**30, "GiB") if peak >= 2**30 else (2.0**20, "MiB")
 
 
-def _bar_figure(labels: list[str], values: list[list[float]], title: str, ylabel: str, formatter):
-    """One bar per group at the mean over its runs, ± std error bars, and each run's own value as a dot."""
+def _bar_figure(
+    labels: list[str],
+    values: list[list[float]],
+    title: str,
+    ylabel: str,
+    formatter,
+    loaded: list[list[bool]] | None = None,
+):
+    """One bar per group at the mean over its runs, ± std error bars, and each run's own value as a dot.
+
+    `loaded` (per group, per run): runs taken under outside load are grey crosses, their group's bar hatched.
+    """
     if not any(values):
         return None
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(values) + 2), 4.5))
+    flags = loaded or [[False] * len(v) for v in values]
+    hot = any(any(f) for f in flags)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(values) + 2), 5.5 if hot else 4.5))
     xs = np.arange(len(values))
     means = [stats.mean(v) if v else 0.0 for v in values]
     stds = [cast(float, stats.std(v)) if len(v) > 1 else 0.0 for v in values]  # >= 2 values have a std
-    ax.bar(xs, means, color=[_color(int(i)) for i in xs], alpha=0.6)
+    bars = ax.bar(xs, means, color=[_color(int(i)) for i in xs], alpha=0.6)
+    for bar, f in zip(bars, flags):
+        if any(f):
+            bar.set_hatch("//")
+            bar.set_edgecolor("grey")
     ax.errorbar(xs, means, yerr=stds, fmt="none", ecolor="black", capsize=6, linewidth=1.2, label="± std over seeds")
-    for i, v in enumerate(values):
+    first_loaded = True
+    for i, (v, f) in enumerate(zip(values, flags)):
         jitter = np.linspace(-0.15, 0.15, len(v)) if len(v) > 1 else np.zeros(len(v))
-        ax.scatter(i + jitter, v, color="black", s=18, zorder=3, label="each run" if i == 0 else None)
+        calm = [j for j in range(len(v)) if not f[j]]
+        busy = [j for j in range(len(v)) if f[j]]
+        if calm:
+            ax.scatter(
+                i + jitter[calm],
+                [v[j] for j in calm],
+                color="black",
+                s=18,
+                zorder=3,
+                label="each run" if i == 0 else None,
+            )
+        if busy:
+            ax.scatter(
+                i + jitter[busy],
+                [v[j] for j in busy],
+                color="grey",
+                marker="X",
+                s=70,
+                zorder=4,
+                label=f"one run, {LOADED}" if first_loaded else None,
+            )
+            first_loaded = False
     ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
     ax.yaxis.set_major_formatter(formatter)
     ax.set_ylabel(ylabel)
@@ -146,15 +231,89 @@ def _bar_figure(labels: list[str], values: list[list[float]], title: str, ylabel
     ax.grid(axis="y", alpha=0.3)
     top = max((max(v) for v in values if v), default=1.0)
     ax.set_ylim(0, 1.2 * max(top, max(m + s for m, s in zip(means, stds))))  # headroom for the legend
-    ax.legend(fontsize=8, loc="upper center", ncol=2)
-    fig.tight_layout()
+    handles, _ = ax.get_legend_handles_labels()
+    if hot:  # the long note goes in a band below the tick labels, where it has the figure's width
+        handles.append(_loaded_patch())
+        fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=1)
+        fig.tight_layout(rect=(0.0, 0.2, 1.0, 1.0))
+    else:
+        ax.legend(handles=handles, fontsize=8, loc="upper center", ncol=2)
+        fig.tight_layout()
     return fig
 
 
 def _speed_figure(cmp: Comparison):
-    """tokens/s per group from each run's median (the numbers the table's mean ± std come from)."""
-    values = [list(r.tokens_per_s_seeds) for r in cmp.rows]
-    return _bar_figure([r.label for r in cmp.rows], values, "tokens/s", "tokens/s", EngFormatter(sep=""))
+    """tokens/s per group from each run's median (the numbers the table's mean ± std come from); runs under
+    outside load grey, their groups' bars hatched."""
+    points = [curves.speed_points(g) for g in cmp.groups]
+    values = [[v for v, _ in p] for p in points]
+    loaded = [[hot for _, hot in p] for p in points]
+    return _bar_figure([r.label for r in cmp.rows], values, "tokens/s", "tokens/s", EngFormatter(sep=""), loaded)
+
+
+def _train_figure(cmp: Comparison):
+    """Smoothed train loss vs step per group (mean over seeds, min–max band); None when no run logged train loss."""
+    found = [(i, row, curves.train_band(g)) for i, (g, row) in enumerate(zip(cmp.groups, cmp.rows))]
+    bands = [(i, row, b) for i, row, b in found if b is not None]
+    if not bands:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, row, b in bands:
+        ax.plot(b.x, b.mean, color=_color(i), label=f"{row.label} (n={max(b.n)})")
+        if max(b.n) > 1:
+            ax.fill_between(b.x, b.lo, b.hi, color=_color(i), alpha=0.2, linewidth=0)
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss (smoothed)")
+    share = f"{100 * curves.SMOOTH_FRACTION:.0f}%"
+    ax.set_title(
+        f"train loss, trailing mean over {share} of the logged steps: mean over seeds, band = {BAND}", fontsize=9
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _delta_title(curve: curves.DeltaCurve, where: str) -> str:
+    delta, lo, hi = curve.at_point()
+    if curve.identical:
+        return f"{curve.label}: identical model, every difference is noise"
+    if np.isnan(lo):
+        return f"{curve.label}: Δ {delta:+.4f} at {where} (1 seed: no interval)"
+    word = "within noise" if lo <= 0.0 <= hi else ("higher than baseline" if lo > 0 else "lower than baseline")
+    return f"{curve.label}: Δ {delta:+.4f} [{lo:+.4f}, {hi:+.4f}] at {where}: {word}"
+
+
+def _delta_figure(cmp: Comparison):
+    """Δ val loss vs the baseline per arm (one panel each): the Δ line, its 95% Welch interval, a zero line and the
+    compared point; None with the baseline alone."""
+    found = [c for c in curves.delta_curves(cmp) if c.x]
+    if not found:
+        return None
+    cols = 1 if len(found) <= 3 else 2
+    rows = -(-len(found) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(8 * cols, 2.6 * rows + 0.8), squeeze=False, sharex=True)
+    for k, curve in enumerate(found):
+        ax = axes[k // cols][k % cols]
+        color = _color(k + 1)
+        ax.axhline(0.0, color="black", linewidth=1, label="zero: no difference")
+        ax.plot(curve.x, curve.delta, color=color, marker="o", markersize=3, label="Δ val loss (mean − baseline mean)")
+        ax.fill_between(curve.x, curve.lo, curve.hi, color=color, alpha=0.25, linewidth=0, label="95% interval (Welch)")
+        ax.axvline(curve.at, color="grey", linestyle="--", linewidth=1, label=f"compared at {cmp.at()}")
+        ax.set_title(_delta_title(curve, cmp.at()), fontsize=9)
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.grid(alpha=0.3)
+        if k == 0:
+            ax.legend(fontsize=7, loc="upper right")
+    for k in range(len(found), rows * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    x_name = "step" if found[0].by == "step" else "tokens"
+    for ax in axes[-1]:
+        ax.set_xlabel(x_name)
+    fig.supylabel(f"Δ val loss vs {cmp.baseline}", fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def _memory_figure(cmp: Comparison):
@@ -174,7 +333,10 @@ def _memory_figure(cmp: Comparison):
 
 def make_plots(cmp: Comparison, out: Path, figures: dict | None = None) -> dict[str, Path]:
     """Write the PNGs into out; returns name -> path for those that had data (`figures` keeps them open)."""
-    made = {name: _loss_figure(cmp, key) for key, (_, name) in CURVES.items()}
+    by = cmp.point.by if cmp.point else "step"
+    made = {"val_loss_vs_step": _loss_figure(cmp, "step"), "train_loss_vs_step": _train_figure(cmp)}
+    made[f"delta_val_loss_vs_{by}"] = _delta_figure(cmp)  # train loss sits beside val loss in the two columns
+    made |= {name: _loss_figure(cmp, key) for key, (_, name) in CURVES.items() if key != "step"}
     made["tokens_per_s"] = _speed_figure(cmp)
     made["peak_memory"] = _memory_figure(cmp)
     made |= layer_figures(cmp.groups, [r.label for r in cmp.rows])  # runs with train.diagnostics=true

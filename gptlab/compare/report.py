@@ -8,12 +8,16 @@ from pathlib import Path
 
 from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.layers import layer_notes
+from gptlab.compare.machine import peak_note
+from gptlab.compare.power import MAX_SEEDS, POWER
 from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT, mem_text
 from gptlab.compare.stats import ALPHA
 from gptlab.compare.target_report import html_targets, markdown_targets, print_targets, target_notes
 
 BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)
 BARS = "bar = mean ± std over seeds, dots = each run"
+# How every speed-dependent plot labels a run (and its group's band or bar) taken under outside load.
+LOADED = f"under outside load (> {100 * OUTSIDE_LOAD_LIMIT:.0f}% of cores busy): speed not to be trusted"
 # The honest-report flags: key -> (text in the table's "flags" column, what it means; legend and notes).
 FLAGS = {
     "identical": (
@@ -113,9 +117,129 @@ def _claim(row: Row) -> str:
     return "; ".join(parts)
 
 
+def _half(row: Row) -> float | None:
+    return (row.delta_ci[1] - row.delta_ci[0]) / 2.0 if row.delta_ci else None
+
+
+def _loss_clause(row: Row) -> str:
+    """`val loss +0.0140 ± 0.0200 (within noise, could have detected ≥ 0.0307)` and its kin."""
+    delta, half = f"{row.delta_val_loss:+.4f}", _half(row)
+    if half is None or row.significant is None:
+        return f"val loss {delta} (1 seed on a side: no verdict; a verdict needs ≥ 2 seeds per arm)"
+    shown = f"val loss {delta} ± {half:.4f}"
+    if row.significant:
+        side = "lower" if row.delta_val_loss < 0 else "higher"
+        return f"{shown} ({side} than the baseline beyond noise, p={row.p_value:.2g})"
+    mde = row.power.mde_val_loss if row.power else None
+    could = f", could have detected ≥ {mde:.4f}" if mde is not None else ""
+    return f"{shown} (within noise{could})"
+
+
+def _speed_clause(row: Row) -> str:
+    """`1.18× faster [1.10, 1.27]`, `0.99× within noise [0.95, 1.03] (could have detected ≥ 1.05×)`, ..."""
+    if row.speedup is None:
+        return "speed not measured"
+    loaded = " (under outside load: not to be trusted)" if row.speed_verdict.endswith("under outside load") else ""
+    if row.speedup_ci is None:
+        return f"{row.speedup:.2f}× (1 seed on a side: no speed verdict){loaded}"
+    ci = f"[{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]"
+    if row.speed_verdict.startswith(("faster", "slower")):
+        return f"{row.speedup:.2f}× {row.speed_verdict.split(',')[0]} {ci}{loaded}"
+    mde = row.power.mde_speedup if row.power else None
+    could = f" (could have detected ≥ {mde:.2f}×)" if mde is not None else ""
+    return f"{row.speedup:.2f}× within noise {ci}{could}{loaded}"
+
+
+def arm_verdict(row: Row, base: Row) -> str:
+    """One sentence per arm vs the baseline: Δ val loss ± the 95% interval's half-width with its verdict (and,
+    within noise, the smallest Δ these seeds could have detected), then the speed-up with its 95% interval."""
+    if base.label in row.identical_to:
+        speed = f", speed {row.speedup:.2f}×" if row.speedup is not None else ""
+        return (
+            f"{row.label}: the identical model to {base.label} (equal fingerprint), so every difference is noise "
+            f"(Δ val loss {row.delta_val_loss:+.4f}{speed})."
+        )
+    return f"{row.label}: {_loss_clause(row)}; {_speed_clause(row)}."
+
+
+def verdicts(cmp: Comparison) -> list[str]:
+    """The one-sentence verdict of every arm (not the baseline), in table order."""
+    return [arm_verdict(row, cmp.rows[0]) for row in cmp.rows[1:]]
+
+
+def _mde_text(x: float | None, fmt: str, suffix: str = "") -> str:
+    return "n/a (1 seed)" if x is None else format(x, fmt) + suffix
+
+
+def power_line(cmp: Comparison) -> str:
+    """The one line on power every report carries: what these seeds could detect, per arm."""
+    parts = []
+    for row in cmp.rows[1:]:
+        if row.power is None:
+            continue
+        loss, speed = _mde_text(row.power.mde_val_loss, ".4f"), _mde_text(row.power.mde_speedup, ".2f", "×")
+        undecided = [
+            f"{what} needs {p.split(' seeds')[0]} seeds per arm"
+            for what, p in (("val loss", row.power.val_loss_decision), ("speed", row.power.speed_decision))
+            if p.endswith("seeds per arm") and not p.startswith("more")
+        ]
+        parts.append(
+            f"'{row.label}' Δ val loss ≥ {loss}, speed-up ≥ {speed}"
+            + (f" ({'; '.join(undecided)})" if undecided else "")
+        )
+    if not parts:
+        return "Power: no arm besides the baseline."
+    return (
+        f"Power (two-sided Welch t, α = {ALPHA}, power {POWER}, from the seeds' spread): the smallest differences "
+        f"these seeds detect: {'; '.join(parts)}. --power lists the seeds per arm that would decide each undecided arm."
+    )
+
+
+POWER_HEADERS = [
+    "label",
+    "seeds",
+    "detectable Δ val loss",
+    "val loss: seeds per arm to decide",
+    "detectable speed-up",
+    "speed: seeds per arm to decide",
+]
+
+
+def power_cells(cmp: Comparison) -> list[list[str]]:
+    """--power: one row per arm, POWER_HEADERS."""
+    base = cmp.rows[0]
+    out = []
+    for row in cmp.rows[1:]:
+        p = row.power
+        if p is None:
+            continue
+        out.append(
+            [
+                row.label,
+                f"{row.n_seeds} vs {base.n_seeds}",
+                _mde_text(p.mde_val_loss, ".4f"),
+                p.val_loss_decision,
+                _mde_text(p.mde_speedup, ".3f", "×"),
+                p.speed_decision,
+            ]
+        )
+    return out
+
+
+def power_note() -> str:
+    """What the --power table means."""
+    return (
+        f"Power table: detectable = the smallest difference found with probability {POWER} at α = {ALPHA} "
+        "(two-sided Welch t; noncentral t with the seeds' standard deviations); seeds per arm to decide = the fewest "
+        f"seeds per arm (searched up to {MAX_SEEDS}) at which the observed difference, if true, is found with "
+        f"probability {POWER}. Speed is tested on log tokens/s."
+    )
+
+
 def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
     """Table headers and one list of display strings per row (baseline first)."""
-    headers = [h.format(step=cmp.step) for h in HEADERS]
+    at = str(cmp.step) if cmp.point is None or cmp.point.by == "step" else cmp.at()
+    headers = [h.format(step=at) for h in HEADERS]
     extra_twin = any(r.identical_to for r in cmp.rows)
     extra_acc = any(r.val_acc_mean is not None for r in cmp.rows)
     extra_claim = any(r.claimed for r in cmp.rows)
@@ -149,17 +273,38 @@ def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
 
 def notes(cmp: Comparison) -> list[str]:
     """Plain-sentence footnotes shared by every output format."""
+    if cmp.point is not None and cmp.point.by == "tokens":
+        where = (
+            f"Compared at {cmp.at()} (the largest number of tokens every run evaluated at: the arms differ in tokens "
+            f"per step, so each is compared at its own step); baseline: {cmp.baseline}."
+        )
+    else:
+        where = (
+            f"Compared at step {cmp.step} (the largest step every run evaluated, unless --step was given); "
+            f"baseline: {cmp.baseline}."
+        )
+    vs = cmp.validation_set
     return [
-        f"Compared at step {cmp.step} (the largest step every run evaluated, unless --step was given); "
-        f"baseline: {cmp.baseline}.",
+        where,
         f"Δ is mean val loss minus the baseline's; 'significant' means Welch's t-test p < {ALPHA} "
-        "over seeds (needs ≥ 2 seeds on both sides).",
+        "over seeds (needs ≥ 2 seeds on both sides); in the verdicts ± is the half-width of its 95% Welch interval.",
+        power_line(cmp),
+        *[
+            "Every run is scored on one validation set: "
+            + ", ".join(f"{k} {vs[k]}" if vs[k] != "unset" else f"{k} not recorded" for k in vs)
+            + " (runs scored on different sets are never put in one table)."
+        ]
+        * bool(vs),
+        *([peak_note(cmp.peak)] if cmp.peak is not None else []),
         "tokens/s and step ms are mean ± std over seeds of each run's median; speed-up = ratio of the geometric "
         f"mean tokens/s with a 95% CI and a verdict (faster / slower / within noise) from Welch's t-test on "
         f"log tokens/s, p < {ALPHA}; n/a with 1 seed.",
         f"Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "
         f"{BAND}; on the wall-time plot each point sits at the seeds' mean wall time at that step. "
-        f"Speed and memory bars: {BARS} (the table's peak mem is each group's max).",
+        f"Speed and memory bars: {BARS} (the table's peak mem is each group's max). On the wall-time and tokens/s "
+        f"plots a run {LOADED} is grey (its group hatched). Δ val loss plot: each arm minus the baseline at every "
+        "shared eval with its 95% Welch interval and a zero line (the table's test, at the compared point the "
+        "table's Δ).",
         *[f"'speed within noise': {FLAGS['noise'][1]}."] * any("noise" in row_flags(r) for r in cmp.rows),
         *[
             "'identical model': the arms build the same model (equal model fingerprint) and differ only in model "
@@ -173,12 +318,23 @@ def notes(cmp: Comparison) -> list[str]:
         * any(r.under_load for r in cmp.rows),
         *layer_notes(cmp.groups, [r.label for r in cmp.rows], cmp.step),
         *target_notes(cmp),
+        *cmp.notes,
         *cmp.warnings,
     ]
 
 
-def print_table(cmp: Comparison, console=None) -> None:
-    """Print the table with rich (wide enough not to wrap in a pipe)."""
+def _part(cmp: Comparison) -> str:
+    """` [key=value, ...]` for one part of --split-by, else empty."""
+    return f" [{', '.join(f'{k}={v}' for k, v in cmp.split.items())}]" if cmp.split else ""
+
+
+def _title(cmp: Comparison) -> str:
+    return f"Comparison at {cmp.at()}{_part(cmp)}"
+
+
+def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
+    """Print the verdicts, the table (rich, wide enough not to wrap in a pipe), the first notes and, with power,
+    the --power table."""
     import sys
 
     from rich.console import Console
@@ -186,15 +342,25 @@ def print_table(cmp: Comparison, console=None) -> None:
 
     console = console or Console(width=None if sys.stdout.isatty() else 220)
     headers, body = cells(cmp)
-    table = Table(title=f"gptlab-compare: val loss @ step {cmp.step} vs baseline '{cmp.baseline}'")
+    table = Table(title=f"gptlab-compare: val loss @ {cmp.at()} vs baseline '{cmp.baseline}'{_part(cmp)}")
     for h in headers:
         left = h in ("label", "flags", "identical model", "claimed vs measured")
         table.add_column(h, justify="left" if left else "right")
     for line in body:
         table.add_row(*line)
+    for sentence in verdicts(cmp):
+        console.print(sentence, highlight=False, markup=False)
     console.print(table)
     for n in notes(cmp)[:3]:
         console.print(n, highlight=False, markup=False)
+    if power:
+        ptable = Table(title=f"power (α = {ALPHA}, power {POWER})")
+        for h in POWER_HEADERS:
+            ptable.add_column(h, justify="left" if h == "label" or "decide" in h else "right")
+        for line in power_cells(cmp):
+            ptable.add_row(*line)
+        console.print(ptable)
+        console.print(power_note(), highlight=False, markup=False)
     print_targets(cmp, console)
 
 
@@ -202,11 +368,17 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown(cmp: Comparison, images: dict[str, Path]) -> str:
-    """comparison.md: title, the table, notes/warnings and links to the PNGs next to it."""
+def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> str:
+    """comparison.md: title, one verdict sentence per arm, the table, the --power table (with power), notes and
+    warnings, and links to the PNGs next to it."""
     headers, body = cells(cmp)
-    lines = [f"# Comparison at step {cmp.step}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines = [f"# {_title(cmp)}", ""] + [f"- {v}" for v in verdicts(cmp)] + [""] * bool(verdicts(cmp))
+    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in body]
+    if power:
+        lines += ["", "## Power", "", "| " + " | ".join(POWER_HEADERS) + " |", "|" + "---|" * len(POWER_HEADERS)]
+        lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in power_cells(cmp)]
+        lines += ["", power_note()]
     lines += markdown_targets(cmp)
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
     lines += [f"![{name}]({p.name})" for name, p in images.items()]
@@ -218,7 +390,7 @@ _CSS = (
     "body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}"
     "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
     "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;display:block}"
-    ".warn{color:#a40}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:1em}"
+    ".warn{color:#a40}.verdicts{font-size:15px;line-height:1.5}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:1em}"
     "figure{margin:0}figcaption{font-weight:bold;margin:.5em 0}"
     ".flag{padding:1px 6px;border-radius:3px;white-space:nowrap;display:inline-block;margin:1px}"
     + "".join(f"table tr td.flag-{k},.flag-{k}{{background:{c}}}" for k, c in _FLAG_COLORS.items())
@@ -264,17 +436,30 @@ def _figures(images: dict[str, Path]) -> str:
     return f'<div class="figs">\n{figs}</div>\n'
 
 
-def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "") -> str:
-    """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs; `extra` is
-    more HTML placed before the figures (the decode table)."""
+def _html_power(cmp: Comparison) -> str:
+    """The --power table and what it means."""
+    esc = html.escape
+    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in power_cells(cmp))
+    head = "".join(f"<th>{esc(h)}</th>" for h in POWER_HEADERS)
+    return f'<h2>Power</h2>\n<table class="power">\n<tr>{head}</tr>\n{rows}</table>\n<p>{esc(power_note())}</p>\n'
+
+
+def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power: bool = False) -> str:
+    """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs; one verdict
+    sentence per arm at the top; `extra` is more HTML placed before the figures (the decode table); with power,
+    the --power table after the main one."""
     headers, body = cells(cmp)
     esc = html.escape
     note_items = "".join(f'<li class="{"warn" if n.startswith("warning") else ""}">{esc(n)}</li>' for n in notes(cmp))
+    sentences = "".join(f"<li>{esc(v)}</li>" for v in verdicts(cmp))
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>gptlab comparison at step {cmp.step}</title><style>{_CSS}</style></head><body>\n"
-        f"<h1>Comparison at step {cmp.step} (baseline: {esc(cmp.baseline)})</h1>\n<table>\n<tr>"
+        f"<title>gptlab {esc(_title(cmp).lower())}</title><style>{_CSS}</style></head><body>\n"
+        f"<h1>{esc(_title(cmp))} (baseline: {esc(cmp.baseline)})</h1>\n"
+        + (f'<ul class="verdicts">{sentences}</ul>\n' if sentences else "")
+        + "<table>\n<tr>"
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
-        f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
+        + (_html_power(cmp) if power else "")
+        + f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
     )

@@ -34,6 +34,7 @@ class Run:
     choices: dict[str, str]
     by_step: dict[int, dict[str, Any]] = field(default_factory=dict)
     decode: dict[str, Any] = field(default_factory=dict)  # decode.json, when gptlab-decode measured this run
+    provenance: dict[str, Any] = field(default_factory=dict)  # provenance.json (code, packages, hardware), if written
 
     @property
     def status(self) -> str:
@@ -110,11 +111,16 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Metric records; a torn final line (run killed mid-write) is dropped, a bad inner line is an error."""
+    """Metric records; a torn final line (run killed mid-write) is dropped, a bad inner line is an error.
+
+    Two rows with a val/loss at one step are refused as a damaged file: a run evaluates once per step (a resume
+    drops the rows after its checkpoint before it appends), so one of them is not this run's, and which is unknown.
+    """
     if not path.is_file():
         return []
     lines = path.read_text().splitlines()
     records = []
+    evals: dict[Any, int] = {}  # step -> line of its val/loss row
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -125,6 +131,13 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 break
             raise ConfigError(f"{path}:{i}: not a JSON object line (metrics.jsonl needs one object per line)") from None
         if isinstance(rec, dict) and "step" in rec:
+            if rec.get("val/loss") is not None:
+                first = evals.setdefault(rec["step"], i)
+                if first != i:
+                    raise ConfigError(
+                        f"{path}: two val/loss rows at step {rec['step']} (lines {first} and {i}): a damaged "
+                        "metrics file (one run evaluates once per step); keep one of them or leave this run out"
+                    )
             records.append(rec)
     return records
 
@@ -191,7 +204,8 @@ def load_run(path: Path) -> Run:
     # provenance.json's copy is written by the run itself; .hydra/ is rewritten by any later launch into the dir,
     # even one that is then refused (a multirun job pointed at an old run): it may describe another config
     decode = _read_json(path / "decode.json")
-    own = _read_json(path / "provenance.json") or decode  # gptlab-decode keeps its own config in decode.json
+    provenance = _read_json(path / "provenance.json")
+    own = provenance or decode  # gptlab-decode keeps its own config in decode.json
     config = own["config"] if isinstance(own.get("config"), dict) else _read_yaml(path / ".hydra" / "config.yaml", {})
     overrides = (
         own["overrides"]
@@ -205,7 +219,15 @@ def load_run(path: Path) -> Run:
         # Train and eval records may share a step; merge them so wall_s/tokens sit next to val/loss.
         by_step.setdefault(int(rec["step"]), {}).update({k: v for k, v in rec.items() if v is not None})
     return Run(
-        path, records, summary, config, [str(o) for o in overrides], _choices(path, summary or decode), by_step, decode
+        path,
+        records,
+        summary,
+        config,
+        [str(o) for o in overrides],
+        _choices(path, summary or decode),
+        by_step,
+        decode,
+        provenance,
     )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from gptlab.compare import stats
 from gptlab.compare.runs import Run
@@ -35,13 +34,23 @@ def spread(values: Sequence[float]) -> tuple[float | None, float | None]:
     return (stats.mean(values), stats.std(values)) if values else (None, None)
 
 
+def run_load(run: Run) -> float | None:
+    """The outside load one run recorded (summary `outside_load`: share of the cores other processes used)."""
+    value = run.summary.get("outside_load")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def loaded(run: Run) -> bool:
+    """True when the run's speed was taken under outside load above OUTSIDE_LOAD_LIMIT (not to be trusted)."""
+    load = run_load(run)
+    return load is not None and load > OUTSIDE_LOAD_LIMIT
+
+
 def outside_load(runs: list[Run]) -> float | None:
     """The worst recorded outside load among the runs (summary `outside_load`); None when no run recorded it."""
-    loads = []
-    for run in runs:
-        value = run.summary.get("outside_load")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            loads.append(float(value))
+    loads = [load for run in runs if (load := run_load(run)) is not None]
     return max(loads) if loads else None
 
 
@@ -61,13 +70,10 @@ def speedup(arm: Sequence[float], base: Sequence[float], alpha: float) -> SpeedU
         return SpeedUp(None, None, None, "–")
     la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
     diff = stats.mean(la) - stats.mean(lb)
-    test = stats.welch_test(la, lb)
-    if test is None:
+    test, interval = stats.welch_test(la, lb), stats.welch_interval(la, lb, alpha)
+    if test is None or interval is None:
         return SpeedUp(math.exp(diff), None, None, f"n/a: {min(len(arm), len(base))} seed")
-    # welch_test gave a verdict, so both sides have >= 2 seeds and a std
-    se = math.sqrt(cast(float, stats.std(la)) ** 2 / len(la) + cast(float, stats.std(lb)) ** 2 / len(lb))
-    half = stats.t_critical(alpha, test.df) * se if se > 0 else 0.0
-    ci = (math.exp(diff - half), math.exp(diff + half))
+    ci = (math.exp(interval.lo), math.exp(interval.hi))
     if test.p >= alpha:
         word = "within noise"
     else:

@@ -72,8 +72,13 @@ def _var(xs: Sequence[float]) -> float:
 
 def welch_df(a: Sequence[float], b: Sequence[float]) -> float:
     """Welch-Satterthwaite degrees of freedom of two samples with at least 2 values each (not both constant)."""
-    va, vb = _var(a) / len(a), _var(b) / len(b)
-    return (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    return welch_df_of(_var(a), len(a), _var(b), len(b))
+
+
+def welch_df_of(var_a: float, n_a: int, var_b: float, n_b: int) -> float:
+    """Welch-Satterthwaite degrees of freedom from two sample variances and sizes (n >= 2 each, not both zero)."""
+    va, vb = var_a / n_a, var_b / n_b
+    return (va + vb) ** 2 / (va * va / (n_a - 1) + vb * vb / (n_b - 1))
 
 
 def welch_test(a: Sequence[float], b: Sequence[float]) -> Welch | None:
@@ -91,6 +96,37 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> Welch | None:
         warnings.filterwarnings("ignore", message="Precision loss occurred", category=RuntimeWarning)
         res = _scipy_stats().ttest_ind(a, b, equal_var=False)
     return Welch(float(res.statistic), welch_df(a, b), float(res.pvalue))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """mean(a) - mean(b) with its two-sided (1 - alpha) Welch confidence interval [lo, hi] and degrees of freedom."""
+
+    diff: float
+    lo: float
+    hi: float
+    df: float
+
+    def excludes_zero(self) -> bool:
+        """True exactly when Welch's test of the same samples gives p < alpha (zero noise: any gap at all)."""
+        return self.lo > 0.0 or self.hi < 0.0
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], alpha: float) -> Interval | None:
+    """Welch CI of mean(a) - mean(b): diff ± t_{1-alpha/2, Welch df} · se; None unless both have 2+ values.
+
+    The interval excludes 0 exactly when welch_test(a, b).p < alpha (the same df and standard error); with zero
+    seed noise on both sides it is the point [diff, diff].
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    diff = mean(a) - mean(b)
+    se = math.sqrt(_var(a) / len(a) + _var(b) / len(b))
+    if se == 0.0:
+        return Interval(diff, diff, diff, math.inf)
+    df = welch_df(a, b)
+    half = t_critical(alpha, df) * se
+    return Interval(diff, diff - half, diff + half, df)
 
 
 def t_critical(alpha: float, df: float) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gptlab.compare import speed, stats
 from gptlab.compare.analysis import Comparison
+from gptlab.compare.machine import run_mfu
 from gptlab.compare.runs import Run, wandb_identity
 from gptlab.util.tree import flatten
 
@@ -148,12 +149,19 @@ def curve_series(cmp: Comparison) -> tuple[list[list[int]], list[list[float]], l
     return xs, ys, keys
 
 
+def _value(run: Run, metric: str, cmp: Comparison) -> float | None:
+    """One run's figure for a bar chart; MFU against the comparison's one machine peak, as in the table."""
+    if metric == "mfu" and cmp.peak is not None:
+        return run_mfu(run, cmp.peak)
+    summary_key, record_key, agg = BAR_METRICS[metric]
+    return speed.run_speed(run, summary_key, record_key, agg)
+
+
 def seed_stats(cmp: Comparison, metric: str) -> list[list[Any]]:
     """STAT_COLUMNS rows of one speed/memory metric over each group's seeds (groups without it left out)."""
-    summary_key, record_key, agg = BAR_METRICS[metric]
     rows = []
     for g in cmp.groups:
-        values = [v for r in g.runs if (v := speed.run_speed(r, summary_key, record_key, agg)) is not None]
+        values = [v for r in g.runs if (v := _value(r, metric, cmp)) is not None]
         if values:
             rows.append([g.label, stats.mean(values), stats.std(values), min(values), max(values), len(values)])
     return rows
@@ -252,7 +260,9 @@ def log_comparison(
             "sweep": group,
             "labels": [r.label for r in cmp.rows],
             "runs": linked_runs(cmp),
+            **({"split": cmp.split} if cmp.split else {}),
         }
+        part = "".join(f"-{k}={v}" for k, v in cmp.split.items())  # one W&B run per --split-by table
         sink = _start(
             out,
             mode,
@@ -260,7 +270,7 @@ def log_comparison(
             project=project_of(runs),
             entity=entity_of(runs),
             group=group,
-            name=f"compare-{group}",
+            name=f"compare-{group}{part}",
             tags=["comparison"],
         )
         if sink.run is None:
