@@ -29,6 +29,7 @@ def fake_run(run_dir: Path, start: float, final: float | None, spikes: int = 0, 
 
 def grid(tmp_path: Path, table: dict) -> Path:
     """table: {arm: {lr: [final per seed] (None = diverged with NaN)}}."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"arms": {a: [] for a in table}}, sort_keys=False))
     for arm, by_lr in table.items():
         for lr, finals in by_lr.items():
@@ -77,6 +78,18 @@ def test_best_lr_edge_warning_both_verdicts_and_stability(tmp_path):
     assert plot_curves(read_grid(sweep), tmp_path / "lr.png").stat().st_size > 1000
 
 
+def test_compare_cli_lr_grid_table_and_one_line_errors(tmp_path):
+    sweep = grid(tmp_path / "s", {"base": {1e-3: [3.0, 3.1], 3e-3: [2.5, 2.6]}, "other": {1e-3: [2.9, 3.0]}})
+    done = run_cli("gptlab.cli.compare", str(sweep), "--lr-grid")
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stdout.splitlines()[0].startswith("arm") and "warning: base's best lr 0.003 is the largest" in done.stdout
+    )
+    assert json.loads((sweep / "comparison" / "lr_grid.json").read_text())["rows"][0]["best_lr"] == 3e-3
+    bad = run_cli("gptlab.cli.compare", str(tmp_path), "--lr-grid", "--holdout-seeds", "x")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--holdout-seeds 'x'" in bad.stderr
+
+
 def test_holdout_seeds_pick_on_the_others(tmp_path):
     # seed 2 alone would pick 1e-2; seeds 0 and 1 pick 3e-3 and the verdict uses seed 2 only
     sweep = grid(tmp_path, {"base": {3e-3: [2.0, 2.0, 3.0], 1e-2: [2.5, 2.5, 2.1]}})
@@ -112,3 +125,6 @@ def test_a_two_arm_three_lr_two_seed_grid_end_to_end(tmp_path):
         assert row["best_lr"] in (1e-3, 1e-2)  # lr 5 diverges: never the pick
         assert row["max_stable_lr"] == 1e-2 and row["diverged_runs"] >= 1
     assert done.returncode in (0, 1)  # a diverged run may end non-zero; the sweep itself completes
+    shown = run_cli("gptlab.cli.compare", str(out), "--lr-grid", "--holdout-seeds", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert "holdout seeds [1]" in shown.stdout and (out / "comparison" / "lr_grid.json").is_file()

@@ -23,7 +23,7 @@ from gptlab.compare.stats import ALPHA
 from gptlab.compare.sweeps import check_one_sweep, finished_runs
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
-from gptlab.util.io import strict_json
+from gptlab.util.io import atomic_write_text, strict_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,6 +111,16 @@ def _add_wandb_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="auto (default): online with an API key, else offline (`wandb sync` later); "
         "online | offline | disabled force a mode, like training's logger.wandb.mode",
+    )
+    p.add_argument(
+        "--lr-grid",
+        action="store_true",
+        help="a gptlab-sweep --lr-grid sweep dir: each arm at its own best lr (lr curves, edge warnings, verdicts at "
+        "each arm's best and at the baseline's lr, stability margin)",
+    )
+    p.add_argument(
+        "--holdout-seeds",
+        help="with --lr-grid: pick each arm's lr on the other seeds and report on these (e.g. 2 or 2,3)",
     )
     p.add_argument(
         "--workspace",
@@ -267,9 +277,39 @@ def decode_main(runs: list, args: argparse.Namespace, run_dirs: list[Path]) -> i
     return 0
 
 
+def lr_grid_main(args) -> int:
+    """--lr-grid: the arm x lr x seed grid of one sweep dir (gptlab/compare/lr_grid.py), table + lr_grid.json + png."""
+    from gptlab.compare import lr_grid
+
+    try:
+        if len(args.paths) != 1:
+            raise ConfigError("--lr-grid: give one sweep dir (gptlab-sweep NAME --lr-grid ... --out DIR)")
+        holdout = None
+        if args.holdout_seeds:
+            try:
+                holdout = {int(s) for s in args.holdout_seeds.split(",")}
+            except ValueError:
+                raise ConfigError(f"--holdout-seeds {args.holdout_seeds!r}: allowed: seeds, e.g. 2 or 2,3") from None
+        sweep = Path(args.paths[0])
+        curves = lr_grid.read_grid(sweep)
+        doc = lr_grid.report(curves, holdout)
+        out = Path(args.out) if args.out else sweep / "comparison"
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "lr_grid.json", json.dumps(doc, indent=1) + "\n")
+        lr_grid.plot_curves(curves, out / "lr_curves.png")
+    except ConfigError as exc:
+        print(f"gptlab-compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(lr_grid.format_report(doc))
+    print(f"wrote {out / 'lr_grid.json'} and {out / 'lr_curves.png'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 on success, 2 (one-line message on stderr) on bad input."""
     args = build_parser().parse_args(argv)
+    if args.lr_grid:
+        return lr_grid_main(args)
     try:
         check_mode(args.wandb_mode)
         targets = [parse_target(s, "--target") for s in args.target]

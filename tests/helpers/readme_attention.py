@@ -1,4 +1,4 @@
-"""An attention variant written only from the README's "Adding a variant" contract (used by test_contracts.py).
+"""An attention variant written only from docs/VARIANTS.md's "Adding a variant" contract (used by test_contracts.py).
 
 Plain multi-head attention with separate q/k/v projections, so it shares no code with the shipped
 GroupedQueryAttention beyond what the contract offers (the `Attention` base and its `attend`).
