@@ -193,7 +193,7 @@ def test_cli_bad_key_exits_2_with_one_line(tmp_path):
     for args, start in (
         (["batch_sizes=[0]"], "error: batch_sizes=[0]: allowed"),
         (["cache=[static,lru]"], "error: cache=['static', 'lru']: 'lru' is not a cache kind"),
-        (["contexs=[8]"], "error: contexs: no such key or group; allowed here: model, "),
+        (["contexs=[8]"], "error: contexs: no such key or group (did you mean contexts?); allowed here: model, "),
     ):
         proc = run_cli("gptlab.cli.decode", *SMALL, *args, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.strip().startswith(start), proc.stderr

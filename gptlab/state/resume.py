@@ -172,8 +172,8 @@ def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_fa
     elif resume == "auto":
         state, source = checkpoint.load_latest(run_dir), "in the run dir"
     else:
+        state, source = checkpoint.load(Path(resume)), f"'{resume}'"  # an unreadable file: its own message first
         _check_not_another_run(Path(resume), run_dir, current)
-        state, source = checkpoint.load(Path(resume)), f"'{resume}'"
     if state is not None:
         check(state, current, source, lr_factors)
         return Start("resume", state, source)
