@@ -13,8 +13,10 @@ from helpers.cli import run_cli
 
 
 @pytest.fixture
-def cache_with_entries(tmp_path):
-    """Two token caches (char and byte tokenizers over one small corpus) in the test's private cache."""
+def cache_with_entries(tmp_path, monkeypatch):
+    """Two token caches (char and byte tokenizers over one small corpus) in a cache of this test's own (the
+    session's hermetic cache holds other tests' entries)."""
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "c.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 300)
     for tokenizer in ("char", "byte"):

@@ -248,22 +248,22 @@ def test_dry_run_prints_a_runnable_quoted_command_and_honours_hydra_sweep_dir(tm
     out, sweep = tmp_path / "my sweeps", str(_mini_sweep(tmp_path))  # a space: the printed command must quote it
     assert sweep_main([sweep, "--dry-run", f"hydra.sweep.dir={out}"]) == 0
     printed = capsys.readouterr().out
-    [line] = [l for l in printed.splitlines() if l.startswith("[mini] base: ")]
+    [line] = [l for l in printed.splitlines() if l.startswith("[mini] base__seed0: ")]
     command = line.split(": ", 1)[1]
-    assert "'hydra.sweep.subdir=base/seed${seed}'" in command and f"'hydra.sweep.dir={out}'" in command
+    run = out / "base" / "seed0"
+    assert f"'hydra.run.dir={run}'" in command  # quoted: the path has a space
     words = shlex.split(command)
-    assert words[:2] == ["gptlab-train", "-m"] and words.count(f"hydra.sweep.dir={out}") == 1
+    assert words[0] == "gptlab-train" and words.count(f"hydra.run.dir={run}") == 1
     assert "arm=base" in words and "sweep=mini" in words and "seed=0" in words
     assert f"[mini] sweep dir: {out}  (0 finished runs skipped)" in printed and not out.exists()
     env = dict(os.environ, OMP_NUM_THREADS="2", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     ran = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    run = out / "base" / "seed0"
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
     assert (cfg["arm"], cfg["sweep"], cfg["seed"], cfg["mlp"]["ratio"]) == ("base", "mini", 0, 2)
     assert sweep_main([sweep, "--out", str(out)]) == 0  # --out means the same dir: the finished run is skipped
-    assert "[mini] base: all 1 runs finished, skipping" in capsys.readouterr().out
+    assert "[mini] all 1 runs finished, nothing to launch" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -291,10 +291,10 @@ def test_sweep_file_with_command_decode_runs_gptlab_decode_and_skips_finished(tm
     )
     out = tmp_path / "sweep"
     first = run_cli("gptlab.cli.sweep", str(sweep_file), "--out", str(out), cwd=tmp_path)
-    assert first.returncode == 0 and "mqa: gptlab-decode -m" in first.stdout, first.stderr[-2000:]
+    assert first.returncode == 0 and "mqa__seed0: gptlab-decode " in first.stdout, first.stderr[-2000:]
     assert json.loads((out / "mqa" / "seed0" / "decode.json").read_text())["config"]["sweep"] == "mini"
     again = run_cli("gptlab.cli.sweep", str(sweep_file), "--out", str(out), cwd=tmp_path)
-    assert again.returncode == 0 and "all 1 runs finished, skipping" in again.stdout
+    assert again.returncode == 0 and "all 1 runs finished, nothing to launch" in again.stdout
     sweep_file.write_text(sweep_file.read_text().replace("command: decode", "command: serve"))
     bad = run_cli("gptlab.cli.sweep", str(sweep_file), "--out", str(out), cwd=tmp_path)
     assert bad.returncode == 2 and "command: 'serve' is not allowed; allowed: train, decode" in bad.stderr

@@ -188,6 +188,8 @@ def test_cuda_fsdp_compiles_then_shards_each_block_then_the_root(monkeypatch):
     calls, compiled = [], []
     monkeypatch.setattr(fsdp, "fully_shard", lambda module, **kw: calls.append((module, kw)))
     monkeypatch.setattr(device_mesh, "init_device_mesh", lambda kind, shape: ("mesh", kind, shape))
+    # the Triton / sm_70 check reads the GPU (none here): tests/test_gpu_ready.py checks it with CUDA mocked
+    monkeypatch.setattr("gptlab.runtime.hardware.check_compiles_on_cuda", lambda index, value: None)
     model = build_model(compose(["model=tiny"]), vocab_size=64, device="meta")
     for block in model.blocks:
         object.__setattr__(block, "compile", lambda mode, b=block: compiled.append((b, mode, len(calls))))

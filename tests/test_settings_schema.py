@@ -68,10 +68,13 @@ def test_train_settings_are_read_from_the_keys_the_schema_checked():
 
 
 @pytest.mark.parametrize(
-    "group, key", [("model", "n_layers"), ("hardware", "thread"), ("sample", "topk"), ("train", "max_step")]
-)
-def test_unknown_keys_of_a_settings_group_are_refused_by_name(group, key):
-    with pytest.raises(ConfigError, match=rf"^{group}.{key}: not a {group} key; allowed: "):
+    "group, key, near",
+    [("model", "n_layers", "n_layer"), ("hardware", "thread", "threads"), ("sample", "topk", "top_k"),
+     ("train", "max_step", "max_steps")],
+)  # fmt: skip
+def test_unknown_keys_of_a_settings_group_are_refused_by_name(group, key, near):
+    hint = rf"\(did you mean {group}\.{near}\?\)"
+    with pytest.raises(ConfigError, match=rf"^{group}\.{key}: not a {group} key {hint}; allowed: "):
         check_known_keys(group, {key: 1})
     check_known_keys(group, {"_target_": "x"})  # Hydra's own keys pass
 
@@ -85,7 +88,10 @@ def test_model_and_hardware_builders_refuse_unknown_keys_outside_training_too():
 
 
 def test_check_schema_refuses_an_unknown_settings_key_before_any_value():
-    with pytest.raises(ConfigError, match=r"^model.n_layers: not a model key; allowed: bias, block_size, d_model"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.n_layers: not a model key \(did you mean model.n_layer\?\); allowed: bias, block_size",
+    ):
         check_schema(compose(["+model.n_layers=2", "train.max_steps=-1"]))
 
 

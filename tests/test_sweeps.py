@@ -125,11 +125,12 @@ def test_local_launcher_sweep_runs_then_skips(tmp_path):
         assert [r["step"] for r in rows(run) if "val/loss" in r] == [0, 2, 4]
         cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
         assert cfg["sweep"] == "mini" and cfg["seed"] == seed
-        # submitit's local executor starts all 3 at once: each run got its own core (wrapping), one thread
+        # the local queue (OMP_NUM_THREADS=1): one run per core at a time, each pinned to its slot's core, 1 thread
         hw = json.loads((run / "provenance.json").read_text())["hardware"]
         cores = sorted(os.sched_getaffinity(0))
-        assert hw["cpu_cores"] == [cores[seed % len(cores)]] and hw["cpu_threads"] == 1
-    assert (out / "sweep.yaml").is_file() and list((out / ".submitit").iterdir())
+        assert len(hw["cpu_cores"]) == 1 and hw["cpu_cores"][0] in cores and hw["cpu_threads"] == 1
+    queue = json.loads((out / ".plan" / "queue.json").read_text())
+    assert (out / "sweep.yaml").is_file() and {q["state"] for q in queue.values()} == {"finished"} and len(queue) == 3
     again = run_cli(
         "gptlab.cli.sweep",
         str(sweep_file),
@@ -140,7 +141,7 @@ def test_local_launcher_sweep_runs_then_skips(tmp_path):
         env=cli_env(OMP_NUM_THREADS="1"),
         timeout=600,
     )
-    assert again.returncode == 0 and "all 3 runs finished, skipping" in again.stdout
+    assert again.returncode == 0 and "all 3 runs finished, nothing to launch" in again.stdout
     assert "3 finished runs skipped" in again.stdout
 
 

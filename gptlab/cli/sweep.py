@@ -308,7 +308,7 @@ def _run_local(name: str, runs: list, sweep_dir: Path, args, command: str) -> li
     print(f"[{name}] local queue: {len(runs)} runs, {slots.count} at a time ({threads} threads each{gpu})", flush=True)
     if args.dry_run:
         return []
-    queue = Queue(runs, sweep_dir, slots, threads, fail_fast=args.fail_fast)
+    queue = Queue(runs, sweep_dir, slots, threads, fail_fast=args.fail_fast, module=COMMANDS[command][1])
     _write_launched(sweep_dir, {"launcher": "local", "pid": os.getpid(), "runs": [r.name for r in runs]})
     return queue.run()
 

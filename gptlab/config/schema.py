@@ -221,7 +221,12 @@ def _root_keys(config_name: str) -> set[str]:
 def check_root_keys(cfg) -> None:
     """Refuse a top-level key no config declares: `+seeds=3` is a typo, and a key nothing reads would leave the run
     as it was without a word."""
-    known = _root_keys(str(OmegaConf.select(cfg, "hydra.job.config_name", default="train") or "train"))
+    name = OmegaConf.select(cfg, "hydra.job.config_name", default=None)
+    if name is None:  # inside a Hydra app the config has no hydra node: ask Hydra which root it composed
+        from hydra.core.hydra_config import HydraConfig
+
+        name = HydraConfig.get().job.config_name if HydraConfig.initialized() else "train"
+    known = _root_keys(str(name or "train"))
     unknown = sorted(str(k) for k in cfg if str(k) not in known)
     if unknown:
         near = difflib.get_close_matches(unknown[0], sorted(known), n=1)

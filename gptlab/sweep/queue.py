@@ -53,8 +53,17 @@ def plan_slots(threads: int, gpus_per_run: int, cores: list[int], gpus: list[str
 class Queue:
     """Runs `runs` (in order) through `slots`; `max_running` is recorded to check the packing."""
 
-    def __init__(self, runs: list[PlannedRun], sweep_dir: Path, slots: Slots, threads: int, fail_fast: bool = False):
+    def __init__(
+        self,
+        runs: list[PlannedRun],
+        sweep_dir: Path,
+        slots: Slots,
+        threads: int,
+        fail_fast: bool = False,
+        module: str = "gptlab.cli.train",
+    ):
         self.runs, self.sweep_dir, self.slots, self.threads, self.fail_fast = runs, sweep_dir, slots, threads, fail_fast
+        self.module = module  # the run's entry point: gptlab.cli.train, or gptlab.cli.decode for `command: decode`
         self.folder = sweep_dir / PLAN_DIR
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)
         self.state = {r.name: {"state": "pending", "arm": r.arm, "seed": r.seed} for r in runs}
@@ -68,7 +77,7 @@ class Queue:
         env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), GPTLAB_THREADS=str(self.threads))
         if self.slots.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.slots.gpus[slot])
-        cmd = [sys.executable, "-m", "gptlab.cli.train", *single_command(run, self.sweep_dir)[1:]]
+        cmd = [sys.executable, "-m", self.module, *single_command(run, self.sweep_dir)[1:]]
         with open(self.folder / "logs" / f"{run.name}.log", "ab") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=lambda: os.sched_setaffinity(0, cores)
