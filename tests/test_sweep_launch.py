@@ -163,3 +163,22 @@ def test_one_array_detach_status_requeue_and_relaunch_on_slurm(slurm_cluster, tm
     again = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), "--dry-run", "launcher=slurm")
     planned = [line.split(":")[0] for line in again.stdout.splitlines() if ": gptlab-train " in line]
     assert planned == ["[sw] bad__seed0", "[sw] bad__seed1"]
+
+
+def test_the_launch_asks_each_arms_own_resources(tmp_path):
+    """A launcher sizes a job array from the sweep-level config, not from each run's generated config: every launch
+    carries its runs' hardware resources, and arms asking for different ones get one array each."""
+    arms = {"one": ["hardware.cpus_per_task=1"], "two": ["hardware.cpus_per_task=2"], "also1": ["attention=mqa"]}
+    arms["also1"].append("hardware.cpus_per_task=1")
+    path = sweep_file(tmp_path, arms, seeds=(0,))
+    done = run_cli("gptlab.cli.sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run", "launcher=slurm")
+    assert done.returncode == 0, done.stderr
+    launches = [line for line in done.stdout.splitlines() if "gptlab-train -m " in line]
+    assert len(launches) == 2 and "3 runs in 2 launch(es)" in done.stdout
+    by_cpus = {("cpus_per_task=1" in line): line for line in launches}
+
+    def runs(line: str) -> set[str]:
+        return set(line.split("+sweep_run=")[1].split()[0].split(","))
+
+    assert runs(by_cpus[True]) == {"one__seed0", "also1__seed0"} and "hardware.cpus_per_task=1" in by_cpus[True]
+    assert runs(by_cpus[False]) == {"two__seed0"} and "hardware.cpus_per_task=2" in by_cpus[False]

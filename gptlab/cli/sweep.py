@@ -313,17 +313,50 @@ def _run_local(name: str, runs: list, sweep_dir: Path, args, command: str) -> li
     return queue.run()
 
 
+RESOURCE_KEYS = ("nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node")  # hardware.* the launcher presets read
+
+
+def _resource_groups(runs: list, command: str) -> list[tuple[list[str], list]]:
+    """Runs grouped by the launcher resources their hardware asks for, each with the overrides that request them.
+
+    A launcher sizes one job array once, from the sweep-level config, while each run's hardware comes from its own
+    generated config: without these overrides an arm with hardware=ddp would be submitted with the default's
+    resources. Usually one group (one array); arms with different resources get one array each, launched together.
+    """
+    from gptlab.config.build import compose
+
+    groups: dict[tuple, list] = {}
+    for run in runs:
+        hw = compose(list(run.overrides), COMMANDS[command][2]).hardware
+        key = tuple((k, hw.get(k)) for k in RESOURCE_KEYS if hw.get(k) is not None)
+        groups.setdefault(key, []).append(run)
+    return [([f"hardware.{k}={v}" for k, v in key], members) for key, members in groups.items()]
+
+
 def _run_hydra(name: str, runs: list, sweep_dir: Path, launch: list[str], args, command: str) -> list[str]:
-    """One multirun over every pending run (one job array under launcher=slurm); fail-fast cancels the rest."""
-    cmd = launch_command(runs, sweep_dir, launch, COMMANDS[command][0])
-    print(f"[{name}] {len(runs)} runs in one launch (the configs above, generated in {sweep_dir / PLAN_DIR}):")
-    print(f"[{name}] {shlex.join(cmd)}", flush=True)
+    """One multirun over every pending run (one job array under launcher=slurm) per resource group, launched
+    together; fail-fast cancels the rest."""
+    groups = _resource_groups(runs, command)
+    cmds = [
+        launch_command(members, sweep_dir, [*launch, *resources], COMMANDS[command][0]) for resources, members in groups
+    ]
+    print(
+        f"[{name}] {len(runs)} runs in {len(cmds)} launch(es) (the configs above, generated in {sweep_dir / PLAN_DIR}):"
+    )
+    for cmd in cmds:
+        print(f"[{name}] {shlex.join(cmd)}", flush=True)
     if args.dry_run:
         return []
-    # the same command through this Python: works without the venv's bin/ on PATH
-    proc = subprocess.Popen([sys.executable, "-m", COMMANDS[command][1], *cmd[1:]])
+    write_plan(sweep_dir, [run for _, members in groups for run in members])  # plan order = array order
+    procs = []
+    for cmd, (_, members) in zip(cmds, groups):
+        before = len(job_ids(sweep_dir))
+        # the same command through this Python: works without the venv's bin/ on PATH
+        procs.append(subprocess.Popen([sys.executable, "-m", COMMANDS[command][1], *cmd[1:]]))
+        while len(cmds) > 1 and procs[-1].poll() is None and len(job_ids(sweep_dir)) < before + len(members):
+            time.sleep(0.5)  # the next array only once this one is queued: array ids follow the plan's order
     launched = False
-    while proc.poll() is None:
+    while any(proc.poll() is None for proc in procs):
         time.sleep(1.0)
         ids = job_ids(sweep_dir)
         if not launched and len(ids) >= len(runs):
@@ -334,12 +367,15 @@ def _run_hydra(name: str, runs: list, sweep_dir: Path, launch: list[str], args, 
             arrays = sorted({i.split("_")[0] for i in ids.values()})
             if arrays and shutil.which("scancel"):
                 subprocess.run(["scancel", *arrays], check=False)
-            proc.terminate()
-            proc.wait()
+            for proc in procs:
+                proc.terminate()
+                proc.wait()
             return failed
     if not launched:  # every run ended before a poll saw them queued
         _write_launched(sweep_dir, {"launcher": _launcher(launch), "jobs": sorted(job_ids(sweep_dir).values())})
-    return [s.name for s in sweep_status(sweep_dir) if s.state != "finished"] if proc.returncode else []
+    if any(proc.returncode for proc in procs):
+        return [s.name for s in sweep_status(sweep_dir) if s.state != "finished"]
+    return []
 
 
 def _detach(argv: list[str], sweep_dir: Path, timeout_s: float = 600.0) -> int:

@@ -116,14 +116,21 @@ def _job_error(folder: Path) -> str | None:
 
 
 def job_ids(sweep_dir: Path) -> dict[int, str]:
-    """Array task index (= the run's index in plan.json) -> SLURM job id, from submitit's folders `<array>_<task>`."""
-    ids, single = {}, []
+    """The run's index in plan.json -> its SLURM job id, from submitit's folders `<array>_<task>` (arrays in id order,
+    their tasks one after another: the plan lists the runs in that order)."""
+    arrays: dict[int, dict[int, str]] = {}
+    single = []
     for folder in (sweep_dir / ".submitit").glob("*"):
         array, _, task = folder.name.partition("_")
         if array.isdigit() and task.isdigit():
-            ids[int(task)] = folder.name
+            arrays.setdefault(int(array), {})[int(task)] = folder.name
         elif folder.name.isdigit():
             single.append(folder.name)  # a launch of one run is a plain job, not an array
+    ids: dict[int, str] = {}
+    offset = 0
+    for array_id in sorted(arrays):  # several arrays (one per resource group) were queued in the plan's order
+        ids |= {offset + task: name for task, name in arrays[array_id].items()}
+        offset += max(arrays[array_id]) + 1
     if not ids and len(single) == 1 and len(read_plan(sweep_dir)) == 1:
         ids[0] = single[0]
     return ids
