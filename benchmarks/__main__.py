@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     doc = strict_json({"meta": meta, "sections": results})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "benchmarks.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "BENCHMARKS.md").write_text(report.markdown(doc))
+    page = args.out / "BENCHMARKS.md"
+    old = page.read_text() if page.is_file() else ""
+    page.write_text(report.markdown(doc) + report.kept_sections(old))  # hand-written sections are kept
     print(f"wrote {args.out / 'BENCHMARKS.md'} and {args.out / 'benchmarks.json'} in {meta['wall_s'] / 60:.1f} min")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

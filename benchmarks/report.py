@@ -249,3 +249,11 @@ def markdown(results: dict) -> str:
             continue
         parts += [f"## {title}", TABLES[name](res), READINGS[name](res).strip() + _contention(res)]
     return "\n\n".join(parts) + "\n"
+
+
+def kept_sections(old: str) -> str:
+    """The sections of an existing BENCHMARKS.md that `python -m benchmarks` does not produce (hand-written studies,
+    figures from other benchmark scripts): kept after the regenerated ones, so a run never drops them."""
+    made = set(TITLES.values())
+    kept = [s for s in old.split("\n## ")[1:] if s.split("\n", 1)[0].strip() not in made]
+    return "".join(f"\n## {s.rstrip()}\n" for s in kept)

@@ -151,3 +151,13 @@ def test_overhead_splits_intervals_with_and_without_eval():
         wall += (10 * 5 + (30 if step % 20 == 0 else 0)) / 1000
     res = summarise(rows, log=10, eval_every=20)
     assert res["step_ms"] == pytest.approx(5.0) and res["eval_ms"] == pytest.approx(30.0)
+
+
+def test_regenerating_keeps_the_hand_written_sections():
+    """`python -m benchmarks` rewrites its own sections and keeps every other one (studies, other scripts' tables)."""
+    from benchmarks import report
+
+    made = next(iter(report.TITLES.values()))
+    old = f"# Benchmarks\n\nheader\n\n## {made}\n\nold figures\n\n## Associative recall\n\nhand table\n"
+    kept = report.kept_sections(old)
+    assert "## Associative recall\n\nhand table" in kept and "old figures" not in kept
