@@ -9,9 +9,7 @@ token builds (`tokens/<key>.partial`), cached hub-source descriptions (`sources/
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
-import os
 import re
 import shutil
 import sys
@@ -23,6 +21,7 @@ from gptlab.cli import fail
 from gptlab.data import default_cache_dir
 from gptlab.data.corpus import LAST_USED
 from gptlab.errors import ConfigError
+from gptlab.state.rundir import lock_held
 
 AGE = re.compile(r"^(?P<n>\d+)(?P<unit>[smhd])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -85,17 +84,7 @@ def entries(cache: Path) -> list[Entry]:
 def _busy(entry: Entry) -> bool:
     """True while a build holds the entry's lock (tokens/<key>.lock)."""
     key = entry.key.removesuffix(".partial")
-    lock = entry.path.parent / f"{key}.lock"
-    if entry.kind not in ("tokens", "stale", "partial") or not lock.exists():
-        return False
-    fd = os.open(lock, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return entry.kind in ("tokens", "stale", "partial") and lock_held(entry.path.parent / f"{key}.lock")
 
 
 def _remove(entry: Entry) -> None:

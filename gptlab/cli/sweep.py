@@ -181,18 +181,6 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
     return warnings, errors
 
 
-def arm_command(overrides: list[str], seeds: list[int], sweep_dir: Path, arm: str, command: str = "train") -> list[str]:
-    """One `gptlab-train -m` (or gptlab-decode) over the arm's seeds, each into <sweep_dir>/<arm>/seed<k>."""
-    return [
-        COMMANDS[command][0],
-        "-m",
-        *overrides,
-        f"seed={','.join(map(str, seeds))}",
-        f"hydra.sweep.dir={sweep_dir}",
-        f"hydra.sweep.subdir={arm}/seed${{seed}}",
-    ]
-
-
 HYDRA_DIR = re.compile(r"^\+{0,2}hydra\.sweep\.(dir|subdir)=(.*)$")
 
 

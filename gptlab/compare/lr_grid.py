@@ -89,13 +89,13 @@ def _read_run(arm: str, lr: float, seed: int, run_dir: Path) -> GridRun:
 
 def read_grid(sweep_dir: Path) -> dict[str, ArmCurve]:
     """{arm: its curve} from `<sweep>/<arm>/lr<v>/seed<k>/` (arms in sweep.yaml's order when it lists them)."""
+    import yaml
+
     order: list[str] = []
     try:
-        import yaml
-
         order = list((yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) or {}).get("arms", {}))
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        pass  # no or unreadable sweep.yaml: arms in folder order
     curves: dict[str, ArmCurve] = {}
     for lr_dir in sorted(sweep_dir.glob("*/lr*")):
         match = LR_DIR.match(lr_dir.name)

@@ -42,6 +42,22 @@ def run_dir_lock(run_dir: Path):
         os.close(fd)
 
 
+def lock_held(path: Path) -> bool:
+    """True while another process holds an exclusive flock on `path` (a live run's lock, a cache build's lock)."""
+    if not path.is_file():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops a lock this probe took
+    return False
+
+
 RUN_MARKERS = (".hydra", "provenance.json", "checkpoints", LOCK_FILE)  # what a gptlab run dir holds
 # every name a training run writes in its dir: no other writer may land on one of them
 RUN_OWN = (

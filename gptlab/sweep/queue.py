@@ -51,7 +51,7 @@ def plan_slots(threads: int, gpus_per_run: int, cores: list[int], gpus: list[str
 
 
 class Queue:
-    """Runs `runs` (in order) through `slots`; `max_running` is recorded to check the packing."""
+    """Runs `runs` (in order) through `slots`."""
 
     def __init__(
         self,
@@ -67,7 +67,6 @@ class Queue:
         self.folder = sweep_dir / PLAN_DIR
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)
         self.state = {r.name: {"state": "pending", "arm": r.arm, "seed": r.seed} for r in runs}
-        self.max_running = 0
 
     def _save(self) -> None:
         atomic_write_text(self.folder / QUEUE_FILE, json.dumps(self.state, indent=1) + "\n")
@@ -103,7 +102,6 @@ class Queue:
                     slot = free.pop(0)
                     run = waiting.pop(0)
                     running[run.name] = (self._start(run, slot), slot)
-                self.max_running = max(self.max_running, len(running))
                 if not running:
                     break
                 time.sleep(poll_s)

@@ -8,15 +8,13 @@ log); cancelled; never ran (in the sweep file, never launched).
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gptlab.state.rundir import LOCK_FILE
+from gptlab.state.rundir import LOCK_FILE, lock_held
 from gptlab.sweep.plan import PLAN_DIR, PlannedRun, read_plan
 from gptlab.sweep.queue import QUEUE_FILE
 
@@ -49,23 +47,6 @@ class RunStatus:
     state: str
     detail: str = ""
     job_id: str | None = None
-
-
-def _lock_held(run_dir: Path) -> bool:
-    """True while a gptlab-train holds the run dir's lock (it trains there now)."""
-    path = run_dir / LOCK_FILE
-    if not path.is_file():
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops a lock this check took
-    return False
 
 
 def _progress(run_dir: Path) -> str:
@@ -206,7 +187,7 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
         status.state = "finished"
         val = summary.get("final_val_loss")
         status.detail = f"{summary.get('steps')} steps" + (f", val loss {val:.4g}" if val is not None else "")
-    elif _lock_held(run_dir) or queued.get("state") == "running" and sched is None and not summary:
+    elif lock_held(run_dir / LOCK_FILE) or queued.get("state") == "running" and sched is None and not summary:
         status.state, status.detail = "running", _progress(run_dir)
     elif sched in SLURM_STATES and SLURM_STATES[sched] != "finished":
         status.state = SLURM_STATES[sched]
