@@ -23,6 +23,7 @@ from gptlab.compare.stats import ALPHA
 from gptlab.compare.sweeps import check_one_sweep, finished_runs
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
+from gptlab.util.extras import require
 from gptlab.util.io import atomic_write_text, strict_json
 
 
@@ -312,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         return lr_grid_main(args)
     try:
         check_mode(args.wandb_mode)
+        if args.workspace:
+            require("wandb_workspaces", "workspaces", "gptlab-compare --workspace")
         targets = [parse_target(s, "--target") for s in args.target]
         thresholds = [parse_target(s, "--threshold") for s in args.threshold]
         if args.threshold_key and not thresholds:

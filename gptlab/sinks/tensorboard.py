@@ -62,6 +62,8 @@ class TensorboardSink:
     Write errors raise out of the sink (SafeSink upstream turns them into one warning).
     """
 
+    REQUIRES = (("tensorboard", "tensorboard"),)  # (module, gptlab extra): checked when the run is validated
+
     def __init__(
         self,
         run_dir: str | os.PathLike,
