@@ -110,8 +110,23 @@ def test_help_for_an_unknown_group_is_one_line(tmp_path):
     proc = run_cli("gptlab.cli.train", "--help", "nope", cwd=tmp_path, env=train_env(), timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"error: --help nope: no such config group; allowed: {', '.join(groups())} (or --help alone)"
+        f"error: --help nope: no such config group or section; allowed: {', '.join(groups())}, train, sample "
+        "(or --help alone)"
     ]
+
+
+@pytest.mark.parametrize("cli", ["gptlab.cli.train", "gptlab.cli.flops", "gptlab.cli.decode"])
+def test_every_key_value_cli_has_help_train_and_help_group(tmp_path, cli):
+    """--help train (the run keys with their comments) and --help GROUP work alike on train, flops and decode."""
+    train = run_cli(cli, "--help", "train", cwd=tmp_path, env=train_env(), timeout=120)
+    assert train.returncode == 0, train.stderr
+    doc = {e.key: e for e in read_yaml_doc(CONF_DIR / "train.yaml").entries}
+    assert "train.batch_size=32" in train.stdout and doc["train.batch_size"].comment in train.stdout
+    assert "train.max_steps=" in train.stdout and "model." not in train.stdout
+    group = run_cli(cli, "--help", "attention", cwd=tmp_path, env=train_env(), timeout=120)
+    assert group.returncode == 0 and group.stdout == group_page("attention") + "\n", group.stderr
+    bad = run_cli(cli, "--help", "nope", cwd=tmp_path, env=train_env(), timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "--help nope" in bad.stderr
 
 
 def test_comment_reader(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -28,6 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gptlab.cli import fail, hydra_raises
 from gptlab.cli.decode_table import progress, table
+from gptlab.cli.help import group_page, help_topic, key_rows
 from gptlab.cli.train import one_line
 from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.errors import ConfigError
@@ -226,8 +228,35 @@ def decode_app(cfg: DictConfig) -> None:
     say(f"wrote {path}")
 
 
+def help_page() -> str:
+    """`gptlab-decode --help`: usage and every key of conf/decode.yaml with its comment."""
+    return "\n".join(
+        [
+            "gptlab-decode: measured decode speed and KV-cache memory of a config or a trained run.",
+            "",
+            "usage:",
+            "  gptlab-decode [gptlab-train overrides] [KEY=VALUE ...]",
+            "  gptlab-decode run=RUN_DIR [KEY=VALUE ...]   a trained run's newest checkpoint",
+            "  gptlab-decode --help GROUP                 a config group's options (as gptlab-train --help GROUP)",
+            "",
+            "keys (conf/decode.yaml; point keys of decode.json: gptlab/infer/decode.py):",
+            *key_rows(CONF_DIR / "decode.yaml"),
+        ]
+    )
+
+
 def main() -> None:
-    """The gptlab-decode command: Hydra's own errors (unknown key or choice, bad override) are one line too."""
+    """The gptlab-decode command: --help [GROUP] is ours; Hydra's own errors (unknown key or choice, bad override) are
+    one line too."""
+    topic = help_topic(sys.argv[1:])
+    if topic is not None:
+        try:
+            print(group_page(topic, root="decode.yaml") if topic else help_page(), flush=True)
+        except ConfigError as err:
+            fail(str(err))
+        except BrokenPipeError:
+            sys.stderr.close()
+        return
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return decode_app()
     try:

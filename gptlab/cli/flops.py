@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.cli import fail
 from gptlab.cli.flops_sharding import datasheet_roofs, section, sharding_option
 from gptlab.cli.flops_table import render_table
-from gptlab.cli.help import group_page, help_topic, read_yaml_doc
+from gptlab.cli.help import group_page, help_topic, key_rows
 from gptlab.errors import ConfigError
 from gptlab.util.paths import CONF_DIR
 
@@ -174,11 +173,7 @@ def flops_app(cfg: DictConfig) -> None:
 
 def help_page() -> str:
     """`gptlab-flops --help`: usage and every key of conf/flops.yaml with its comment."""
-    rows = [
-        f"  {e.key}={e.value}\n" + textwrap.fill(e.comment, 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
-        for e in read_yaml_doc(CONF_DIR / "flops.yaml").entries
-        if e.value and not e.key.startswith("hydra")
-    ]
+    rows = key_rows(CONF_DIR / "flops.yaml")
     return "\n".join(
         [
             "gptlab-flops: params, FLOPs, bytes, arithmetic intensity, KV cache, memory and roofline of a config.",
@@ -186,6 +181,7 @@ def help_page() -> str:
             "usage:",
             "  gptlab-flops [gptlab-train overrides] [KEY=VALUE ...]",
             "  gptlab-flops --help GROUP        a config group's options (as gptlab-train --help GROUP)",
+            "  gptlab-flops --help train        the run keys (any section of conf/train.yaml)",
             "",
             "keys (conf/flops.yaml; formulas in docs/COSTS.md):",
             *rows,
@@ -202,7 +198,7 @@ def main():
     if topic is None:
         return flops_app()
     try:
-        print(group_page(topic) if topic else help_page(), flush=True)
+        print(group_page(topic, root="flops.yaml") if topic else help_page(), flush=True)
     except ConfigError as err:
         fail(err)
     except BrokenPipeError:

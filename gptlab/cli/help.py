@@ -8,6 +8,7 @@ indented lines just below it, or on comment lines just above it).
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ USAGE = [
     ("gptlab-train [GROUP=OPTION ...] [KEY=VALUE ...]", "one run"),
     ("gptlab-train -m GROUP=A,B KEY=1,2 ...", "a sweep: one run per combination"),
     ("gptlab-train --help GROUP", "every key of GROUP's options, with comments"),
+    ("gptlab-train --help train", "the run keys (any section of conf/train.yaml: train, sample)"),
     ("gptlab-train --cfg job [overrides]", "print the composed config and stop"),
     ("gptlab-train --hydra-help", "Hydra's own flags (--info, --multirun, ...)"),
     ("gptlab-train --shell-completion install=bash", 'tab completion: eval "$(...)"; also zsh, fish'),
@@ -198,11 +200,35 @@ def overview(conf_dir: Path = CONF_DIR) -> str:
     return "\n".join(lines)
 
 
-def group_page(name: str, conf_dir: Path = CONF_DIR) -> str:
-    """The page `gptlab-train --help GROUP` prints: each option's header and keys with their comments."""
+def sections(root: Path) -> list[str]:
+    """The top-level sections of a root config (train, sample, profile, ...: mappings, not groups or Hydra's)."""
+    keys = [e.key.split(".")[0] for e in read_yaml_doc(root).entries if "." in e.key]
+    return [k for k in dict.fromkeys(keys) if k not in ("hydra", "logger")]
+
+
+def section_page(name: str, root: Path) -> str:
+    """`--help train` (any top-level section of the root config): each of its keys with its default and comment."""
+    doc = read_yaml_doc(root)
+    lines = [f"{name}: keys of {root.name} (set with {name}.KEY=VALUE)"]
+    lines += [
+        _row(f"  {e.key}={e.value}", e.comment, 36) for e in doc.entries if e.key.startswith(f"{name}.") and e.value
+    ]
+    return "\n".join(lines)
+
+
+def group_page(name: str, conf_dir: Path = CONF_DIR, root: str = "train.yaml") -> str:
+    """The page `gptlab-train --help GROUP` prints: each option's header and keys with their comments; a top-level
+    section of the CLI's root config or of train.yaml under it (`--help train`) prints its keys."""
     known = groups(conf_dir)
+    roots = [conf_dir / r for r in dict.fromkeys((root, "train.yaml"))]
+    for path in roots:
+        if name not in known and name in sections(path):
+            return section_page(name, path)
     if name not in known:
-        raise ConfigError(f"--help {name}: no such config group; allowed: {', '.join(known)} (or --help alone)")
+        allowed = [*known, *(s for path in roots for s in sections(path))]
+        raise ConfigError(
+            f"--help {name}: no such config group or section; allowed: {', '.join(allowed)} (or --help alone)"
+        )
     picked, many = defaults(conf_dir / "train.yaml").get(name, ([], False))
     how = f"'{name}=[A,B]' (one or several)" if many else f"{name}=OPTION"
     lines = [
@@ -221,6 +247,15 @@ def group_page(name: str, conf_dir: Path = CONF_DIR) -> str:
         if not doc.entries:
             lines.append("    (no keys)")
     return "\n".join(lines)
+
+
+def key_rows(root: Path) -> list[str]:
+    """Each top-level key of a CLI's root config (conf/flops.yaml, conf/decode.yaml) with its value and comment."""
+    return [
+        f"  {e.key}={e.value}\n" + textwrap.fill(e.comment, 110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        for e in read_yaml_doc(root).entries
+        if e.value and not e.key.startswith("hydra")
+    ]
 
 
 def help_topic(args: list[str]) -> str | None:
