@@ -134,3 +134,14 @@ def job_sampler(local_world: int = 1) -> LoadSampler:
 def available() -> bool:
     """True where /proc gives the counters the sampler needs (Linux)."""
     return machine_ticks() is not None and os.path.exists(PROC / "self" / "stat")
+
+
+def load_at_start() -> str:
+    """The machine's run-queue load over the last minute per core, as a phrase for a run's first lines (instant:
+    /proc/loadavg; a run on a busy machine is slower, and says so before its first step)."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except OSError:
+        return "machine load unknown"
+    busy = "; other processes will slow this run" if load / cores > 0.5 else ""
+    return f"machine load {load:.2f} over the last minute on {cores} cores{busy}"

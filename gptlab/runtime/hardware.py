@@ -221,6 +221,17 @@ def native_low_precision(device: str) -> str:
     return "bf16" if device == "meta" or cpu_has_bf16() else "fp32"
 
 
+def dtype_reason(device: str, dtype: str, configured: str) -> str:
+    """Why a run computes in `dtype`: the user's hardware.dtype, or what dtype=auto found on `device`."""
+    if configured != "auto":
+        return "hardware.dtype"
+    if device.startswith("cuda"):
+        return f"auto: {'bf16 is native' if dtype == 'bf16' else 'no native bf16'} on this GPU"
+    if dtype == "bf16":
+        return "auto: this CPU multiplies bf16 natively (avx512_bf16/amx)"
+    return "auto: this CPU has no native bf16 (emulated bf16 is ~10x slower than fp32)"
+
+
 def cuda_device(device: str, distributed: bool, strategy: str = "ddp") -> str:
     """ "cuda" or "cuda:N" as an explicit "cuda:N" that exists here: LOCAL_RANK's GPU under DDP, else the current one."""
     if not torch.cuda.is_available():

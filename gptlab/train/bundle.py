@@ -29,7 +29,8 @@ from gptlab.errors import ConfigError
 from gptlab.model.checks import check_model
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.runtime import distributed
-from gptlab.runtime.hardware import Hardware, thread_choice
+from gptlab.runtime.cpu_load import load_at_start
+from gptlab.runtime.hardware import Hardware, dtype_reason, thread_choice
 
 log = logging.getLogger(
     "gptlab.train.run"
@@ -71,12 +72,14 @@ class Bundle:
     identity: dict
     lr_factors: Callable[[int, int], list[float]]
     threads_why: str = ""  # where hardware.threads came from (provenance.json: hardware.cpu_threads_source)
+    match: dict | None = None  # model.match: the re-solved size knob and its residual (gptlab/config/match.py)
+    probes: list = field(default_factory=list)  # capability probes measured at each eval (gptlab.train.probes)
 
 
 def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: dict) -> Bundle:
     """Build every part of the run `cfg` describes (validated: `hardware` is validate's), in the order their inputs
     need."""
-    hardware, rank, world, threads_why = _placed(hardware)
+    hardware, rank, world, threads_why = _placed(hardware, str(cfg.hardware.dtype))
     settings = train_settings(cfg)
     _check_batch(settings, world)
     _warn_short_run(cfg, settings)
@@ -120,6 +123,8 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
         identity=identity,
         lr_factors=lr_factors,
         threads_why=threads_why,
+        match=build.matched(cfg, data.vocab_size)[1],
+        probes=build.build_probes(cfg, data, model),  # their fixed sets from data_seed, after the model (learned?)
     )
 
 
@@ -145,7 +150,7 @@ def _model(cfg: DictConfig, hardware: Hardware, data, seed: int, choices: dict):
     return model
 
 
-def _placed(hardware: Hardware) -> tuple[Hardware, int, int, str]:
+def _placed(hardware: Hardware, configured_dtype: str) -> tuple[Hardware, int, int, str]:
     """(the profile with this rank's device and thread count, rank, world size, where the thread count came from);
     joins the process group if any."""
     rank, world, device = 0, 1, hardware.device
@@ -153,7 +158,15 @@ def _placed(hardware: Hardware) -> tuple[Hardware, int, int, str]:
         rank, world, device = distributed.setup(hardware.device)
     threads, why = thread_choice(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     threads, why = (hardware.threads, "hardware.threads") if hardware.threads else (threads, why)
-    log.info("device %s, dtype %s, %d torch threads (%s)", device, hardware.dtype, threads, why)
+    log.info(
+        "device %s, dtype %s (%s), %d torch threads (%s), %s",
+        device,
+        hardware.dtype,
+        dtype_reason(device, hardware.dtype, configured_dtype),
+        threads,
+        why,
+        load_at_start(),
+    )
     hardware = dataclasses.replace(hardware, device=device, threads=threads)
     hardware.apply()
     return hardware, rank, world, why
