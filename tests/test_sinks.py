@@ -265,6 +265,19 @@ def test_progress_close_prints_last_row_and_failure_status():
     ]
 
 
+def test_progress_stop_line_reports_the_steps_the_run_completed_not_the_last_logged():
+    """A run preempted at step 48 with log_interval 10 last logged step 40; its stop line says 48 (where its
+    checkpoint is), while the last progress row keeps step 40's figures under step 40."""
+    out = io.StringIO()
+    bar = ProgressSink(total_steps=500, stream=out, interval_s=0.0, clock=lambda: 0.0)
+    bar.log({"train/loss": 2.0}, 40)
+    bar.summary({"steps": 48, "status": "preempted"})
+    bar.close("preempted")
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "stopped at step 48/500: preempted"
+    assert all(line.startswith("step 40/500") for line in lines[:-1])
+
+
 def test_progress_tty_mode_uses_a_bar_and_keeps_eval_lines():
     out = io.StringIO()
     bar = ProgressSink(total_steps=4, stream=out, tty=True)

@@ -66,6 +66,7 @@ class ProgressSink:
         self._first: tuple[int, float] | None = None  # (step, time) of the first row, for the ETA
         self._last_print: float | None = None
         self._printed_step: int | None = None
+        self._completed: int | None = None  # the steps the run completed, from its summary
         self._bar: Any = None  # rich Progress, created on the first row in tty mode
         self._task = None
         self._closed = False
@@ -164,7 +165,10 @@ class ProgressSink:
         return "-" if value is None else f"{value:,.0f}"
 
     def summary(self, values: dict) -> None:
-        """The end-of-run table is the entry point's job; nothing to show here."""
+        """The end-of-run table is the entry point's job; the steps the run completed are what close() reports (the
+        last logged step can be up to train.log_interval - 1 steps behind a preempted run's checkpoint)."""
+        if isinstance(values.get("steps"), int):
+            self._completed = values["steps"]
 
     def close(self, status: str = "finished") -> None:
         """Stop the bar (or print the last line if it was not printed) and report the final status."""
@@ -177,5 +181,6 @@ class ProgressSink:
         if self._first is not None and self._printed_step != self._step:
             self._print(self._clock())
         if status != "finished" and self._first is not None:
-            print(f"stopped at step {self._step}/{self.total_steps}: {status}", file=self.stream, flush=True)
-            console_log.info("stopped at step %d/%d: %s", self._step, self.total_steps, status)
+            step = self._step if self._completed is None else self._completed
+            print(f"stopped at step {step}/{self.total_steps}: {status}", file=self.stream, flush=True)
+            console_log.info("stopped at step %d/%d: %s", step, self.total_steps, status)
