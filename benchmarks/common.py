@@ -231,6 +231,7 @@ def machine() -> dict:
 
     import torch
 
+    from gptlab.runtime.hardware import cpu_has_bf16
     from gptlab.runtime.peak import machine_name
 
     mem = (
@@ -258,6 +259,7 @@ def machine() -> dict:
     )
     return {
         "cpu": machine_name("cpu"),
+        "bf16": "native (avx512_bf16/amx)" if cpu_has_bf16() else "emulated (no avx512_bf16/amx)",
         "cores": os.cpu_count(),
         "cores_usable": len(os.sched_getaffinity(0)),
         "torch_threads": torch.get_num_threads(),

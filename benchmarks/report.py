@@ -209,6 +209,7 @@ def header(meta: dict) -> str:
             "| machine | |",
             "|---|---|",
             f"| CPU | {m['cpu']} ({m['cores']} cores, {m['cores_usable']} usable, {m['torch_threads']} torch threads) |",
+            *([f"| bf16 | {m['bf16']} |"] if m.get("bf16") else []),
             f"| RAM | {ram} |",
             f"| torch | {m['torch']} (Python {m['python']}) |",
             f"| platform | {m['platform']} |",
