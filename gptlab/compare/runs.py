@@ -174,6 +174,7 @@ NUMERIC = (
     "params",
     "flops_per_token",
     "wall_s",
+    "flops",
     "outside_load",
     "val/loss",
     "train/loss",

@@ -12,8 +12,9 @@ from hydra import initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.config import resolvers  # noqa: F401  (registers the resolvers conf/train.yaml uses)
+from gptlab.config import match, resolvers  # noqa: F401  (resolvers: registers those conf/train.yaml uses)
 from gptlab.config.schema import check_known_keys
+from gptlab.costs.report import train_flops_per_token
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
@@ -80,6 +81,8 @@ def model_config(cfg: DictConfig, vocab_size: int | None) -> GPTConfig:
     """GPTConfig from cfg.model, with vocab_size from the tokenizer when the config leaves it null."""
     fields = cast(dict, OmegaConf.to_container(cfg.model, resolve=True))
     check_known_keys("model", fields)
+    for key in match.KEYS:  # matching is resolved before the model is built (matched); the GPT never sees it
+        fields.pop(key, None)
     fields["vocab_size"] = fields.get("vocab_size") or vocab_size or 50257
     return GPTConfig(**fields)
 
@@ -93,6 +96,7 @@ def build_model(
     """
     import torch
 
+    cfg, _ = matched(cfg, vocab_size)
     mcfg = model_config(cfg, vocab_size)
     norm_factory = _factory(cfg, "norm", drop=("placement",))
     placement = cfg.norm.get("placement", "pre")
@@ -109,6 +113,34 @@ def build_model(
             norm_placement=placement,
             activation_checkpointing=activation_checkpointing,
         )
+
+
+def matched(cfg: DictConfig, vocab_size: int | None = None) -> tuple[DictConfig, dict | None]:
+    """model.match (gptlab/config/match.py): the config the model is built from, with its size knob re-solved to
+    the baseline's params or FLOPs/token, and the record of it (None, and `cfg` itself, without model.match)."""
+    from gptlab.model.fingerprint import model_fingerprint
+
+    def measure(sizing: DictConfig) -> match.Costs:
+        model = build_cost_model(sizing, vocab_size)
+        flops = train_flops_per_token(model, int(sizing.model.block_size))
+        hidden = model.blocks[0].mlp.hidden if len(model.blocks) else None
+        return match.Costs(model.num_params(non_embedding=True), flops, model_fingerprint(model), hidden)
+
+    return match.resolve(cfg, measure, lambda overrides: _defaults(tuple(overrides)), key=vocab_size)
+
+
+@functools.cache
+def _defaults(overrides: tuple[str, ...]) -> DictConfig:
+    """conf/train.yaml composed with `overrides` alone (inside a running Hydra app too): the matching baseline."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return hydra_compose(config_name="train", overrides=list(overrides))
+        return compose(list(overrides))
+    except Exception as err:  # noqa: BLE001 - Hydra's own errors (unknown choice, bad override) as one line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"model.match_to={list(overrides)}: {first}") from None
 
 
 def plain_config(cfg: DictConfig) -> dict:
@@ -161,6 +193,7 @@ def build_cost_model(cfg: DictConfig, vocab_size: int | None = None) -> GPT:
 
     from gptlab.model.base import layer_kinds
 
+    cfg, _ = matched(cfg, vocab_size)
     mcfg = model_config(cfg, vocab_size)
     norm = _factory(cfg, "norm", drop=("placement",))
     attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))

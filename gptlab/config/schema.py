@@ -26,6 +26,7 @@ from typing import Annotated, get_args, get_origin, get_type_hints
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
+from gptlab.config.match import MatchSettings
 from gptlab.config.settings import SEED_RANGE, TrainSettings, config_key, is_required
 from gptlab.data.tokenizers import tokenizer_names
 from gptlab.errors import ConfigError
@@ -118,6 +119,7 @@ SCHEMA: dict[str, Check] = {
     "arm": Text(null=True, numbers=True),
     **field_checks(TrainSettings, "train"),
     **field_checks(GPTConfig, "model"),
+    **field_checks(MatchSettings, "model"),  # model.match, match_knob, match_to (gptlab/config/match.py)
     # components
     "attention.n_kv_head": Number(">= 1", int, null=True),
     "attention.impl": OneOf(IMPLS),

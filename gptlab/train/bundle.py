@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig
 
 from gptlab.config import build
+from gptlab.config.match import describe as describe_match
 from gptlab.config.noop import noop_choices
 from gptlab.config.settings import TrainSettings, train_settings
 from gptlab.costs.memory import check_fits
@@ -85,6 +86,9 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
     _warn_short_run(cfg, settings)
     data = build.build_data(cfg, int(cfg.model.block_size))
     _check_memory(cfg, hardware, settings, data, world, choices)
+    matched = build.matched(cfg, data.vocab_size)[1]
+    if matched:  # model.match: say what was re-solved before training it
+        log.info("model.match: %s", describe_match(matched))
     model = _model(cfg, hardware, data, settings.seed, choices)
     identity = {
         "config": build.plain_config(cfg),
@@ -123,7 +127,7 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
         identity=identity,
         lr_factors=lr_factors,
         threads_why=threads_why,
-        match=build.matched(cfg, data.vocab_size)[1],
+        match=matched,
         probes=build.build_probes(cfg, data, model),  # their fixed sets from data_seed, after the model (learned?)
     )
 

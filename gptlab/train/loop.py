@@ -238,6 +238,7 @@ class _Loop:
                 **({"val/acc": ev["val/acc"]} if self.bundle.data.reports_accuracy else {}),
                 "tokens": p.tokens,
                 "wall_s": self.wall(),
+                "flops": p.tokens * self.bundle.ctx.flops_per_token,  # cumulative training FLOPs (the MFU model's)
             }  # every row has all x-axes
             _emit(self.sinks, ctx, row, p.step)
         stopping = _agree(self.stop.signum is not None, ctx, self.device)

@@ -162,6 +162,7 @@ def _open_run_files(
     """Rank 0: provenance.json (and git.diff), then the sinks (metrics.jsonl, progress, loggers)."""
     record = provenance.collect(overrides, run.hardware) | {"config": run.identity["config"]}  # the run's own config
     record["hardware"]["cpu_threads_source"] = run.threads_why
+    record["match"] = run.match  # model.match: the knob as re-solved, the residual vs the baseline
     _write_provenance(run.ctx.run_dir, record, start, progress)
     model = run.model
     extras = {
@@ -202,6 +203,7 @@ def _train_and_summarise(
             "model_fingerprint": run.identity["model"],
             "data_fingerprint": data.fingerprint,
             "init_from": progress.init_from,
+            "match": run.match,
         }
         summary["wandb"] = _wandb_info(sinks)
         status = summary["status"]
