@@ -168,6 +168,36 @@ def test_csv_header_grows_and_rows_append(tmp_path):
     assert list(tmp_path.glob(".*.tmp")) == []
 
 
+def test_csv_one_row_per_step_train_and_eval_merged(tmp_path):
+    """The loop logs a step's train metrics, then its eval metrics: one CSV row holds both (no half-empty twins)."""
+    sink = CsvSink(tmp_path)
+    sink.log({"train/loss": 3.0, "lr": 0.1}, 10)
+    sink.log({"val/loss": 2.5}, 10)  # same step, new column: the row is completed, not duplicated
+    sink.log({"train/loss": 2.0, "lr": 0.1}, 11)
+    sink.log({"train/loss": 1.5, "lr": 0.1}, 12)
+    sink.log({"val/loss": 1.25}, 12)  # same step, known column
+    sink.close()
+    assert (tmp_path / "metrics.csv").read_text() == (
+        "step,train/loss,lr,val/loss\n10,3.0,0.1,2.5\n11,2.0,0.1,\n12,1.5,0.1,1.25\n"
+    )
+    again = CsvSink(tmp_path, resumed=True)  # a resumed sink completes the last row it read back too
+    again.log({"diag/x": 7}, 12)
+    again.close()
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[-1] == "12,1.5,0.1,1.25,7"
+
+
+def test_csv_of_a_real_run_has_one_row_per_logged_step(tmp_path):
+    from helpers.train import rows, run_inprocess
+
+    run_inprocess(tmp_path, "logger=csv", steps=6, eval_interval=3)
+    table = (tmp_path / "metrics.csv").read_text().splitlines()
+    header, steps = table[0].split(","), [line.split(",")[0] for line in table[1:]]
+    assert steps == sorted(set(steps), key=int)  # each step once
+    assert steps == [str(s) for s in sorted({r["step"] for r in rows(tmp_path)})]
+    at3 = dict(zip(header, table[1 + steps.index("3")].split(",")))
+    assert at3["train/loss"] and at3["val/loss"]  # step 3 trained and evaluated: both in one row
+
+
 def test_csv_resume_truncates_and_continues(tmp_path):
     first = CsvSink(tmp_path, filename="m.csv")
     for step in range(11):

@@ -56,7 +56,8 @@ def read_table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 class CsvSink:
-    """Writes run_dir/<filename>: a header, then one row per log(metrics, step) call.
+    """Writes run_dir/<filename>: a header, then one row per step (a second log() at the same step, e.g. the eval
+    after the train metrics, fills that step's row in: the file is rewritten atomically, once per eval).
 
     The header is `step` then the metric keys in the order they first appeared. A row with a new key
     rewrites the file atomically with the widened header (earlier rows get empty cells); otherwise
@@ -76,12 +77,14 @@ class CsvSink:
         self.columns: list[str] = ["step"]
         self._file: IO[str] | None = None
         self._closed = False
+        self._last: dict[str, str] | None = None  # the newest row written, which a log() at its step completes
         for stale in self.run_dir.glob(f".{filename}.*.tmp"):  # left by a process killed mid-rewrite
             stale.unlink(missing_ok=True)
         rows: list[dict[str, str]] = []
         if resumed:
             header, rows = read_table(self.path)
             self.columns = ["step"] + [c for c in header if c != "step"]
+            self._last = rows[-1] if rows else None
         self._rewrite(rows)  # fresh: header only; resumed: drops a torn last line
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
@@ -98,6 +101,7 @@ class CsvSink:
         kept = [row for row in rows if int(row["step"]) <= step]
         used = {key for row in kept for key in row}
         self.columns = ["step"] + [c for c in self.columns if c != "step" and c in used]
+        self._last = kept[-1] if kept else None
         self._rewrite(kept)
         return len(kept)
 
@@ -106,11 +110,15 @@ class CsvSink:
         if self._file is None:
             raise RuntimeError(f"CsvSink for {self.path} is closed")
         row = {"step": str(int(step)), **{k: cell(v) for k, v in metrics.items() if k != "step"}}
+        same_step = self._last is not None and self._last["step"] == row["step"]
+        if same_step:
+            row = {**self._last, **row}  # type: ignore[dict-item]
         new = [key for key in row if key not in self.columns]
-        if new:
-            self.columns += new
+        self.columns += new
+        self._last = row
+        if new or same_step:
             _, rows = read_table(self.path)
-            self._rewrite(rows + [row])
+            self._rewrite((rows[:-1] if same_step else rows) + [row])
             return
         self._append(_lines(self.columns, [row], header=False))
 
