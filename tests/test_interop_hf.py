@@ -186,3 +186,142 @@ def test_import_refuses_weights_the_run_cannot_hold():
     tied = build_model(compose([*GPT2, *SMALL]), vocab_size=97)
     with pytest.raises(ConfigError, match=r"lm_head differs from its embedding.*model.tie_embeddings=false"):
         hf.from_hf_state(untied.state_dict(), tied, "k")
+
+
+# ---- the tokenizer, the export CLI and train.init_from=hf: (real save_pretrained folders, offline) ----
+
+GPT2_RUN = ["attention=mha", "mlp=gelu", "norm=layernorm", "position=learned", "model.bias=true"]
+
+
+def _train(run, *overrides: str, steps: int = 2) -> dict:
+    """A run trained in-process, with the .hydra/config.yaml gptlab-train's Hydra would have saved beside it."""
+    from omegaconf import OmegaConf
+
+    from gptlab.config.build import plain_config
+    from helpers.train import FAST, run_inprocess
+
+    summary = run_inprocess(run, *overrides, steps=steps, eval_interval=1)
+    cfg = compose([*FAST, f"train.max_steps={steps}", "train.eval_interval=1", *overrides])
+    (run / ".hydra").mkdir(exist_ok=True)
+    OmegaConf.save(OmegaConf.create(plain_config(cfg)), run / ".hydra" / "config.yaml")
+    return summary
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bpe", "byte", "char"])
+def test_every_tokenizer_has_an_exact_hf_form(name, tmp_path):
+    """The HF tokenizer written beside an export encodes and decodes as the run's (the PROBE check), read back."""
+    from transformers import AutoTokenizer
+
+    from gptlab.data.tokenizers import make_tokenizer
+    from gptlab.interop.tokenizer import PROBE, check_same, to_hf_tokenizer
+
+    tok = make_tokenizer(name, "Hello, world. The end of a short fitting text.\n" * 20, tmp_path, bpe_vocab_size=300)
+    to_hf_tokenizer(tok).save_pretrained(tmp_path / "tok")
+    back = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    check_same(back, tok, name)
+    assert back(PROBE, add_special_tokens=False)["input_ids"] == tok.encode(PROBE)
+    assert len(back) == tok.vocab_size
+
+
+def _hf_folder(path, **config):
+    """A random tiny GPT-2 saved with save_pretrained, with a byte tokenizer (vocabulary 256) beside it."""
+    from gptlab.data.tokenizers import ByteTokenizer
+    from gptlab.interop.tokenizer import to_hf_tokenizer
+
+    torch.manual_seed(3)
+    sizes = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=128) | config
+    model = GPT2LMHeadModel(GPT2Config(**sizes)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".ln_" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(path)
+    to_hf_tokenizer(ByteTokenizer()).save_pretrained(path)
+    return model
+
+
+@pytest.mark.slow  # trains, then exports through the CLI: ~30 s on 2 busy cores
+def test_init_from_hf_then_export_hf_round_trips(tmp_path):
+    """HF folder -> train.init_from=hf:DIR (lr 1e-30: the weights stay) -> gptlab-export --format hf -> from_pretrained:
+    the same logits as the HF model we started from; the run records where it started."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gptlab.interop.tokenizer import PROBE
+    from helpers.cli import run_cli
+
+    source = _hf_folder(tmp_path / "hf-in")
+    run = tmp_path / "run"
+    summary = _train(
+        run,
+        *GPT2_RUN,
+        "data.tokenizer=byte",
+        f"train.init_from=hf:{tmp_path / 'hf-in'}",
+        "optimizer=sgd",
+        "optimizer.lr=1e-30",  # the weights stay what HF's were (a step of 1e-30 is below fp32's resolution)
+        steps=2,
+    )
+    assert summary["init_from"]["checkpoint"] == f"hf:{tmp_path / 'hf-in'}"
+    assert summary["init_from"]["step"] == 0 and summary["init_from"]["optimizer_state"] is False
+    assert any("first 64 position rows kept" in d for d in summary["init_from"]["differences"])
+    out = tmp_path / "hf-out"
+    done = run_cli("gptlab.cli.export", str(run), "--format", "hf", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "gptlab_export.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    back = AutoModelForCausalLM.from_pretrained(out).eval()
+    idx = _tokens(256, T=64)
+    with torch.no_grad():
+        torch.testing.assert_close(back(idx).logits, source(idx).logits, atol=TOL, rtol=0)
+    assert AutoTokenizer.from_pretrained(out)(PROBE, add_special_tokens=False)["input_ids"] == list(PROBE.encode())
+    again = run_cli("gptlab.cli.export", str(run), "--format", "hf", "--out", str(out))  # its own earlier export
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.slow  # trains, then exports through the CLI: ~30 s on 2 busy cores
+def test_init_from_hf_refusals_are_one_line_and_write_nothing(tmp_path):
+    from helpers.train import run_inprocess
+
+    _hf_folder(tmp_path / "deep", n_layer=3)
+    cases = {
+        f"hf:{tmp_path / 'deep'}": "n_layer=3 there, model.n_layer=2 here",
+        "hf:no-such-org/no-such-model": "cannot load 'no-such-org/no-such-model'",
+        f"hf:{tmp_path / 'missing'}": "is not a folder",
+    }
+    for value, named in cases.items():
+        run = tmp_path / f"run{len(named)}"
+        with pytest.raises(ConfigError) as err:
+            run_inprocess(run, *GPT2_RUN, "data.tokenizer=byte", f"train.init_from={value}", steps=1)
+        assert named in str(err.value) and "\n" not in str(err.value)
+        assert not (run / "metrics.jsonl").exists() and not (run / "provenance.json").exists()
+
+
+def test_export_hf_refuses_what_gpt2_cannot_express(tmp_path):
+    from helpers.cli import run_cli
+
+    _train(tmp_path / "rope", steps=1)  # the default model: rmsnorm, rope
+    done = run_cli("gptlab.cli.export", str(tmp_path / "rope"), "--format", "hf", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+    assert "position=rope: Hugging Face's GPT-2 cannot express it" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_extra_is_one_line(monkeypatch):
+    from gptlab.util import extras
+
+    monkeypatch.setattr(extras, "missing", lambda module: module == "transformers")
+    model = build_model(compose([*GPT2, *SMALL]), vocab_size=97)
+    with pytest.raises(ConfigError, match=r"needs the 'transformers' package.*pip install 'gptlab\[hf\]'"):
+        hf.to_hf(model)
+
+
+def test_training_never_imports_transformers():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gptlab.train.run, gptlab.cli.train, gptlab.interop.hf, gptlab.interop.export, gptlab.cli.export;"
+        "assert 'transformers' not in sys.modules and 'lm_eval' not in sys.modules"
+    )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

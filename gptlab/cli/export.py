@@ -3,9 +3,14 @@
 For hardware=fsdp runs, whose checkpoints are sharded DCP dirs: the newest checkpoint (or PATH) is read into one
 process (DCP gathers every rank's shards, whatever the world size) and written as a single-file checkpoint,
 `DIR/checkpoints/step_N.pt` (model and optimizer tensors whole, the same step, progress, RNGs and identity), with
-the run's `.hydra/config.yaml` beside it. DIR (default RUN_DIR/export) is then a run dir that `gptlab-sample DIR`
+the run's `.hydra/config.yaml` and `tokenizer.json` beside it. DIR (default RUN_DIR/export) is then a run dir that `gptlab-sample DIR`
 reads, and `train.init_from=DIR/checkpoints/step_N.pt` starts a single-device run from it. A single-file checkpoint
 is exported the same way (a copy).
+
+`--format hf` writes the newest checkpoint as a Hugging Face GPT-2 folder instead (default DIR: RUN_DIR/hf):
+safetensors weights, config.json, the run's tokenizer as tokenizer.json, and gptlab_export.json; the folder is read
+back with AutoModelForCausalLM and its logits checked. An architecture GPT-2 cannot express is refused in one line
+(gptlab/interop/hf.py lists what maps and what does not). Needs gptlab[hf].
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from gptlab.cli import fail
 from gptlab.config import build
 from gptlab.errors import ConfigError
 from gptlab.state import checkpoint, resume
-from gptlab.state.rundir import check_output, run_config
+from gptlab.state.rundir import TOKENIZER_FILE, check_output, run_config, trained_text
+from gptlab.util.extras import require
 
 
 def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
@@ -31,8 +37,8 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     state = checkpoint.load(source) if source is not None else checkpoint.load_latest(run_dir)
     if state is None:
         raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
-    data = build.build_data(cfg, int(cfg.model.block_size))
-    model = build.build_model(cfg, vocab_size=data.vocab_size, device="cpu")
+    text = trained_text(run_dir, cfg, state)  # the tokenizer the run saved (an older run: its data, unchanged)
+    model = build.build_model(cfg, vocab_size=text.vocab_size, device="cpu")
     optimizer = build.build_optimizer(cfg, model)
     try:
         resume.load_weights(model, optimizer, state)
@@ -44,6 +50,8 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     }
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(run_dir / ".hydra" / "config.yaml", out / ".hydra" / "config.yaml")
+    if (run_dir / TOKENIZER_FILE).is_file():  # the export samples with the run's own tokenizer
+        shutil.copyfile(run_dir / TOKENIZER_FILE, out / TOKENIZER_FILE)
     return checkpoint.save(out, int(state["step"]), whole)
 
 
@@ -55,12 +63,27 @@ def _check_out(out: Path, run_dir: Path) -> None:
         return
     names = {p.name for p in out.iterdir()}
     saved = out / ".hydra" / "config.yaml"
-    same = names <= {".hydra", "checkpoints"} and saved.is_file()
+    same = names <= {".hydra", "checkpoints", TOKENIZER_FILE} and saved.is_file()
     if not (same and saved.read_bytes() == (run_dir / ".hydra" / "config.yaml").read_bytes()):
         raise ConfigError(
             f"--out={out}: holds other files ({', '.join(sorted(names)[:3])}); allowed: a new or empty dir, or an "
             f"earlier export of {run_dir}"
         )
+
+
+def _export_hf(args) -> int:
+    """--format hf: the run's newest checkpoint as a folder AutoModelForCausalLM.from_pretrained loads."""
+    if args.checkpoint is not None:
+        raise ConfigError("--checkpoint: --format hf exports the run's newest checkpoint; drop --checkpoint")
+    require("transformers", "hf", "gptlab-export --format hf")
+    from gptlab.interop.export import export_hf
+
+    out = args.out or args.run_dir / "hf"
+    record = export_hf(args.run_dir, out)
+    for note in record["notes"]:
+        print(f"note: {note}")
+    print(f"{out} (step {record['step']}, max |logit difference| read back {record['max_abs_logit_diff']:.2g})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,8 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="output run dir (default: RUN_DIR/export)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="a checkpoint of RUN_DIR (default: the newest)")
+    parser.add_argument(
+        "--format",
+        choices=("checkpoint", "hf"),
+        default="checkpoint",
+        help="checkpoint: a single-file gptlab checkpoint (default); hf: a Hugging Face GPT-2 folder (gptlab[hf])",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.format == "hf":
+            return _export_hf(args)
         path = export(args.run_dir, args.out or args.run_dir / "export", args.checkpoint)
     except ConfigError as err:
         fail(err)

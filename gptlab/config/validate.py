@@ -11,10 +11,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.noop import check_inert
 from gptlab.config.schema import check_schema
 from gptlab.errors import ConfigError
 from gptlab.runtime.hardware import Hardware
+from gptlab.state.resume import HF_PREFIX
 from gptlab.state.rundir import check_inside
+from gptlab.util.extras import require
 
 
 def _batch(cfg: DictConfig) -> None:
@@ -33,8 +36,12 @@ def _checkpoints(cfg: DictConfig) -> None:
     if resume not in ("auto", "never") and not _is_checkpoint(Path(resume)):
         raise ConfigError(f"train.resume='{resume}': not auto, never, or an existing checkpoint file or .dcp dir")
     init_from = cfg.train.get("init_from")
-    if init_from is not None and not _is_checkpoint(Path(str(init_from))):
-        raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file or .dcp dir (or null)")
+    if init_from is not None and str(init_from).startswith(HF_PREFIX):
+        if not str(init_from)[len(HF_PREFIX) :]:
+            raise ConfigError(f"train.init_from='{init_from}': name a Hugging Face model after hf: (hf:gpt2, hf:DIR)")
+        require("transformers", "hf", f"train.init_from={init_from}")
+    elif init_from is not None and not _is_checkpoint(Path(str(init_from))):
+        raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file or .dcp dir, hf:<Hugging Face model> (or null)")
 
 
 def _attention_name(cfg: DictConfig) -> None:
@@ -53,6 +60,17 @@ def _attention_name(cfg: DictConfig) -> None:
             f"{' or '.join('null' if m is None else str(m) for m in meant)}); for {n_kv} KV heads use attention=gqa "
             f"attention.n_kv_head={n_kv}"
         )
+
+
+def _inert(cfg: DictConfig) -> None:
+    """A key given on the command line that cannot act under the chosen options (gptlab/config/noop.py INERT)."""
+    from gptlab.config.build import group_choices
+
+    try:
+        choices = group_choices(cfg)
+    except ValueError:  # composed without Hydra's runtime config (a hand-made cfg): name the groups bare
+        choices = None
+    check_inert(cfg, choices)
 
 
 def _logger_paths(cfg: DictConfig) -> None:
@@ -111,6 +129,7 @@ def validate(cfg: DictConfig) -> Hardware:
     check_schema(cfg)
     for rule in CROSS_RULES:
         rule(cfg)
+    _inert(cfg)
     mode = OmegaConf.select(cfg, "logger.wandb.mode")
     if mode is not None:  # W&B: a missing API key must fail now, not after the run dir is written
         from gptlab.sinks.wandb import resolve_mode

@@ -20,11 +20,13 @@ HF position table (the same model on shorter sequences).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 
 from gptlab.errors import ConfigError
+from gptlab.interop.tokenizer import check_same
 from gptlab.model.attention.gqa import GroupedQueryAttention
 from gptlab.model.gpt import GPT
 from gptlab.model.mlp.gelu import GeluMLP
@@ -33,9 +35,11 @@ from gptlab.model.norm.layernorm import LayerNorm
 from gptlab.model.position.learned import LearnedPosition
 from gptlab.model.position.none import NoPosition
 from gptlab.model.position.sinusoidal import SinusoidalPosition
+from gptlab.state.resume import HF_PREFIX
 from gptlab.util.extras import require
 
-HF_PREFIX = "hf:"  # train.init_from=hf:<hub name or local folder>
+log = logging.getLogger(__name__)
+
 # gptlab's MLP -> HF GPT-2's activation_function (gelu: F.gelu(approximate="tanh"), the same kernel)
 ACTIVATION = {GeluMLP: "gelu_pytorch_tanh", Relu2MLP: "relu2"}
 # HF activation names that compute gptlab's MLP (GPT-2's own "gelu_new" is the same tanh formula, written out)
@@ -316,16 +320,50 @@ def load_pretrained(source: str, key: str):
         ) from None
 
 
-def init_state(source: str, model: GPT, key: str = "train.init_from") -> tuple[dict, list[str]]:
-    """(`model`'s state dict from HF GPT-2 `source`, notes for the run's init_from record)."""
-    hf = load_pretrained(source, f"{key}={HF_PREFIX}{source}")
+def _check_tokenizer(source: str, tokenizer, where: str) -> list[str]:
+    """The HF model's tokenizer (when its folder has one) must encode as the run's; a note when there is none."""
+    from transformers import AutoTokenizer
+
+    try:
+        theirs = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, TypeError):
+        note = f"no tokenizer files with the HF model: its token ids were not checked against {tokenizer.identity()}"
+        log.warning("%s: %s", where, note)
+        return [note]
+    check_same(theirs, tokenizer, where)
+    return []
+
+
+def init_state(source: str, model: GPT, tokenizer, key: str = "train.init_from") -> tuple[dict, list[str]]:
+    """(`model`'s state dict from HF GPT-2 `source`, notes for the run's init_from record); the HF config must
+    describe `model` and its tokenizer (if it has one) encode as `tokenizer`."""
     where = f"{key}={HF_PREFIX}{source}"
-    check_config(hf.config, model, where)
-    state = from_hf_state(hf.state_dict(), model, where)
-    notes = []
-    if hf.config.n_positions > model.cfg.block_size:
+    theirs = load_pretrained(source, where)
+    check_config(theirs.config, model, where)
+    notes = _check_tokenizer(source, tokenizer, where)
+    state = from_hf_state(theirs.state_dict(), model, where)
+    if theirs.config.n_positions > model.cfg.block_size:
         notes.append(
-            f"n_positions={hf.config.n_positions} there, model.block_size={model.cfg.block_size} here "
+            f"n_positions={theirs.config.n_positions} there, model.block_size={model.cfg.block_size} here "
             f"(the first {model.cfg.block_size} position rows kept)"
         )
     return state, notes
+
+
+def export_notes(model: GPT) -> list[str]:
+    """What the HF GPT-2 form of `model` writes differently from gptlab's (same logits, other parameters)."""
+    notes = []
+    if isinstance(model.position, SinusoidalPosition):
+        notes.append(
+            "position=sinusoidal: written as GPT-2's position table (the fixed encodings of positions "
+            f"0..{model.cfg.block_size - 1}; HF cannot run past n_positions, and would train the table)"
+        )
+    elif isinstance(model.position, NoPosition):
+        notes.append(f"position=none: written as an all-zero position table (n_positions={model.cfg.block_size})")
+    if not model.cfg.bias:
+        notes.append("model.bias=false: HF GPT-2's linear biases written as zeros")
+    if any(getattr(n, "bias", None) is None for n in _norms(model)):
+        notes.append("norm.bias=false: HF GPT-2's LayerNorm biases written as zeros")
+    if model.cfg.padded_vocab != model.cfg.vocab_size:
+        notes.append(f"model.vocab_multiple: the {model.cfg.padded_vocab - model.cfg.vocab_size} padded rows dropped")
+    return notes

@@ -55,6 +55,7 @@ ALLOWED = (
     "hardware.tasks_per_node",
     "hardware.gpus_per_node",
 )
+HF_PREFIX = "hf:"  # train.init_from=hf:<hub name or local folder>: Hugging Face GPT-2 weights (gptlab/interop/hf.py)
 EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
 
 
@@ -66,6 +67,7 @@ class Progress:
     tokens: int = 0
     best_val_loss: float = math.inf
     last_val_loss: float | None = None
+    last_val_step: int | None = None  # the step last_val_loss was measured at
     nan_seen: int = 0
     wall_s: float = 0.0
     peak_mem_bytes: int = 0
@@ -76,6 +78,8 @@ class Progress:
     outside_ticks: int = 0  # CPU ticks other processes used while this run trained (after speed_warmup)...
     total_ticks: int = 0  # ...out of all cores' ticks: outside_load = outside_ticks / total_ticks
     init_from: dict | None = None  # train.init_from's record (checkpoint, step, differences): kept across resumes
+    last_probes: dict = field(default_factory=dict)  # the last eval's probe/* values (summary.json carries them)
+    probe_s: float = 0.0  # seconds spent measuring probes (outside step time, like eval)
 
 
 @dataclass
@@ -159,8 +163,17 @@ def check(state: dict, current: dict, source: str, lr_factors: Callable) -> None
         _check_max_steps(int(cast(int, saved_max)), int(max_steps), int(state["step"]), lr_factors, source)
 
 
-def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_factors: Callable) -> Start:
-    """What this run starts from, checked before any run file is written (a refusal leaves the dir untouched)."""
+def find(
+    resume: str,
+    init_from: str | None,
+    run_dir: Path,
+    current: dict,
+    lr_factors: Callable,
+    hf_init: Callable[[str], tuple[dict, list[str]]] | None = None,
+) -> Start:
+    """What this run starts from, checked before any run file is written (a refusal leaves the dir untouched).
+
+    `hf_init(source)` -> (model state dict, notes) loads train.init_from=hf:<source> (gptlab/interop/hf.py)."""
     if resume == "never":
         newest = checkpoint.latest_path(run_dir)
         if newest is not None:
@@ -177,6 +190,9 @@ def find(resume: str, init_from: str | None, run_dir: Path, current: dict, lr_fa
     if state is not None:
         check(state, current, source, lr_factors)
         return Start("resume", state, source)
+    if init_from and init_from.startswith(HF_PREFIX) and hf_init is not None:
+        weights, notes = hf_init(init_from[len(HF_PREFIX) :])  # Hugging Face weights: a new run at step 0
+        return Start("init", {"model": weights, "step": 0}, f"'{init_from}'", notes, optimizer_state=False)
     if init_from:
         state = checkpoint.load(Path(init_from))
         saved = state.get("identity") or {}
@@ -274,6 +290,16 @@ def init_record(start: Start) -> dict:
     }
 
 
+def _evaluated_at(state: dict) -> int | None:
+    """For a checkpoint written before Progress kept last_val_step: its step if the run evaluated there (a multiple
+    of train.eval_interval, or its last step), else None."""
+    saved = flatten((state.get("identity") or {}).get("config"))
+    step, every = int(state["step"]), saved.get("train.eval_interval")
+    if isinstance(every, int) and every > 0 and (step % every == 0 or step == saved.get("train.max_steps")):
+        return step
+    return None
+
+
 def restore(model, optimizer, scaler, start: Start) -> Progress:
     """Load `start` into model/optimizer/scaler/RNGs; returns the progress to continue (a fresh one for init)."""
     if start.kind == "fresh":
@@ -288,7 +314,7 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
         if "rng" in state:
             set_rng_state(state["rng"])
         if start.kind == "resume":
-            progress = Progress(**state["progress"])
+            progress = Progress(**({"last_val_step": _evaluated_at(state)} | state["progress"]))
         else:  # a new run: its own figures, counting on from the checkpoint's step and tokens
             tokens = int(state.get("progress", state).get("tokens", 0))
             progress = Progress(step=int(state["step"]), tokens=tokens, init_from=init_record(start))

@@ -23,6 +23,7 @@ from gptlab.sinks.jsonl import JsonlSink
 from gptlab.sinks.progress import ProgressSink
 from gptlab.sinks.safe import SafeSink
 from gptlab.state import resume
+from gptlab.state.rundir import save_run_tokenizer
 from gptlab.train.bundle import Bundle, build_bundle
 from gptlab.train.loop import train
 from gptlab.train.signals import StopFlag
@@ -128,7 +129,7 @@ def _resume_and_train(
     """Resume (or re-report a finished run), open the run files, profile if asked, train and summarise."""
     settings = run.settings
     # refuse a checkpoint of another run, and load it, before any run file is written
-    start = resume.find(settings.resume, settings.init_from, run_dir, run.identity, run.lr_factors)
+    start = resume.find(settings.resume, settings.init_from, run_dir, run.identity, run.lr_factors, _hf_init(run))
     init_step = int(start.state["step"]) if start.kind == "init" and start.state else None
     if init_step is not None and init_step >= settings.max_steps:
         raise ConfigError(
@@ -150,6 +151,17 @@ def _resume_and_train(
     return _train_and_summarise(run, sinks, start, progress, choices, name, stop)
 
 
+def _hf_init(run: Bundle):
+    """train.init_from=hf:<source>: the run's model state from Hugging Face GPT-2 weights (transformers loads lazily)."""
+
+    def load(source: str) -> tuple[dict, list[str]]:
+        from gptlab.interop.hf import init_state
+
+        return init_state(source, run.model, run.data.tokenizer)
+
+    return load
+
+
 def _open_run_files(
     cfg: DictConfig,
     run: Bundle,
@@ -159,7 +171,9 @@ def _open_run_files(
     choices: dict,
     name: str,
 ) -> list:
-    """Rank 0: provenance.json (and git.diff), then the sinks (metrics.jsonl, progress, loggers)."""
+    """Rank 0: the tokenizer (tokenizer.json), provenance.json (and git.diff), then the sinks (metrics.jsonl, progress,
+    loggers)."""
+    save_run_tokenizer(run.ctx.run_dir, run.data.tokenizer, run.data.fingerprint)
     record = provenance.collect(overrides, run.hardware) | {"config": run.identity["config"]}  # the run's own config
     record["hardware"]["cpu_threads_source"] = run.threads_why
     record["match"] = run.match  # model.match: the knob as re-solved, the residual vs the baseline
@@ -205,6 +219,8 @@ def _train_and_summarise(
             "init_from": progress.init_from,
             "match": run.match,
         }
+        if run.probes:  # which fixed set each probe/* value was measured on (compare pools only equal sets)
+            summary["probe_sets"] = {probe.name: probe.fingerprint for probe in run.probes}
         summary["wandb"] = _wandb_info(sinks)
         status = summary["status"]
         check_peak(summary, run.hardware)

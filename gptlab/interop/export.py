@@ -1,0 +1,87 @@
+"""A trained run as a Hugging Face model folder: `AutoModelForCausalLM.from_pretrained(DIR)` loads it (config.json,
+model.safetensors, generation_config.json), its tokenizer beside it (tokenizer.json, tokenizer_config.json), and
+gptlab_export.json records where it came from. The folder is read back and its logits checked against the run's model
+before the export counts as done."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from gptlab.errors import ConfigError
+from gptlab.interop import hf
+from gptlab.interop.tokenizer import to_hf_tokenizer
+from gptlab.state.rundir import check_output, load_trained
+from gptlab.util.io import write_json_atomic
+
+RECORD = "gptlab_export.json"
+TOLERANCE = 1e-4  # fp32 logits, the run's model vs the folder read back
+
+
+def _check_out(out: Path, run_dir: Path) -> None:
+    """--out is new, empty, or an earlier HF export of this same run: never a run dir or the user's own files."""
+    check_output(out, "--out")
+    if out.resolve() == run_dir.resolve():
+        raise ConfigError(f"--out={out}: must not be the run dir itself; give a folder of its own")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        earlier = json.loads((out / RECORD).read_text()).get("run_dir")
+    except (OSError, ValueError, AttributeError):
+        earlier = None
+    if earlier != str(run_dir.resolve()):
+        names = sorted(p.name for p in out.iterdir())[:3]
+        raise ConfigError(
+            f"--out={out}: holds other files ({', '.join(names)}); allowed: a new or empty dir, or an earlier "
+            f"--format hf export of {run_dir}"
+        )
+
+
+def _check_logits(model, folder: Path, vocab: int) -> float:
+    """Max |logit difference| between `model` and the folder loaded by AutoModelForCausalLM; refused past TOLERANCE."""
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    T = min(32, model.cfg.block_size)
+    idx = torch.randint(0, vocab, (2, T), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = model.float()(idx)[0]
+        theirs = loaded(idx).logits
+    diff = float((ours - theirs).abs().max())
+    if not diff <= TOLERANCE:
+        raise ConfigError(f"{folder}: the exported model's logits differ from the run's by {diff:.3g} (> {TOLERANCE})")
+    return diff
+
+
+def export_hf(run_dir: Path, out: Path) -> dict:
+    """Write run_dir's newest checkpoint to `out` as an HF GPT-2 folder; returns the record (also gptlab_export.json).
+
+    Refused in one line, before anything is written, when the run's architecture is not one GPT-2 can express."""
+    _check_out(out, run_dir)
+    model, text, step = load_trained(run_dir)
+    tokenizer = text.tokenizer
+    hf.gpt2_config(model, tokenizer.eot_id)  # the refusal, before any file
+    hf_tokenizer = to_hf_tokenizer(tokenizer)
+    hf_model = hf.to_hf(model.float(), tokenizer.eot_id)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    hf_model.save_pretrained(tmp)  # safetensors
+    hf_tokenizer.save_pretrained(tmp)
+    diff = _check_logits(model, tmp, model.cfg.vocab_size)
+    record = {
+        "run_dir": str(run_dir.resolve()),
+        "step": step,
+        "architecture": "gpt2",
+        "tokenizer": tokenizer.identity(),
+        "max_abs_logit_diff": diff,
+        "notes": hf.export_notes(model),
+    }
+    write_json_atomic(tmp / RECORD, record, indent=2)
+    if out.exists():
+        shutil.rmtree(out)  # empty, or this run's earlier export (_check_out)
+    os.replace(tmp, out)
+    return record
