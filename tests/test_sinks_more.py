@@ -75,6 +75,32 @@ def test_tensorboard_scalars_config_and_summary_read_back(tmp_path):
     ]
 
 
+def test_tensorboard_hparams_read_back(tmp_path):
+    """The HParams dashboard gets the run's choices and key settings against its final numbers (read back with
+    TensorBoard's own reader and the hparams plugin's protobufs)."""
+    from tensorboard.plugins.hparams import metadata
+
+    config = {"choice/attention": "gqa", "choice/logger": "tensorboard", "optimizer.lr": 0.001, "seed": 1, "x": 5}
+    sink = TensorboardSink(tmp_path, config=config)
+    sink.log({"train/loss": 3.0}, 10)
+    sink.summary({"final_val_loss": 2.5, "params": 1234, "choices": {"mlp": "swiglu"}, "status": "finished"})
+    sink.close("finished")
+
+    acc = plugin_event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    content = acc.PluginTagToContent(metadata.PLUGIN_NAME)
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    got = {k: (v.string_value or v.number_value) for k, v in start.hparams.items()}
+    assert got == {"choice/attention": "gqa", "choice/mlp": "swiglu", "optimizer.lr": 0.001, "seed": 1}
+    experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
+    tags = {m.name.tag for m in experiment.metric_infos}
+    assert tags == {"summary/final_val_loss", "summary/params"}
+    assert {t: v for t, v in scalars(tmp_path / "tensorboard").items() if t in tags} == {
+        "summary/final_val_loss": [(10, 2.5)],
+        "summary/params": [(10, 1234.0)],
+    }  # the metric values HParams shows are these scalars
+
+
 def test_tensorboard_non_finite_values_are_logged_as_they_are(tmp_path):
     sink = TensorboardSink(tmp_path, log_dir="tb", flush_secs=5)
     sink.log({"train/loss": float("nan")}, 1)

@@ -12,6 +12,15 @@ from typing import Any
 from gptlab.util.tree import flatten
 
 EVENT_PREFIX = "events.out.tfevents."
+# HParams: the settings beside the choices that tell runs of a sweep apart, and the final numbers to sort them by.
+HPARAM_KEYS = (
+    "arm", "sweep", "seed", "data_seed", "optimizer.lr", "optimizer.weight_decay", "train.batch_size",
+    "train.max_steps", "model.n_layer", "model.d_model", "model.n_head", "attention.n_kv_head", "mlp.ratio",
+)  # fmt: skip
+HPARAM_METRICS = (
+    "final_val_loss", "best_val_loss", "tokens_per_s_median", "step_ms_median", "mfu_median", "peak_mem_bytes",
+    "params",
+)  # fmt: skip
 _STAMP = re.compile(r"^events\.out\.tfevents\.(\d+)\.")
 
 
@@ -52,7 +61,8 @@ class TensorboardSink:
     - config: the flat config is written once per writer, as the markdown table text "config" at the
       first step this process logs (a resumed run adds a second table at its resume step).
     - summary: at close, numeric values become scalars `summary/<key>` at the last logged step, and the
-      non-numeric ones (status, choices.*, fingerprints, ...) one markdown table text "summary".
+      non-numeric ones (status, choices.*, fingerprints, ...) one markdown table text "summary"; the HParams
+      dashboard gets the choices and key settings against the final numbers.
     - non-finite values (NaN, inf) are logged as they are: TensorBoard keeps them and marks them on the
       chart as triangles, so a diverged run shows where it diverged. Non-numeric metric values are skipped.
     - resume: `truncate_after(step)` makes the next writer open with purge_step=step+1, so readers
@@ -139,6 +149,24 @@ class TensorboardSink:
             else:
                 self.writer.add_scalar(f"summary/{key}", number, global_step=step)
         self.writer.add_text("summary", markdown_table(text), global_step=step)
+        self._write_hparams(step)
+
+    def _write_hparams(self, step: int) -> None:
+        """The HParams dashboard's record of this run: its choices and key settings against its final numbers (the
+        summary/<key> scalars above), so runs can be filtered and sorted by choice in TensorBoard."""
+        from torch.utils.tensorboard.summary import hparams
+
+        chosen = {**{k.replace("choices.", "choice/"): v for k, v in self._summary.items()}, **self.config}
+        params: dict[str, Any] = {}
+        for key, value in sorted(chosen.items()):
+            if (key.startswith("choice/") and key != "choice/logger") or key in HPARAM_KEYS:
+                params[key] = value if isinstance(value, (bool, int, float, str)) else str(value)
+        metrics = {f"summary/{k}": v for k in HPARAM_METRICS if (v := _number(self._summary.get(k))) is not None}
+        if not params or not metrics:
+            return
+        file_writer = self.writer._get_file_writer()
+        for record in hparams(params, metrics):  # experiment, session start, session end
+            file_writer.add_summary(record, step)
 
     def close(self, status: str = "finished") -> None:
         """Write the summary, flush and close the event file; a second call does nothing."""
