@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gptlab.config.build import compose, group_choices, plain_config
-from gptlab.sinks.dashboard import Launch, _sweep_keys, flat_config, run_group, run_name
+from gptlab.sinks.dashboard import Launch, _sweep_keys, flat_config, run_group, run_name, tags
 from helpers.cli import run_cli
 from helpers.train import FAST, run_inprocess
 from helpers.wandb_read import config, history, inspect_records, of_type
@@ -50,6 +50,13 @@ def test_flat_config_has_every_choice_and_no_wiring_or_logger_keys():
     assert flat["params"] == 123 and flat["git_commit"] == "abc" and flat["attention.n_kv_head"] == 2
     assert flat["train.max_steps"] == cfg.train.max_steps and flat["model.d_model"] == cfg.model.d_model
     assert not [k for k in flat if k.startswith("logger") or k.endswith(("_target_", "_partial_"))]
+
+
+def test_tags_name_only_the_choices_that_differ_from_the_defaults():
+    """Tags repeat nothing every run shares: only non-default choices (never the logger), after the user's own."""
+    cfg = compose(["attention=gqa", "attention.n_kv_head=2", "logger=[wandb,csv]", "norm=rmsnorm", "mlp=swiglu"])
+    assert tags(["mine"], group_choices(cfg)) == ["mine", "attention=gqa", "mlp=swiglu"]
+    assert tags(None, group_choices(compose([]))) == []  # the default run: no tag at all
 
 
 def test_names_and_groups():

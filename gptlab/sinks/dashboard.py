@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from gptlab.util.paths import CONF_DIR
 from gptlab.util.tree import flatten
 
 HIDDEN_LEAVES = ("_target_", "_partial_")  # instantiate's wiring, not a setting anyone groups by
@@ -105,6 +106,21 @@ def flat_config(config: dict, choices: dict[str, str], extras: dict) -> dict:
     return out
 
 
+def default_choices(root: Path = CONF_DIR / "train.yaml") -> dict[str, str]:
+    """Each group's default option in the root config's defaults list (a list default joined with '+', as
+    choices name it); groups without a default are left out."""
+    picked: dict[str, str] = {}
+    for entry in yaml.safe_load(root.read_text()).get("defaults", []):
+        if isinstance(entry, dict):
+            for group, option in entry.items():
+                if option is not None and not str(group).startswith("override "):
+                    picked[str(group)] = "+".join(option) if isinstance(option, list) else str(option)
+    return picked
+
+
 def tags(extra: list | None, choices: dict[str, str]) -> list[str]:
-    """The user's logger tags plus one `group=option` tag per choice (the W&B run table shows them)."""
-    return [*(str(t) for t in extra or []), *(f"{k}={v}" for k, v in sorted(choices.items()))]
+    """The user's logger tags plus one `group=option` tag per choice that differs from conf/train.yaml's default
+    (every choice is a config key too, choice/<group>, to filter by; a tag per default would repeat on every run)."""
+    defaults = default_choices()
+    differs = {k: v for k, v in choices.items() if k != "logger" and defaults.get(k) != v}
+    return [*(str(t) for t in extra or []), *(f"{k}={v}" for k, v in sorted(differs.items()))]
