@@ -46,6 +46,9 @@ def declared_keys() -> set[str]:
         for path in CONF.glob(f"{group}/*.yaml"):
             target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
             keys |= set(signature_checks(group, target)) if target else set()
+    for path in CONF.glob("probes/*.yaml"):  # `# @package probes.<name>`: checked from the probe's signature too
+        target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
+        keys |= set(signature_checks(f"probes.{path.stem}", target)) if target else set()
     return keys
 
 

@@ -16,6 +16,7 @@ from gptlab.compare.identity import dedupe
 from gptlab.compare.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_notes, check_like, value
 from gptlab.compare.machine import Peak, common_peak, machine_warnings, peak_warnings, run_mfu
 from gptlab.compare.power import POWER, Power, arm_power
+from gptlab.compare.probes import probe_rows
 from gptlab.compare.runs import Run
 from gptlab.compare.stats import ALPHA
 
@@ -83,6 +84,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     split: dict[str, str] = field(default_factory=dict)
     validation_set: dict[str, str] = field(default_factory=dict)
+    probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
 
     def at(self) -> str:
         """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
@@ -108,6 +110,10 @@ class Comparison:
         doc.update(
             {k: [x.to_json() for x in v] for k, v in (("targets", self.targets), ("thresholds", self.thresholds)) if v}
         )
+        if self.probes:
+            from gptlab.compare.probes import to_json as probes_json
+
+            doc["probes"] = probes_json(self.probes)
         if self.decode:
             from gptlab.compare.decode import to_json
 
@@ -293,6 +299,8 @@ def compare(
     cmp.notes = notes
     # check_like made every recorded value equal: the first run that recorded each key speaks for all
     cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
+    cmp.probes, probe_warnings = probe_rows(ordered, [r.label for r in rows], point)
+    cmp.warnings += probe_warnings
     return cmp
 
 

@@ -17,6 +17,7 @@ SEED_KEYS = frozenset({"seed", "data_seed"})
 # `sweep` names the sweep; `sample`/`profile` only act after or beside training.
 IGNORED_TOP = frozenset(
     {"paths", "logger", "hydra", "wandb", "name", "run_name", "tags", "notes", "sweep", "arm", "sample", "profile"}
+    | {"probes"}  # capability probes only observe (compare.probes checks their sets apart)
 )
 IGNORED_KEYS = frozenset(
     {
@@ -30,7 +31,7 @@ IGNORED_KEYS = frozenset(
         "train.detect_anomaly",
     }
 )
-IGNORED_CHOICES = frozenset({"logger", "launcher"})
+IGNORED_CHOICES = frozenset({"logger", "launcher", "probes"})
 # Data-loader knobs change speed, not the task.
 _LOADER_KEYS = frozenset({"num_workers", "num_proc", "pin_memory", "prefetch_factor", "persistent_workers", "verify"})
 _MISSING = object()

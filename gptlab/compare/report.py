@@ -6,6 +6,7 @@ import base64
 import html
 from pathlib import Path
 
+from gptlab.compare import probes
 from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.layers import layer_notes
 from gptlab.compare.machine import peak_note
@@ -362,6 +363,7 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
         console.print(ptable)
         console.print(power_note(), highlight=False, markup=False)
     print_targets(cmp, console)
+    probes.print_rows(cmp.probes, console)
 
 
 def _md_escape(text: str) -> str:
@@ -380,6 +382,7 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
         lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in power_cells(cmp)]
         lines += ["", power_note()]
     lines += markdown_targets(cmp)
+    lines += probes.markdown(cmp.probes)
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
     lines += [f"![{name}]({p.name})" for name, p in images.items()]
     return "\n".join(lines) + "\n"
@@ -461,5 +464,5 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
         + (_html_power(cmp) if power else "")
-        + f"{_legend()}{html_targets(cmp)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
+        + f"{_legend()}{html_targets(cmp)}{probes.html_table(cmp.probes)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
     )

@@ -35,6 +35,7 @@ class Run:
     by_step: dict[int, dict[str, Any]] = field(default_factory=dict)
     decode: dict[str, Any] = field(default_factory=dict)  # decode.json, when gptlab-decode measured this run
     provenance: dict[str, Any] = field(default_factory=dict)  # provenance.json (code, packages, hardware), if written
+    evals: dict[str, Any] = field(default_factory=dict)  # eval.json, when gptlab-eval measured this run
 
     @property
     def status(self) -> str:
@@ -189,7 +190,7 @@ NUMERIC = (
 
 def _check_numbers(where: str, values: dict[str, Any]) -> None:
     """Refuse a figure that is neither a number nor null, naming the file and key."""
-    for key in NUMERIC:
+    for key in (*NUMERIC, *(k for k in values if str(k).startswith("probe/"))):  # capability probes' values too
         value = values.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ConfigError(f"{where}: {key}={value!r} is not a number (a damaged or hand-edited file?)")
@@ -229,7 +230,16 @@ def load_run(path: Path) -> Run:
         by_step,
         decode,
         provenance,
+        _evals(path / "eval.json"),
     )
+
+
+def _evals(path: Path) -> dict[str, Any]:
+    """eval.json (gptlab-eval's lm-evaluation-harness results), each metric checked to be a number or null."""
+    record = _read_json(path)
+    for task, entry in (record.get("tasks") or {}).items() if isinstance(record.get("tasks"), dict) else ():
+        _check_numbers(f"{path} task {task}", dict.fromkeys(NUMERIC) | (entry.get("metrics") or {}))
+    return record
 
 
 # The file gptlab.sinks.wandb keeps a run's W&B id in (compare imports nothing of training, so named here too).

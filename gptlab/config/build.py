@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import cast
+from typing import Any, cast
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -47,6 +47,8 @@ def group_choices(cfg: DictConfig) -> dict[str, str]:
     }  # unset: no choice
     if "logger" in out or cfg.get("logger"):  # a list-valued group has no runtime choice: name what is selected
         out["logger"] = "+".join(cfg.get("logger") or {}) or "none"
+    if "probes" in out or cfg.get("probes"):  # the same for the probes (probes=recall is recorded, [recall] not)
+        out["probes"] = "+".join(cfg.get("probes") or {}) or "none"
     return out
 
 
@@ -123,7 +125,7 @@ def matched(cfg: DictConfig, vocab_size: int | None = None) -> tuple[DictConfig,
     def measure(sizing: DictConfig) -> match.Costs:
         model = build_cost_model(sizing, vocab_size)
         flops = train_flops_per_token(model, int(sizing.model.block_size))
-        hidden = model.blocks[0].mlp.hidden if len(model.blocks) else None
+        hidden = cast(Any, model.blocks[0]).mlp.hidden if len(model.blocks) else None
         return match.Costs(model.num_params(non_embedding=True), flops, model_fingerprint(model), hidden)
 
     return match.resolve(cfg, measure, lambda overrides: _defaults(tuple(overrides)), key=vocab_size)
@@ -161,6 +163,16 @@ def logger_factories(cfg: DictConfig) -> list[tuple[str, functools.partial]]:
         for module, extra in getattr(factory.func, "REQUIRES", ()):  # an optional package the sink writes with
             require(module, extra, f"logger={name}")
         made.append((str(name), factory))
+    return made
+
+
+def build_probes(cfg: DictConfig, data, model) -> list:
+    """The selected capability probes (cfg.probes.<name>, gptlab.train.probes), their fixed sets drawn from data_seed."""
+    made = []
+    for name in cfg.get("probes") or {}:
+        factory = instantiate(OmegaConf.to_container(cfg.probes[name], resolve=True))
+        _check_keys(f"probes.{name}", factory)
+        made.append(factory(seed=int(cfg.data_seed), data=data, model=model))
     return made
 
 

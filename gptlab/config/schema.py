@@ -109,6 +109,11 @@ def _component_checks(cfg) -> dict[str, Check]:
         target = OmegaConf.select(cfg, f"{group}._target_")
         if isinstance(target, str):
             checks |= signature_checks(group, target)
+    probes = OmegaConf.select(cfg, "probes")
+    for name in probes if OmegaConf.is_dict(probes) else ():  # each probe's keys, from its signature too
+        target = OmegaConf.select(cfg, f"probes.{name}._target_")
+        if isinstance(target, str):
+            checks |= signature_checks(f"probes.{name}", target)
     return {key: check for key, check in checks.items() if key not in SCHEMA}
 
 

@@ -124,6 +124,10 @@ class AssocRecallData:
         """The fixed validation set's first `count` sequences (its own stream, apart from training)."""
         return self._samples("recall-val", 0, count)
 
+    def probe_samples(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The recall probe's fixed set (gptlab.train.probes.recall): its own stream, apart from training and val."""
+        return self._samples("recall-probe", 0, count)
+
     def __repr__(self) -> str:
         return (
             f"<AssocRecallData keys={self.num_keys} values={self.num_values} pairs={self.num_pairs} "

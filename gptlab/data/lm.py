@@ -68,11 +68,12 @@ class LMData:
         )
 
     def _windows(
-        self, tokens: np.ndarray | TokenStream, stream: str, first: int, count: int
+        self, tokens: np.ndarray | TokenStream, stream: str, first: int, count: int, length: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples first..first+count-1 of `stream`: windows of T+1 tokens -> (x, y), each (count, T) int64."""
+        """Samples first..first+count-1 of `stream`: windows of T+1 tokens -> (x, y), each (count, T) int64
+        (T = `length`, else the training length)."""
         check_positive_int("sample count", count)
-        T = self.seq_len
+        T = length or self.seq_len
         starts = indexed_ints(self.seed, stream, np.arange(first, first + count), len(tokens) - T)  # (count,)
         if hasattr(tokens, "windows"):  # token shards (TokenStream): windows may cross a shard boundary
             window = torch.from_numpy(tokens.windows(starts, T + 1).astype(np.int64))  # (count, T+1)
@@ -87,6 +88,16 @@ class LMData:
     def val_samples(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed validation set's first `count` sequences (count, T): the same for every batch size."""
         return self._windows(self.val_tokens, "val", 0, count)
+
+    def long_val_samples(self, count: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`count` windows of `length` tokens (count, length) from the val split, on their own stream (the length
+        probe's fixed set, gptlab.train.probes.length); the split must hold more than `length` tokens."""
+        if len(self.val_tokens) <= length:
+            raise ConfigError(
+                f"data: the val split of '{self.name}' has {len(self.val_tokens)} tokens, too few for windows of "
+                f"{length}; add text or raise data.val_fraction"
+            )
+        return self._windows(self.val_tokens, "val-long", 0, count, length)
 
     def sample_prompt(self) -> str:
         """The first non-empty line at the start of the val split, for sampling demos."""

@@ -24,6 +24,7 @@ from gptlab.state.resume import Progress
 from gptlab.train import diagnostics, prefetch
 from gptlab.train.bundle import Bundle, Context
 from gptlab.train.loss import training_loss
+from gptlab.train.probes.score import measure_probes
 from gptlab.train.signals import StopFlag
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ def summarise(p: Progress, status: str, ctx: Context) -> dict:
         "wall_s": p.wall_s,
         "status": status,
         "outside_load": p.outside_ticks / p.total_ticks if p.total_ticks else None,
+        **({"probe_s": p.probe_s, **p.last_probes} if p.last_probes else {}),  # the last eval's probe/* values
     }
 
 
@@ -233,9 +235,15 @@ class _Loop:
         if _eval_due(p.step, settings, self.start_step, self.resumed):
             ev = evaluate(self.bundle.model, self.val_set, self.micro_bs, self.bundle.hardware, self.device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
+            probed, probe_s = measure_probes(  # train.probes: their own fixed sets, no RNG drawn
+                self.bundle.probes, self.bundle.model, self.bundle.hardware, self.micro_bs * self.bundle.data.seq_len
+            )
+            p.last_probes, p.probe_s = probed or p.last_probes, p.probe_s + probe_s
             row = {
                 "val/loss": ev["val/loss"],
                 **({"val/acc": ev["val/acc"]} if self.bundle.data.reports_accuracy else {}),
+                **probed,
+                **({"probe_ms": 1000 * probe_s} if probed else {}),
                 "tokens": p.tokens,
                 "wall_s": self.wall(),
                 "flops": p.tokens * self.bundle.ctx.flops_per_token,  # cumulative training FLOPs (the MFU model's)

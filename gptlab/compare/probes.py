@@ -1,0 +1,151 @@
+"""The probe table: each probe/* metric (gptlab.train.probes) per arm at the compared point, with the same seed
+statistics and Welch verdicts as val loss, and only where every run measured it on the same fixed set."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from gptlab.compare import stats
+from gptlab.compare.stats import ALPHA
+
+PREFIX = "probe/"
+
+
+@dataclass
+class ProbeCell:
+    """One arm's value of one probe metric: mean ± std over seeds, Δ vs the baseline, Welch p and 95% interval."""
+
+    label: str
+    values: list[float]
+    mean: float | None
+    std: float | None
+    delta: float | None = None
+    p_value: float | None = None
+    significant: bool | None = None
+    delta_ci: list[float] | None = None
+
+
+@dataclass
+class ProbeRow:
+    """One probe metric across the arms (baseline first); `better` is the direction that is an improvement."""
+
+    metric: str
+    better: str
+    cells: list[ProbeCell] = field(default_factory=list)
+
+
+def _fingerprint(run, metric: str) -> str:
+    """The fixed set a run measured a metric's probe on (summary.json probe_sets), 'unrecorded' without one."""
+    sets = run.summary.get("probe_sets")
+    return str(sets.get(metric.split("/")[1], "unrecorded")) if isinstance(sets, dict) else "unrecorded"
+
+
+def _cell(label: str, values: list[float], base: ProbeCell | None) -> ProbeCell:
+    cell = ProbeCell(label, values, stats.mean(values) if values else None, stats.std(values) if values else None)
+    if base is None or cell.mean is None or base.mean is None:
+        return cell
+    cell.delta = cell.mean - base.mean
+    test = stats.welch_test(values, base.values)
+    if test is not None:
+        cell.p_value, cell.significant = test.p, bool(test.p < ALPHA)
+    interval = stats.welch_interval(values, base.values, ALPHA)
+    cell.delta_ci = [interval.lo, interval.hi] if interval else None
+    return cell
+
+
+def probe_rows(groups: list, labels: list[str], point) -> tuple[list[ProbeRow], list[str]]:
+    """A ProbeRow per probe metric any run logged at the compared point (groups baseline first, `labels` theirs),
+    and one warning per metric left out because its runs measured it on different fixed sets."""
+    evals = [[r.by_step.get(point.step_of(r), {}) for r in g.runs] for g in groups]
+    metrics = sorted({k for rows in evals for e in rows for k in e if k.startswith(PREFIX)})
+    out, warnings = [], []
+    for metric in metrics:
+        sets = {_fingerprint(r, metric) for g, rows in zip(groups, evals) for r, e in zip(g.runs, rows) if metric in e}
+        if len(sets) > 1:
+            warnings.append(
+                f"warning: {metric}: the runs measured it on different fixed sets ({', '.join(sorted(sets))}; "
+                "summary.json probe_sets), so it is left out of the probe table"
+            )
+            continue
+        row = ProbeRow(metric, "lower" if metric.endswith("loss") else "higher")
+        for label, rows in zip(labels, evals):
+            values = [float(e[metric]) for e in rows if e.get(metric) is not None]
+            row.cells.append(_cell(label, values, row.cells[0] if row.cells else None))
+        out.append(row)
+    return out, warnings
+
+
+def _verdict(cell: ProbeCell, better: str) -> str:
+    if cell.delta is None:
+        return ""
+    if cell.significant is None:
+        return f" Δ {cell.delta:+.4f} n/a (1 seed)"
+    if not cell.significant:
+        return f" Δ {cell.delta:+.4f} not significant (p={cell.p_value:.2g})"
+    good = (cell.delta > 0) == (better == "higher")
+    return f" Δ {cell.delta:+.4f} {'better' if good else 'worse'} (p={cell.p_value:.2g})"
+
+
+def cell_text(cell: ProbeCell, better: str) -> str:
+    """`0.5120 ± 0.0200 Δ +0.1180 better (p=0.003)`; the baseline's without Δ; `–` where the arm has no value."""
+    if cell.mean is None:
+        return "–"
+    spread = f" ± {cell.std:.4f}" if cell.std is not None else ""
+    return f"{cell.mean:.4f}{spread}{_verdict(cell, better)}"
+
+
+def table(rows: list[ProbeRow]) -> tuple[list[str], list[list[str]]]:
+    """Headers (metric, then each arm) and one line of display strings per metric."""
+    headers = ["probe", *(c.label for c in rows[0].cells)] if rows else []
+    return headers, [[r.metric, *(cell_text(c, r.better) for c in r.cells)] for r in rows]
+
+
+NOTE = (
+    "Probe table: each probe/* value at the compared point, mean ± std over seeds; Δ vs the baseline with Welch's "
+    f"t-test as for val loss (p < {ALPHA}: better/worse; accuracies are better higher, losses lower); every run "
+    "measured a row on one fixed set (summary.json probe_sets)."
+)
+
+
+def markdown(rows: list[ProbeRow]) -> list[str]:
+    """The probe table as Markdown lines (none without probes)."""
+    if not rows:
+        return []
+    headers, body = table(rows)
+    lines = ["", "## Probes", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(body_row) + " |" for body_row in body] + ["", NOTE]
+
+
+def print_rows(rows: list[ProbeRow], console) -> None:
+    """The probe table on the terminal (rich)."""
+    if not rows:
+        return
+    from rich.table import Table
+
+    headers, body = table(rows)
+    out = Table(title="probes (mean ± std over seeds; Δ vs baseline, Welch)")
+    for h in headers:
+        out.add_column(h, justify="left" if h == "probe" else "right")
+    for line in body:
+        out.add_row(*line)
+    console.print(out)
+
+
+def html_table(rows: list[ProbeRow]) -> str:
+    """The probe table as an HTML fragment (empty without probes)."""
+    if not rows:
+        return ""
+    esc = html.escape
+    headers, body = table(rows)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    lines = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in body)
+    return f'<h2>Probes</h2>\n<table class="probes">\n<tr>{head}</tr>\n{lines}</table>\n<p>{esc(NOTE)}</p>\n'
+
+
+def to_json(rows: list[ProbeRow]) -> list[dict[str, Any]]:
+    """comparison.json's `probes`: one object per metric with its cells."""
+    from dataclasses import asdict
+
+    return [asdict(r) for r in rows]
