@@ -162,7 +162,7 @@ def test_a_skipped_step_goes_on_to_the_next_steps_batch(tmp_path, monkeypatch, o
         calls = seen.setdefault(depth, [])
         calls.append(torch.cat([x for x, _ in batches]).clone())
         loss, grad_norm, terms = real_step(run, batches, *rest)
-        return (math.nan if len(calls) == 3 else loss), grad_norm, terms
+        return (torch.tensor(math.nan) if len(calls) == 3 else loss), grad_norm, terms  # device tensors, read later
 
     monkeypatch.setattr(loop, "train_step", nan_on_third)
     for depth in (0, 2):

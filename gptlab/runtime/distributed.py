@@ -114,11 +114,21 @@ def shard(model, hardware, world: int):
     return model
 
 
-def clip_grad_norm(parameters, max_norm: float) -> float:
-    """clip_grad_norm_ over all ranks' shards: under FSDP2 the norm is a replicated DTensor (the global norm)."""
+def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:
+    """clip_grad_norm_ over all ranks' shards, as a 0-dim fp32 tensor on the gradients' device (not read back: no
+    host sync). Under FSDP2 the norm is a replicated DTensor (the global norm)."""
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
     full = getattr(norm, "full_tensor", None)
-    return float(full() if full is not None else norm)
+    return (full() if full is not None else norm).float()
+
+
+def host_group(device: str, world: int):
+    """The process group for a small agreement between ranks (the stop flag): on GPUs a gloo group over CPU tensors,
+    so its answer never waits for the GPU's queued work; None (the default group, already gloo) elsewhere or alone.
+    Collective: every rank calls it at the same point."""
+    if world == 1 or not device.startswith("cuda"):
+        return None
+    return dist.new_group(backend="gloo")
 
 
 def teardown() -> None:

@@ -1,10 +1,12 @@
-"""Measurements the loop reports: per-run peak memory, medians, and model FLOP utilisation."""
+"""Measurements the loop reports: per-run peak memory, step times without a host sync, medians, and model FLOP
+utilisation."""
 
 from __future__ import annotations
 
 import ctypes
 import logging
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -63,6 +65,31 @@ class PeakMemory:
         if self.hwm_reset:
             return max(self.sampled, (_status_kib("VmHWM") or 0) * 1024)
         return self.sampled
+
+
+class StepClock:
+    """Marks around each step, read in a batch at the loop's sync points: on CUDA, timing events recorded in the
+    stream (a mark costs no host sync; the time between two marks is the GPU's, idle gaps while it waited for the
+    CPU included); elsewhere perf_counter (a CPU op has finished when its call returns)."""
+
+    def __init__(self, device: str):
+        self.cuda = device.startswith("cuda")
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def settle(self, last) -> None:
+        """Wait until the mark `last` (and so every mark before it) has been reached: the one sync of a batch."""
+        if self.cuda:
+            last.synchronize()
+
+    def seconds(self, start, end) -> float:
+        """Seconds from mark `start` to mark `end` (settled)."""
+        return start.elapsed_time(end) / 1000 if self.cuda else end - start
 
 
 def median(values: list[float]) -> float | None:

@@ -2,6 +2,13 @@
 
 Its pieces: forward/backward over a step's micro-batches, the fixed-set evaluation, dropping a non-finite step and the
 one-line reason a diverged run stops, a checkpoint at a step (single file or sharded), and the summary figures.
+
+No host sync in the hot loop: a step's loss, grad norm and extra terms stay on the device, and its times are marks
+(CUDA events on a GPU); they are read together, once, at the next sync point: a log step, an eval, a checkpoint, a stop
+or the end of the run. That is where a non-finite step is found, so a NaN may train up to train.log_interval - 1 further
+steps before the run stops, and a checkpoint is only written after every step before it was read back finite.
+train.nan_skip > 0, train.detect_anomaly and train.spike_factor read each step at once instead (one sync per step): a
+step can only be dropped, replayed or flagged before the next one runs.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import torch
 
 from gptlab.runtime import distributed
 from gptlab.runtime.cpu_load import job_sampler
-from gptlab.runtime.metrics import PeakMemory, median, mfu
+from gptlab.runtime.metrics import PeakMemory, StepClock, median, mfu
 from gptlab.state import checkpoint, resume, sharded
 from gptlab.state.resume import Progress
 from gptlab.train import diagnostics, prefetch
@@ -30,20 +37,29 @@ from gptlab.train.signals import StopFlag
 log = logging.getLogger(__name__)
 
 
-def _agree(flag: bool, ctx: Context, device: str) -> bool:
-    """True on every rank if it is True on any, so all ranks stop at the same step."""
+def _agree(flag: bool, ctx: Context, group) -> bool:
+    """True on every rank if it is True on any, so all ranks stop at the same step; a CPU tensor over `group` (gloo),
+    so the answer never waits for a GPU."""
     if ctx.world == 1:
         return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    t = torch.tensor([1.0 if flag else 0.0])
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=group)
     return bool(t.item())
 
 
-def _eval_due(step: int, settings, start_step: int, resumed: bool) -> bool:
-    """At 0, N, 2N, ..., the last step and the first step of a run; a resume already logged its start step's row."""
-    if step == start_step:
-        return not resumed
-    return step % settings.eval_interval == 0 or step == settings.max_steps
+def checks_each_step(settings) -> bool:
+    """Whether each step's figures are read at once (one host sync per step): a step can only be dropped
+    (train.nan_skip), replayed (train.detect_anomaly) or flagged as a spike (train.spike_factor) before the next runs."""
+    return bool(settings.nan_skip > 0 or settings.detect_anomaly or settings.spike_factor)
+
+
+def _eval_due(p: Progress, settings, start_step: int, resumed: bool) -> bool:
+    """At 0, N, 2N, ..., the last step and the first step of a run. A resume already logged its start step's row, if
+    that step had one: a resume that ends where it starts evaluates there unless its checkpoint's step was evaluated
+    (else its final val loss would be an earlier step's)."""
+    if p.step == start_step:
+        return not resumed or (p.step >= settings.max_steps and p.last_val_step != p.step)
+    return p.step % settings.eval_interval == 0 or p.step == settings.max_steps
 
 
 class TrainingDiverged(RuntimeError):
@@ -72,9 +88,10 @@ def evaluate(model, val_set, micro_bs: int, hardware, device) -> dict[str, float
     return {"val/loss": loss_sum / max(1, counted), "val/acc": correct / max(1, counted)}
 
 
-def train_step(run: Bundle, batches: list, monitor=None) -> tuple[float, float, dict[str, float]]:
+def train_step(run: Bundle, batches: list, monitor=None) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Forward/backward over this step's CPU micro-batches, unscale, clip; returns (cross-entropy, grad norm, extra
-    loss terms by name), each averaged over the micro-batches (and ranks). No optimizer step."""
+    loss terms by name) as 0-dim fp32 device tensors (nothing read back to the host), the losses averaged over the
+    micro-batches and summed over ranks (read_figures divides by the world size). No optimizer step."""
     model, forward_model, scaler, device = run.model, run.forward_model, run.scaler, run.hardware.device
     ce = torch.zeros((), device=device)
     extra: dict[str, torch.Tensor] = {}
@@ -93,12 +110,24 @@ def train_step(run: Bundle, batches: list, monitor=None) -> tuple[float, float, 
         monitor.grads_ready()  # per-group norms before clipping (train.diagnostics / spike_factor)
     clip = run.settings.grad_clip if run.settings.grad_clip > 0 else float("inf")
     grad_norm = distributed.clip_grad_norm(model.parameters(), clip)  # the global norm, also over FSDP2 shards
-    values = [ce.item(), *(float(v) for v in extra.values())]
-    if run.ctx.world > 1:
-        reduced = torch.tensor(values, device=device)
+    if run.ctx.world > 1:  # enqueued on the device: no wait here
+        reduced = torch.stack([ce, *extra.values()])
         torch.distributed.all_reduce(reduced)
-        values = [v / run.ctx.world for v in reduced.tolist()]
-    return values[0], grad_norm, {f"train/{name}": v for name, v in zip(extra, values[1:])}
+        ce, extra = reduced[0], dict(zip(extra, reduced[1:]))
+    return ce, grad_norm, {f"train/{name}": v for name, v in extra.items()}
+
+
+def read_figures(values: list[float], names: list[str], world: int) -> tuple[float, float, dict[str, float]]:
+    """(loss, grad norm, extra terms) from one step's figures read back as [loss sum, grad norm, *term sums]."""
+    loss, grad_norm, *terms = values
+    if world > 1:  # divided here, in double precision, as the rows always were
+        loss, terms = loss / world, [v / world for v in terms]
+    return loss, grad_norm, dict(zip(names, terms))
+
+
+def nonfinite(loss: float, grad_norm: float, scaler) -> bool:
+    """A non-finite loss, or gradient (fp16's scaler handles its own overflowed gradients)."""
+    return not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled())
 
 
 def skip_step(optimizer, scaler, loss, grad_norm, p: Progress, settings, ctx) -> None:
@@ -185,6 +214,22 @@ def train(
             stop.restore()
 
 
+@dataclass
+class _Pending:
+    """A trained step whose figures are still on the device: read back at the next sync point (_Loop.flush)."""
+
+    step: int  # its row's step (the step index it trained + 1)
+    figures: torch.Tensor  # (2 + terms,) [loss, grad norm, *extra terms] on the device
+    names: list[str]  # the extra terms' keys
+    lr: float
+    tokens: int
+    data_s: float
+    diag_s: float
+    start: Any  # StepClock marks
+    end: Any
+    extra: dict  # the monitor's keys for its row (diag/, spike/)
+
+
 @dataclass(eq=False)
 class _Loop:
     """One call of train(): the built run it drives, its progress `p`, its clocks and its load sampler."""
@@ -216,6 +261,9 @@ class _Loop:
         self.monitor = diagnostics.Monitor(
             self.bundle.model, self.bundle.data, self.bundle.hardware, settings, self.bundle.ctx
         )
+        self.clock, self.pending = StepClock(self.device), []  # type: StepClock, list[_Pending]
+        self.each_step = checks_each_step(settings)
+        self.flag_group = distributed.host_group(self.device, self.bundle.ctx.world)
 
     def wall(self) -> float:
         return self.wall0 + time.perf_counter() - self.started
@@ -232,9 +280,11 @@ class _Loop:
         p, settings, ctx = self.p, self.bundle.settings, self.bundle.ctx
         if p.step == max(self.start_step, settings.speed_warmup):
             self.load.start()  # measured over the timed steps only
-        if _eval_due(p.step, settings, self.start_step, self.resumed):
+        if _eval_due(p, settings, self.start_step, self.resumed):
+            self.flush()  # no eval row after a step that went non-finite
             ev = evaluate(self.bundle.model, self.val_set, self.micro_bs, self.bundle.hardware, self.device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
+            p.last_val_step = p.step
             probed, probe_s = measure_probes(  # train.probes: their own fixed sets, no RNG drawn
                 self.bundle.probes, self.bundle.model, self.bundle.hardware, self.micro_bs * self.bundle.data.seq_len
             )
@@ -249,12 +299,14 @@ class _Loop:
                 "flops": p.tokens * self.bundle.ctx.flops_per_token,  # cumulative training FLOPs (the MFU model's)
             }  # every row has all x-axes
             _emit(self.sinks, ctx, row, p.step)
-        stopping = _agree(self.stop.signum is not None, ctx, self.device)
+        stopping = _agree(self.stop.signum is not None, ctx, self.flag_group)
         if p.step != self.start_step:  # a resumed run that trains nothing keeps its figures as they were
             p.wall_s = self.wall()
             p.peak_mem_bytes = max(p.peak_mem_bytes, self.peak.read())
         # checkpoint after this step's eval row is written, so a resume never re-logs or loses a row
         ckpt_due = settings.ckpt_interval and p.step % settings.ckpt_interval == 0
+        if ckpt_due or p.step >= settings.max_steps or stopping:
+            self.flush()  # every step so far read back finite: a NaN step never reaches a checkpoint
         if (ckpt_due or p.step >= settings.max_steps or stopping) and p.step != self.start_step:
             _bank_load(self.load, p)
             save_checkpoint(self.bundle.model, self.bundle.optimizer, self.bundle.scaler, p, ctx)
@@ -266,70 +318,94 @@ class _Loop:
         return True
 
     def _step(self) -> None:
-        """One optimizer step (or a skipped non-finite one) and its metrics.
+        """One optimizer step (or a skipped non-finite one); its figures wait on the device until the next sync point.
 
-        Step time: waiting for this step's batches (data_ms) + moving them + forward/backward + optimizer step
-        (+ a CUDA sync); eval, checkpoints and the diagnostics' own time fall outside it.
+        Step time: waiting for this step's batches (data_ms) + moving them + forward/backward + optimizer step, from
+        StepClock marks (on CUDA the GPU's time between them); eval, checkpoints and the diagnostics' own time fall
+        outside it.
         """
         p, optimizer, scaler, monitor = self.p, self.bundle.optimizer, self.bundle.scaler, self.monitor
+        settings = self.bundle.settings
         factor = self.bundle.schedule(p.step)
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] * factor
+        start = self.clock.mark()
         t0 = time.perf_counter()
         batches = self.source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
         data_s = time.perf_counter() - t0
         monitor.start(p.step)
         loss, grad_norm, terms = train_step(self.bundle, batches, monitor)
-        if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
-            monitor.nonfinite(batches, p.step)
-            skip_step(optimizer, scaler, loss, grad_norm, p, self.bundle.settings, self.bundle.ctx)
-            return
+        figures = torch.stack([loss, grad_norm, *terms.values()])  # (2 + terms,) still on the device
+        seen = None
+        if self.each_step:  # read now: the step can still be dropped, replayed or flagged (one host sync)
+            seen = read_figures(figures.tolist(), list(terms), self.bundle.ctx.world)
+            if nonfinite(seen[0], seen[1], scaler):
+                monitor.nonfinite(batches, p.step)
+                skip_step(optimizer, scaler, seen[0], seen[1], p, settings, self.bundle.ctx)
+                return
         monitor.before_update()
         scaler.step(optimizer)  # fp16: skipped when the scaled gradients overflowed (the scale then shrinks)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        extra = monitor.after_update(p.step, loss, batches)
+        extra = monitor.after_update(p.step, seen[0] if seen else math.nan, batches)  # NaN: no spike check asked
         diag_s = monitor.take_spent()  # the diagnostics' own time: not the step's, reported as diag_ms
-        step_s = time.perf_counter() - t0 - diag_s
+        end = self.clock.mark()
         p.step += 1
         p.tokens += self.tokens_per_step
-        self._record(loss, grad_norm, step_s, data_s, diag_s, extra, terms)
+        lr = optimizer.param_groups[0]["lr"]
+        self.pending.append(_Pending(p.step, figures, list(terms), lr, p.tokens, data_s, diag_s, start, end, extra))
+        if self.each_step or p.step % settings.log_interval == 0 or p.step == settings.max_steps:
+            self.flush()
 
-    def _record(
-        self, loss: float, grad_norm: float, step_s: float, data_s: float, diag_s: float, extra: dict, terms: dict
-    ):
-        """The finished step's speed figures into the progress; its row to the sinks at log steps (or a spike's)."""
+    def flush(self) -> None:
+        """Read the pending steps' figures back together (the one host sync), stop at the first non-finite one, and
+        record the others in order."""
+        if not self.pending:
+            return
+        done, self.pending = self.pending, []
+        values = torch.stack([d.figures for d in done]).tolist()  # (steps, 2 + terms)
+        self.clock.settle(done[-1].end)
+        for d, v in zip(done, values):
+            loss, grad_norm, terms = read_figures(v, d.names, self.bundle.ctx.world)
+            if nonfinite(loss, grad_norm, self.bundle.scaler):  # train.nan_skip=0: found here, the run stops
+                self.p.nan_seen += 1
+                message = diverged_message(
+                    loss, grad_norm, d.step - 1, self.p.nan_seen, self.bundle.settings, self.bundle.ctx
+                )
+                raise TrainingDiverged(message)
+            self._record(d, loss, grad_norm, terms, self.clock.seconds(d.start, d.end) - d.diag_s)
+
+    def _record(self, d: _Pending, loss: float, grad_norm: float, terms: dict, step_s: float) -> None:
+        """A finished step's speed figures into the progress; its row to the sinks at log steps (or a spike's)."""
         p, settings, tokens_per_step = self.p, self.bundle.settings, self.tokens_per_step
         step_mfu = mfu(
             self.bundle.ctx.flops_per_token, tokens_per_step / step_s, self.bundle.ctx.peak_flops, self.bundle.ctx.world
         )
-        if p.step > settings.speed_warmup:
+        if d.step > settings.speed_warmup:
             p.tokens_per_s.append(tokens_per_step / step_s)
             p.step_ms.append(step_s * 1000)
-            p.data_ms.append(data_s * 1000)
+            p.data_ms.append(d.data_s * 1000)
             p.mfu.append(step_mfu or 0.0)
-        if p.step % settings.log_interval == 0 or p.step == settings.max_steps:
+        if d.step % settings.log_interval == 0 or d.step == settings.max_steps:
             row = {
                 "train/loss": loss,
                 **terms,  # extra loss terms (train/<name>) beside the cross-entropy
-                "lr": self.bundle.optimizer.param_groups[0]["lr"],
+                "lr": d.lr,
                 "grad_norm": grad_norm,
-                "tokens": p.tokens,
+                "tokens": d.tokens,
                 "tokens_per_s": tokens_per_step / step_s,
                 "step_ms": step_s * 1000,
-                "data_ms": data_s * 1000,
+                "data_ms": d.data_s * 1000,
                 "mfu": step_mfu,
                 "peak_mem_bytes": max(p.peak_mem_bytes, self.peak.read()),
                 "wall_s": self.wall(),
-                **extra,
-                **({"diag_ms": diag_s * 1000} if self.monitor.diag is not None else {}),
+                **d.extra,
+                **({"diag_ms": d.diag_s * 1000} if self.monitor.diag is not None else {}),
             }
-            _emit(self.sinks, self.bundle.ctx, row, p.step)
+            _emit(self.sinks, self.bundle.ctx, row, d.step)
             self.load.sample()
-        elif extra:  # a spike between log steps: its own row
-            _emit(self.sinks, self.bundle.ctx, {**extra, "tokens": p.tokens, "wall_s": self.wall()}, p.step)
+        elif d.extra:  # a spike between log steps: its own row
+            _emit(self.sinks, self.bundle.ctx, {**d.extra, "tokens": d.tokens, "wall_s": self.wall()}, d.step)
 
 
 def _bank_load(load, p: Progress) -> None:
