@@ -163,8 +163,10 @@ def test_a_key_nothing_reads_is_refused_not_ignored(override, message):
 
 
 def test_sampling_refuses_a_run_whose_corpus_changed_since_training(tmp_path):
-    """A char tokenizer fitted on an edited corpus maps ids to other characters: refuse, never print garbage."""
-    from gptlab.state.rundir import load_trained
+    """A char tokenizer fitted on an edited corpus maps ids to other characters: a run saved before runs kept their
+    tokenizer (no tokenizer.json) is refused, never served garbage; a run that kept it samples with it, and only its
+    default prompt (the corpus's val text) is refused (tests/test_run_tokenizer.py)."""
+    from gptlab.state.rundir import TOKENIZER_FILE, load_trained
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 400)
@@ -176,5 +178,9 @@ def test_sampling_refuses_a_run_whose_corpus_changed_since_training(tmp_path):
     # one id per character of the corpus + U+FFFD (a one-segment corpus once fitted on nothing: vocab 1, loss 0)
     assert step == 2 and data.vocab_size == len(set(corpus.read_text())) + 1
     corpus.write_text("THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG\n" * 400)  # same size, other characters
+    assert load_trained(run)[1].tokenizer.chars == data.tokenizer.chars  # the tokenizer it saved when it started
+    with pytest.raises(ConfigError, match=r"changed since training .* so the default prompt \(its val text\) would"):
+        load_trained(run)[1].sample_prompt()
+    (run / TOKENIZER_FILE).unlink()  # an older run dir
     with pytest.raises(ConfigError, match=r"changed since training .* so its tokenizer would differ"):
         load_trained(run)

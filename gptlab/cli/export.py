@@ -3,8 +3,8 @@
 For hardware=fsdp runs, whose checkpoints are sharded DCP dirs: the newest checkpoint (or PATH) is read into one
 process (DCP gathers every rank's shards, whatever the world size) and written as a single-file checkpoint,
 `DIR/checkpoints/step_N.pt` (model and optimizer tensors whole, the same step, progress, RNGs and identity), with
-the run's `.hydra/config.yaml` and `tokenizer.json` beside it. DIR (default RUN_DIR/export) is then a run dir that `gptlab-sample DIR`
-reads, and `train.init_from=DIR/checkpoints/step_N.pt` starts a single-device run from it. A single-file checkpoint
+the run's `.hydra/config.yaml` and `tokenizer.json` beside it. DIR (default RUN_DIR/export) is then a run dir that
+`gptlab-sample DIR` reads, and `train.init_from=DIR/checkpoints/step_N.pt` starts a single-device run from it. A single-file checkpoint
 is exported the same way (a copy).
 
 `--format hf` writes the newest checkpoint as a Hugging Face GPT-2 folder instead (default DIR: RUN_DIR/hf):

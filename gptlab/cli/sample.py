@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_args(args)
-        model, data, step = load_trained(args.run_dir)
-        prompt = args.prompt if args.prompt is not None else getattr(data, "sample_prompt", lambda: "\n")()
-        ids = data.tokenizer.encode(prompt)[-model.cfg.block_size // 2 :] or [0]
+        model, text, step = load_trained(args.run_dir)  # the tokenizer the run trained with (its tokenizer.json)
+        prompt = args.prompt if args.prompt is not None else text.sample_prompt()
+        ids = text.tokenizer.encode(prompt)[-model.cfg.block_size // 2 :] or [0]
     except ConfigError as err:
         fail(err)
     gen = torch.Generator().manual_seed(args.seed)
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.tensor([ids]), args.tokens, temperature=args.temperature, top_k=args.top_k, generator=gen
     )
     print(f"# {args.run_dir} @ step {step}", file=sys.stderr)
-    print(data.tokenizer.decode(out[0].tolist()))
+    print(text.tokenizer.decode(out[0].tolist()))
     return 0
 
 
