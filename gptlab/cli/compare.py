@@ -17,6 +17,7 @@ from pathlib import Path
 from gptlab.compare import decode, wandb_log
 from gptlab.compare.analysis import Comparison, add_targets, compare
 from gptlab.compare.claims import load_claims
+from gptlab.compare.compute import equal_compute
 from gptlab.compare.like import Part, split
 from gptlab.compare.runs import RUN_MARKERS, discover, expand_paths, load_run
 from gptlab.compare.stats import ALPHA
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 cmp = compare(part.runs, baseline=args.baseline, step=args.step, claims=claims, peak_flops=peak)
                 add_targets(cmp, part.runs, targets, thresholds, args.threshold_key)
+                cmp.compute = equal_compute(cmp)
             except ConfigError as exc:
                 raise ConfigError(f"[{part.title}] {exc}" if args.split_by else str(exc)) from None
             cmp.split = part.values

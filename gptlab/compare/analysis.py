@@ -84,6 +84,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     split: dict[str, str] = field(default_factory=dict)
     validation_set: dict[str, str] = field(default_factory=dict)
+    compute: Any = None  # compute.EqualCompute: val loss at equal FLOPs and wall time, the matched arms
     probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
 
     def at(self) -> str:
@@ -107,6 +108,8 @@ class Comparison:
         }
         if self.split:
             doc["split"] = self.split
+        if self.compute is not None:
+            doc["equal_compute"] = self.compute.to_json()
         doc.update(
             {k: [x.to_json() for x in v] for k, v in (("targets", self.targets), ("thresholds", self.thresholds)) if v}
         )

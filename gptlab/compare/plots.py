@@ -32,6 +32,7 @@ CURVES = {
     "step": ("step", "val_loss_vs_step"),
     "wall_s": ("wall time", "val_loss_vs_wall_time"),
     "tokens": ("tokens", "val_loss_vs_tokens"),
+    "flops": ("training FLOPs", "val_loss_vs_flops"),  # metrics.jsonl `flops` (compare.compute rebuilds old runs')
 }
 
 

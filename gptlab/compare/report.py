@@ -6,7 +6,7 @@ import base64
 import html
 from pathlib import Path
 
-from gptlab.compare import probes
+from gptlab.compare import compute, probes
 from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.layers import layer_notes
 from gptlab.compare.machine import peak_note
@@ -363,6 +363,8 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
         console.print(ptable)
         console.print(power_note(), highlight=False, markup=False)
     print_targets(cmp, console)
+    for sentence in compute.lines(cmp.compute):  # val loss at equal FLOPs / wall time, matched arms
+        console.print(sentence, highlight=False, markup=False)
     probes.print_rows(cmp.probes, console)
 
 
@@ -382,6 +384,7 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
         lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in power_cells(cmp)]
         lines += ["", power_note()]
     lines += markdown_targets(cmp)
+    lines += (["", "## Equal compute", ""] + [f"- {c}" for c in compute.lines(cmp.compute)]) if cmp.compute else []
     lines += probes.markdown(cmp.probes)
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
     lines += [f"![{name}]({p.name})" for name, p in images.items()]
@@ -447,6 +450,12 @@ def _html_power(cmp: Comparison) -> str:
     return f'<h2>Power</h2>\n<table class="power">\n<tr>{head}</tr>\n{rows}</table>\n<p>{esc(power_note())}</p>\n'
 
 
+def _html_compute(cmp: Comparison) -> str:
+    """The equal-compute sentences (compare.compute), if any."""
+    items = "".join(f"<li>{html.escape(c)}</li>" for c in compute.lines(cmp.compute))
+    return f"<h2>Equal compute</h2>\n<ul>{items}</ul>\n" if items else ""
+
+
 def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power: bool = False) -> str:
     """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs; one verdict
     sentence per arm at the top; `extra` is more HTML placed before the figures (the decode table); with power,
@@ -464,5 +473,5 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
         + (_html_power(cmp) if power else "")
-        + f"{_legend()}{html_targets(cmp)}{probes.html_table(cmp.probes)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
+        + f"{_legend()}{html_targets(cmp)}{_html_compute(cmp)}{probes.html_table(cmp.probes)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
     )

@@ -73,13 +73,17 @@ def settings(cfg: DictConfig) -> MatchSettings:
     )
 
 
+def _copy(node: DictConfig) -> DictConfig:
+    return cast(DictConfig, OmegaConf.create(OmegaConf.to_container(node)))
+
+
 def sizing(cfg: DictConfig) -> DictConfig:
     """What sizes the model, as a plain (resolved, writable) config: model + attention, mlp, norm, position."""
     return OmegaConf.create({k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", *COMPONENTS)})
 
 
 def _unmatched(cfg: DictConfig) -> DictConfig:
-    out = OmegaConf.create(OmegaConf.to_container(cfg))
+    out = _copy(cfg)
     out.model.match = None
     return out
 
@@ -114,7 +118,7 @@ class Grid:
     what: str  # the knob in words, for messages
 
     def apply(self, cfg: DictConfig, index: int) -> DictConfig:
-        out = OmegaConf.create(OmegaConf.to_container(cfg))
+        out = _copy(cfg)
         v = self.values[index]
         if self.key == "mlp.ratio":
             out.mlp.ratio = v / int(cfg.model.d_model)  # a width of exactly v: round(v / d · d) = v
@@ -236,7 +240,7 @@ def resolve(cfg: DictConfig, measure: Measure, defaults: Defaults, key: Any = No
     if cache_key not in _CACHE:
         _CACHE[cache_key] = solve(cfg, s, measure, defaults)
     resolved, record = _CACHE[cache_key]
-    return OmegaConf.create(OmegaConf.to_container(resolved)), dict(record) if record else None
+    return _copy(resolved), dict(record) if record else None
 
 
 def describe(record: dict) -> str:

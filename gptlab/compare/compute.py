@@ -1,0 +1,203 @@
+"""Equal compute: val loss at equal training FLOPs and at equal wall time, and what each matched arm re-solved.
+
+Equal steps stay the comparison's contract; this is the cost view beside it. Every eval row of metrics.jsonl carries
+`flops`, the cumulative training FLOPs (tokens × the cost model's training FLOPs per token, the MFU numerator); a run
+written before that column has it rebuilt from its summary's `flops_per_token` × the row's `tokens`, and is "not
+available" without them. Each run's val loss is interpolated linearly between its eval points (step 0 at x = 0: no
+FLOPs, no training time yet) at the largest x every compared run reached, and each arm is held against the baseline
+there with a 95% Welch interval over seeds (scipy, gptlab.compare.stats). The wall-time verdict depends on speed, so
+it carries the table's under-load flag (the arm's or the baseline's row); an identical model is noise on both axes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gptlab.compare import stats
+from gptlab.compare.analysis import Comparison
+from gptlab.compare.runs import Run
+from gptlab.compare.stats import ALPHA
+
+AXES = {"flops": "training FLOPs", "wall_s": "wall time"}
+
+
+def fill_flops(run: Run) -> str | None:
+    """Give an older run's eval rows `flops` (= tokens × summary flops_per_token); the reason when it cannot."""
+    evals = [run.by_step[s] for s in run.val_steps()]
+    if all(rec.get("flops") is not None for rec in evals):
+        return None
+    per_token = run.summary.get("flops_per_token")
+    if not isinstance(per_token, (int, float)) or isinstance(per_token, bool) or not per_token > 0:
+        return f"{run.path}: no flops column and no flops_per_token in summary.json"
+    for step, rec in zip(run.val_steps(), evals):
+        tokens = 0 if step == 0 else rec.get("tokens")
+        if tokens is None:
+            return f"{run.path}: eval rows without tokens (step {step})"
+        rec.setdefault("flops", float(tokens) * float(per_token))
+    return None
+
+
+def curve(run: Run, axis: str) -> tuple[list[float], list[float]] | None:
+    """(x, val loss) at the run's eval points, x increasing; step 0 at x = 0; None when an eval lacks x."""
+    xs, ys = [], []
+    for step in run.val_steps():
+        rec = run.by_step[step]
+        x = 0.0 if step == 0 else rec.get(axis)
+        if x is None or not math.isfinite(float(x)):
+            return None
+        xs.append(float(x))
+        ys.append(float(rec["val/loss"]))
+    if not xs or any(b < a for a, b in zip(xs, xs[1:])):
+        return None
+    return xs, ys
+
+
+def loss_at(xs: list[float], ys: list[float], x: float) -> float:
+    """Val loss at x, linear between the two eval points around it (x within [xs[0], xs[-1]], never extrapolated)."""
+    if not xs[0] <= x <= xs[-1]:
+        raise ValueError(f"x={x} outside the run's evals [{xs[0]}, {xs[-1]}]")
+    return float(np.interp(x, xs, ys))
+
+
+@dataclass
+class ArmAt:
+    """One group at the common x: its seeds' interpolated losses, Δ vs the baseline with a 95% Welch CI, verdict."""
+
+    label: str
+    losses: list[float]
+    mean: float
+    delta: float
+    ci: list[float] | None
+    verdict: str
+    under_load: bool = False
+
+
+@dataclass
+class AxisResult:
+    """Val loss at equal `axis` (flops or wall_s): the common x and one ArmAt per group (baseline first); or why not."""
+
+    axis: str
+    x: float | None
+    arms: list[ArmAt] = field(default_factory=list)
+    missing: str | None = None
+
+
+def _verdict(arm: list[float], base: list[float], identical: bool) -> tuple[list[float] | None, str]:
+    """The 95% Welch interval of mean(arm) - mean(base) and its word: lower / higher / within noise / n/a."""
+    interval = stats.welch_interval(arm, base, ALPHA)
+    if identical:
+        return ([interval.lo, interval.hi] if interval else None), "within noise (identical model)"
+    if interval is None:
+        return None, f"n/a: {min(len(arm), len(base))} seed"
+    if not interval.excludes_zero():
+        return [interval.lo, interval.hi], "within noise"
+    return [interval.lo, interval.hi], "lower val loss" if interval.diff < 0 else "higher val loss"
+
+
+def at_equal(cmp: Comparison, axis: str) -> AxisResult:
+    """Every group's val loss at the largest `axis` value every run reached, against the baseline's."""
+    curves = [[(run, curve(run, axis)) for run in g.runs] for g in cmp.groups]
+    lacking = [str(run.path) for per in curves for run, c in per if c is None]
+    if lacking:
+        return AxisResult(axis, None, missing=f"not available: no {axis} at every eval in {lacking[0]}")
+    x = min(c[0][-1] for per in curves for _, c in per if c is not None)
+    if not x > 0:
+        return AxisResult(axis, None, missing=f"not available: a run has no {AXES[axis]} past its first eval")
+    result = AxisResult(axis, x)
+    base = [loss_at(*c, x) for _, c in curves[0] if c is not None]
+    for g, row, per in zip(cmp.groups, cmp.rows, curves):
+        losses = [loss_at(*c, x) for _, c in per if c is not None]
+        loaded = axis == "wall_s" and (row.under_load or cmp.rows[0].under_load)  # the table's own flags
+        if g is cmp.groups[0]:
+            ci, word = None, "baseline"
+        else:
+            ci, word = _verdict(losses, base, cmp.rows[0].label in row.identical_to)
+        if loaded and word != "baseline":
+            word += ", under outside load"
+        delta = stats.mean(losses) - stats.mean(base)
+        result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, ci, word, loaded))
+    return result
+
+
+@dataclass
+class EqualCompute:
+    """Both equal-compute views and the matched arms' records (label -> summary.json `match`)."""
+
+    axes: list[AxisResult]
+    matched: dict[str, dict] = field(default_factory=dict)
+    rebuilt: list[str] = field(default_factory=list)  # runs whose flops column came from flops_per_token × tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alpha": ALPHA,
+            "axes": [asdict(a) for a in self.axes],
+            "matched": self.matched,
+            "flops_rebuilt_from_summary": self.rebuilt,
+        }
+
+
+def equal_compute(cmp: Comparison) -> EqualCompute:
+    """The equal-FLOPs and equal-wall-time verdicts of a comparison (older runs get their flops column rebuilt)."""
+    rebuilt, why = [], []
+    for g in cmp.groups:
+        for run in g.runs:
+            had = all(run.by_step[s].get("flops") is not None for s in run.val_steps())
+            reason = fill_flops(run)
+            why += [reason] if reason else []
+            if not had and not reason:
+                rebuilt.append(str(run.path))
+    axes = [at_equal(cmp, axis) for axis in AXES]
+    if why:
+        axes[0] = AxisResult("flops", None, missing=f"not available: {why[0]}")
+    matched = {
+        g.label: rec
+        for g in cmp.groups
+        if isinstance(rec := next((r.summary.get("match") for r in g.runs if r.summary.get("match")), None), dict)
+    }
+    return EqualCompute(axes, matched, rebuilt)
+
+
+def _x_text(axis: str, x: float) -> str:
+    return f"{x:.3g} FLOPs" if axis == "flops" else f"{x:.1f} s"
+
+
+def _ci_text(a: ArmAt) -> str:
+    return f" [95% CI {a.ci[0]:+.4f}, {a.ci[1]:+.4f}]" if a.ci else ""
+
+
+def match_line(label: str, rec: dict) -> str:
+    """One matched arm in words: what it held equal, the knob's value and the residual mismatch."""
+    unit = "params" if rec.get("mode") == "params" else "FLOPs/token"
+    hidden = f" (MLP hidden {rec['mlp_hidden']})" if rec.get("knob") == "mlp" and rec.get("mlp_hidden") else ""
+    pct = rec.get("residual_pct")
+    step = rec.get("step")
+    to = rec.get("baseline", {}).get("match_to") or []
+    return (
+        f"'{label}': {rec.get('mode')} matched to the baseline (conf defaults{' + ' + ', '.join(to) if to else ''}) "
+        f"by {rec.get('key')} {rec.get('configured')} -> {rec.get('resolved'):.6g}{hidden}; residual "
+        f"{rec.get('residual', 0):+,.0f} {unit}"
+        + (f" ({pct:+.3f}%)" if pct is not None else "")
+        + (f", one rounding step {step:,.0f}" if step else "")
+    )
+
+
+def lines(ec: EqualCompute | None) -> list[str]:
+    """The report's equal-compute sentences: one per arm and axis, then the matched arms."""
+    if ec is None:
+        return []
+    out = []
+    for ax in ec.axes:
+        name = AXES[ax.axis]
+        if ax.x is None:
+            out.append(f"Val loss at equal {name}: {ax.missing}.")
+            continue
+        where = f"Val loss at equal {name} ({_x_text(ax.axis, ax.x)}, the most every run reached; interpolated)"
+        out += [f"{where}: '{a.label}' {a.mean:.4f}, Δ {a.delta:+.4f}{_ci_text(a)}: {a.verdict}." for a in ax.arms[1:]]
+    if ec.rebuilt:
+        out.append(f"{len(ec.rebuilt)} run(s) predate the flops column: rebuilt as tokens × their flops_per_token.")
+    out += [match_line(label, rec) for label, rec in ec.matched.items()]
+    return out

@@ -1,0 +1,117 @@
+"""Equal compute in gptlab-compare: val loss at equal training FLOPs and at equal wall time, interpolated between eval
+points, on synthetic curves with a known answer; older runs' flops column rebuilt or "not available"; one tiny real
+pair of runs end to end (the metrics.jsonl flops column, the report's section and the loss-vs-FLOPs plot)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gptlab.cli.compare import main as compare_main
+from gptlab.compare import stats
+from gptlab.compare.analysis import compare
+from gptlab.compare.compute import equal_compute, lines, loss_at
+from gptlab.compare.runs import load_run
+from helpers.compare import write_run
+from helpers.train import rows, run_inprocess
+
+F = 1e6  # the baseline's training FLOPs per token; write_run's runs see 128 tokens per step
+BASE_OFF, ARM_OFF = [0.0, 0.01, -0.01], [0.02, 0.0, 0.01]
+
+
+def _linear(off: float):
+    return lambda step: 3.0 - 0.01 * step + off  # linear in step: interpolation between evals is exact
+
+
+def _pair(tmp_path, arm_load: float | None = None):
+    """Baseline (F FLOPs/token, 50 ms/step) and an arm 1.6x the FLOPs/token and 2x the step time, 3 seeds each."""
+    runs = []
+    for seed, off in enumerate(BASE_OFF):
+        runs.append(write_run(tmp_path / f"base{seed}", seed=seed, loss_at=_linear(off), flops_per_token=F))
+    for seed, off in enumerate(ARM_OFF):
+        runs.append(
+            write_run(
+                tmp_path / f"arm{seed}",
+                seed=seed,
+                choices={"attention": "mqa"},
+                loss_at=_linear(off),
+                flops_per_token=1.6 * F,
+                step_ms=100.0,
+                outside_load=arm_load,
+            )
+        )
+    return compare([load_run(p) for p in runs], baseline="attention=mha")
+
+
+def test_interpolation_is_linear_between_evals_and_never_extrapolates():
+    assert loss_at([0.0, 10.0, 20.0], [4.0, 3.0, 1.0], 15.0) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        loss_at([0.0, 10.0], [4.0, 3.0], 11.0)
+
+
+def test_equal_flops_and_wall_time_on_curves_with_a_known_answer(tmp_path):
+    cmp = _pair(tmp_path, arm_load=0.5)
+    ec = equal_compute(cmp)
+    flops, wall = ec.axes
+    # the baseline reaches 100 steps x 128 tokens x F; the arm is there at step 62.5 (between its evals 50 and 75)
+    assert flops.x == pytest.approx(100 * 128 * F)
+    arm_at = [3.0 - 0.625 + off for off in ARM_OFF]
+    base_at = [2.0 + off for off in BASE_OFF]
+    arm = flops.arms[1]
+    assert arm.losses == pytest.approx(arm_at)
+    expected = stats.welch_interval(arm_at, base_at, 0.05)
+    assert arm.delta == pytest.approx(expected.diff) and arm.ci == pytest.approx([expected.lo, expected.hi])
+    assert arm.verdict == "higher val loss" and not arm.under_load
+    # wall time: the baseline ends at 5 s; the arm (100 ms/step) is at step 50 there; its speed was taken under load
+    assert wall.x == pytest.approx(5.0)
+    assert wall.arms[1].losses == pytest.approx([2.5 + off for off in ARM_OFF])
+    assert wall.arms[1].verdict == "higher val loss, under outside load" and wall.arms[1].under_load
+    assert len(ec.rebuilt) == 6  # synthetic runs predate the column: rebuilt from flops_per_token x tokens
+    text = lines(ec)
+    assert any("equal training FLOPs (1.28e+10 FLOPs" in t and "'attention=mqa'" in t for t in text)
+
+
+def test_equal_curves_are_within_noise(tmp_path):
+    """An arm with the baseline's loss per FLOP: at equal FLOPs the Welch interval covers zero."""
+    runs = [
+        write_run(tmp_path / f"b{s}", seed=s, loss_at=_linear(o), flops_per_token=F) for s, o in enumerate(BASE_OFF)
+    ]
+    runs += [
+        write_run(tmp_path / f"a{s}", seed=s, choices={"attention": "mqa"}, loss_at=_linear(o), flops_per_token=F)
+        for s, o in enumerate(BASE_OFF[::-1])
+    ]
+    flops = equal_compute(compare([load_run(p) for p in runs], baseline="attention=mha")).axes[0]
+    assert flops.arms[1].verdict == "within noise" and flops.arms[1].ci[0] < 0 < flops.arms[1].ci[1]
+
+
+def test_a_run_without_flops_or_flops_per_token_is_not_available(tmp_path):
+    runs = [write_run(tmp_path / "b", flops_per_token=None), write_run(tmp_path / "a", choices={"attention": "mqa"})]
+    ec = equal_compute(compare([load_run(p) for p in runs], baseline="attention=mha"))
+    assert ec.axes[0].x is None and ec.axes[0].missing.startswith("not available:")
+    assert "no flops column and no flops_per_token" in ec.axes[0].missing
+    assert ec.axes[1].x is not None  # wall time is still there
+    assert any(t.startswith("Val loss at equal training FLOPs: not available") for t in lines(ec))
+
+
+@pytest.mark.slow
+def test_real_runs_write_the_flops_column_and_compare_reports_equal_compute(tmp_path, capsys):
+    """Two tiny real runs: mha and a params-matched mqa; eval rows carry flops = tokens x flops_per_token."""
+    base = run_inprocess(tmp_path / "sweep" / "mha", steps=4, eval_interval=2)
+    arm = run_inprocess(tmp_path / "sweep" / "mqa", "attention=mqa", "model.match=params", steps=4, eval_interval=2)
+    for name, summary in (("mha", base), ("mqa", arm)):
+        evals = [r for r in rows(tmp_path / "sweep" / name) if "val/loss" in r]
+        assert [r["step"] for r in evals] == [0, 2, 4]
+        assert [r["flops"] for r in evals] == pytest.approx([r["tokens"] * summary["flops_per_token"] for r in evals])
+    out = tmp_path / "cmp"
+    assert compare_main([str(tmp_path / "sweep"), "--out", str(out), "--no-wandb", "--baseline", "attention=mha"]) == 0
+    doc = json.loads((out / "comparison.json").read_text())["equal_compute"]
+    flops, wall = doc["axes"]
+    ends = [s["tokens"] * s["flops_per_token"] for s in (base, arm)]
+    assert flops["x"] == pytest.approx(min(ends))  # the most training FLOPs both runs reached
+    assert wall["x"] is not None and wall["arms"][1]["verdict"].startswith("n/a: 1 seed")
+    assert [m["residual"] for m in doc["matched"].values()] == [arm["match"]["residual"]]  # the mqa arm only
+    assert (out / "val_loss_vs_flops.png").is_file()
+    md = (out / "comparison.md").read_text()
+    assert "## Equal compute" in md and "params matched to the baseline" in md
+    assert "Val loss at equal training FLOPs" in capsys.readouterr().out
