@@ -121,6 +121,24 @@ def _add_wandb_args(p: argparse.ArgumentParser) -> None:
         "each arm's best and at the baseline's lr, stability margin)",
     )
     p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="a gptlab-sweep --ladder sweep dir (auto-detected when it is the one path): per arm a power law of final "
+        "val loss in size, the gap to the baseline (grows / shrinks / crosses over) and the ranking at every rung",
+    )
+    p.add_argument(
+        "--ladder-x",
+        choices=("params", "flops"),
+        default="params",
+        help="the ladder's size: non-embedding parameters (default) or training FLOPs per token",
+    )
+    p.add_argument(
+        "--factorial",
+        action="store_true",
+        help="a gptlab-sweep --factorial sweep dir (auto-detected when it is the one path): main effects and "
+        "interactions on val loss and speed (statsmodels OLS/ANOVA) and whether the parts add up",
+    )
+    p.add_argument(
         "--holdout-seeds",
         help="with --lr-grid: pick each arm's lr on the other seeds and report on these (e.g. 2 or 2,3)",
     )
@@ -134,6 +152,12 @@ def _add_wandb_args(p: argparse.ArgumentParser) -> None:
 
 def _is_run_dir(path: Path) -> bool:
     return any((path / m).is_file() for m in RUN_MARKERS)
+
+
+def _is_ladder(path: Path) -> bool:
+    from gptlab.compare.ladder import is_ladder
+
+    return is_ladder(path)
 
 
 def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
@@ -152,9 +176,11 @@ def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
     return out
 
 
-def write_reports(cmp: Comparison, out: Path, power: bool = False) -> dict[str, Path]:
-    """Write PNGs, comparison.json/.md/.html into out (the --power table in md/html with power); returns the PNGs
-    by name."""
+def write_reports(
+    cmp: Comparison, out: Path, power: bool = False, sections: tuple[str, str] = ("", "")
+) -> dict[str, Path]:
+    """Write PNGs, comparison.json/.md/.html into out (the --power table in md/html with power; `sections`: more
+    (markdown, html) at the end, e.g. factorial effects); returns the PNGs by name."""
     from gptlab.compare.plots import make_plots
     from gptlab.compare.report import html_report, markdown
 
@@ -162,8 +188,9 @@ def write_reports(cmp: Comparison, out: Path, power: bool = False) -> dict[str, 
     images = make_plots(cmp, out)
     (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
     extra = "\n".join(decode.markdown(cmp.decode)) + "\n" if cmp.decode else ""
-    (out / "comparison.md").write_text(markdown(cmp, images, power) + extra)
-    (out / "comparison.html").write_text(html_report(cmp, images, decode.html(cmp.decode) if cmp.decode else "", power))
+    (out / "comparison.md").write_text(markdown(cmp, images, power) + extra + sections[0])
+    extra_html = (decode.html(cmp.decode) if cmp.decode else "") + sections[1]
+    (out / "comparison.html").write_text(html_report(cmp, images, extra_html, power))
     return images
 
 
@@ -307,11 +334,66 @@ def lr_grid_main(args) -> int:
     return 0
 
 
+def _one_sweep_dir(args) -> Path | None:
+    """The sweep dir when exactly one folder (not a run dir) is given and no --split-by: what a ladder or factorial
+    sweep is auto-detected from."""
+    if len(args.paths) != 1 or args.split_by:
+        return None
+    path = Path(args.paths[0])
+    return path if path.is_dir() and not _is_run_dir(path) else None
+
+
+def ladder_main(args) -> int:
+    """--ladder (or a ladder sweep dir): per-arm power-law fits, gap verdicts, rankings; ladder.json + ladder.png."""
+    from gptlab.compare import ladder
+
+    try:
+        if len(args.paths) != 1:
+            raise ConfigError("--ladder: give one sweep dir (gptlab-sweep NAME --ladder KEY=V1,V2,... --out DIR)")
+        sweep = Path(args.paths[0])
+        found = ladder.read_ladder(sweep, args.ladder_x)
+        doc = ladder.report(found)
+        out = Path(args.out) if args.out else sweep / "comparison"
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "ladder.json", json.dumps(strict_json(doc), indent=1) + "\n")
+        ladder.plot(found, doc, out / "ladder.png")
+    except ConfigError as exc:
+        print(f"gptlab-compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(ladder.format_report(doc))
+    print(f"wrote {out / 'ladder.json'} and {out / 'ladder.png'} (per-rung tables: --split-by <the ladder's key>)")
+    return 0
+
+
+def _factorial(args, runs: list) -> dict | None:
+    """--factorial (or a factorial sweep dir): the effects of its factors on these runs; None when not one. An
+    auto-detected factorial that cannot be analysed warns; an asked-for one is refused."""
+    from gptlab.compare import factorial
+
+    sweep = _one_sweep_dir(args)
+    factors = factorial.sweep_factors(sweep) if sweep else []
+    if args.factorial and not factors:
+        raise ConfigError(
+            "--factorial: give one factorial sweep dir (gptlab-sweep NAME --factorial; its sweep.yaml has factors)"
+        )
+    if not factors:
+        return None
+    try:
+        return factorial.analyse(runs, factors)
+    except ConfigError as exc:
+        if args.factorial:
+            raise
+        print(f"warning: factorial effects not computed: {exc}", file=sys.stderr)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 on success, 2 (one-line message on stderr) on bad input."""
     args = build_parser().parse_args(argv)
     if args.lr_grid:
         return lr_grid_main(args)
+    if args.ladder or ((sweep := _one_sweep_dir(args)) is not None and _is_ladder(sweep)):
+        return ladder_main(args)
     try:
         check_mode(args.wandb_mode)
         if args.workspace:
@@ -341,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
             cmp.split = part.values
             cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in part.runs) else []
             comparisons.append(cmp)
+        effects = _factorial(args, runs) if args.factorial or not args.split_by else None
         out = out_dir(args.out, args.paths[0], run_dirs)
     except ConfigError as exc:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)
@@ -358,7 +441,15 @@ def main(argv: list[str] | None = None) -> int:
         if cmp.decode:
             decode.print_decode(cmp.decode, cmp.baseline)
         where = out / part.slug if args.split_by else out
-        images = write_reports(cmp, where, args.power)
+        sections = ("", "")
+        if effects is not None:
+            from gptlab.compare import factorial
+
+            print("\n".join(factorial.lines(effects)))
+            sections = (factorial.markdown(effects), factorial.html(effects))
+        images = write_reports(cmp, where, args.power, sections)
+        if effects is not None:
+            atomic_write_text(where / "factorial.json", json.dumps(strict_json(effects), indent=1) + "\n")
         if wandb_log.wanted(args.wandb, args.wandb_mode):
             log_to_wandb(cmp, images, part.runs, where, args.wandb_mode)
         written.append(f"{where}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")

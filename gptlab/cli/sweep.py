@@ -32,6 +32,7 @@ import yaml
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
 from gptlab.runtime.hardware import thread_choice
+from gptlab.sweep.design import Rung, factorial_arms, ladder_conflicts, parse_ladder, rungs
 from gptlab.sweep.plan import PLAN_DIR, PlannedRun, is_launch_setting, launch_command, parse_lr_grid, write_plan
 from gptlab.sweep.queue import Queue, Slots, plan_slots
 from gptlab.sweep.status import format_status, job_ids, sweep_status
@@ -59,6 +60,13 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())[:200]})") from None
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping with 'arms' (and optional 'seeds', 'overrides')")
+    if "factors" in spec:  # a 2^k factorial: the arms are generated (gptlab/sweep/design.py)
+        if "arms" in spec:
+            raise ConfigError(f"{path}: give 'factors' (the 2^k arms are generated from them) or 'arms', not both")
+        try:
+            spec["arms"] = factorial_arms(spec["factors"])
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
     if not isinstance(spec.get("arms"), dict) or not spec["arms"]:
         raise ConfigError(f"{path}: 'arms' must map arm names to lists of overrides")
     _check_spec(path, spec)
@@ -69,7 +77,7 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
     return path.stem, spec, path
 
 
-SPEC_KEYS = ("description", "seeds", "overrides", "arms", "command", "lr_grid")
+SPEC_KEYS = ("description", "seeds", "overrides", "arms", "command", "lr_grid", "ladder", "factors")
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
@@ -181,6 +189,54 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
     return warnings, errors
 
 
+def ladder_errors(name: str, spec: dict, extra: list[str], seed: int, ladder: list[Rung]) -> list[str]:
+    """Every arm at every rung builds, and no two rungs of one arm build the same model (a shared override pinning the
+    size the ladder moves would make every rung one size: a flat "power law" from one model, silently)."""
+    errors = []
+    for arm in spec["arms"]:
+        seen: dict[str, str] = {}
+        for rung in ladder:
+            overrides = [*planned_overrides(name, spec, arm, extra), *rung.overrides]
+            try:
+                fingerprint, _, _ = arm_identity(overrides, seed, spec.get("command", "train"))
+            except Exception as err:  # noqa: BLE001 - Hydra and build errors alike: name the arm and rung, one line
+                errors.append(
+                    f"[{name}] arm '{arm}' at rung {rung.name} does not build: {str(err).strip().splitlines()[0]}"
+                )
+                continue
+            if fingerprint in seen:
+                errors.append(
+                    f"[{name}] arm '{arm}': rungs {seen[fingerprint]} and {rung.name} build the same model; "
+                    "the ladder's key does not change the size here"
+                )
+            seen[fingerprint] = rung.name
+    return errors
+
+
+def _ladder(args, spec: dict, extra: list[str]) -> dict[str, list[str]] | None:
+    """The ladder of --ladder (else the file's `ladder:`), checked against the lr grid and every override."""
+    given = args.ladder if args.ladder else spec.get("ladder")
+    if given is None:
+        return None
+    ladder = parse_ladder(given)
+    if args.lr_grid is not None or spec.get("lr_grid") is not None:
+        raise ConfigError("--ladder with --lr-grid is not supported yet; run the lr grid at one size, then the ladder")
+    for arm, overrides in spec["arms"].items():
+        clash = ladder_conflicts(ladder, overrides)
+        if clash:
+            raise ConfigError(
+                f"ladder {', '.join(ladder)}: arm '{arm}' sets {clash}, a size the ladder moves (every rung would "
+                "override it, or it would pin one size); drop it from the arm"
+            )
+    for override in [*spec["overrides"], *extra]:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if key in ladder:
+            print(f"note: the ladder's {key} replaces {override} (the sweep's own size) at every rung", flush=True)
+        elif "model" in ladder and key.startswith("model."):
+            print(f"note: {override} applies on top of every model preset of the ladder", flush=True)
+    return ladder
+
+
 HYDRA_DIR = re.compile(r"^\+{0,2}hydra\.sweep\.(dir|subdir)=(.*)$")
 
 
@@ -235,7 +291,13 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _pending(
-    name: str, spec: dict, seeds: list[int], sweep_dir: Path, extra: list[str], lrs: list[float] | None = None
+    name: str,
+    spec: dict,
+    seeds: list[int],
+    sweep_dir: Path,
+    extra: list[str],
+    lrs: list[float] | None = None,
+    ladder: list[Rung] | None = None,
 ) -> tuple[list, int, int]:
     """(runs to launch, finished runs skipped, runs in flight skipped): failed and never-run runs are launched."""
     command = spec.get("command", "train")
@@ -246,9 +308,11 @@ def _pending(
         if any(is_launch_setting(o) for o in spec["arms"][arm]):
             raise ConfigError(f"arm '{arm}': launch settings (hydra.*, launcher=) belong in the sweep's overrides")
         grid: list[float | None] = list(lrs) if lrs else [None]
-        for seed, lr in [(s, lr) for lr in grid for s in seeds]:
+        steps: list[Rung | None] = list(ladder) if ladder else [None]
+        for seed, lr, rung in [(s, lr, r) for r in steps for lr in grid for s in seeds]:
             given = [o for o in overrides if not is_launch_setting(o)] + ([f"optimizer.lr={lr:g}"] if lr else [])
-            run = PlannedRun(arm, seed, tuple([*given, f"seed={seed}"]), lr)
+            given += list(rung.overrides) if rung else []
+            run = PlannedRun(arm, seed, tuple([*given, f"seed={seed}"]), lr, rung.name if rung else None)
             if finished(run.run_dir(sweep_dir), given, seed, command):
                 done += 1
             elif run.name in flight:
@@ -409,7 +473,8 @@ def status_main(argv: list[str]) -> int:
     seeds = spec.get("seeds", [0])
     grid = spec.get("lr_grid")
     lrs = parse_lr_grid(grid) if grid is not None else None
-    rows = sweep_status(args.sweep_dir.resolve(), {arm: seeds for arm in spec.get("arms", {})}, lrs)
+    ladder = [r.name for r in rungs(parse_ladder(spec["ladder"]))] if spec.get("ladder") else None
+    rows = sweep_status(args.sweep_dir.resolve(), {arm: seeds for arm in spec.get("arms", {})}, lrs, ladder)
     print(format_status(rows))
     return 0
 
@@ -434,16 +499,38 @@ def main(argv: list[str] | None = None) -> int:
         "--lr-grid",
         help="every arm at every lr: 3e-4,1e-3,3e-3 or 1e-4:1e-2:5 (log-spaced); run dirs <arm>/lr<v>/seed<k>",
     )
+    parser.add_argument(
+        "--ladder",
+        action="append",
+        metavar="KEY=V1,V2,...",
+        help="every arm at every size: model.d_model=64,128,256 (or model.n_layer, model.n_head; repeat to move "
+        "several together) or model=tiny,gpt2; run dirs <arm>/<rung>/seed<k>",
+    )
+    parser.add_argument(
+        "--factorial",
+        action="store_true",
+        help="the sweep file's `factors:` (k binary changes) as the 2^k arms base, a, a+b, ... (the file alone does it "
+        "too; the flag refuses a file without factors)",
+    )
     args = parser.parse_intermixed_args(argv)
     try:
         args.out, args.overrides = take_sweep_dir(args.out, args.overrides)
         name, spec, _ = load_sweep(args.sweep)
+        if args.factorial and "factors" not in spec:
+            raise ConfigError(f"--factorial: sweep '{name}' has no 'factors:' (name -> overrides of one binary change)")
+        ladder = _ladder(args, spec, args.overrides)
+        ladder_rungs = rungs(ladder) if ladder else None
         seeds = parse_seeds(args.seeds) if args.seeds else list(spec["seeds"])
         grid = args.lr_grid if args.lr_grid is not None else spec.get("lr_grid")
         lrs = parse_lr_grid(grid) if grid is not None else None
         sweep_dir = (args.out or Path("outputs/sweeps") / name).resolve()
         if args.lr_grid is not None:  # recorded, so `status` and re-runs see the grid
             spec = {**spec, "lr_grid": lrs}
+        if ladder is not None:  # recorded (its values as text), so `status`, re-runs and compare see the ladder
+            spec = {**spec, "ladder": ladder}
+            bad = ladder_errors(name, spec, args.overrides, seeds[0], ladder_rungs or [])
+            if bad:
+                raise ConfigError(bad[0].removeprefix(f"[{name}] "))
         if not args.dry_run:
             record_definition(sweep_dir, spec, args.overrides)
     except (ConfigError, ValueError) as err:
@@ -459,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = spec.get("command", "train")
     try:
-        runs, skipped, busy = _pending(name, spec, seeds, sweep_dir, args.overrides, lrs)
+        runs, skipped, busy = _pending(name, spec, seeds, sweep_dir, args.overrides, lrs, ladder_rungs)
         launch = [o for o in [*spec["overrides"], *args.overrides] if is_launch_setting(o)]
         if runs and not args.dry_run:
             write_plan(sweep_dir, runs)

@@ -31,22 +31,25 @@ LAUNCH_GROUPS = ("launcher", "tune")  # groups that configure Hydra (the launch)
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One (arm, seed) run of a sweep, or (arm, lr, seed) under an lr grid, and the overrides that compose it (seed,
-    arm and optimizer.lr included)."""
+    """One (arm, seed) run of a sweep, (arm, lr, seed) under an lr grid or (arm, rung, seed) on a scale ladder, and
+    the overrides that compose it (seed, arm, optimizer.lr and the rung's sizes included)."""
 
     arm: str
     seed: int
     overrides: tuple[str, ...]
     lr: float | None = None
+    rung: str | None = None  # a ladder rung's name (gptlab/sweep/design.py)
 
     @property
     def name(self) -> str:
-        return f"{self.arm}__lr{self.lr:g}__seed{self.seed}" if self.lr is not None else f"{self.arm}__seed{self.seed}"
+        middle = f"__lr{self.lr:g}" if self.lr is not None else f"__{self.rung}" if self.rung is not None else ""
+        return f"{self.arm}{middle}__seed{self.seed}"
 
     def subdir(self) -> str:
-        """Where the run lives under the sweep dir: <arm>/seed<k>, or <arm>/lr<value>/seed<k> under an lr grid."""
-        lr = f"lr{self.lr:g}/" if self.lr is not None else ""
-        return f"{self.arm}/{lr}seed{self.seed}"
+        """Where the run lives under the sweep dir: <arm>/seed<k>, <arm>/lr<value>/seed<k> under an lr grid, or
+        <arm>/<rung>/seed<k> on a ladder."""
+        middle = f"lr{self.lr:g}/" if self.lr is not None else f"{self.rung}/" if self.rung is not None else ""
+        return f"{self.arm}/{middle}seed{self.seed}"
 
     def run_dir(self, sweep_dir: Path) -> Path:
         return sweep_dir / self.subdir()
@@ -135,7 +138,15 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
     for run in runs:
         atomic_write_text(folder / SWEEP_RUN_GROUP / f"{run.name}.yaml", run_config(run))
     plan = [
-        {"name": r.name, "arm": r.arm, "seed": r.seed, "lr": r.lr, "subdir": r.subdir(), "overrides": list(r.overrides)}
+        {
+            "name": r.name,
+            "arm": r.arm,
+            "seed": r.seed,
+            "lr": r.lr,
+            "rung": r.rung,
+            "subdir": r.subdir(),
+            "overrides": list(r.overrides),
+        }
         for r in runs
     ]
     atomic_write_text(folder / "plan.json", json.dumps(plan, indent=1) + "\n")

@@ -147,9 +147,13 @@ def scheduler_states(ids: list[str]) -> dict[str, str]:
 
 
 def sweep_status(
-    sweep_dir: Path, arms: dict[str, list[int]] | None = None, lrs: list[float] | None = None
+    sweep_dir: Path,
+    arms: dict[str, list[int]] | None = None,
+    lrs: list[float] | None = None,
+    rungs: list[str] | None = None,
 ) -> list[RunStatus]:
-    """The status of every run of the sweep dir's plan (plus `arms`' runs, at every lr of `lrs`, never launched)."""
+    """The status of every run of the sweep dir's plan (plus `arms`' runs, at every lr of `lrs` or every ladder rung
+    of `rungs`, never launched)."""
     plan = read_plan(sweep_dir)
     try:
         queue = json.loads((sweep_dir / PLAN_DIR / QUEUE_FILE).read_text())
@@ -165,8 +169,8 @@ def sweep_status(
     for arm, seeds in (arms or {}).items():
         for seed in seeds:
             grid: list[float | None] = list(lrs) if lrs else [None]
-            for lr in grid:
-                run = PlannedRun(arm, seed, (), lr)
+            for lr, rung in [(lr, rung) for lr in grid for rung in (rungs or [None])]:
+                run = PlannedRun(arm, seed, (), lr, rung)
                 if run.name not in seen:
                     entry = {"name": run.name, "arm": arm, "seed": seed, "subdir": run.subdir()}
                     out.append(_one(sweep_dir, entry, {}, None, None, launched=False))

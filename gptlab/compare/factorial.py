@@ -1,0 +1,234 @@
+"""Factorial effects: a 2^k sweep (`gptlab-sweep NAME --factorial`, arms `base`, `a`, `a+b`, ...) as main effects and
+interactions on final val loss and on speed, fitted by statsmodels.
+
+Each factor is coded -1/2 (off) and +1/2 (on), so a main effect's coefficient is the mean change when the factor is
+turned on, averaged over the other factors' levels, and a two-way interaction's is how much one factor's effect
+changes when the other is on (the difference of differences). The full model `y ~ f1 * f2 * ... * fk` is fitted by
+OLS over every seed's run (the seeds are the only residual); intervals and p-values are the OLS t-tests, and the ANOVA
+table is statsmodels' anova_lm (type II). Speed is log tokens/s, so its effects are ratios (exp of the coefficient).
+
+The additivity line asks of the arm with every factor on: is its effect vs `base` the sum (loss) or the product
+(speed) of the single-factor arms' effects? It is the cell-means contrast all - sum(singles) + (k - 1)·base, tested
+by OLS t_test; "additive" when its interval contains 0. Speed figures taken under outside load are flagged, as in
+every speed column of gptlab-compare.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from gptlab.compare.runs import Run
+from gptlab.compare.speed import OUTSIDE_LOAD_LIMIT, loaded, run_speed
+from gptlab.compare.stats import ALPHA, median
+from gptlab.errors import ConfigError
+
+BASE_ARM = (
+    "base"  # gptlab/sweep/design.py names the all-off arm so (read here as a name: compare imports no sweep code)
+)
+
+
+def sweep_factors(sweep_dir: Path) -> list[str]:
+    """The factor names a factorial sweep dir's sweep.yaml records ([] when it is not a factorial sweep)."""
+    import yaml
+
+    try:
+        spec = yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    factors = spec.get("factors") if isinstance(spec, dict) else None
+    return [str(f) for f in factors] if isinstance(factors, dict) else []
+
+
+def arm_levels(arm: str, factors: list[str]) -> dict[str, int]:
+    """{factor: 0/1} of an arm named `base` or by its factors joined with '+'."""
+    on = set() if arm == BASE_ARM else set(arm.split("+"))
+    if on - set(factors):
+        raise ConfigError(
+            f"arm '{arm}': {sorted(on - set(factors))[0]} is not a factor of this sweep ({', '.join(factors)})"
+        )
+    return {f: int(f in on) for f in factors}
+
+
+def _table(runs: list[Run], factors: list[str]):
+    """One row per run: the factor codes (±1/2), arm, loss, log tokens/s and whether its speed was under load."""
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        arm = run.config.get("arm")
+        if not isinstance(arm, str):
+            raise ConfigError(f"{run.path}: no `arm` in its config; a factorial needs gptlab-sweep's arm names")
+        levels = arm_levels(arm, factors)
+        speed = run_speed(run, "tokens_per_s_median", "tokens_per_s", median)
+        rows.append(
+            {
+                **{f"f{i}": levels[f] - 0.5 for i, f in enumerate(factors)},
+                "arm": arm,
+                "loss": float(run.summary["final_val_loss"]),
+                "log_speed": math.log(speed) if speed and speed > 0 else math.nan,
+                "loaded": loaded(run),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _check_design(df, factors: list[str]) -> None:
+    """Every one of the 2^k arms present, and at least one residual degree of freedom (some arm with 2+ seeds)."""
+    wanted = 2 ** len(factors)
+    missing = wanted - df["arm"].nunique()
+    if missing:
+        raise ConfigError(
+            f"factorial: {missing} of the {wanted} arms of {' x '.join(factors)} have no finished run; "
+            "effects need every combination"
+        )
+    if len(df) <= wanted:
+        raise ConfigError("factorial: one run per arm leaves no seed noise to test effects against; run 2+ seeds")
+
+
+def _term(name: str, factors: list[str]) -> str:
+    """statsmodels' `f0:f2` -> `gqa×mlp3`."""
+    return "×".join(factors[int(part[1:])] for part in name.split(":"))
+
+
+def _fit(df, column: str, factors: list[str], alpha: float) -> dict:
+    """Effects (coefficient, interval, p) and the ANOVA table of the full factorial model of one response."""
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+
+    data = df[df[column].notna()]
+    formula = f"{column} ~ " + " * ".join(f"f{i}" for i in range(len(factors)))
+    model = smf.ols(formula, data=data).fit()
+    ci = model.conf_int(alpha)
+    effects = [
+        {
+            "term": _term(name, factors),
+            "order": name.count(":") + 1,
+            "effect": float(model.params[name]),
+            "lo": float(ci.loc[name, 0]),
+            "hi": float(ci.loc[name, 1]),
+            "p": float(model.pvalues[name]),
+        }
+        for name in model.params.index
+        if name != "Intercept"
+    ]
+    effects.sort(key=lambda e: e["order"])  # main effects, then two-way interactions, ... (stable within an order)
+    table = anova_lm(model, typ=2)
+    anova = [
+        {"term": "residual" if name == "Residual" else _term(name, factors), "df": float(row["df"]),
+         "sum_sq": float(row["sum_sq"]), "F": _num(row["F"]), "p": _num(row["PR(>F)"])}
+        for name, row in table.iterrows()
+    ]  # fmt: skip
+    return {
+        "effects": effects,
+        "anova": anova,
+        "df_resid": int(model.df_resid),
+        "additivity": _additivity(data, column, factors, alpha),
+    }
+
+
+def _num(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _additivity(df, column: str, factors: list[str], alpha: float) -> dict:
+    """The combined arm's effect, the sum of the single-factor effects, and their difference with its interval."""
+    import statsmodels.formula.api as smf
+
+    model = smf.ols(f"{column} ~ C(arm) - 1", data=df).fit()
+    names = list(model.params.index)
+    everything = "+".join(factors)
+
+    def weights(arms: dict[str, float]) -> list[list[float]]:
+        return [[arms.get(n.removeprefix("C(arm)[").removesuffix("]"), 0.0) for n in names]]
+
+    def test(arms: dict[str, float]) -> list[float]:
+        result = model.t_test(weights(arms))
+        lo, hi = (float(v) for v in result.conf_int(alpha)[0])
+        return [float(result.effect[0]), lo, hi, float(result.pvalue)]
+
+    k = len(factors)
+    combined = test({everything: 1.0, BASE_ARM: -1.0})
+    parts = test({**{f: 1.0 for f in factors}, BASE_ARM: -float(k)})
+    difference = test({everything: 1.0, **{f: -1.0 for f in factors}, BASE_ARM: float(k - 1)})
+    return {
+        "combined": combined,
+        "sum_of_parts": parts,
+        "difference": difference,
+        "additive": difference[1] <= 0 <= difference[2],
+    }
+
+
+def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA) -> dict:
+    """The JSON-ready factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags."""
+    if not factors:
+        raise ConfigError("factorial: no factors (the sweep's sweep.yaml has no `factors:`)")
+    df = _table(runs, factors)
+    _check_design(df, factors)
+    doc = {"factors": factors, "alpha": alpha, "runs": len(df), "loss": _fit(df, "loss", factors, alpha)}
+    if df["log_speed"].notna().sum() > 2 ** len(factors):
+        doc["speed"] = _fit(df, "log_speed", factors, alpha)
+    loaded_arms = sorted(set(df.loc[df["loaded"], "arm"]))
+    doc["speed_under_load"] = loaded_arms
+    return doc
+
+
+def _effect_line(e: dict, speed: bool) -> str:
+    if speed:  # log tokens/s: a ratio of speeds
+        return f"{e['term']:<22} ×{math.exp(e['effect']):.3f} [×{math.exp(e['lo']):.3f}, ×{math.exp(e['hi']):.3f}]  p={e['p']:.2g}"
+    return f"{e['term']:<22} {e['effect']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]  p={e['p']:.2g}"
+
+
+def additivity_line(fit: dict, speed: bool, factors: list[str]) -> str:
+    """One line: is the all-on arm's effect the sum (loss) / product (speed) of its parts?"""
+    add = fit["additivity"]
+    everything = "+".join(factors)
+    if speed:
+        c, p, d = (math.exp(add[k][0]) for k in ("combined", "sum_of_parts", "difference"))
+        lo, hi = math.exp(add["difference"][1]), math.exp(add["difference"][2])
+        head = (
+            f"speed: {everything} ×{c:.3f} vs the product of its parts ×{p:.3f}; ratio ×{d:.3f} [×{lo:.3f}, ×{hi:.3f}]"
+        )
+        what = "multiplicative (the parts compose)" if add["additive"] else "NOT multiplicative: the parts interact"
+    else:
+        c, p, d = (add[k][0] for k in ("combined", "sum_of_parts", "difference"))
+        lo, hi = add["difference"][1], add["difference"][2]
+        head = (
+            f"loss: {everything} {c:+.4f} vs the sum of its parts {p:+.4f}; difference {d:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        )
+        what = "additive (the parts compose)" if add["additive"] else "NOT additive: the parts interact"
+    return f"{head}: {what} (p={add['difference'][3]:.2g})"
+
+
+def lines(doc: dict) -> list[str]:
+    """The terminal / Markdown text: effects on loss, on speed, the additivity lines and the load flag."""
+    pct = f"{100 * (1 - doc['alpha']):.0f}%"
+    out = [f"factorial effects of {' x '.join(doc['factors'])} ({doc['runs']} runs; effect [{pct} CI], OLS t-test):"]
+    out.append(f"final val loss (residual df {doc['loss']['df_resid']}):")
+    out += ["  " + _effect_line(e, False) for e in doc["loss"]["effects"]]
+    out.append("  " + additivity_line(doc["loss"], False, doc["factors"]))
+    if "speed" in doc:
+        flag = (
+            f"  [under load: {', '.join(doc['speed_under_load'])} ran with > {100 * OUTSIDE_LOAD_LIMIT:.0f}% of cores "
+            "busy elsewhere: speed effects not to be trusted]"
+            if doc["speed_under_load"]
+            else ""
+        )
+        out.append(f"speed (tokens/s, effects as ratios){flag}:")
+        out += ["  " + _effect_line(e, True) for e in doc["speed"]["effects"]]
+        out.append("  " + additivity_line(doc["speed"], True, doc["factors"]))
+    else:
+        out.append("speed: not recorded in enough runs for effects")
+    return out
+
+
+def markdown(doc: dict) -> str:
+    """The factorial section of comparison.md."""
+    return "\n## Factorial effects\n\n```\n" + "\n".join(lines(doc)) + "\n```\n"
+
+
+def html(doc: dict) -> str:
+    """The factorial section of comparison.html."""
+    import html as escape
+
+    return "<h2>Factorial effects</h2>\n<pre>" + escape.escape("\n".join(lines(doc))) + "</pre>\n"
