@@ -325,3 +325,59 @@ def test_a_second_run_into_a_live_run_dir_is_refused(tmp_path):
     assert {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()} == hydra_files  # Hydra's rewrite undone
     assert first.wait(timeout=120) == 0
     assert [r["step"] for r in rows(run) if "train/loss" in r] == list(range(1, 21))
+
+
+def val_rows(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["val/loss"]) for r in rows(run_dir) if "val/loss" in r]
+
+
+@pytest.mark.slow  # five short runs (~20 s on 2 busy cores)
+def test_a_resume_that_ends_at_its_checkpoint_step_reports_that_steps_val_loss(tmp_path):
+    """schedule=constant may be cut short: train.resume=<step-6 checkpoint> train.max_steps=6 trains nothing, and its
+    final val loss is step 6's (that of a straight 6-step run), not the step-4 eval the checkpoint last saw."""
+    flat = ["schedule=constant", "schedule.warmup_steps=0", "train.ckpt_interval=6"]
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    run_inprocess(run, *flat, steps=10, eval_interval=4)
+    step6 = checkpoint.ckpt_dir(run) / "step_0000006.pt"
+    old = checkpoint.load(step6)  # a checkpoint written before Progress kept the step of its last val loss
+    del old["progress"]["last_val_step"]
+    older = checkpoint.save(tmp_path / "older", 6, old)
+    want = run_inprocess(straight, *flat, steps=6, eval_interval=4)["final_val_loss"]
+    assert val_rows(straight)[-1] == (6, want) and val_rows(run)[1][0] == 4 and val_rows(run)[1][1] != want
+
+    summary = run_inprocess(run, *flat, f"train.resume={step6}", steps=6, eval_interval=4)
+    assert summary["steps"] == 6 and summary["final_val_loss"] == want  # bit-identical: fp32, same weights
+    assert val_rows(run) == val_rows(straight)  # steps 0, 4, 6, each once
+    again = run_inprocess(run, *flat, f"train.resume={step6}", steps=6, eval_interval=4)
+    assert again["final_val_loss"] == want and val_rows(run) == val_rows(straight)  # no second step-6 row
+    assert (
+        run_inprocess(older.parent.parent, *flat, f"train.resume={older}", steps=6, eval_interval=4)["final_val_loss"]
+        == want
+    )
+
+
+@pytest.mark.slow
+def test_sigkill_then_a_resume_of_another_runs_checkpoint_into_that_dir_is_refused(tmp_path):
+    """X holds a run killed at a random moment (maybe mid checkpoint write); `train.resume=<checkpoint of run Y>
+    hydra.run.dir=X` is refused in one line with X byte-identical, and X's own resume still gives the uninterrupted
+    curve."""
+
+    def finish(run_dir: Path, *args: str) -> None:
+        assert launch(run_dir, *KILL_ARGS, *args).wait(timeout=180) == 0, Path(f"{run_dir}.err").read_text()[-2000:]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the uninterrupted reference and run Y, one per core
+        done = [pool.submit(finish, tmp_path / "reference"), pool.submit(finish, tmp_path / "y", "seed=1")]
+        [job.result() for job in done]
+    x, theirs = tmp_path / "x", checkpoint.latest_path(tmp_path / "y")
+    killed = kill_at_random(launch(x, *KILL_ARGS, "train.resume=auto"), x, random.Random(29))
+    assert killed["killed"], killed
+    before = {str(p.relative_to(x)): p.read_bytes() for p in sorted(x.rglob("*")) if p.is_file()}
+    done = run_cli(
+        "gptlab.cli.train", *KILL_ARGS, "seed=1", f"train.resume={theirs}", "logger=none", f"hydra.run.dir={x}"
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: train.resume='{theirs}': hydra.run.dir '{x}' holds")
+    assert "holds another run" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert {str(p.relative_to(x)): p.read_bytes() for p in sorted(x.rglob("*")) if p.is_file()} == before
+    finish(x, "train.resume=auto")
+    assert curve(x) == curve(tmp_path / "reference")

@@ -31,7 +31,7 @@ from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir re
 from gptlab.errors import ConfigError
 from gptlab.runtime.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
-from gptlab.state.rundir import HYDRA_WRITES, LOCK_FILE, check_run_dir, run_dir_lock
+from gptlab.state.rundir import HYDRA_WRITES, LOCK_FILE, check_run_dir, lock_held, run_dir_lock
 from gptlab.util.paths import CONF_DIR
 
 log = logging.getLogger("gptlab")
@@ -180,19 +180,28 @@ def _explicit_run_dir(args: list[str]) -> Path | None:
     return Path(given[-1]) if given and "${" not in given[-1] else None
 
 
-def _hydra_files(run_dir: Path | None) -> tuple[Path, dict[str, bytes]] | None:
-    """The .hydra/ files of an existing run dir: Hydra rewrites them before gptlab can check anything."""
+def _hydra_files(run_dir: Path | None) -> tuple[Path, dict[str, bytes], int | None] | None:
+    """The .hydra/ files of an existing run dir and its train.log's length: Hydra rewrites the first and appends to
+    the second before gptlab can check anything."""
     if run_dir is None or not run_dir.is_dir():
         return None
-    folder = run_dir / ".hydra"
-    return folder, {p.name: p.read_bytes() for p in folder.glob("*") if p.is_file()}
+    folder, log = run_dir / ".hydra", run_dir / "train.log"
+    files = {p.name: p.read_bytes() for p in folder.glob("*") if p.is_file()}
+    return folder, files, log.stat().st_size if log.is_file() else None
 
 
-def _put_back(saved: tuple[Path, dict[str, bytes]] | None) -> None:
-    """Restore the .hydra/ files _hydra_files saved (a refused run leaves the run dir as it was)."""
+def _put_back(saved: tuple[Path, dict[str, bytes], int | None] | None) -> None:
+    """Restore the .hydra/ files and train.log _hydra_files saw (a refused run leaves the run dir as it was)."""
     if saved is None:
         return
-    folder, files = saved
+    folder, files, log_size = saved
+    log = folder.parent / "train.log"
+    if lock_held(folder.parent / LOCK_FILE):
+        pass  # a live run writes this log too: its lines since then stay (the refusal's with them)
+    elif log_size is None:
+        log.unlink(missing_ok=True)
+    elif log.is_file():
+        os.truncate(log, log_size)  # the refused run's own lines go; the run the dir holds keeps its log
     for path in folder.glob("*"):
         if path.is_file() and path.name not in files:
             path.unlink()
