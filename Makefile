@@ -9,12 +9,12 @@ PYTHON ?= python3
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
-setup: $(VENV)/.installed  ## create .venv with the CPU build of torch and gptlab[dev]
+setup: $(VENV)/.installed  ## create .venv with the CPU build of torch and gptlab[dev,hf,eval]
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,hf,eval]'
 	touch $@
 
 run: setup  ## train the default model (ARGS="attention=gqa ...")

@@ -10,6 +10,7 @@ from typing import Any, cast
 from gptlab.compare import speed, stats
 from gptlab.compare.align import Point, align
 from gptlab.compare.claims import attach_claims
+from gptlab.compare.evals import eval_rows
 from gptlab.compare.group import Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs
 from gptlab.compare.identical import identical_groups, mixed_fingerprints, shared
 from gptlab.compare.identity import dedupe
@@ -86,6 +87,7 @@ class Comparison:
     validation_set: dict[str, str] = field(default_factory=dict)
     compute: Any = None  # compute.EqualCompute: val loss at equal FLOPs and wall time, the matched arms
     probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
+    evals: list[Any] = field(default_factory=list)  # evals.EvalRow per eval.json metric (gptlab-eval)
 
     def at(self) -> str:
         """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
@@ -117,6 +119,10 @@ class Comparison:
             from gptlab.compare.probes import to_json as probes_json
 
             doc["probes"] = probes_json(self.probes)
+        if self.evals:
+            from gptlab.compare.evals import to_json as evals_json
+
+            doc["evals"] = evals_json(self.evals)
         if self.decode:
             from gptlab.compare.decode import to_json
 
@@ -304,6 +310,8 @@ def compare(
     cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
     cmp.probes, probe_warnings = probe_rows(ordered, [r.label for r in rows], point)
     cmp.warnings += probe_warnings
+    cmp.evals, eval_warnings = eval_rows(ordered, [r.label for r in rows])
+    cmp.warnings += eval_warnings
     return cmp
 
 

@@ -6,7 +6,7 @@ import base64
 import html
 from pathlib import Path
 
-from gptlab.compare import compute, probes
+from gptlab.compare import compute, evals, probes
 from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.layers import layer_notes
 from gptlab.compare.machine import peak_note
@@ -366,6 +366,7 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
     for sentence in compute.lines(cmp.compute):  # val loss at equal FLOPs / wall time, matched arms
         console.print(sentence, highlight=False, markup=False)
     probes.print_rows(cmp.probes, console)
+    evals.print_rows(cmp.evals, console)
 
 
 def _md_escape(text: str) -> str:
@@ -386,6 +387,7 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
     lines += markdown_targets(cmp)
     lines += (["", "## Equal compute", ""] + [f"- {c}" for c in compute.lines(cmp.compute)]) if cmp.compute else []
     lines += probes.markdown(cmp.probes)
+    lines += evals.markdown(cmp.evals)
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
     lines += [f"![{name}]({p.name})" for name, p in images.items()]
     return "\n".join(lines) + "\n"
@@ -473,5 +475,5 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
         + (_html_power(cmp) if power else "")
-        + f"{_legend()}{html_targets(cmp)}{_html_compute(cmp)}{probes.html_table(cmp.probes)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
+        + f"{_legend()}{html_targets(cmp)}{_html_compute(cmp)}{probes.html_table(cmp.probes)}{evals.html_table(cmp.evals)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
     )

@@ -1,0 +1,160 @@
+"""The eval table: each downstream-task metric gptlab-eval wrote (eval.json, lm-evaluation-harness) per arm, mean ±
+std over seeds, Δ vs the baseline with Welch's t-test as for val loss. A metric is pooled only over runs that measured
+it the same way (lm-eval version, task version and config, few-shot count, limit) at their own last step; anything
+else leaves it out with a warning, never mixed."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gptlab.compare import stats
+from gptlab.compare.stats import ALPHA
+
+# what must be equal for one task's numbers to be comparable across runs
+SAME = ("lm_eval", "version", "config_sha256", "num_fewshot", "limit", "prefix_token_id")
+
+
+@dataclass
+class EvalCell:
+    """One arm's value of one eval metric: mean ± std over seeds, Δ vs the baseline, Welch p."""
+
+    label: str
+    values: list[float]
+    mean: float | None
+    std: float | None
+    delta: float | None = None
+    p_value: float | None = None
+    significant: bool | None = None
+
+
+@dataclass
+class EvalRow:
+    """One `eval/<task>/<metric>` across the arms (baseline first)."""
+
+    metric: str
+    cells: list[EvalCell] = field(default_factory=list)
+
+
+def _entries(run, task: str) -> dict | None:
+    entry = (run.evals.get("tasks") or {}).get(task) if isinstance(run.evals, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
+def _cell(label: str, values: list[float], base: EvalCell | None) -> EvalCell:
+    cell = EvalCell(label, values, stats.mean(values) if values else None, stats.std(values) if values else None)
+    if base is not None and cell.mean is not None and base.mean is not None:
+        cell.delta = cell.mean - base.mean
+        test = stats.welch_test(values, base.values)
+        if test is not None:
+            cell.p_value, cell.significant = test.p, bool(test.p < ALPHA)
+    return cell
+
+
+def _task_warning(task: str, runs: list) -> str | None:
+    """Why `task`'s numbers cannot be pooled over `runs` (measured differently, or not at the run's last step)."""
+    stale = [r for r in runs if _entries(r, task).get("step") != r.last_step]
+    if stale:
+        return (
+            f"warning: eval/{task}: {stale[0].path} measured it at step {_entries(stale[0], task).get('step')}, not "
+            f"its last step {stale[0].last_step}; run gptlab-eval again; left out of the eval table"
+        )
+    for key in SAME:
+        seen = {repr(_entries(r, task).get(key)) for r in runs}
+        if len(seen) > 1:
+            return (
+                f"warning: eval/{task}: the runs measured it with different {key} ({', '.join(sorted(seen))}); left out"
+            )
+    return None
+
+
+def eval_rows(groups: list, labels: list[str]) -> tuple[list[EvalRow], list[str]]:
+    """An EvalRow per task metric any run's eval.json holds (groups baseline first, `labels` theirs), and one warning
+    per task left out; per-run standard errors (`*_stderr`) are not pooled."""
+    tasks = sorted({t for g in groups for r in g.runs for t in (r.evals.get("tasks") or {}) if _entries(r, t)})
+    rows, warnings = [], []
+    for task in tasks:
+        runs = [r for g in groups for r in g.runs if _entries(r, task) is not None]
+        why = _task_warning(task, runs)
+        if why:
+            warnings.append(why)
+            continue
+        names = sorted({m for r in runs for m in (_entries(r, task).get("metrics") or {}) if not m.endswith("_stderr")})
+        for name in names:
+            row = EvalRow(f"eval/{task}/{name}")
+            for label, group in zip(labels, groups):
+                values = [
+                    float(v)
+                    for r in group.runs
+                    if (e := _entries(r, task)) and isinstance(v := (e.get("metrics") or {}).get(name), (int, float))
+                ]
+                row.cells.append(_cell(label, values, row.cells[0] if row.cells else None))
+            rows.append(row)
+    return rows, warnings
+
+
+def cell_text(cell: EvalCell) -> str:
+    """`0.5120 ± 0.0200 Δ +0.1180 (p=0.003, significant)`; `–` where the arm has no value."""
+    if cell.mean is None:
+        return "–"
+    text = f"{cell.mean:.4f}" + (f" ± {cell.std:.4f}" if cell.std is not None else "")
+    if cell.delta is None:
+        return text
+    if cell.p_value is None:
+        return f"{text} Δ {cell.delta:+.4f} n/a (1 seed)"
+    return (
+        f"{text} Δ {cell.delta:+.4f} {'significant' if cell.significant else 'not significant'} (p={cell.p_value:.2g})"
+    )
+
+
+def table(rows: list[EvalRow]) -> tuple[list[str], list[list[str]]]:
+    """Headers (metric, then each arm) and one line of display strings per metric."""
+    headers = ["eval", *(c.label for c in rows[0].cells)] if rows else []
+    return headers, [[r.metric, *(cell_text(c) for c in r.cells)] for r in rows]
+
+
+NOTE = (
+    "Eval table: lm-evaluation-harness metrics from each run's eval.json (gptlab-eval) at the run's last step, mean ± "
+    f"std over seeds; Δ vs the baseline with Welch's t-test (p < {ALPHA}); every run of a row measured it the same way."
+)
+
+
+def markdown(rows: list[EvalRow]) -> list[str]:
+    """The eval table as Markdown lines (none without evals)."""
+    if not rows:
+        return []
+    headers, body = table(rows)
+    lines = ["", "## Downstream evals", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(line) + " |" for line in body] + ["", NOTE]
+
+
+def print_rows(rows: list[EvalRow], console) -> None:
+    """The eval table on the terminal (rich)."""
+    if not rows:
+        return
+    from rich.table import Table
+
+    headers, body = table(rows)
+    out = Table(title="downstream evals (mean ± std over seeds; Δ vs baseline, Welch)")
+    for h in headers:
+        out.add_column(h, justify="left" if h == "eval" else "right")
+    for line in body:
+        out.add_row(*line)
+    console.print(out)
+
+
+def html_table(rows: list[EvalRow]) -> str:
+    """The eval table as an HTML fragment (empty without evals)."""
+    if not rows:
+        return ""
+    esc = html.escape
+    headers, body = table(rows)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    lines = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in body)
+    return f'<h2>Downstream evals</h2>\n<table class="evals">\n<tr>{head}</tr>\n{lines}</table>\n<p>{esc(NOTE)}</p>\n'
+
+
+def to_json(rows: list[EvalRow]) -> list[dict[str, Any]]:
+    """comparison.json's `evals`: one object per metric with its cells."""
+    return [asdict(r) for r in rows]

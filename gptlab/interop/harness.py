@@ -1,0 +1,158 @@
+"""lm-evaluation-harness on a trained run: the run's newest checkpoint as the Hugging Face GPT-2 it exports to (and its
+tokenizer, gptlab/interop/tokenizer.py), evaluated by lm-eval's HF backend (`lm_eval.simple_evaluate` with an HFLM
+over the model object), results kept per task in the run's eval.json.
+
+Tasks come from lm-eval's registry (their datasets download from the Hugging Face Hub: a network is needed, or an
+HF datasets cache that holds them) or from task YAMLs under `include_path` (a local dataset: `dataset_path: json`,
+`dataset_kwargs: {data_files: ...}` works offline). eval.json keeps each task's metrics with what they were measured
+under (step, lm-eval version, few-shot count, limit, the task config's hash): gptlab-compare pools a task's metric
+over seeds only when all of that is the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from pathlib import Path
+
+from gptlab.errors import ConfigError
+from gptlab.interop.hf import to_hf
+from gptlab.interop.tokenizer import to_hf_tokenizer
+from gptlab.state.rundir import check_output, load_trained
+from gptlab.util.extras import require
+from gptlab.util.io import write_json_atomic
+
+EVAL_FILE = "eval.json"
+FORMAT = 1
+
+
+def _task_manager(include_path: Path | None, tasks: list[str]):
+    """lm-eval's TaskManager (its registry plus include_path); every asked task must be known to it."""
+    from lm_eval.tasks import TaskManager
+
+    if include_path is not None and not Path(include_path).is_dir():
+        raise ConfigError(f"--include-path={include_path}: not a folder of task YAMLs")
+    manager = TaskManager(include_path=str(include_path) if include_path else None)
+    unknown = [t for t in tasks if t not in manager.all_tasks]
+    if unknown:
+        raise ConfigError(
+            f"--tasks: unknown task '{unknown[0]}'; allowed: lm-eval's tasks (lm-eval ls tasks) or a task YAML "
+            f"under --include-path"
+        )
+    return manager
+
+
+def _lm(model, tokenizer, batch_size: int):
+    """lm-eval's HFLM over the run's model as HF GPT-2, with the run's tokenizer in HF form."""
+    from lm_eval.models.huggingface import HFLM
+
+    logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)  # "an already-initialized model": meant
+
+    hf_model = to_hf(model.float(), tokenizer.eot_id)  # the refusal of an architecture GPT-2 cannot express
+    hf_tokenizer = to_hf_tokenizer(tokenizer)
+    if hf_tokenizer.pad_token is None:  # batches pad on the right; padded positions are never scored
+        hf_tokenizer.pad_token = hf_tokenizer.eos_token or hf_tokenizer.convert_ids_to_tokens(0)
+    return HFLM(
+        pretrained=hf_model,
+        tokenizer=hf_tokenizer,
+        batch_size=batch_size,
+        max_length=model.cfg.block_size,
+        prefix_token_id=prefix_token_id(tokenizer),
+    )
+
+
+def prefix_token_id(tokenizer) -> int:
+    """The token lm-eval puts before an empty context: the end-of-text token, or for a vocabulary without one (char,
+    byte) the newline's id (plain-text corpora separate documents with newlines), else id 0."""
+    if tokenizer.eot_id is not None:
+        return int(tokenizer.eot_id)
+    ids = tokenizer.encode("\n")
+    return ids[0] if len(ids) == 1 else 0
+
+
+def _metrics(values: dict) -> dict:
+    """lm-eval's `acc,none`/`acc_stderr,none` keys as `acc`/`acc_stderr` (filter `none` dropped, else `metric/filter`)."""
+    out = {}
+    for key, value in values.items():
+        if "," not in key or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        metric, filt = key.split(",", 1)
+        number = float(value)
+        out[metric if filt == "none" else f"{metric}/{filt}"] = number if math.isfinite(number) else None
+    return out
+
+
+def _config_sha(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def evaluate(
+    run_dir: Path,
+    tasks: list[str],
+    include_path: Path | None = None,
+    limit: int | None = None,
+    num_fewshot: int | None = None,
+    batch_size: int = 8,
+    seed: int = 1234,
+) -> tuple[dict, list[str]]:
+    """Run lm-eval `tasks` on run_dir's newest checkpoint, merged into run_dir/eval.json: (that record, the tasks
+    evaluated now)."""
+    require("lm_eval", "eval", "gptlab-eval")
+    require("transformers", "hf", "gptlab-eval")
+    import lm_eval
+
+    path = run_dir / EVAL_FILE
+    check_output(path, "eval.json")
+    manager = _task_manager(include_path, tasks)
+    model, text, step = load_trained(run_dir)
+    lm = _lm(model, text.tokenizer, batch_size)
+    try:
+        out = lm_eval.simple_evaluate(
+            model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot, log_samples=False,
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+        )  # fmt: skip
+    except (ConnectionError, OSError) as err:
+        first = " ".join(str(err).split())[:160]
+        raise ConfigError(
+            f"--tasks {','.join(tasks)}: a dataset could not be loaded ({type(err).__name__}: {first}); tasks from the "
+            f"Hugging Face Hub need a network (or a datasets cache holding them)"
+        ) from None
+    record = _read(path)
+    for task, values in out["results"].items():
+        record["tasks"][task] = {
+            "metrics": _metrics(values),
+            "step": step,
+            "samples": int((out.get("n-samples") or {}).get(task, {}).get("effective", 0)) or None,
+            "num_fewshot": (out.get("n-shot") or {}).get(task),
+            "limit": limit,
+            "version": (out.get("versions") or {}).get(task),
+            "config_sha256": _config_sha((out.get("configs") or {}).get(task, {})),
+            "lm_eval": lm_eval.__version__,
+            "prefix_token_id": prefix_token_id(text.tokenizer),
+        }
+    write_json_atomic(path, record, indent=2)
+    return record, list(out["results"])
+
+
+def _read(path: Path) -> dict:
+    """eval.json as written before (tasks evaluated earlier are kept), or a new one."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("tasks"), dict):
+        return {"format": FORMAT, "tasks": {}}
+    return record
+
+
+def flat_metrics(record: dict, step: int | None = None) -> dict[str, float]:
+    """{`eval/<task>/<metric>`: value} of an eval.json record (only tasks measured at `step`, when given)."""
+    return {
+        f"eval/{task}/{name}": value
+        for task, entry in record.get("tasks", {}).items()
+        if step is None or entry.get("step") == step
+        for name, value in entry.get("metrics", {}).items()
+        if value is not None
+    }
