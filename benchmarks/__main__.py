@@ -3,7 +3,7 @@
 Sections: overhead (gptlab-train vs a bare loop), throughput (fp32/bf16, eager/compile, MFU vs the in-run
 matmul peak), ablation (the seeds' arms via gptlab-sweep + gptlab-compare), quality (fast and attention
 sweeps at a fixed step budget), startup (command -> first step, imports, sweep overhead), scaling (T and
-batch, naive vs sdpa). The full run takes about 30 minutes on 2 cores; --quick (tiny sizes) about 3.
+batch, naive vs sdpa), minimal_gpt (gptlab-train vs an independent minimal GPT, same model and batches). The full run takes about 30 minutes on 2 cores; --quick (tiny sizes) about 3.
 `--gpu` instead checks the CUDA path on this machine's GPU and writes GPU.md (benchmarks/gpu.py).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from benchmarks.common import REPO, Bench, BenchError, hermetic_env
 from gptlab.util.io import strict_json
 
-SECTIONS = ("overhead", "throughput", "ablation", "quality", "startup", "scaling")
+SECTIONS = ("overhead", "throughput", "ablation", "quality", "startup", "scaling", "minimal_gpt")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "benchmarks.json").write_text(json.dumps(doc, indent=1) + "\n")
     page = args.out / "BENCHMARKS.md"
     old = page.read_text() if page.is_file() else ""
-    page.write_text(report.markdown(doc) + report.kept_sections(old))  # hand-written sections are kept
+    page.write_text(report.markdown(doc) + report.kept_sections(old, set(results)))  # the others are kept
     print(f"wrote {args.out / 'BENCHMARKS.md'} and {args.out / 'benchmarks.json'} in {meta['wall_s'] / 60:.1f} min")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import ablation, overhead, quality, scaling, startup, throughput
+from benchmarks import ablation, minimal_gpt, overhead, quality, scaling, startup, throughput
 
 TITLES = {
     "overhead": "1. Platform overhead",
@@ -11,6 +11,7 @@ TITLES = {
     "quality": "4. Equal-step quality",
     "startup": "5. Startup",
     "scaling": "6. Scaling with sequence length and batch size",
+    "minimal_gpt": "7. gptlab-train vs a minimal GPT",
 }
 TABLES = {
     "overhead": overhead.markdown,
@@ -19,6 +20,7 @@ TABLES = {
     "quality": quality.markdown,
     "startup": startup.markdown,
     "scaling": scaling.markdown,
+    "minimal_gpt": minimal_gpt.markdown,
 }
 
 
@@ -192,6 +194,7 @@ READINGS = {
     "quality": read_quality,
     "startup": read_startup,
     "scaling": read_scaling,
+    "minimal_gpt": minimal_gpt.reading,
 }
 
 
@@ -252,9 +255,9 @@ def markdown(results: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def kept_sections(old: str) -> str:
-    """The sections of an existing BENCHMARKS.md that `python -m benchmarks` does not produce (hand-written studies,
-    figures from other benchmark scripts): kept after the regenerated ones, so a run never drops them."""
-    made = set(TITLES.values())
+def kept_sections(old: str, ran: set[str] | None = None) -> str:
+    """The sections of an existing BENCHMARKS.md that this run did not produce (hand-written studies, other scripts'
+    figures, and the sections `--only` left out): kept after the regenerated ones, so a run never drops them."""
+    made = {TITLES[name] for name in (TITLES if ran is None else ran) if name in TITLES}
     kept = [s for s in old.split("\n## ")[1:] if s.split("\n", 1)[0].strip() not in made]
     return "".join(f"\n## {s.rstrip()}\n" for s in kept)

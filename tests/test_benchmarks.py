@@ -104,6 +104,7 @@ def test_quick_run_markdown_has_each_section_table(quick):
         "| `gptlab-train model=tiny` |",
         "| seq | naive tokens/s |",
         "| batch | naive tokens/s |",
+        "| side | wall ms / step | minimal GPT's ms / this side's |",
     ):
         assert header in md
 
@@ -161,3 +162,36 @@ def test_regenerating_keeps_the_hand_written_sections():
     old = f"# Benchmarks\n\nheader\n\n## {made}\n\nold figures\n\n## Associative recall\n\nhand table\n"
     kept = report.kept_sections(old)
     assert "## Associative recall\n\nhand table" in kept and "old figures" not in kept
+    other = next(name for name, title in report.TITLES.items() if title != made)
+    kept = report.kept_sections(old, {other})  # `--only other`: the section it did not run stays
+    assert f"## {made}\n\nold figures" in kept and "## Associative recall" in kept
+
+
+def test_the_minimal_gpt_is_gptlabs_architecture():
+    """benchmarks/minimal_gpt.py's MinimalGPT, given gptlab's weights for the benchmark's config, computes the same
+    fp32 loss: the side-by-side compares the same model, not a smaller one."""
+    from benchmarks import minimal_gpt
+    from benchmarks.common import build_platform
+
+    s = dict(layers=2, d=32, heads=2, T=16, B=2)
+    built = build_platform([*minimal_gpt.overrides(s), "hardware.dtype=fp32"])
+    ours, vocab = built["model"], built["data"].vocab_size
+    mini = minimal_gpt.MinimalGPT(vocab, s["d"], s["heads"], s["layers"], s["T"])
+    names = {
+        "position.wpe.": "wpe.",
+        "norm1": "ln1",
+        "norm2": "ln2",
+        "mlp.up": "fc",
+        "mlp.down": "out",
+        "norm_f": "ln_f",
+    }
+    state = {}
+    for name, tensor in ours.state_dict().items():
+        for a, b in names.items():
+            name = name.replace(a, b)
+        state[name.replace("lm_head", "head")] = tensor
+    missing, unexpected = mini.load_state_dict(state, strict=False)
+    assert set(missing) <= {"head.weight"} and not unexpected  # head.weight is wte.weight (tied)
+    assert sum(p.numel() for p in mini.parameters()) == ours.num_params()
+    x, y = built["data"].train_samples(0, s["B"])
+    assert mini(x, y).item() == pytest.approx(ours(x, y)[1].item(), rel=1e-5)
