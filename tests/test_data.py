@@ -278,3 +278,88 @@ def test_hub_dataset_offline_fails_at_once(tmp_path):
         "use data=text with local files"
     )
     assert time.monotonic() - start < 5
+
+
+def jsonl(path, *texts: str):
+    """A .jsonl file whose rows are written as JSON spells them (so a lone surrogate stays \\ud800 on disk)."""
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_lone_surrogate_in_json_text_is_refused_naming_its_row(tmp_path, suffix):
+    rows = [PLAY, "fine text, é ✓", "half a pair \ud83d here"]
+    path = tmp_path / f"docs{suffix}"
+    if suffix == ".json":
+        path.write_text(json.dumps([{"text": t} for t in rows]))
+    else:
+        jsonl(path, *rows)
+    assert "\\ud83d" in path.read_text()
+    with pytest.raises(ConfigError) as err:
+        TextData(seed=0, block_size=16, cache_dir=tmp_path / "c", paths=[str(path)], tokenizer="byte")
+    assert str(err.value) == (
+        f"data.paths: docs{suffix} row 3: column 'text' holds a lone surrogate (\\ud83d at character 12), which is "
+        f"not text; fix or drop that row"
+    )
+    assert not [p for p in (tmp_path / "c" / "tokens").iterdir() if p.is_dir()]  # no entry, no partial build
+
+
+@pytest.mark.parametrize(
+    "tokenizer, max_tokens, message",
+    [
+        ("byte", 10, "data: the train split of 'text' has 9 tokens but model.block_size=16 needs at least 17; "),
+        ("byte", 100, "data: the val split of 'text' has 10 tokens but model.block_size=16 needs at least 17; "),
+        ("char", 500, "data.max_tokens=500: the char tokenizer is fitted on the first "),
+    ],
+)
+def test_a_tiny_max_tokens_is_refused_naming_it(tmp_path, tokenizer, max_tokens, message):
+    path = tmp_path / "play.txt"
+    path.write_text(PLAY)
+    with pytest.raises(ConfigError) as err:
+        TextData(
+            seed=0,
+            block_size=16,
+            cache_dir=tmp_path / "c",
+            paths=[str(path)],
+            tokenizer=tokenizer,
+            max_tokens=max_tokens,
+        )
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert "data.max_tokens" in str(err.value)
+    enough = TextData(
+        seed=0, block_size=16, cache_dir=tmp_path / "c", paths=[str(path)], tokenizer="byte", max_tokens=400
+    )
+    assert (len(enough.train_tokens), len(enough.val_tokens)) == (360, 40)
+
+
+def test_token_ids_out_of_range_in_a_cache_shard_are_refused_naming_the_entry(tmp_path, monkeypatch, capsys):
+    from gptlab.cli import cache as cache_cli
+
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "c"))
+    path = tmp_path / "play.txt"
+    path.write_text(PLAY)
+    kw = dict(seed=0, block_size=16, cache_dir=tmp_path / "c", paths=[str(path)], tokenizer="char")
+    data = TextData(**kw)
+    want = data.train_samples(0, 64)
+    key = data.cache_path.name
+    shard = np.memmap(data.cache_path / "shard_00000.bin", dtype=np.uint16, mode="r+")
+    hint = f"delete that folder and run again to rebuild it (gptlab-cache rm {key[:12]})"
+
+    shard[len(shard) // 2] = 60000  # one bit-flipped id mid-shard: index.json's max_id still says all is well
+    shard.flush()
+    corrupt = TextData(**kw)  # opens (its first windows are fine) ...
+    with pytest.raises(ConfigError) as err:  # ... and refuses the window that reaches the bad id
+        for first in range(0, 20_000, 256):
+            corrupt.train_samples(first, 256)
+    assert str(err.value) == (
+        f"data: the token cache '{data.cache_path}' is corrupt (shard_00000.bin holds token id 60000, the tokenizer "
+        f"has {data.vocab_size} ids); {hint}"
+    )
+    shard[:] = 60000  # the whole shard overwritten: refused when the data is built, before any run file
+    shard.flush()
+    with pytest.raises(ConfigError, match=rf"holds token id 60000, the tokenizer has {data.vocab_size} ids\); "):
+        TextData(**kw)
+    assert cache_cli.main(["rm", key[:12]]) == 0 and "removed" in capsys.readouterr().out  # the hint works
+    rebuilt = TextData(**kw)
+    assert not rebuilt.from_cache
+    assert all(torch.equal(a, b) for a, b in zip(rebuilt.train_samples(0, 64), want))

@@ -104,7 +104,7 @@ def test_export_onto_another_run_is_refused_and_that_run_kept(two_runs, tmp_path
 def test_init_from_trains_at_the_new_runs_own_lr(two_runs, tmp_path, optimizer):
     """The loaded optimizer state brings the source run's initial_lr: the new run must still use its own lr."""
     source = tmp_path / "source"
-    flat = ["schedule=constant", "schedule.warmup_steps=0", "schedule.min_lr_ratio=1.0", f"optimizer={optimizer}"]
+    flat = ["schedule=constant", "schedule.warmup_steps=0", f"optimizer={optimizer}"]
     run_inprocess(source, *flat, "optimizer.lr=1e-3", steps=3, eval_interval=3)
     new = tmp_path / "new"
     summary = run_inprocess(
@@ -120,7 +120,7 @@ def test_init_from_record_survives_a_resume(tmp_path):
     run_inprocess(source, steps=2, eval_interval=2)
     new = tmp_path / "new"
     init = f"train.init_from={checkpoint.latest_path(source)}"
-    flat = ["schedule=constant", "schedule.warmup_steps=0", "schedule.min_lr_ratio=1.0", "train.ckpt_interval=2"]
+    flat = ["schedule=constant", "schedule.warmup_steps=0", "train.ckpt_interval=2"]
     first = run_inprocess(new, *flat, init, steps=4, eval_interval=2)
     resumed = run_inprocess(new, *flat, init, steps=6, eval_interval=2)  # train.resume=auto: its own checkpoint
     assert first["init_from"]["step"] == 2
@@ -184,3 +184,16 @@ def test_sampling_refuses_a_run_whose_corpus_changed_since_training(tmp_path):
     (run / TOKENIZER_FILE).unlink()  # an older run dir
     with pytest.raises(ConfigError, match=r"changed since training .* so its tokenizer would differ"):
         load_trained(run)
+
+
+def test_speculative_out_never_lands_on_a_runs_own_files(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "provenance.json").write_text("{}\n")
+    (run / "summary.json").write_text('{"final_val_loss": 3.1}\n')
+    before = snapshot(run)
+    done = run_cli(
+        "gptlab.cli.speculative", "--target", str(run), "--draft", str(run), "--out", str(run / "summary.json")
+    )
+    assert one_line_refusal(done).startswith(f"error: --out={run / 'summary.json'}: that is the run dir {run}'s own")
+    assert snapshot(run) == before

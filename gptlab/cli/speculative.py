@@ -110,7 +110,7 @@ def report(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from gptlab.cli import fail
-    from gptlab.state.rundir import load_trained
+    from gptlab.state.rundir import check_output, load_trained
 
     parser = argparse.ArgumentParser(prog="gptlab-speculative", description=speculative.__doc__.splitlines()[0])
     parser.error = lambda message: fail(f"speculative: {message}")  # type: ignore[method-assign]  # one line, exit 2
@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("speculative.json"))
     args = parser.parse_args(argv)
     try:
+        check_output(args.out, "--out")  # never over a run's own files (summary.json, metrics.jsonl, ...)
         for flag, value, least in (
             ("--tokens", args.tokens, 2),
             ("--repeats", args.repeats, 1),
@@ -158,3 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report(result))
     print(f"# wrote {args.out}; sample: {data.tokenizer.decode(out[0, idx.size(1) :].tolist())!r}", file=sys.stderr)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,7 +28,7 @@ import numpy as np
 
 from gptlab.data import default_cache_dir, encode
 from gptlab.data.fitting import FITTED, FitSample, check_val_fraction, fit_limit, load_tokenizer, save_tokenizer
-from gptlab.data.shards import ShardWriter, TokenStream, check_ids, open_shards
+from gptlab.data.shards import ShardWriter, TokenStream, check_ids, open_shards, rebuild_hint
 from gptlab.data.sources import SEGMENT_CHARS
 from gptlab.data.tokenizers import make_tokenizer
 from gptlab.errors import ConfigError
@@ -49,6 +49,7 @@ class TokenSplits:
     cache_path: Path
     from_cache: bool
     fingerprint: str  # the entry's key plus the split point: changes whenever any sample could change
+    capped_at: int | None = None  # data.max_tokens, when it stopped the stream (a split too short names it)
 
 
 def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: int, max_tokens) -> str:
@@ -208,18 +209,28 @@ def build_token_splits(
     elif index.get("max_id", -1) >= tok.vocab_size:
         raise ConfigError(
             f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
-            f"has {tok.vocab_size} ids); delete that folder and run again to rebuild it"
+            f"has {tok.vocab_size} ids); {rebuild_hint(folder)}"
         )
     total = int(index["tokens"])
+    fitted = int(index.get("fit_end", 0))
+    fit_end = min(fitted, total)  # data.max_tokens may stop the stream inside the fitting text
     n_train = total - int(total * val_fraction)
-    if n_train < index.get("fit_end", 0):
+    capped = max_tokens if max_tokens is not None and total >= max_tokens else None
+    if capped is not None and fit_end >= total:
+        raise ConfigError(
+            f"data.max_tokens={max_tokens}: the {tokenizer} tokenizer is fitted on the first {fitted:,} tokens of "
+            f"the stream and keeps them out of validation, so no val text is left; allowed: null, or more than "
+            f"{fitted:,} (or lower data.bpe_sample_bytes)"
+        )
+    if n_train < fit_end:
         log.warning(
             "data: the validation tail would overlap the %s tokenizer's fitting text; train is extended to "
             "token %s, val keeps %s tokens (lower data.bpe_sample_bytes for a larger val split)",
             tokenizer,
-            f"{index['fit_end']:,}",
-            f"{total - index['fit_end']:,}",
+            f"{fit_end:,}",
+            f"{total - fit_end:,}",
         )
-        n_train = int(index["fit_end"])
-    train, val = TokenStream(shards, 0, n_train), TokenStream(shards, n_train, total)
-    return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}")
+        n_train = fit_end
+    train = TokenStream(shards, 0, n_train, tok.vocab_size, folder)
+    val = TokenStream(shards, n_train, total, tok.vocab_size, folder)
+    return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}", capped)

@@ -36,6 +36,7 @@ class LMData:
         seed: int,
         block_size: int,
         fingerprint: str,
+        capped_at: int | None = None,
     ):
         self.name = name
         self.fingerprint = f"{name}:{fingerprint}"  # the token arrays' cache key: changes with content or tokenizer
@@ -47,11 +48,17 @@ class LMData:
         self.val_tokens = val  # (N_val,)
         for split, tokens in (("train", train), ("val", val)):
             if len(tokens) < self.seq_len + 1:
+                fix = (
+                    f"data.max_tokens={capped_at} keeps too few tokens; raise it or lower model.block_size"
+                    if capped_at is not None
+                    else "add text, lower model.block_size or change data.val_fraction"
+                )
                 raise ConfigError(
                     f"data: the {split} split of '{name}' has {len(tokens)} tokens but model.block_size="
-                    f"{self.seq_len} needs at least {self.seq_len + 1}; add text, lower model.block_size "
-                    f"or change data.val_fraction"
+                    f"{self.seq_len} needs at least {self.seq_len + 1}; {fix}"
                 )
+            if hasattr(tokens, "windows"):  # a corrupt cache entry's first window is refused before any run file
+                tokens.windows(np.zeros(1, dtype=np.int64), self.seq_len + 1)
 
     def _open_splits(self, name: str, splits, seed: int, block_size: int) -> None:
         """Initialise from gptlab.data.corpus.build_token_splits' result: its tokenizer, train/val views and entry."""
@@ -65,6 +72,7 @@ class LMData:
             seed=seed,
             block_size=block_size,
             fingerprint=splits.fingerprint,
+            capped_at=splits.capped_at,
         )
 
     def _windows(

@@ -115,11 +115,27 @@ class ShardWriter:
         return index
 
 
-class TokenStream:
-    """Read-only view of tokens [start, stop) of a shard set, indexable like a 1-D array."""
+def rebuild_hint(folder: Path) -> str:
+    """How to rebuild a corrupt token-cache entry (gptlab-cache rm takes a key prefix of 6+ characters)."""
+    return f"delete that folder and run again to rebuild it (gptlab-cache rm {Path(folder).name[:12]})"
 
-    def __init__(self, shards: list[np.ndarray], start: int = 0, stop: int | None = None):
-        self.shards = shards
+
+class TokenStream:
+    """Read-only view of tokens [start, stop) of a shard set, indexable like a 1-D array.
+
+    With `vocab_size` (and the entry's `folder`), every window drawn is range-checked: an id a corrupted shard holds
+    is refused naming the entry and how to rebuild it, never passed to the embedding.
+    """
+
+    def __init__(
+        self,
+        shards: list[np.ndarray],
+        start: int = 0,
+        stop: int | None = None,
+        vocab_size: int | None = None,
+        folder: Path | None = None,
+    ):
+        self.shards, self.vocab_size, self.folder = shards, vocab_size, folder
         self.ends = np.cumsum([len(s) for s in shards], dtype=np.int64)  # (n_shards,) end offset of each shard
         total = int(self.ends[-1]) if len(shards) else 0
         self.start, self.stop = start, total if stop is None else stop
@@ -142,7 +158,18 @@ class TokenStream:
                 out[rows[inside]] = self.shards[k][local[inside, None] + np.arange(length)]
             for r in rows[~inside]:  # a window across a shard boundary: read it piece by piece
                 out[r] = self._read(int(starts[r]), length)
+        if self.vocab_size is not None and out.size and int(out.max()) >= self.vocab_size:
+            self._refuse(out, starts)
         return out
+
+    def _refuse(self, out: np.ndarray, starts: np.ndarray) -> None:
+        """The one-line error for a window holding an id >= vocab_size: which shard, which id."""
+        row, col = (int(i[0]) for i in np.nonzero(out >= self.vocab_size))
+        shard = int(np.searchsorted(self.ends, int(starts[row]) + col, side="right"))
+        raise ConfigError(
+            f"data: the token cache '{self.folder}' is corrupt ({shard_name(shard)} holds token id "
+            f"{int(out[row, col])}, the tokenizer has {self.vocab_size} ids); {rebuild_hint(Path(str(self.folder)))}"
+        )
 
     def _read(self, first: int, length: int) -> np.ndarray:
         """Absolute tokens [first, first+length) (any number of shards)."""
@@ -178,9 +205,7 @@ def open_shards(folder: Path) -> tuple[list[np.ndarray], dict]:
     folder = Path(folder)
 
     def corrupt(why: str) -> ConfigError:
-        return ConfigError(
-            f"data: the token cache '{folder}' is corrupt ({why}); delete that folder and run again to rebuild it"
-        )
+        return ConfigError(f"data: the token cache '{folder}' is corrupt ({why}); {rebuild_hint(folder)}")
 
     try:
         index = json.loads((folder / "index.json").read_text())
@@ -211,5 +236,5 @@ def check_ids(folder: Path, shards: list[np.ndarray], vocab_size: int) -> None:
         if high >= vocab_size:
             raise ConfigError(
                 f"data: the token cache '{folder}' is corrupt ({shard_name(i)} holds token id {high}, "
-                f"the tokenizer has {vocab_size} ids); delete that folder and run again to rebuild it"
+                f"the tokenizer has {vocab_size} ids); {rebuild_hint(folder)}"
             )

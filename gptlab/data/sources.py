@@ -53,7 +53,21 @@ def _row_text(row, column: str, path: Path, line: int):
         raise ConfigError(
             f"data.column: column {column!r} holds {type(text).__name__} in {path.name} row {line}, not text"
         )
+    _check_encodable(text or "", column, path, line)
     return text or ""
+
+
+def _check_encodable(text: str, column: str, path: Path, line: int) -> None:
+    """JSON can spell a lone UTF-16 surrogate (\\ud800), which is no character: refuse the row, naming it."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ConfigError(
+            f"data.paths: {path.name} row {line}: column {column!r} holds a lone surrogate "
+            f"(\\u{ord(text[err.start]):04x} at character {err.start}), which is not text; fix or drop that row"
+        ) from None
 
 
 def _json_segments(path: Path, column: str) -> Iterator[tuple[str, bool]]:
