@@ -173,7 +173,8 @@ def test_flags_in_the_table_markdown_and_terminal(report):
     cmp, images, _, _ = report
     headers, body = cells(cmp)
     flags = [line[headers.index("flags")] for line in body]
-    assert flags == ["identical model", "identical model; speed within noise", "under load"]
+    # mqa's seeds peak at 40, 41 and 45 MiB: 12.5% apart, above the 5% a seed of one config may vary without a floor
+    assert flags == ["identical model", "identical model; speed within noise", "under load; peak mem varies"]
     md = markdown(cmp, images)
     header = next(line for line in md.splitlines() if line.startswith("| label |"))  # below the verdicts
     assert "| flags |" in header + " " and "identical model; speed within noise |" in md
@@ -186,14 +187,15 @@ def test_flags_in_the_table_markdown_and_terminal(report):
 def test_html_highlights_flags_with_a_legend_and_embeds_every_plot(report):
     _, images, _, out = report
     page = (out / "comparison.html").read_text()
-    assert re.findall(r'<tr data-flags="([^"]*)">', page) == ["identical", "identical noise", "load"]
-    mqa_row = page[page.index('<tr data-flags="load">') :].split("</tr>")[0]
+    assert re.findall(r'<tr data-flags="([^"]*)">', page) == ["identical", "identical noise", "load mem"]
+    mqa_row = page[page.index('<tr data-flags="load mem">') :].split("</tr>")[0]
+    assert mqa_row.count('class="flag-mem"') == 1  # the peak mem cell
     assert mqa_row.count('class="flag-load"') == 2  # tokens/s and step ms cells
     assert '<span class="flag flag-load">under load</span>' in mqa_row
     gqa_row = page[page.index('<tr data-flags="identical noise">') :].split("</tr>")[0]
     assert 'class="flag-noise"' in gqa_row and 'class="flag-identical"' in gqa_row
     legend = page[page.index('<ul class="legend">') :].split("</ul>")[0]
-    assert [m for m in re.findall(r'class="flag flag-(\w+)"', legend)] == ["identical", "noise", "load"]
+    assert [m for m in re.findall(r'class="flag flag-(\w+)"', legend)] == ["identical", "noise", "load", "mem"]
     assert re.search(r"td\.flag-load,\.flag-load\{background:#[0-9a-f]{6}\}", page)
     srcs = re.findall(r'<img alt="(\w+)" src="data:image/png;base64,([^"]+)"', page)
     assert [a for a, _ in srcs] == list(images) and len(srcs) == 7

@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from gptlab.compare import decode, wandb_log
+from gptlab.compare import decode, noise_floor, wandb_log
 from gptlab.compare.analysis import Comparison, add_targets, compare
 from gptlab.compare.claims import load_claims
 from gptlab.compare.compute import equal_compute
@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FLOPS",
         help="the machine peak (FLOP/s) every MFU is against (default: the peak most runs recorded); runs "
         "measured against another peak have their MFU recomputed",
+    )
+    p.add_argument(
+        "--noise-floor",
+        choices=("auto", "none"),
+        default="auto",
+        help="auto (default): speed verdicts against this machine's noise floor measured by `gptlab-sweep aa` "
+        "(looked up by the runs' own machine); none: the fixed outside-load heuristic",
     )
     _add_target_args(p)
     _add_wandb_args(p)
@@ -415,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         comparisons = []
         for part in parts:
             try:
-                cmp = compare(part.runs, baseline=args.baseline, step=args.step, claims=claims, peak_flops=peak)
+                cmp = compare(part.runs, args.baseline, args.step, claims, peak, floor=floor, floor_note=floor_note)
                 add_targets(cmp, part.runs, targets, thresholds, args.threshold_key)
                 cmp.compute = equal_compute(cmp)
             except ConfigError as exc:
@@ -427,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         out = out_dir(args.out, args.paths[0], run_dirs)
     except ConfigError as exc:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)
+        floor, floor_note = noise_floor.lookup(runs, noise_floor.cache_dir() if args.noise_floor == "auto" else None)
         return 2
     for warning in left_out:
         print(warning, file=sys.stderr)

@@ -32,6 +32,7 @@ import yaml
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
 from gptlab.runtime.hardware import thread_choice
+from gptlab.sweep.aa import aa_spec, parse_aa
 from gptlab.sweep.design import Rung, factorial_arms, ladder_conflicts, parse_ladder, rungs
 from gptlab.sweep.plan import PLAN_DIR, PlannedRun, is_launch_setting, launch_command, parse_lr_grid, write_plan
 from gptlab.sweep.queue import Queue, Slots, plan_slots
@@ -77,7 +78,7 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
     return path.stem, spec, path
 
 
-SPEC_KEYS = ("description", "seeds", "overrides", "arms", "command", "lr_grid", "ladder", "factors")
+SPEC_KEYS = ("description", "seeds", "overrides", "arms", "command", "lr_grid", "ladder", "factors", "aa")
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
@@ -180,7 +181,7 @@ def identity_warnings(name: str, spec: dict, extra: list[str], seed: int) -> tup
                 for k in set(flat) | set(their_flat)
                 if flat.get(k, None) != their_flat.get(k, None) and not is_bookkeeping(k)
             ]  # e.g. arm
-            if fingerprint == their_print and model_only(differs):
+            if fingerprint == their_print and model_only(differs) and not spec.get("aa"):  # an A/A's are on purpose
                 warnings.append(
                     f"[{name}] warning: arms '{other}' and '{arm}' build the identical model "
                     f"(fingerprint {fingerprint}): the same experiment twice, every difference is noise"
@@ -460,6 +461,19 @@ def _detach(argv: list[str], sweep_dir: Path, timeout_s: float = 600.0) -> int:
     return 0
 
 
+def _measure_floor(name: str, sweep_dir: Path) -> None:
+    """An A/A sweep's end: its noise floor into the sweep dir and, measured on a quiet machine, the user cache."""
+    from gptlab.compare.noise_floor import cache_dir, measure_sweep
+
+    try:
+        lines = measure_sweep(sweep_dir, cache_dir())
+    except ConfigError as err:
+        print(f"[{name}] noise floor not measured: {err}", file=sys.stderr)
+        return
+    for line in lines:
+        print(f"[{name}] {line}", flush=True)
+
+
 def status_main(argv: list[str]) -> int:
     """gptlab-sweep status DIR: each run's state, read from the run dirs, the local queue and the scheduler."""
     parser = argparse.ArgumentParser(prog="gptlab-sweep status", description=status_main.__doc__)
@@ -512,6 +526,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the sweep file's `factors:` (k binary changes) as the 2^k arms base, a, a+b, ... (the file alone does it "
         "too; the flag refuses a file without factors)",
     )
+    parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="A/A: the first arm (baseline) as identical arms x seeds, to measure this machine's noise floor for "
+        "gptlab-compare (stored when the machine was quiet)",
+    )
+    parser.add_argument("--aa-arms", metavar="K", help="identical arms of an A/A sweep (implies --aa; default 3)")
     args = parser.parse_intermixed_args(argv)
     try:
         args.out, args.overrides = take_sweep_dir(args.out, args.overrides)
@@ -523,6 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else list(spec["seeds"])
         grid = args.lr_grid if args.lr_grid is not None else spec.get("lr_grid")
         lrs = parse_lr_grid(grid) if grid is not None else None
+        aa = parse_aa(args.aa_arms if args.aa_arms is not None else True if args.aa else spec.get("aa"))
+        if aa is not None:  # the baseline as aa identical arms (gptlab/sweep/aa.py); its floor is measured at the end
+            if ladder is not None or lrs is not None:
+                raise ConfigError("aa: an A/A sweep repeats one config; drop the ladder / lr grid")
+            spec = aa_spec(spec, aa, seeds)
         sweep_dir = (args.out or Path("outputs/sweeps") / name).resolve()
         if args.lr_grid is not None:  # recorded, so `status` and re-runs see the grid
             spec = {**spec, "lr_grid": lrs}
@@ -567,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{name}] FAILED {run}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
     if not args.dry_run and not failures:
         print(f"[{name}] compare: gptlab-compare {sweep_dir}")
+        if spec.get("aa"):
+            _measure_floor(name, sweep_dir)
     return 1 if failures else 0
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
-from gptlab.compare import speed, stats
+from gptlab.compare import noise_floor, speed, stats
 from gptlab.compare.align import Point, align
 from gptlab.compare.claims import attach_claims
 from gptlab.compare.evals import eval_rows
@@ -16,6 +16,7 @@ from gptlab.compare.identical import identical_groups, mixed_fingerprints, share
 from gptlab.compare.identity import dedupe
 from gptlab.compare.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_notes, check_like, value
 from gptlab.compare.machine import Peak, common_peak, machine_warnings, peak_warnings, run_mfu
+from gptlab.compare.noise_floor import Floor, load_limit, mem_limit
 from gptlab.compare.power import POWER, Power, arm_power
 from gptlab.compare.probes import probe_rows
 from gptlab.compare.runs import Run
@@ -64,6 +65,10 @@ class Row:
     delta_ci: list[float] | None = None
     budget: dict[str, str] = field(default_factory=dict)
     power: Power | None = None
+    # Peak memory's (max - min) / min over seeds; `mem_varies` when above the measurement's own spread (the noise
+    # floor's, else noise_floor.MEM_SPREAD_DEFAULT).
+    peak_mem_spread: float | None = None
+    mem_varies: bool = False
 
 
 @dataclass
@@ -88,6 +93,11 @@ class Comparison:
     compute: Any = None  # compute.EqualCompute: val loss at equal FLOPs and wall time, the matched arms
     probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
     evals: list[Any] = field(default_factory=list)  # evals.EvalRow per eval.json metric (gptlab-eval)
+    # The machine's measured noise floor used for speed verdicts (None: the default heuristic), the report's line
+    # on it, and the outside load above which a run's speed is 'under load'.
+    noise_floor: Floor | None = None
+    floor_note: str = ""
+    load_limit: float = speed.OUTSIDE_LOAD_LIMIT
 
     def at(self) -> str:
         """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
@@ -107,6 +117,11 @@ class Comparison:
             "rows": [asdict(r) for r in self.rows],
             "warnings": self.warnings,
             "notes": self.notes,
+            "noise_floor": {
+                "measured": asdict(self.noise_floor) if self.noise_floor else None,
+                "load_limit": self.load_limit,
+                "note": self.floor_note,
+            },
         }
         if self.split:
             doc["split"] = self.split
@@ -162,7 +177,13 @@ def _first(runs: list[Run], key: str) -> Any:
     return next((r.summary[key] for r in runs if r.summary.get(key) is not None), None)
 
 
-def _row(g: Group, point: Point, peak: Peak) -> Row:
+def _mem_spread(peaks: list[float | None]) -> float | None:
+    """(max - min) / min of the seeds' peak memory; None with fewer than 2 measured."""
+    values = [float(p) for p in peaks if p is not None and p > 0]
+    return (max(values) - min(values)) / min(values) if len(values) > 1 else None
+
+
+def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
     runs = g.runs
     losses = [float(r.by_step[point.step_of(r)]["val/loss"]) for r in runs]
     evals = [r.by_step[point.step_of(r)] for r in runs]
@@ -174,6 +195,7 @@ def _row(g: Group, point: Point, peak: Peak) -> Row:
         speed.spread(speed.per_run(runs, "step_ms_median", "step_ms")),
     )
     load = speed.outside_load(runs)
+    spread = _mem_spread(peaks)
     return Row(
         label=g.label,
         choices=dict(runs[0].choices),
@@ -197,20 +219,26 @@ def _row(g: Group, point: Point, peak: Peak) -> Row:
         step_ms_std=ms_std,
         tokens_per_s_seeds=tps,
         outside_load=load,
-        under_load=load is not None and load > speed.OUTSIDE_LOAD_LIMIT,
+        under_load=load is not None and load > load_limit(floor),
         model_fingerprint=shared(g, "model_fingerprint"),
         at_step=point.step_of(runs[0]),
         budget={k: value(runs[0], k) for k in BUDGET_KEYS},
+        peak_mem_spread=spread,
+        mem_varies=spread is not None and spread > mem_limit(floor),
     )
 
 
-def _speed_versus(row: Row, base: Row) -> None:
-    """Speed-up of row over the baseline with its CI and verdict; identical models are noise by definition."""
+def _speed_versus(row: Row, base: Row, floor: Floor | None = None) -> None:
+    """Speed-up of row over the baseline with its CI and verdict (against the machine's noise floor when one is
+    given); identical models are noise by definition."""
     if row is base:
         row.speedup = 1.0 if row.tokens_per_s else None
         row.speed_verdict = "baseline"
         return
-    up = speed.speedup(row.tokens_per_s_seeds, base.tokens_per_s_seeds, ALPHA)
+    if floor is not None:
+        up = noise_floor.speedup(row.tokens_per_s_seeds, base.tokens_per_s_seeds, floor, ALPHA)
+    else:
+        up = speed.speedup(row.tokens_per_s_seeds, base.tokens_per_s_seeds, ALPHA)
     row.speedup, row.speedup_p = up.ratio, up.p
     row.speedup_ci = list(up.ci) if up.ci else None
     row.speed_verdict = speed.IDENTICAL if base.label in row.identical_to and up.ratio else up.verdict
@@ -218,10 +246,10 @@ def _speed_versus(row: Row, base: Row) -> None:
         row.speed_verdict += ", under outside load"
 
 
-def _versus(row: Row, base: Row) -> None:
+def _versus(row: Row, base: Row, floor: Floor | None = None) -> None:
     """Fill delta, Welch verdict and speed-up of row against the baseline row."""
     row.delta_val_loss = row.val_loss_mean - base.val_loss_mean
-    _speed_versus(row, base)
+    _speed_versus(row, base, floor)
     if row is base:
         row.significant, row.p_value = False, 1.0
         return
@@ -242,11 +270,14 @@ def _versus(row: Row, base: Row) -> None:
         loss_decided=bool(row.significant),
         speed_decided=row.speed_verdict.startswith(("faster", "slower")),
         identical=identical,
+        speed_sd_floor=floor.speed_sd if floor else 0.0,
+        speed_min_ratio=floor.max_speedup if floor else 1.0,
     )
 
 
-def identity_warnings(rows: list[Row], groups: list[Group]) -> list[str]:
-    """One line per identical pair, per group with mixed fingerprints, and per group timed under outside load."""
+def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[str]:
+    """One line per identical pair, per group with mixed fingerprints, per group timed under outside load (above
+    `limit`) and per group whose peak memory varies between seeds."""
     out = [
         f"warning: '{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) "
         "and differ only in model config: every difference between them is noise"
@@ -261,9 +292,15 @@ def identity_warnings(rows: list[Row], groups: list[Group]) -> list[str]:
     ]
     out += [
         f"warning: '{row.label}': speed taken under outside load (other processes used up to "
-        f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}%)"
+        f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * limit:.0f}%)"
         for row in rows
         if row.under_load
+    ]
+    out += [
+        f"warning: '{row.label}': peak memory varies by {100 * cast(float, row.peak_mem_spread):.1f}% between its "
+        f"seeds, more than the measurement's own spread; the table shows the largest"
+        for row in rows
+        if row.mem_varies
     ]
     return out
 
@@ -274,10 +311,13 @@ def compare(
     step: int | None = None,
     claims: dict[str, dict[str, float]] | None = None,
     peak_flops: float | None = None,
+    floor: Floor | None = None,
+    floor_note: str = "",
 ) -> Comparison:
     """Compare like with like: count copied runs once, refuse runs of different tasks or validation sets
     (ConfigError), choose the baseline and the point (equal step, or equal tokens), and compute one row per group
-    (baseline first) with MFU against one machine peak (`peak_flops`, else the one most runs recorded)."""
+    (baseline first) with MFU against one machine peak (`peak_flops`, else the one most runs recorded); speed
+    verdicts and the load limit from the machine's measured noise `floor` when given (noise_floor.lookup)."""
     runs, copies = dedupe(runs)
     check_same_task(runs)
     unchecked = check_like(runs)
@@ -287,16 +327,17 @@ def compare(
     assign_labels(groups, base)
     ordered = [base] + [g for g in groups if g is not base]
     peak = common_peak(runs, peak_flops)
-    rows = [_row(g, point, peak) for g in ordered]
+    rows = [_row(g, point, peak, floor) for g in ordered]
     twins = identical_groups(ordered)
     for g, row in zip(ordered, rows):
         row.differs = dict(diff_items(g, base)) if g is not base else {}
         row.identical_to = [h.label for h in twins.get(id(g), [])]
     for row in rows:
-        _versus(row, rows[0])
+        _versus(row, rows[0], floor)
     if claims:
         attach_claims(rows, ordered, claims)
-    warnings = copies + unchecked + unequal + stop_warnings(runs, point) + identity_warnings(rows, ordered)
+    warnings = copies + unchecked + unequal + stop_warnings(runs, point)
+    warnings += identity_warnings(rows, ordered, load_limit(floor))
     warnings += peak_warnings(runs, peak) + machine_warnings(runs)
     notes = arm_notes(ordered, base)
     if point.by == "tokens":
@@ -306,6 +347,7 @@ def compare(
         )
     cmp = Comparison(point.step_of(base.runs[0]), base.label, rows, ordered, warnings, point=point, peak=peak)
     cmp.notes = notes
+    cmp.noise_floor, cmp.floor_note, cmp.load_limit = floor, floor_note, load_limit(floor)
     # check_like made every recorded value equal: the first run that recorded each key speaks for all
     cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
     cmp.probes, probe_warnings = probe_rows(ordered, [r.label for r in rows], point)
@@ -325,6 +367,6 @@ def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: lis
             check_metric(t, runs, flag)
     results: dict = {}
     for t in [*targets, *thresholds]:
-        results.setdefault(t, steps_to_target(cmp.groups, t))
+        results.setdefault(t, steps_to_target(cmp.groups, t, cmp.load_limit))
     cmp.targets = list(results.values())
     cmp.thresholds = [threshold(cmp.groups, results[t], key) for t in thresholds]

@@ -118,16 +118,16 @@ def train_band(g: Group) -> Band | None:
     return band
 
 
-def speed_points(g: Group) -> list[tuple[float, bool]]:
+def speed_points(g: Group, limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[tuple[float, bool]]:
     """(tokens/s, under outside load) of each run that measured its speed: the table's per-seed values, in order."""
     out = []
     for run in g.runs:
         value = speed.run_speed(run, "tokens_per_s_median", "tokens_per_s", stats.median)
         if value is not None and math.isfinite(value) and value > 0:
-            out.append((value, speed.loaded(run)))
+            out.append((value, speed.loaded(run, limit)))
     return out
 
 
-def loaded_runs(g: Group) -> list[Run]:
-    """The group's runs whose speed was taken under outside load (above speed.OUTSIDE_LOAD_LIMIT)."""
-    return [r for r in g.runs if speed.loaded(r)]
+def loaded_runs(g: Group, limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[Run]:
+    """The group's runs whose speed was taken under outside load (above `limit`: the comparison's load limit)."""
+    return [r for r in g.runs if speed.loaded(r, limit)]

@@ -24,7 +24,7 @@ from gptlab.compare import curves, speed, stats  # noqa: E402
 from gptlab.compare.analysis import Comparison  # noqa: E402
 from gptlab.compare.group import Group  # noqa: E402
 from gptlab.compare.layers import layer_figures  # noqa: E402
-from gptlab.compare.report import BAND, BARS, LOADED  # noqa: E402
+from gptlab.compare.report import BAND, BARS, LOADED, loaded_label  # noqa: E402
 from gptlab.compare.runs import Run  # noqa: E402
 
 # x-axis key -> (axis label, file/plot name)
@@ -105,15 +105,15 @@ def _draw_band(ax, band: LossBand, color, label: str, hatched: bool = False) -> 
             ax.fill_between(band.x, band.lo, band.hi, color=color, alpha=0.2, linewidth=0)
 
 
-def _loaded_patch() -> Patch:
-    return Patch(facecolor="none", edgecolor="grey", hatch="//", label=LOADED)
+def _loaded_patch(label: str = LOADED) -> Patch:
+    return Patch(facecolor="none", edgecolor="grey", hatch="//", label=label)
 
 
 def _mark_loaded_runs(ax, cmp: Comparison, scale: float) -> bool:
     """Each run taken under outside load as its own grey dashed val-loss curve on the wall-time axis; True if any."""
     first = True
     for g in cmp.groups:
-        for run in curves.loaded_runs(g):
+        for run in curves.loaded_runs(g, cmp.load_limit):
             xs = x_at_evals(run, "wall_s")
             if not xs:
                 continue
@@ -126,7 +126,7 @@ def _mark_loaded_runs(ax, cmp: Comparison, scale: float) -> bool:
                 marker="x",
                 markersize=4,
                 linewidth=1,
-                label=f"one run, {LOADED}" if first else "_loaded run",
+                label=f"one run, {loaded_label(cmp.load_limit)}" if first else "_loaded run",
             )
             first = False
     return not first
@@ -163,7 +163,7 @@ def _loss_figure(cmp: Comparison, key: str):
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Patch(color="grey", alpha=0.3, label=f"band: {BAND}"))
     if marked:
-        handles.append(_loaded_patch())
+        handles.append(_loaded_patch(loaded_label(cmp.load_limit)))
     ax.legend(handles=handles, fontsize=8)
     fig.tight_layout()
     return fig
@@ -181,10 +181,12 @@ def _bar_figure(
     ylabel: str,
     formatter,
     loaded: list[list[bool]] | None = None,
+    label: str = LOADED,
 ):
     """One bar per group at the mean over its runs, ± std error bars, and each run's own value as a dot.
 
-    `loaded` (per group, per run): runs taken under outside load are grey crosses, their group's bar hatched.
+    `loaded` (per group, per run): runs taken under outside load are grey crosses, their group's bar hatched;
+    `label` names them (the comparison's load limit).
     """
     if not any(values):
         return None
@@ -222,7 +224,7 @@ def _bar_figure(
                 marker="X",
                 s=70,
                 zorder=4,
-                label=f"one run, {LOADED}" if first_loaded else None,
+                label=f"one run, {label}" if first_loaded else None,
             )
             first_loaded = False
     ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
@@ -234,7 +236,7 @@ def _bar_figure(
     ax.set_ylim(0, 1.2 * max(top, max(m + s for m, s in zip(means, stds))))  # headroom for the legend
     handles, _ = ax.get_legend_handles_labels()
     if hot:  # the long note goes in a band below the tick labels, where it has the figure's width
-        handles.append(_loaded_patch())
+        handles.append(_loaded_patch(label))
         fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=1)
         fig.tight_layout(rect=(0.0, 0.2, 1.0, 1.0))
     else:
@@ -246,10 +248,13 @@ def _bar_figure(
 def _speed_figure(cmp: Comparison):
     """tokens/s per group from each run's median (the numbers the table's mean ± std come from); runs under
     outside load grey, their groups' bars hatched."""
-    points = [curves.speed_points(g) for g in cmp.groups]
+    points = [curves.speed_points(g, cmp.load_limit) for g in cmp.groups]
     values = [[v for v, _ in p] for p in points]
     loaded = [[hot for _, hot in p] for p in points]
-    return _bar_figure([r.label for r in cmp.rows], values, "tokens/s", "tokens/s", EngFormatter(sep=""), loaded)
+    labels = [r.label for r in cmp.rows]
+    return _bar_figure(
+        labels, values, "tokens/s", "tokens/s", EngFormatter(sep=""), loaded, loaded_label(cmp.load_limit)
+    )
 
 
 def _train_figure(cmp: Comparison):

@@ -109,8 +109,11 @@ class Power:
     speed_decision: str
 
 
-def _decision(decided: bool, identical: bool, a: Sequence[float], b: Sequence[float]) -> tuple[int | None, str]:
-    """(seeds per arm, text) for one measure: a decided arm needs none; an undecided one the seeds_to_decide."""
+def _decision(
+    decided: bool, identical: bool, a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0, within: float = 0.0
+) -> tuple[int | None, str]:
+    """(seeds per arm, text) for one measure: a decided arm needs none; an undecided one the seeds_to_decide, with
+    each side's sd at least `sd_floor`; an observed |difference| <= `within` (a noise floor) is never decided."""
     if identical:
         return None, "never: the identical model (every difference is noise)"
     if decided:
@@ -118,7 +121,9 @@ def _decision(decided: bool, identical: bool, a: Sequence[float], b: Sequence[fl
     if len(a) < 2 or len(b) < 2:
         return None, "unknown: a side has 1 seed (no noise estimate)"
     delta = stats.mean(a) - stats.mean(b)
-    needed = seeds_to_decide(delta, stats.std(a) or 0.0, stats.std(b) or 0.0)
+    if within and 0.0 < abs(delta) <= within:
+        return None, "never: within the machine's noise floor"
+    needed = seeds_to_decide(delta, max(stats.std(a) or 0.0, sd_floor), max(stats.std(b) or 0.0, sd_floor))
     if needed is not None:
         return needed, f"{needed} seeds per arm"
     if delta == 0.0:
@@ -126,8 +131,10 @@ def _decision(decided: bool, identical: bool, a: Sequence[float], b: Sequence[fl
     return None, f"more than {MAX_SEEDS} seeds per arm"
 
 
-def _mde(a: Sequence[float], b: Sequence[float]) -> float | None:
-    return detectable(stats.std(a) or 0.0, len(a), stats.std(b) or 0.0, len(b)) if len(a) and len(b) else None
+def _mde(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0) -> float | None:
+    if not (len(a) and len(b)):
+        return None
+    return detectable(max(stats.std(a) or 0.0, sd_floor), len(a), max(stats.std(b) or 0.0, sd_floor), len(b))
 
 
 def arm_power(
@@ -138,13 +145,21 @@ def arm_power(
     loss_decided: bool,
     speed_decided: bool,
     identical: bool = False,
+    speed_sd_floor: float = 0.0,
+    speed_min_ratio: float = 1.0,
 ) -> Power:
-    """Power of one arm vs the baseline from each side's per-seed val losses and tokens/s."""
+    """Power of one arm vs the baseline from each side's per-seed val losses and tokens/s; with a measured noise
+    floor, speed uses each side's sd of log tokens/s at least `speed_sd_floor` and detects no speed-up within
+    `speed_min_ratio` (the test compare/noise_floor.speedup makes)."""
     log_a, log_b = [math.log(v) for v in tps], [math.log(v) for v in base_tps]
-    mde_log = _mde(log_a, log_b)
+    mde_log = _mde(log_a, log_b, speed_sd_floor)
+    if mde_log is not None:
+        mde_log = max(mde_log, math.log(speed_min_ratio))
     seeds_loss, loss_text = _decision(loss_decided, identical, losses, base_losses)
     if log_a and log_b:
-        seeds_speed, speed_text = _decision(speed_decided, identical, log_a, log_b)
+        seeds_speed, speed_text = _decision(
+            speed_decided, identical, log_a, log_b, speed_sd_floor, math.log(speed_min_ratio)
+        )
     else:
         seeds_speed, speed_text = None, "unknown: speed not measured"
     return Power(

@@ -17,8 +17,14 @@ from gptlab.compare.target_report import html_targets, markdown_targets, print_t
 
 BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)
 BARS = "bar = mean ± std over seeds, dots = each run"
-# How every speed-dependent plot labels a run (and its group's band or bar) taken under outside load.
-LOADED = f"under outside load (> {100 * OUTSIDE_LOAD_LIMIT:.0f}% of cores busy): speed not to be trusted"
+
+
+def loaded_label(limit: float) -> str:
+    """How every speed-dependent plot labels a run (and its group's band or bar) taken under outside load."""
+    return f"under outside load (> {100 * limit:.0f}% of cores busy): speed not to be trusted"
+
+
+LOADED = loaded_label(OUTSIDE_LOAD_LIMIT)  # the label without a measured noise floor
 # The honest-report flags: key -> (text in the table's "flags" column, what it means; legend and notes).
 FLAGS = {
     "identical": (
@@ -32,8 +38,13 @@ FLAGS = {
     ),
     "load": (
         "under load",
-        f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores while "
-        "it trained: its speed figures are not to be trusted",
+        f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores (or, with a measured noise "
+        "floor, more than its A/A saw plus 5 points) while it trained: its speed figures are not to be trusted",
+    ),
+    "mem": (
+        "peak mem varies",
+        "peak memory differs between seeds of one config by more than the measurement's own spread (the noise "
+        "floor's, else 5%): the table shows the largest",
     ),
 }
 # Columns a flag highlights in the HTML table (besides the flags column itself).
@@ -41,6 +52,7 @@ FLAG_COLUMNS = {
     "identical": ("Δ val loss vs baseline", "identical model"),
     "noise": ("speed-up (95% CI)",),
     "load": ("tokens/s", "step ms"),
+    "mem": ("peak mem",),
 }
 HEADERS = [
     "label",
@@ -56,6 +68,11 @@ HEADERS = [
     "speed-up (95% CI)",
     "flags",
 ]
+
+
+# The terminal table fits TERMINAL_WIDTH columns: these columns are left to comparison.md / .html.
+TERMINAL_WIDTH = 120
+TERMINAL_HIDDEN = ("params", "FLOPs/token", "step ms", "MFU", "peak mem", "claimed vs measured")
 
 
 def _si(x: float | None) -> str:
@@ -102,6 +119,7 @@ def row_flags(row: Row) -> list[str]:
         "identical": bool(row.identical_to),
         "noise": row.speed_verdict.startswith("within noise"),
         "load": row.under_load,
+        "mem": row.mem_varies,
     }
     return [k for k in FLAGS if found[k]]
 
@@ -146,6 +164,8 @@ def _speed_clause(row: Row) -> str:
     ci = f"[{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]"
     if row.speed_verdict.startswith(("faster", "slower")):
         return f"{row.speedup:.2f}× {row.speed_verdict.split(',')[0]} {ci}{loaded}"
+    if row.speed_verdict.startswith("within noise floor"):  # the CI may exclude 1: the floor decides it
+        return f"{row.speedup:.2f}× within the machine's noise floor {ci}{loaded}"
     mde = row.power.mde_speedup if row.power else None
     could = f" (could have detected ≥ {mde:.2f}×)" if mde is not None else ""
     return f"{row.speedup:.2f}× within noise {ci}{could}{loaded}"
@@ -290,6 +310,7 @@ def notes(cmp: Comparison) -> list[str]:
         f"Δ is mean val loss minus the baseline's; 'significant' means Welch's t-test p < {ALPHA} "
         "over seeds (needs ≥ 2 seeds on both sides); in the verdicts ± is the half-width of its 95% Welch interval.",
         power_line(cmp),
+        *[cmp.floor_note] * bool(cmp.floor_note),
         *[
             "Every run is scored on one validation set: "
             + ", ".join(f"{k} {vs[k]}" if vs[k] != "unset" else f"{k} not recorded" for k in vs)
@@ -303,7 +324,8 @@ def notes(cmp: Comparison) -> list[str]:
         f"Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "
         f"{BAND}; on the wall-time plot each point sits at the seeds' mean wall time at that step. "
         f"Speed and memory bars: {BARS} (the table's peak mem is each group's max). On the wall-time and tokens/s "
-        f"plots a run {LOADED} is grey (its group hatched). Δ val loss plot: each arm minus the baseline at every "
+        f"plots a run {loaded_label(cmp.load_limit)} is grey (its group hatched). Δ val loss plot: each arm minus "
+        "the baseline at every "
         "shared eval with its 95% Welch interval and a zero line (the table's test, at the compared point the "
         "table's Δ).",
         *[f"'speed within noise': {FLAGS['noise'][1]}."] * any("noise" in row_flags(r) for r in cmp.rows),
@@ -313,7 +335,7 @@ def notes(cmp: Comparison) -> list[str]:
         ]
         * any(r.identical_to for r in cmp.rows),
         *[
-            f"'under load': other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the machine's "
+            f"'under load': other processes used more than {100 * cmp.load_limit:.0f}% of the machine's "
             "cores while a run trained, so its speed figures are not to be trusted."
         ]
         * any(r.under_load for r in cmp.rows),
@@ -341,18 +363,22 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    own = console is None  # our own console: the table at most TERMINAL_WIDTH wide, the text lines unwrapped
     console = console or Console(width=None if sys.stdout.isatty() else 220)
     headers, body = cells(cmp)
+    keep = [i for i, h in enumerate(headers) if h not in TERMINAL_HIDDEN]
     table = Table(title=f"gptlab-compare: val loss @ {cmp.at()} vs baseline '{cmp.baseline}'{_part(cmp)}")
-    for h in headers:
+    for h in (headers[i] for i in keep):
         left = h in ("label", "flags", "identical model", "claimed vs measured")
         table.add_column(h, justify="left" if left else "right")
     for line in body:
-        table.add_row(*line)
+        table.add_row(*(line[i] for i in keep))
     for sentence in verdicts(cmp):
         console.print(sentence, highlight=False, markup=False)
-    console.print(table)
-    for n in notes(cmp)[:3]:
+    console.print(table, width=min(console.width, TERMINAL_WIDTH) if own else None)
+    hidden = [h for h in headers if h in TERMINAL_HIDDEN]
+    console.print(f"({', '.join(hidden)}: in comparison.md and comparison.html)", highlight=False, markup=False)
+    for n in notes(cmp)[: 3 + bool(cmp.floor_note)]:  # where, Δ, power and the noise floor
         console.print(n, highlight=False, markup=False)
     if power:
         ptable = Table(title=f"power (α = {ALPHA}, power {POWER})")
@@ -393,7 +419,7 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
     return "\n".join(lines) + "\n"
 
 
-_FLAG_COLORS = {"identical": "#dbe8ff", "noise": "#fff1c2", "load": "#ffd6d6"}
+_FLAG_COLORS = {"identical": "#dbe8ff", "noise": "#fff1c2", "load": "#ffd6d6", "mem": "#e6d9ff"}
 _CSS = (
     "body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}"
     "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
@@ -425,11 +451,13 @@ def _html_rows(cmp: Comparison, headers: list[str], body: list[list[str]]) -> st
     return "".join(out)
 
 
-def _legend() -> str:
-    """What each flag colour means."""
+def _legend(cmp: Comparison) -> str:
+    """What each flag colour means (the flags of the shipped three always, any other only where a row has it)."""
+    shown = {k for row in cmp.rows for k in row_flags(row)} | {"identical", "noise", "load"}
     items = "".join(
         f'<li><span class="flag flag-{k}">{html.escape(text)}</span> {html.escape(meaning)}</li>'
         for k, (text, meaning) in FLAGS.items()
+        if k in shown
     )
     return f'<p>Flags, highlighted in the table:</p><ul class="legend">{items}</ul>\n'
 
@@ -458,6 +486,63 @@ def _html_compute(cmp: Comparison) -> str:
     return f"<h2>Equal compute</h2>\n<ul>{items}</ul>\n" if items else ""
 
 
+SHARED_KEYS = (
+    "train.max_steps",
+    "train.batch_size",
+    "tokens_per_step",
+    "data",
+    "data_fingerprint",
+    "data_seed",
+    "train.eval_sequences",
+    "seq_len",
+)
+
+
+def _wandb_text(run) -> str:
+    """The run's W&B path as text (entity/project/id; no URL: the page stays self-contained), or why there is none."""
+    from gptlab.compare.runs import wandb_identity
+
+    ident = wandb_identity(run)
+    if not ident["id"]:
+        return "–"
+    where = "/".join(p for p in (ident["entity"], ident["project"]) if p)
+    return f"{where}/runs/{ident['id']}" if where else f"run id {ident['id']}"
+
+
+def shared_settings(cmp: Comparison) -> list[tuple[str, str]]:
+    """(key, value) of SHARED_KEYS over every compared run: the value, or 'differs between arms'."""
+    from gptlab.compare.like import value
+
+    runs = [r for g in cmp.groups for r in g.runs]
+    out = []
+    for key in SHARED_KEYS:
+        seen = {value(r, key) for r in runs}
+        out.append((key, seen.pop() if len(seen) == 1 else "differs between arms (see the notes)"))
+    return out
+
+
+def _html_runs(cmp: Comparison) -> str:
+    """The compared runs (label, seed, dir, W&B run, outside load) and the settings every run shares."""
+    import os
+
+    esc = html.escape
+    runs = [(g.label, r) for g in cmp.groups for r in g.runs]
+    paths = [str(r.path) for _, r in runs]
+    root = os.path.commonpath(paths) if len(paths) > 1 else str(runs[0][1].path.parent)
+    rows = "".join(
+        f"<tr><td>{esc(label)}</td><td>{esc(str(r.config.get('seed')))}</td>"
+        f"<td>{esc(os.path.relpath(r.path, root))}</td><td>{esc(_wandb_text(r))}</td>"
+        f"<td>{'–' if (load := r.summary.get('outside_load')) is None else f'{100 * float(load):.0f}%'}</td></tr>\n"
+        for label, r in runs
+    )
+    shared = "".join(f"<li>{esc(k)}: {esc(v)}</li>" for k, v in shared_settings(cmp))
+    return (
+        f'<h2>Compared runs</h2>\n<p>Run dirs under {esc(root)}</p>\n<table class="runs">\n<tr><th>label</th>'
+        f"<th>seed</th><th>run dir</th><th>W&amp;B run</th><th>outside load</th></tr>\n{rows}</table>\n"
+        f'<p>Settings every run shares:</p><ul class="shared">{shared}</ul>\n'
+    )
+
+
 def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power: bool = False) -> str:
     """comparison.html: one file, inline CSS, PNGs embedded as base64 data URIs, no scripts or URLs; one verdict
     sentence per arm at the top; `extra` is more HTML placed before the figures (the decode table); with power,
@@ -475,5 +560,5 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
         + (_html_power(cmp) if power else "")
-        + f"{_legend()}{html_targets(cmp)}{_html_compute(cmp)}{probes.html_table(cmp.probes)}{evals.html_table(cmp.evals)}<ul>{note_items}</ul>\n{extra}{_figures(images)}</body></html>\n"
+        + f"{_legend(cmp)}{html_targets(cmp)}{_html_compute(cmp)}{probes.html_table(cmp.probes)}{evals.html_table(cmp.evals)}<ul>{note_items}</ul>\n{extra}{_figures(images)}{_html_runs(cmp)}</body></html>\n"
     )

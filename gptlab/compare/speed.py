@@ -42,10 +42,11 @@ def run_load(run: Run) -> float | None:
     return None
 
 
-def loaded(run: Run) -> bool:
-    """True when the run's speed was taken under outside load above OUTSIDE_LOAD_LIMIT (not to be trusted)."""
+def loaded(run: Run, limit: float = OUTSIDE_LOAD_LIMIT) -> bool:
+    """True when the run's speed was taken under outside load above `limit` (not to be trusted); the limit is
+    OUTSIDE_LOAD_LIMIT, or the measured noise floor's (compare/noise_floor.py)."""
     load = run_load(run)
-    return load is not None and load > OUTSIDE_LOAD_LIMIT
+    return load is not None and load > limit
 
 
 def outside_load(runs: list[Run]) -> float | None:

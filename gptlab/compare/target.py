@@ -231,13 +231,14 @@ class TargetResult:
         }
 
 
-def steps_to_target(groups: list[Group], target: Target) -> TargetResult:
-    """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed."""
+def steps_to_target(groups: list[Group], target: Target, limit: float = OUTSIDE_LOAD_LIMIT) -> TargetResult:
+    """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed; a group
+    above `limit` outside load (the comparison's) is under load."""
     rows = [target_row(g, target) for g in groups]
     base = rows[0]
     for row, g in zip(rows, groups):
         load = outside_load(g.runs)
-        row.under_load = load is not None and load > OUTSIDE_LOAD_LIMIT
+        row.under_load = load is not None and load > limit
         if row.all_reached and base.all_reached and row.steps_mean:
             _versus(row, base)
     return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows)

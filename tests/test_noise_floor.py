@@ -1,0 +1,268 @@
+"""The machine's noise floor: an A/A sweep measures it, the user cache keeps it per machine (only when quiet), and
+gptlab-compare uses it instead of the fixed outside-load heuristic, for this machine only, and says which it used."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from scipy import stats as sps
+
+from gptlab.cli.compare import main as compare_main
+from gptlab.compare import noise_floor
+from gptlab.compare.noise_floor import FLOOR_FILE, RECORD_FILE, measure, measure_sweep
+from gptlab.compare.runs import discover, load_run
+from gptlab.errors import ConfigError
+from helpers.cli import cli_env, run_cli
+from helpers.compare import write_run
+
+CPU = "Test CPU 9000"
+MACHINE = f"{CPU} | 2 cores"
+GQA = dict(choices={"attention": "gqa"}, leaves={"attention.n_kv_head": 2})
+
+
+def _provenance(path: Path, cpu: str = CPU, cores: int = 2) -> None:
+    hardware = {"device": "cpu", "dtype": "fp32", "cpu": cpu, "cpu_threads": cores, "cpu_cores": list(range(cores))}
+    (path / "provenance.json").write_text(json.dumps({"hardware": hardware, "packages": {"torch": "2.13.0"}}))
+
+
+def _aa_sweep(root: Path, tps: dict[str, list[float]], load: float | None = 0.02, mems=None) -> Path:
+    """An A/A sweep dir <root>/<arm>/seed<k> with the given tokens/s per arm and seed (same seed: same loss)."""
+    for arm, values in tps.items():
+        for seed, t in enumerate(values):
+            mem = (mems or {}).get((arm, seed), 100 * 2**20)
+            path = write_run(
+                root / arm / f"seed{seed}",
+                seed=seed,
+                leaves={"arm": arm},
+                tokens_per_s=t,
+                step_ms=128_000 / t,
+                outside_load=load,
+                peak_mem_bytes=mem,
+                loss_at=lambda step, s=seed: 1.5 + 2.5 * math.exp(-step / 40.0) + 0.01 * s,
+            )
+            _provenance(path)
+    (root / "sweep.yaml").write_text(yaml.safe_dump({"arms": {a: [] for a in tps}, "aa": len(tps)}))
+    return root
+
+
+AA = {"aa0": [1000.0, 1010.0, 990.0], "aa1": [1030.0, 1020.0, 1040.0], "aa2": [1005.0, 995.0, 1000.0]}
+
+
+def test_an_aa_sweep_measures_the_floor_with_known_answers(tmp_path):
+    sweep = _aa_sweep(tmp_path / "aa", AA, mems={("aa1", 2): 104 * 2**20})
+    floor = measure([load_run(p) for p in discover([str(sweep)])], sweep)
+    every = [v for values in AA.values() for v in values]
+    assert floor.machine == MACHINE and (floor.runs, floor.arms, floor.seeds) == (9, 3, 3)
+    assert floor.speed_sd == pytest.approx(statistics.stdev(math.log(v) for v in every), rel=1e-12)
+    assert floor.step_sd == pytest.approx(floor.speed_sd, rel=1e-9)  # step ms = 128000 / tokens/s
+    gmeans = [statistics.geometric_mean(v) for v in AA.values()]
+    assert floor.max_speedup == pytest.approx(max(gmeans) / min(gmeans), rel=1e-12)
+    assert floor.same_seed_loss_gap == 0.0  # identical arms, one seed: one loss
+    assert floor.loss_sd == pytest.approx(statistics.stdev([0.0, 0.01, 0.02] * 3), rel=1e-6)
+    assert floor.mem_spread == pytest.approx(0.04) and floor.outside_load == 0.02 and floor.quiet
+
+
+def test_a_quiet_floor_is_stored_for_its_machine_and_a_loaded_one_only_recorded(tmp_path):
+    cache = tmp_path / "cache"
+    lines = measure_sweep(_aa_sweep(tmp_path / "loaded", AA, load=0.3), cache)
+    record = json.loads((tmp_path / "loaded" / RECORD_FILE).read_text())
+    assert record["stored"] is False and record["quiet"] is False and record["outside_load"] == 0.3
+    assert not (cache / FLOOR_FILE).exists() and "NOT stored" in lines[1] and "up to 30%" in lines[1]
+    lines = measure_sweep(_aa_sweep(tmp_path / "unrecorded", AA, load=None), cache)
+    assert not (cache / FLOOR_FILE).exists() and "not recorded" in lines[1]
+    lines = measure_sweep(_aa_sweep(tmp_path / "quiet", AA, load=0.02), cache)
+    table = json.loads((cache / FLOOR_FILE).read_text())
+    assert list(table) == [MACHINE] and table[MACHINE]["runs"] == 9 and table[MACHINE]["quiet"] is True
+    assert f"stored for {MACHINE}" in lines[1]
+    assert json.loads((tmp_path / "quiet" / RECORD_FILE).read_text())["stored"] is True
+
+
+@pytest.mark.parametrize(
+    "tps, message",
+    [
+        ({"aa0": [1000.0, 1001.0]}, "needs >= 2 identical arms x 2 finished seeds (found 1 arms"),
+        ({"aa0": [1000.0], "aa1": [1001.0]}, "(found 2 arms, 1 seeds in the smallest)"),
+    ],
+)
+def test_too_small_an_aa_gives_no_floor(tmp_path, tps, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        measure_sweep(_aa_sweep(tmp_path / "aa", tps), tmp_path / "cache")
+    assert not (tmp_path / "cache" / FLOOR_FILE).exists()
+
+
+def _sweep(root: Path, base: list[float], arm: list[float], cpu: str = CPU, loads=(0.01, 0.01)) -> Path:
+    """A 2-arm comparison (mha vs gqa) with these tokens/s per seed on `cpu`."""
+    for i, t in enumerate(base):
+        _provenance(write_run(root / "mha" / f"seed{i}", seed=i, tokens_per_s=t, outside_load=loads[0]), cpu)
+    for i, t in enumerate(arm):
+        _provenance(write_run(root / "gqa" / f"seed{i}", seed=i, tokens_per_s=t, outside_load=loads[1], **GQA), cpu)
+    return root
+
+
+def _compare(tmp_path: Path, sweep: Path, capsys, *args: str) -> tuple[dict, str]:
+    out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}"
+    rc = compare_main([str(sweep), "--out", str(out), "--no-wandb", "--baseline", "attention=mha", *args])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    return json.loads((out / "comparison.json").read_text()), (out / "comparison.md").read_text()
+
+
+def _store_floor(tmp_path: Path, monkeypatch) -> noise_floor.Floor:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GPTLAB_CACHE", str(cache))
+    sweep = _aa_sweep(tmp_path / "aa", AA)
+    measure_sweep(sweep, cache)
+    return measure([load_run(p) for p in discover([str(sweep)])], sweep)
+
+
+def test_compare_uses_the_floor_of_the_runs_machine_and_says_so(tmp_path, monkeypatch, capsys):
+    floor = _store_floor(tmp_path, monkeypatch)
+    # Seeds this tight alone call a 3% gap real; the machine's floor (sd 1.6%, arms 1.03x apart) does not.
+    base, arm = [1000.0, 1001.0, 999.0], [1030.0, 1031.0, 1029.0]
+    sweep = _sweep(tmp_path / "sw", base, arm)
+    plain, md_plain = _compare(tmp_path, sweep, capsys, "--noise-floor", "none")
+    assert plain["rows"][1]["speed_verdict"] == "faster" and plain["noise_floor"]["measured"] is None
+    assert "Noise floor: default heuristic (--noise-floor none)" in md_plain
+    doc, md = _compare(tmp_path, sweep, capsys)
+    row = doc["rows"][1]
+    la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
+    sd = floor.speed_sd  # both sides' own sds are below the floor's: each side takes the floor's
+    ref = sps.ttest_ind_from_stats(statistics.mean(la), sd, 3, statistics.mean(lb), sd, 3, equal_var=False)
+    assert row["speedup_p"] == pytest.approx(ref.pvalue, rel=1e-9)
+    half = sps.t.ppf(0.975, 4) * sd * math.sqrt(2 / 3)  # equal sds and n: Welch df = 2(n - 1) = 4
+    assert row["speedup_ci"] == pytest.approx([math.exp(sum(la) / 3 - sum(lb) / 3 + s * half) for s in (-1, 1)])
+    assert row["speed_verdict"] == "within noise" and ref.pvalue > 0.05
+    assert doc["noise_floor"]["measured"]["machine"] == MACHINE and doc["noise_floor"]["load_limit"] == 0.07
+    assert f"Noise floor: measured on {floor.measured_at[:10]} with 9 runs (3 identical arms × 3 seeds" in md
+    # the power line follows the floored test: a 3% gap these seeds cannot tell from the machine's noise
+    assert row["power"]["mde_speedup"] > row["speedup"]
+
+
+def test_a_speed_up_within_the_identical_arms_gap_is_within_the_floor(tmp_path, monkeypatch, capsys):
+    floor = _store_floor(tmp_path, monkeypatch)
+    assert 1.025 < floor.max_speedup < 1.035
+    # many seeds: p < 0.05 even at the floor's sd, but 1.02x is inside the 1.03x identical arms showed
+    base = [1000.0 + d for d in (-2, -1, 0, 1, 2, 0, 1, -1)] * 4
+    arm = [v * 1.02 for v in base]
+    doc, md = _compare(tmp_path, _sweep(tmp_path / "sw", base, arm), capsys)
+    row = doc["rows"][1]
+    assert row["speedup_p"] < 0.05 and row["speed_verdict"] == "within noise floor"
+    assert "within the machine's noise floor" in md and row["power"]["speed_decision"].startswith("never: within")
+    big = [v * 1.5 for v in base[:3]]
+    doc, _ = _compare(tmp_path, _sweep(tmp_path / "sw2", base[:3], big), capsys)
+    assert doc["rows"][1]["speed_verdict"] == "faster"  # a real 1.5x is still found
+
+
+def test_a_floor_from_another_machine_is_never_used(tmp_path, monkeypatch, capsys):
+    _store_floor(tmp_path, monkeypatch)
+    base, arm = [1000.0, 1001.0, 999.0], [1030.0, 1031.0, 1029.0]
+    doc, md = _compare(tmp_path, _sweep(tmp_path / "other", base, arm, cpu="Other CPU"), capsys)
+    assert doc["noise_floor"]["measured"] is None and doc["rows"][1]["speed_verdict"] == "faster"
+    assert "default heuristic (no floor measured for Other CPU | 2 cores)" in md
+    mixed = _sweep(tmp_path / "mixed", base, arm)
+    _provenance(mixed / "gqa" / "seed0", "Other CPU")
+    doc, md = _compare(tmp_path, mixed, capsys)
+    assert doc["noise_floor"]["measured"] is None and "default heuristic (the runs trained on different machines)" in md
+
+
+def test_with_a_floor_the_load_limit_is_the_aa_conditions_not_25_percent(tmp_path, monkeypatch, capsys):
+    _store_floor(tmp_path, monkeypatch)  # A/A at 2% load: limit 7%
+    sweep = _sweep(tmp_path / "sw", [1000.0, 1010.0], [1500.0, 1490.0], loads=(0.01, 0.12))
+    plain, _ = _compare(tmp_path, sweep, capsys, "--noise-floor", "none")
+    assert plain["rows"][1]["under_load"] is False and plain["rows"][1]["speed_verdict"] == "faster"
+    doc, md = _compare(tmp_path, sweep, capsys)
+    assert doc["rows"][1]["under_load"] is True and doc["rows"][1]["speed_verdict"] == "faster, under outside load"
+    assert "more than 7% of the machine's cores" in md
+
+
+def test_peak_memory_varying_between_seeds_is_flagged(tmp_path, capsys):
+    root = tmp_path / "sw"
+    for i, mem in enumerate((433, 498)):  # the issue's two seeds of one config
+        write_run(root / "mha" / f"seed{i}", seed=i, peak_mem_bytes=mem * 2**20)
+    for i, mem in enumerate((400, 404)):  # within the default 5%
+        write_run(root / "gqa" / f"seed{i}", seed=i, peak_mem_bytes=mem * 2**20, **GQA)
+    doc, md = _compare(tmp_path, root, capsys)
+    base, arm = doc["rows"]
+    assert base["mem_varies"] is True and base["peak_mem_spread"] == pytest.approx(65 / 433)
+    assert arm["mem_varies"] is False and arm["peak_mem_spread"] == pytest.approx(0.01)
+    assert "warning: 'attention=mha': peak memory varies by 15.0% between its seeds" in md
+    assert "peak mem varies" in md.split("\n| attention=mha")[1].splitlines()[0]
+
+
+def test_the_floor_cache_is_the_data_cache(monkeypatch, tmp_path):
+    from gptlab.data import default_cache_dir
+
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path))
+    assert noise_floor.cache_dir() == default_cache_dir() == tmp_path
+    monkeypatch.delenv("GPTLAB_CACHE")
+    assert noise_floor.cache_dir() == default_cache_dir()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--aa-arms", "1"], "error: aa: '1'; allowed: true, or a number of identical arms from 2 to 20"),
+        (["--aa", "--seeds", "0"], "error: aa: seeds [0]: an A/A needs >= 2 seeds per arm"),
+        (["--aa", "--lr-grid", "1e-3,3e-3"], "error: aa: an A/A sweep repeats one config; drop the ladder / lr grid"),
+    ],
+)
+def test_bad_aa_is_refused_in_one_line(tmp_path, args, message):
+    out = tmp_path / "sw"
+    proc = run_cli("gptlab.cli.sweep", "attention", *args, "--out", str(out), "--dry-run", env=cli_env())
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_aa_repeats_the_baseline_arm(tmp_path):
+    out = tmp_path / "sw"
+    proc = run_cli(
+        "gptlab.cli.sweep", "attention", "--aa", "--seeds", "0,1", "--out", str(out), "--dry-run", env=cli_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    planned = [line for line in proc.stdout.splitlines() if "__seed" in line]
+    assert [line.split(":")[0] for line in planned] == [f"[attention] aa{a}__seed{s}" for a in range(3) for s in (0, 1)]
+    assert all("attention=mha" in line and "identical model" not in line for line in planned)  # mha is the first arm
+    assert "identical model" not in proc.stdout  # identical arms are the point of an A/A
+
+
+@pytest.mark.slow
+def test_a_real_aa_sweep_end_to_end(tmp_path):
+    """gptlab-sweep aa on a tiny model: 2 identical arms x 2 seeds, then the floor (stored only if the machine was
+    quiet) and gptlab-compare reading it back for this machine."""
+    out, cache = tmp_path / "aa", tmp_path / "cache"
+    env = cli_env(GPTLAB_CACHE=str(cache))
+    tiny = ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "model.block_size=32", "train.batch_size=2"]
+    steps = ["train.max_steps=8", "train.eval_interval=4", "train.log_interval=1", "train.eval_sequences=4"]
+    steps.append("train.speed_warmup=2")  # the load is measured over the timed steps: some must follow the warm-up
+    proc = run_cli(
+        "gptlab.cli.sweep",
+        "aa",
+        "--aa-arms",
+        "2",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(out),
+        *tiny,
+        *steps,
+        "schedule.warmup_steps=1",
+        env=env,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((out / RECORD_FILE).read_text())
+    assert (record["runs"], record["arms"], record["seeds"]) == (4, 2, 2)
+    assert record["same_seed_loss_gap"] == 0.0  # one config, one seed: the same loss on this CPU
+    assert record["speed_sd"] > 0 and record["max_speedup"] >= 1.0 and record["outside_load"] is not None
+    quiet = record["outside_load"] <= noise_floor.QUIET_LOAD
+    assert record["stored"] is quiet and (cache / FLOOR_FILE).exists() is quiet
+    assert ("noise floor stored for" in proc.stdout) is quiet and ("NOT stored" in proc.stdout) is not quiet
+    proc = run_cli("gptlab.cli.compare", str(out), "--no-wandb", env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((out / "comparison" / "comparison.json").read_text())
+    assert (doc["noise_floor"]["measured"] is not None) is quiet
