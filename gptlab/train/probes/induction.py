@@ -36,7 +36,7 @@ class InductionProbe:
 
     name = "induction"
 
-    def __init__(self, *, seed: int, data, model=None, sequences: Annotated[int, rule(">= 1")] = 32):
+    def __init__(self, *, seed: int, data, model=None, sequences: Annotated[int, rule(">= 1")] = 16):
         vocab, seq_len = int(data.vocab_size), int(data.seq_len)
         half = min(seq_len // 2, vocab)
         if half < 2:

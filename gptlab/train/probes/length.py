@@ -42,13 +42,13 @@ class LengthProbe:
         seed: int,
         data,
         model=None,
-        factors: Annotated[list, rule(check=Seq(Number(">= 1", int)))] = (1, 2, 4),
-        windows: Annotated[int, rule(">= 1")] = 8,
+        factors: Annotated[list | tuple, rule(check=Seq(Number(">= 1", int)))] = (1, 2, 4),
+        windows: Annotated[int, rule(">= 1")] = 4,
     ):
-        factors = sorted({int(f) for f in factors})
-        top, seq_len = factors[-1], int(data.seq_len)
-        if any(top % f for f in factors):
-            raise ConfigError(f"probes.length.factors={factors}: each must divide the largest ({top})")
+        wanted = sorted({int(f) for f in factors})
+        top, seq_len = wanted[-1], int(data.seq_len)
+        if any(top % f for f in wanted):
+            raise ConfigError(f"probes.length.factors={wanted}: each must divide the largest ({top})")
         if not hasattr(data, "long_val_samples"):
             raise ConfigError(
                 f"probes.length: needs a text data choice (a val split to cut long windows from); data={data.name} "
@@ -59,10 +59,10 @@ class LengthProbe:
                 "probes.length: this position choice has a learned table of model.block_size=%d rows and no position "
                 "past it: only 1x is measured (not %s)",
                 seq_len,
-                ", ".join(f"{f}x" for f in factors if f > 1),
+                ", ".join(f"{f}x" for f in wanted if f > 1),
             )
-            factors = [1]
-        self.factors, self.top, self.seq_len = factors, top, seq_len
+            wanted = [1]
+        self.factors, self.top, self.seq_len = wanted, top, seq_len
         self.x, self.y = data.long_val_samples(windows, top * seq_len)  # (windows, top·T) each
         self.fingerprint = set_fingerprint("length", self.x, self.y)  # the same set whichever factors are measured
 

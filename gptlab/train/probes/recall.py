@@ -57,7 +57,7 @@ class RecallProbe:
         data,
         model=None,
         max_pairs: Annotated[int, rule(">= 2")] = 16,
-        queries: Annotated[int, rule(">= 1")] = 256,
+        queries: Annotated[int, rule(">= 1")] = 128,
         max_keys: Annotated[int, rule(">= 2")] = 64,
     ):
         vocab, seq_len = int(data.vocab_size), int(data.seq_len)
@@ -89,7 +89,9 @@ class RecallProbe:
 
     def measure(self, model, hardware, tokens_per_forward: int) -> dict[str, float]:
         """{probe/recall/...: accuracy} over the fixed set."""
-        per_pairs, hits, counts = {}, {}, {}  # bucket -> hits / counts
+        per_pairs: dict[int, tuple[int, int]] = {}  # P -> (hits, queries)
+        hits: dict[str, int] = {}  # distance bucket -> hits
+        counts: dict[str, int] = {}  # distance bucket -> queries
         for p, (x, y, dist) in self.sets.items():
             correct = answers(model, x, y, hardware, tokens_per_forward)  # (n, T)
             scored = y != IGNORE
