@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf, open_dict
 
 from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
 from gptlab.config.build import compose
-from gptlab.config.noop import noop_choices
+from gptlab.config.noop import check_inert, noop_choices, unread_overrides
+from gptlab.config.validate import validate
+from gptlab.errors import ConfigError
 from gptlab.util.paths import SWEEPS_DIR
 
 
@@ -46,7 +49,8 @@ from gptlab.util.paths import SWEEPS_DIR
         ),
         (
             ["attention.global_every=2"],
-            "attention=mha with attention.global_every=2 has no effect without attention.window: every layer is full attention",
+            "attention.global_every=2 has no effect without attention.window (attention=mha): every layer is full "
+            "attention; for global layers between windowed ones use attention=hybrid",
         ),
         (
             ["mlp=swiglu", "model.d_model=64", "mlp.ratio=1"],
@@ -82,7 +86,10 @@ def test_a_no_op_choice_gives_exactly_one_line_naming_its_keys(overrides, expect
         ["attention=hybrid"],  # window 64 < 128, layer 3 global
         ["mlp=swiglu"],  # 2/3 of 512 -> 384
         ["mlp=swiglu", "mlp.match_params=false", "model.d_model=64", "mlp.ratio=1"],
-        ["schedule=constant", "schedule.min_lr_ratio=1.0"],  # constant never used min_lr_ratio
+        ["schedule=constant"],  # constant takes no min_lr_ratio at all (refused as a key: see below)
+        ["sample.tokens=0"],  # temperature and top_k are in every config: inert only when someone set them
+        ["train.spike_factor=3", "train.spike_dump=true", "train.spike_window=9"],
+        ["data.tokenizer=bpe", "data.bpe_vocab_size=500"],
         ["schedule.warmup_steps=499", "train.max_steps=500"],
     ],
 )
@@ -107,3 +114,85 @@ def test_no_shipped_sweep_arm_is_a_no_op(name):
     _, spec, _ = load_sweep(name)
     for arm in spec["arms"]:
         assert noop_choices(compose(planned_overrides(name, spec, arm, []), config_name(spec))) == [], arm
+
+
+INERT = [
+    (["attention.global_every=2"], "attention.global_every=2 has no effect without attention.window (attention=mha)"),
+    (
+        ["attention=gqa", "attention.global_layers=[0]"],
+        "attention.global_layers=[0] has no effect without attention.window (attention=gqa)",
+    ),
+    (
+        ["train.spike_dump=true"],
+        "train.spike_dump=true has no effect with train.spike_factor=null (spike detection off); set "
+        "train.spike_factor (> 1, e.g. 3); or drop train.spike_dump",
+    ),
+    (["train.spike_window=9"], "train.spike_window=9 has no effect with train.spike_factor=null"),
+    (
+        ["sample.tokens=0", "sample.temperature=0.3"],
+        "sample.temperature=0.3 has no effect with sample.tokens=0 (no sample is drawn)",
+    ),
+    (
+        ["sample.temperature=0", "sample.top_k=5"],
+        "sample.top_k=5 has no effect with sample.temperature=0 (greedy: always the most likely token)",
+    ),
+    (["data.bpe_vocab_size=500"], "data.bpe_vocab_size=500 has no effect with data.tokenizer=char"),
+    (
+        ["data=text", "data.tokenizer=byte", "data.bpe_sample_bytes=2000000"],
+        "data.bpe_sample_bytes=2000000 has no effect with data.tokenizer=byte",
+    ),
+    (
+        ["hardware=fsdp_cpu", "hardware.strategy=ddp", "hardware.reshard_after_forward=false"],
+        "hardware.reshard_after_forward=false has no effect without FSDP (hardware.strategy=ddp, distributed=true)",
+    ),
+    (["+hardware.tf32=false"], "hardware.tf32=false has no effect on hardware.device=cpu"),
+]
+
+
+@pytest.mark.parametrize("overrides, needle", INERT, ids=[" ".join(o) for o, _ in INERT])
+def test_an_inert_key_given_on_the_command_line_is_refused_in_one_line(overrides, needle):
+    """The refusal names the key, the option that makes it inert and what to do; the same config from a file (a
+    sweep arm's generated config: nothing given on the command line) is a warning, not a refusal."""
+    cfg = compose(overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = []  # as if every key came from a config file
+    check_inert(cfg)  # no refusal ...
+    warned = noop_choices(cfg)
+    always_set = any(k in needle for k in ("spike_window=", "temperature=0.3", "top_k=5", "bpe_", "reshard", "tf32"))
+    assert warned == [] if always_set else [line for line in warned if needle.split(" has ")[0] in line], warned
+
+
+def test_a_schedule_knob_of_another_schedule_is_refused_by_the_constructor_signature():
+    """Constant takes no min_lr_ratio (nothing decays), cosine no decay_fraction: not silently ignored."""
+    for overrides, needle in (
+        (
+            ["schedule=constant", "+schedule.min_lr_ratio=0.5"],
+            "schedule.min_lr_ratio: not a key of this schedule choice (Constant); allowed: warmup_steps",
+        ),
+        (
+            ["schedule=cosine", "+schedule.decay_fraction=0.5"],
+            "schedule.decay_fraction: not a key of this schedule choice (Cosine); allowed: warmup_steps, min_lr_ratio",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            validate(compose(overrides))
+    assert "min_lr_ratio" not in OmegaConf.to_container(compose(["schedule=constant"]).schedule)
+
+
+def test_unread_overrides_names_what_a_tool_never_reads():
+    given = [
+        "model=gpt2",
+        "attention.window=8",
+        "train.batch_size=4",
+        "train.max_steps=9",
+        "optimizer=muon",
+        "optimizer.lr=1",
+        "+data.foo=1",
+        "hydra.run.dir=x",
+        "mode=decode",
+    ]
+    reads = ("model", "attention", "train.batch_size", "mode")
+    assert unread_overrides(given, reads, ("optimizer",)) == ["train.max_steps=9", "optimizer.lr=1", "+data.foo=1"]

@@ -204,8 +204,10 @@ def test_schedules_warmup_and_end_at_min(cls):
 
 
 def test_constant_schedule():
-    s = Constant(max_steps=50, warmup_steps=5, min_lr_ratio=0.1)
+    s = Constant(max_steps=50, warmup_steps=5)
     assert s(0) == pytest.approx(1 / 6) and s(5) == 1.0 and s(50) == 1.0
+    with pytest.raises(TypeError):  # nothing decays: a min_lr_ratio would be silently ignored, so it is not taken
+        Constant(max_steps=50, warmup_steps=5, min_lr_ratio=0.1)
 
 
 # Bad input (config, data, environment, resume) is one table in test_bad_input.py.

@@ -105,6 +105,26 @@ def _check_run_overrides(run: str, overrides: list[str]) -> None:
             )
 
 
+# what gptlab-decode reads besides the model's groups: its own keys (conf/decode.yaml), the hardware, the names a
+# sweep records, the launcher; train.*, optimizer, schedule, data, sample, logger, ... would be dropped unread
+READS = ("hardware", "seed", "sweep", "name", "arm", "launcher", "sweep_run")
+
+
+def check_read(cfg: DictConfig, overrides: list[str]) -> None:
+    """Refuse a key no config declares, and an override of a key gptlab-decode never reads, in one line."""
+    from gptlab.config.noop import unread_overrides
+    from gptlab.config.schema import check_root_keys, root_keys
+
+    check_root_keys(cfg)
+    own = tuple(k for k in cfg if k not in root_keys("train"))  # run, batch_sizes, contexts, ...
+    unread = unread_overrides(overrides, (*MODEL_KEYS, *READS, *own))
+    if unread:
+        raise ConfigError(
+            f"{unread[0]}: gptlab-decode does not read it (no training, data, optimizer, schedule, sampling or "
+            f"logger: it measures decoding of the model the groups or run= give); drop it"
+        )
+
+
 def load_model(cfg: DictConfig, overrides: list[str]):
     """(model in eval mode, source record): the run's newest checkpoint, or a random init of the config's groups."""
     import torch
@@ -216,6 +236,7 @@ def decode_app(cfg: DictConfig) -> None:
     if multirun and os.environ.get("SUBMITIT_EXECUTOR") == "local":  # launcher=local: own cores and GPUs
         place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
     try:
+        check_read(cfg, list(hc.overrides.task))
         path = _out_path(cfg, Path(hc.runtime.output_dir), multirun)
         doc = execute(cfg, group_choices(cfg), list(hc.overrides.task))
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,15 +10,18 @@ and vocab_size comes from model.vocab_size, or 50257 (GPT-2's) when null.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli import fail
+from gptlab.cli import fail, hydra_raises
 from gptlab.cli.flops_sharding import datasheet_roofs, section, sharding_option
 from gptlab.cli.flops_table import render_table
 from gptlab.cli.help import group_page, help_topic, key_rows
+from gptlab.config.noop import unread_overrides
+from gptlab.config.schema import check_schema, root_keys
 from gptlab.errors import ConfigError
 from gptlab.util.paths import CONF_DIR
 
@@ -155,13 +158,37 @@ def run(cfg: DictConfig):
     return report
 
 
+# what a cost reads of a training config: the model's groups and keys, the hardware, the optimizer's choice (its state
+# bytes), the batch (its activations), and conf/flops.yaml's own keys; any other key changes no figure
+READS = ("model", "attention", "mlp", "norm", "position", "experiment", "scale", "hardware", "train.batch_size")
+READS_CHOICE = ("optimizer",)
+
+
+def unread_warning(cfg: DictConfig, overrides: list[str]) -> str | None:
+    """One line naming the overrides no figure of the report depends on (None when every one counts)."""
+    own = tuple(k for k in cfg if k not in root_keys("train"))  # mode, batch_size, seq_len, gpu, ...
+    unread = unread_overrides(overrides, (*READS, "train.grad_accum", *own), READS_CHOICE)
+    if not unread:
+        return None
+    return (
+        f"warning: gptlab-flops reads no {', '.join(o.split('=', 1)[0].lstrip('+~') for o in unread)}: "
+        "they change no cost figure (gptlab-flops costs the model, optimizer choice, batch and hardware)"
+    )
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="flops", version_base=None)
 def flops_app(cfg: DictConfig) -> None:
     """Print the cost report for the composed config (table or one JSON object)."""
+    from hydra.core.hydra_config import HydraConfig
+
     try:
+        check_schema(cfg)  # a key no config declares (+foo=1), a value out of range: one line, as gptlab-train
         report = run(cfg)
     except ConfigError as err:
         fail(err)
+    unread = unread_warning(cfg, list(HydraConfig.get().overrides.task))
+    if unread:
+        print(unread, file=sys.stderr)
     try:
         if str(cfg.format) == "json":
             print(json.dumps(report.to_dict()), flush=True)
@@ -193,10 +220,21 @@ def help_page() -> str:
 
 
 def main():
-    """The gptlab-flops command: --help [GROUP] is ours, the rest is Hydra's."""
+    """The gptlab-flops command: --help [GROUP] is ours, the rest is Hydra's (its errors one line too)."""
     topic = help_topic(sys.argv[1:])
-    if topic is None:
+    if topic is None and os.environ.get("HYDRA_FULL_ERROR") == "1":
         return flops_app()
+    if topic is None:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        from gptlab.cli.train import one_line
+
+        try:
+            with hydra_raises():
+                return flops_app()
+        except (HydraException, OmegaConfBaseException, ConfigError) as err:
+            fail(one_line(err))
     try:
         print(group_page(topic, root="flops.yaml") if topic else help_page(), flush=True)
     except ConfigError as err:

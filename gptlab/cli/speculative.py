@@ -16,6 +16,7 @@ import torch
 from gptlab.errors import ConfigError
 from gptlab.infer import speculative
 from gptlab.infer.speculative import expected_speedup, speculative_generate, static_caches
+from gptlab.util.io import atomic_write_text
 
 
 @torch.no_grad()
@@ -108,6 +109,21 @@ def report(r: dict) -> str:
     )
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """One-line ConfigError for a flag out of range, or an --out that is a folder, before any run is read."""
+    from gptlab.config.schema import SCHEMA
+
+    for flag, value, least in (("--tokens", args.tokens, 2), ("--repeats", args.repeats, 1), ("--k", args.k, 1)):
+        if value < least:
+            raise ConfigError(f"{flag}={value}: must be >= {least}")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads={args.threads}: must be >= 1 (or leave it out: torch's default)")
+    for flag, key in (("--temperature", "sample.temperature"), ("--top-k", "sample.top_k"), ("--seed", "seed")):
+        SCHEMA[key](flag, getattr(args, flag.lstrip("-").replace("-", "_")))  # the ranges gptlab-sample checks
+    if args.out.is_dir():
+        raise ConfigError(f"--out={args.out}: is a directory; allowed: a file path (default speculative.json)")
+
+
 def main(argv: list[str] | None = None) -> int:
     from gptlab.cli import fail
     from gptlab.state.rundir import check_output, load_trained
@@ -128,13 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_output(args.out, "--out")  # never over a run's own files (summary.json, metrics.jsonl, ...)
-        for flag, value, least in (
-            ("--tokens", args.tokens, 2),
-            ("--repeats", args.repeats, 1),
-            ("--threads", args.threads or 1, 1),
-        ):
-            if value < least:
-                raise ConfigError(f"{flag}={value}: must be >= {least}")
+        check_args(args)
         torch.set_num_threads(args.threads or torch.get_num_threads())
         (target, data, t_step), (draft, d_data, d_step) = load_trained(args.target), load_trained(args.draft)
         same_tokenizer(data.tokenizer, d_data.tokenizer, args.target, args.draft)
@@ -155,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         **result,
     }
     result = {key: None if isinstance(v, float) and v != v else v for key, v in result.items()}  # NaN -> null
-    args.out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(args.out, json.dumps(result, indent=2, allow_nan=False) + "\n")
     print(report(result))
     print(f"# wrote {args.out}; sample: {data.tokenizer.decode(out[0, idx.size(1) :].tolist())!r}", file=sys.stderr)
     return 0

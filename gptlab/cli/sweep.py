@@ -241,6 +241,24 @@ def _ladder(args, spec: dict, extra: list[str]) -> dict[str, list[str]] | None:
 HYDRA_DIR = re.compile(r"^\+{0,2}hydra\.sweep\.(dir|subdir)=(.*)$")
 
 
+# keys gptlab-sweep sets for each run itself (an extra override of one would be silently replaced): why, what to do
+PER_RUN = {
+    "seed": "from the sweep file's seeds; use --seeds N,M",
+    "sweep": "to the sweep's name; choose where it goes with --out DIR",
+    "arm": "to the arm's name in the sweep file",
+    "hydra.run.dir": "to <sweep dir>/<arm>/seed<k>; choose the sweep dir with --out DIR",
+}
+
+
+def check_extra(extra: list[str], lr_grid: bool) -> None:
+    """Refuse an extra override of a key the sweep sets for each run (seed, arm, ...; optimizer.lr under a grid)."""
+    for override in extra:
+        key = override.lstrip("+~").split("=", 1)[0]
+        why = PER_RUN.get(key) or ("from the lr grid; drop it, or drop the grid" if lr_grid and key == "optimizer.lr" else None)
+        if why:
+            raise ConfigError(f"{override}: gptlab-sweep sets {key} for each run itself ({why})")
+
+
 def take_sweep_dir(out: Path | None, extra: list[str]) -> tuple[Path | None, list[str]]:
     """(sweep dir, the other overrides): a user's hydra.sweep.dir=DIR means --out DIR; subdir is gptlab-sweep's."""
     given, rest = [], []  # type: list[str], list[str]
@@ -544,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else list(spec["seeds"])
         grid = args.lr_grid if args.lr_grid is not None else spec.get("lr_grid")
         lrs = parse_lr_grid(grid) if grid is not None else None
+        check_extra(args.overrides, lrs is not None)
         aa = parse_aa(args.aa_arms if args.aa_arms is not None else True if args.aa else spec.get("aa"))
         if aa is not None:  # the baseline as aa identical arms (gptlab/sweep/aa.py); its floor is measured at the end
             if ladder is not None or lrs is not None:

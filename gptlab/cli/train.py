@@ -64,12 +64,21 @@ def one_line(err: BaseException) -> str:
         near = difflib.get_close_matches(str(cause.full_key).rpartition(".")[2], keys, n=1)
         prefix = str(cause.full_key).rpartition(".")[0]
         hint = f" (did you mean {prefix + '.' if prefix else ''}{near[0]}?)" if near else ""
-        return f"{cause.full_key}: no such key or group{hint}; allowed here: {', '.join(keys)}"
+        what = _chosen(prefix) or "no such key or group"
+        return f"{cause.full_key}: {what}{hint}; allowed here: {', '.join(keys)}"
     if isinstance(err, OSError) and not isinstance(err, HydraException):
         where = f" '{err.filename}'" if err.filename else ""
         hint = OS_HINTS.get(err.errno, "check the path and the disk")
         return f"I/O error{where}: {err.strerror or err}; {hint}"
     return " ".join(str(err).split())[:500]
+
+
+def _chosen(group: str) -> str:
+    """`not a key of schedule=constant` when the command line chose the group's option (say whose keys these are)."""
+    if not group or "." in group or not (CONF_DIR / group).is_dir():
+        return ""
+    picked = [a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+~").startswith(f"{group}=")]
+    return f"not a key of {group}={picked[-1]}" if picked else ""
 
 
 def run_errors() -> tuple[type[BaseException], ...]:

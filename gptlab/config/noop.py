@@ -1,6 +1,14 @@
-"""Config choices that do nothing: one-line warnings, so an ablation arm is not silently the baseline again.
+"""Config choices and keys that do nothing: one line each, so an ablation arm is not silently the baseline again.
 
-Rules read config keys (n_kv_head, window, global_*, match_params, warmup_steps, min_lr_ratio), never
+Two kinds. A choice whose values make it another (GQA with n_kv_head == n_head is MHA, a window that covers the whole
+context): a warning. A key that cannot act under the other keys (`INERT`: a global-layer knob without a window, a
+spike dump without spike detection, sampling knobs when nothing is sampled, BPE sizes under another tokenizer, FSDP
+knobs without FSDP): a warning, and a refusal (`check_inert`, called by validate) when the key was given on the
+command line, where nothing else can have meant it. A key a choice's constructor does not take at all (wsd's
+decay_fraction under schedule=cosine, min_lr_ratio under schedule=constant) is refused by its signature
+(gptlab/config/build.py `_check_keys`), not listed here.
+
+Rules read config keys (n_kv_head, window, global_*, match_params, warmup_steps, min_lr_ratio, ...), never
 variant names, so a new variant that takes these keys is covered without a new rule.
 """
 
@@ -9,6 +17,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from typing import Any
+
+from gptlab.errors import ConfigError
 
 
 def _get(cfg: Mapping, dotted: str, default: Any = None) -> Any:
@@ -19,6 +29,15 @@ def _get(cfg: Mapping, dotted: str, default: Any = None) -> Any:
             return default
         node = node[part]
     return node
+
+
+def _show(value: Any) -> str:
+    """A value as an override spells it: true, null, 3."""
+    return (
+        {True: "true", False: "false", None: "null"}.get(value, str(value))
+        if isinstance(value, (bool, type(None)))
+        else str(value)
+    )
 
 
 def _choice(choices: Mapping[str, str], group: str) -> str:
@@ -51,9 +70,7 @@ def _windows(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
         f"attention.{k}={v}" for k, v in (("global_every", every), ("global_layers", layers)) if v not in (None, [])
     )
     if window is None:
-        if not knobs:
-            return []
-        return [f"{attn} with {knobs} has no effect without attention.window: every layer is full attention"]
+        return []  # global-layer knobs without a window: INERT's _window_knobs
     if block is not None and window >= block:
         return [f"{attn} with attention.window={window} >= model.block_size={block} is full attention"]
     per_layer = _layer_windows(cfg)
@@ -129,13 +146,136 @@ def _schedule(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
 
 RULES = (_heads, _windows, _mlp_width, _schedule)
 
+Inert = tuple[tuple[str, ...], str]  # (keys that would do nothing, why and what to do: "without attention.window...")
+
+
+def _window_knobs(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """global_every / global_layers choose which layers skip the window: without a window there is none to skip."""
+    if _get(cfg, "attention.window") is not None:
+        return []
+    knobs = tuple(
+        f"attention.{k}" for k in ("global_every", "global_layers") if _get(cfg, f"attention.{k}") not in (None, [])
+    )
+    why = (
+        f"without attention.window ({_choice(choices, 'attention')}): every layer is full attention; for global "
+        "layers between windowed ones use attention=hybrid"
+    )
+    return [(knobs, why)] if knobs else []
+
+
+def _spikes(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """spike_dump and spike_window act only when spike_factor turns spike detection on."""
+    if _get(cfg, "train.spike_factor") is not None:
+        return []
+    keys = ("train.spike_window",) + (("train.spike_dump",) if _get(cfg, "train.spike_dump") else ())
+    return [(keys, "with train.spike_factor=null (spike detection off); set train.spike_factor (> 1, e.g. 3)")]
+
+
+def _sampling(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """sample.temperature / top_k shape the end-of-run sample: nothing with tokens=0; top_k nothing when greedy."""
+    if _get(cfg, "sample.tokens") == 0:
+        keys = ("sample.temperature", "sample.top_k")
+        return [(keys, "with sample.tokens=0 (no sample is drawn); set sample.tokens > 0 to draw one")]
+    if _get(cfg, "sample.temperature") == 0 and _get(cfg, "sample.top_k") is not None:
+        why = "with sample.temperature=0 (greedy: always the most likely token); set sample.temperature > 0"
+        return [(("sample.top_k",), why)]
+    return []
+
+
+def _bpe(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """The BPE fit's knobs act only when the tokenizer is a fitted BPE."""
+    tokenizer = _get(cfg, "data.tokenizer")
+    keys = tuple(f"data.{k}" for k in ("bpe_vocab_size", "bpe_sample_bytes") if _get(cfg, f"data.{k}") is not None)
+    if tokenizer in (None, "bpe") or not keys:
+        return []
+    return [(keys, f"with data.tokenizer={tokenizer} (settings of the BPE fit); use data.tokenizer=bpe")]
+
+
+def _hardware(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """reshard_after_forward is FSDP's; tf32 is a mode of CUDA float32 matmuls."""
+    out: list[Inert] = []
+    strategy, distributed = _get(cfg, "hardware.strategy", "ddp"), _get(cfg, "hardware.distributed")
+    if not (distributed and strategy == "fsdp"):
+        why = f"without FSDP (hardware.strategy={strategy}, distributed={_show(distributed)}); use hardware=fsdp or fsdp_cpu"
+        out.append((("hardware.reshard_after_forward",), why))
+    if str(_get(cfg, "hardware.device", "")).startswith("cpu"):
+        out.append((("hardware.tf32",), "on hardware.device=cpu (TF32 is a mode of NVIDIA GPUs' matmuls)"))
+    return out
+
+
+INERT = (_window_knobs, _spikes, _sampling, _bpe, _hardware)
+# keys every config carries a value for: named only when someone chose them (the command line), never by default
+_ALWAYS_SET = {
+    "train.spike_window",
+    "sample.temperature",
+    "sample.top_k",
+    "data.bpe_vocab_size",
+    "data.bpe_sample_bytes",
+    "hardware.reshard_after_forward",
+    "hardware.tf32",
+}
+
+
+def _choices_of(cfg: Mapping, choices: Mapping[str, str] | None) -> Mapping[str, str]:
+    """The group choices: given, else the composed config's hydra.runtime.choices."""
+    if choices is not None:
+        return choices
+    found = _get(cfg, "hydra.runtime.choices", {}) or {}
+    return {str(k): str(v) for k, v in dict(found).items() if not str(k).startswith("hydra")}
+
+
+def given_keys(cfg: Mapping) -> dict[str, str]:
+    """{key: the override as typed} for the command line's overrides (Hydra's overrides.task), `+`/`~` stripped."""
+    task = _get(cfg, "hydra.overrides.task")
+    if task is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        task = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    return {str(o).lstrip("+~").split("=", 1)[0]: str(o) for o in task}
+
+
+def inert_keys(cfg: Mapping, choices: Mapping[str, str] | None = None, given: Mapping[str, str] = {}) -> list[Inert]:
+    """(keys, line) for each set key that cannot act under the other keys, e.g. `train.spike_dump=True has no effect
+    with train.spike_factor=null ...` (a key every config carries is named only when `given`)."""
+    choices = _choices_of(cfg, choices)
+    out = []
+    for rule in INERT:
+        for keys, why in rule(cfg, choices):
+            named = [k for k in keys if k not in _ALWAYS_SET or k in given]
+            if named:
+                shown = ", ".join(f"{k}={_show(_get(cfg, k))}" for k in named)
+                out.append((tuple(named), f"{shown} {'has' if len(named) == 1 else 'have'} no effect {why}"))
+    return out
+
+
+def check_inert(cfg: Mapping, choices: Mapping[str, str] | None = None) -> None:
+    """Refuse a key given on the command line that cannot act under the chosen options: one line naming it, the
+    option that makes it inert and what to do."""
+    given = given_keys(cfg)
+    for keys, line in inert_keys(cfg, choices, given):
+        typed = [k for k in keys if k in given]
+        if typed:
+            raise ConfigError(f"{line}; or drop {typed[0]}")
+
 
 def noop_choices(cfg: Mapping, choices: Mapping[str, str] | None = None) -> list[str]:
-    """One line per config choice that changes nothing (e.g. GQA with n_kv_head == n_head is MHA); [] if none."""
-    if choices is None:
-        found = _get(cfg, "hydra.runtime.choices", {}) or {}
-        choices = {str(k): str(v) for k, v in dict(found).items() if not str(k).startswith("hydra")}
+    """One line per config choice that changes nothing (e.g. GQA with n_kv_head == n_head is MHA) and per set key
+    that cannot act (see INERT); [] if none."""
+    choices, given = _choices_of(cfg, choices), given_keys(cfg)
     out: list[str] = []
     for rule in RULES:
         out += rule(cfg, choices)
+    return out + [line for _, line in inert_keys(cfg, choices, given)]
+
+
+def unread_overrides(overrides: list[str], reads: tuple[str, ...], choices: tuple[str, ...] = ()) -> list[str]:
+    """The overrides a tool built on conf/train.yaml never reads: keys under none of `reads` and not one of the
+    groups in `choices` whose option alone it reads (gptlab-flops reads the optimizer choice, not optimizer.lr).
+    hydra.* is Hydra's own, always read."""
+    out = []
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        under = any(key == r or key.startswith((f"{r}.", f"{r}/")) for r in reads)
+        if not (under or key in choices or key.startswith(("hydra.", "hydra/"))):
+            out.append(override)
     return out

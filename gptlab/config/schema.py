@@ -213,7 +213,7 @@ def check_known_keys(group: str, node) -> None:
         raise ConfigError(f"{key}: not a {group} key{hint}; allowed: {', '.join(known)}")
 
 
-def _root_keys(config_name: str) -> set[str]:
+def root_keys(config_name: str) -> set[str]:
     """The top-level keys a primary config (conf/<name>.yaml) and the train root it builds on declare, and the groups."""
     import yaml
 
@@ -233,7 +233,7 @@ def check_root_keys(cfg) -> None:
         from hydra.core.hydra_config import HydraConfig
 
         name = HydraConfig.get().job.config_name if HydraConfig.initialized() else "train"
-    known = _root_keys(str(name or "train"))
+    known = root_keys(str(name or "train"))
     unknown = sorted(str(k) for k in cfg if str(k) not in known)
     if unknown:
         near = difflib.get_close_matches(unknown[0], sorted(known), n=1)

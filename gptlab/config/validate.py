@@ -81,6 +81,22 @@ def _logger_paths(cfg: DictConfig) -> None:
             check_inside(str(value), key)
 
 
+def _unselected(cfg: DictConfig) -> None:
+    """`+logger.csv.filename=x` without logger=csv (or a probe's key without the probe) sets a key nothing reads."""
+    for group in ("logger", "probes"):
+        node = OmegaConf.select(cfg, group)
+        for name in node if OmegaConf.is_dict(node) else ():
+            entry = node[name]
+            if OmegaConf.is_dict(entry) and "_target_" not in entry:
+                key = next(iter(entry), None)
+                chosen = "+".join(str(n) for n in node if OmegaConf.is_dict(node[n]) and "_target_" in node[n])
+                raise ConfigError(
+                    f"{group}.{name}{'.' + str(key) if key is not None else ''}: {group} {name} is not selected "
+                    f"({group}={chosen or 'none'}), so nothing reads it; select it ({group}=[{name}], or add it to "
+                    f"the list) or drop the key"
+                )
+
+
 def _global_layers(cfg: DictConfig) -> None:
     """Every listed global layer must exist: a layer index past n_layer silently changes nothing."""
     layers = OmegaConf.select(cfg, "attention.global_layers")
@@ -116,6 +132,7 @@ CROSS_RULES = (
     _batch,
     _checkpoints,
     _attention_name,
+    _unselected,
     _logger_paths,
     _global_layers,
     _nesterov,

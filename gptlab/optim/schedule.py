@@ -7,7 +7,7 @@ shape down to `min_lr_ratio` at `max_steps` (constant stays at 1).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,12 @@ class Linear(Schedule):
         return 1 - progress
 
 
+@dataclass(frozen=True)
 class Constant(Schedule):
-    """Flat at 1 after warmup (min_lr_ratio unused)."""
+    """Flat at 1 after warmup. It takes no min_lr_ratio (nothing decays): `schedule.min_lr_ratio` under
+    schedule=constant is refused as a key this choice does not take, not silently ignored."""
+
+    min_lr_ratio: float = field(default=1.0, init=False)
 
     def shape(self, progress):
         return 1.0
