@@ -37,9 +37,11 @@ class EvalRow:
     cells: list[EvalCell] = field(default_factory=list)
 
 
-def _entries(run, task: str) -> dict | None:
-    entry = (run.evals.get("tasks") or {}).get(task) if isinstance(run.evals, dict) else None
-    return entry if isinstance(entry, dict) else None
+def _entries(run, task: str) -> dict:
+    """The run's eval.json entry for `task` ({} when it has none)."""
+    tasks = run.evals.get("tasks") if isinstance(run.evals, dict) else None
+    entry = tasks.get(task) if isinstance(tasks, dict) else None
+    return entry if isinstance(entry, dict) else {}
 
 
 def _cell(label: str, values: list[float], base: EvalCell | None) -> EvalCell:
@@ -75,7 +77,7 @@ def eval_rows(groups: list, labels: list[str]) -> tuple[list[EvalRow], list[str]
     tasks = sorted({t for g in groups for r in g.runs for t in (r.evals.get("tasks") or {}) if _entries(r, t)})
     rows, warnings = [], []
     for task in tasks:
-        runs = [r for g in groups for r in g.runs if _entries(r, task) is not None]
+        runs = [r for g in groups for r in g.runs if _entries(r, task)]
         why = _task_warning(task, runs)
         if why:
             warnings.append(why)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -111,7 +112,7 @@ def _check_mlp(model: GPT) -> tuple[str, int]:
     """(HF activation_function, hidden width) of every block's MLP."""
     found = set()
     for block in model.blocks:
-        mlp = block.mlp
+        mlp: Any = block.mlp  # a Module attribute: typed Tensor | Module
         if type(mlp) not in ACTIVATION:
             raise _refuse(_choice("mlp", mlp), f"two matrices with one of {', '.join(ACTIVATION.values())}")
         if mlp.dropout:
