@@ -175,6 +175,7 @@ def test_all_outputs_exist_pngs_are_valid_and_html_is_self_contained(tmp_path, c
         "delta_val_loss_vs_step",
         "val_loss_vs_wall_time",
         "val_loss_vs_tokens",
+        "val_loss_vs_flops",  # these older-format runs get their flops from flops_per_token x tokens
         "tokens_per_s",
         "peak_memory",
     ]
@@ -187,7 +188,7 @@ def test_all_outputs_exist_pngs_are_valid_and_html_is_self_contained(tmp_path, c
     page = (outdir / "comparison.html").read_text()
     assert not re.search(r"<script|<link|https?://|url\(", page)
     srcs = re.findall(r'src="([^"]+)"', page)
-    assert len(srcs) == len(pngs) == 7 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert len(srcs) == len(pngs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert all(base64.b64decode(s.split(",", 1)[1])[:8] == PNG_MAGIC for s in srcs)
     md = (outdir / "comparison.md").read_text().splitlines()
     assert sum(line.startswith("| attention=") for line in md) == 2
