@@ -201,3 +201,21 @@ def test_compare_refuses_a_damaged_eval_json(tmp_path, capsys):
     assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-wandb"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err] and "eval.json: task tiny_mc acc='high' is not a number" in err
+
+
+def test_gptlab_eval_refuses_a_run_still_training(tmp_path):
+    import fcntl
+    import os
+
+    from gptlab.interop import harness
+
+    run = tmp_path / "run"
+    run.mkdir()
+    fd = os.open(run / ".gptlab.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what a live gptlab-train holds
+        with pytest.raises(ConfigError, match=r"a gptlab-train is running in it"):
+            harness.evaluate(run, ["tiny_mc"])
+    finally:
+        os.close(fd)
+    assert not (run / "eval.json").exists()

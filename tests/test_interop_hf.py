@@ -153,6 +153,18 @@ def test_mapped_choices_compute_the_same_in_hf(overrides):
     _assert_same(ours, theirs, 97)
 
 
+@pytest.mark.parametrize("overrides", KNOBS_MAPPED + [["model.bias=false", "model.tie_embeddings=false"]], ids=str)
+def test_gptlab_to_hf_and_back_is_the_same_state(overrides):
+    """gptlab -> HF -> gptlab gives back every tensor exactly (zero biases into a bias-free run, padded rows as 0)."""
+    ours = _gptlab(*SMALL, *overrides, vocab=97)
+    theirs = hf.to_hf(ours)
+    hf.check_config(theirs.config, ours, "k")
+    back = hf.from_hf_state(theirs.state_dict(), ours, "k")
+    assert back.keys() == ours.state_dict().keys()
+    for name, value in ours.state_dict().items():
+        assert torch.equal(back[name], value), name
+
+
 @pytest.mark.parametrize(("override", "refusal"), [*REFUSED.items(), *KNOBS_REFUSED.items()], ids=str)
 def test_inexpressible_choices_are_refused_in_one_line(override, refusal):
     named, extra = refusal

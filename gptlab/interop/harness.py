@@ -20,7 +20,7 @@ from pathlib import Path
 from gptlab.errors import ConfigError
 from gptlab.interop.hf import to_hf
 from gptlab.interop.tokenizer import to_hf_tokenizer
-from gptlab.state.rundir import check_output, load_trained
+from gptlab.state.rundir import LOCK_FILE, check_output, load_trained, lock_held
 from gptlab.util.extras import require
 from gptlab.util.io import write_json_atomic
 
@@ -105,6 +105,8 @@ def evaluate(
 
     path = run_dir / EVAL_FILE
     check_output(path, "eval.json")
+    if lock_held(run_dir / LOCK_FILE):  # its checkpoint and W&B run are still being written
+        raise ConfigError(f"{run_dir}: a gptlab-train is running in it; evaluate it once it has finished")
     manager = _task_manager(include_path, tasks)
     model, text, step = load_trained(run_dir)
     lm = _lm(model, text.tokenizer, batch_size)
