@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gptlab.cli.compare import main as compare_main
 from gptlab.cli.sweep import main as sweep_main
 from gptlab.compare.ladder import fit_offset, fit_power_law, format_report, plot, read_ladder, report
 from gptlab.errors import ConfigError
@@ -188,15 +189,25 @@ def test_bad_ladder_or_factorial_is_one_line_and_writes_nothing(tmp_path, capsys
     assert not out.exists()
 
 
-def test_compare_auto_detects_a_ladder_sweep_and_writes_its_files(tmp_path):
+def test_compare_auto_detects_a_ladder_sweep_and_writes_its_files(tmp_path, capsys):
     sweep = fake_ladder(tmp_path / "s", {"base": base_law, "b": lambda n: base_law(n) + 0.05})
     done = run_cli("gptlab.cli.compare", str(sweep))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("scale ladder: 2 arms x 4 rungs") and "gap vs base: steady" in done.stdout
     doc = json.loads((sweep / "comparison" / "ladder.json").read_text())
     assert doc["rungs"] == list(SIZES) and (sweep / "comparison" / "ladder.png").stat().st_size > 5000
-    bad = run_cli("gptlab.cli.compare", str(tmp_path / "s" / "base"), "--ladder")
-    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "no finished ladder runs" in bad.stderr
+    capsys.readouterr()
+    assert compare_main([str(sweep), "--baseline", "b", "--out", str(tmp_path / "o")]) == 0  # in-process from here
+    assert json.loads((tmp_path / "o" / "ladder.json").read_text())["baseline"] == "b"
+    for args, words in (
+        ([str(tmp_path / "s" / "base"), "--ladder"], "no finished ladder runs"),
+        ([str(sweep), "--step", "5"], "--step does not apply"),
+        ([str(sweep), "--baseline", "x"], "arms: base, b"),
+    ):
+        capsys.readouterr()
+        assert compare_main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and words in err, err
 
 
 @pytest.mark.slow  # 8 tiny real runs through the local queue, then compare (~1-2 min on 2 loaded cores)

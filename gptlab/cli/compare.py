@@ -357,8 +357,22 @@ def ladder_main(args) -> int:
     try:
         if len(args.paths) != 1:
             raise ConfigError("--ladder: give one sweep dir (gptlab-sweep NAME --ladder KEY=V1,V2,... --out DIR)")
+        unused = [
+            flag
+            for flag, value in (
+                ("--step", args.step), ("--target", args.target), ("--threshold", args.threshold),
+                ("--claims", args.claims), ("--split-by", args.split_by), ("--holdout-seeds", args.holdout_seeds),
+                ("--factorial", args.factorial), ("--power", args.power),
+            )
+            if value not in (None, [], False)
+        ]  # fmt: skip
+        if unused:
+            raise ConfigError(
+                f"{unused[0]} does not apply to a ladder (final val loss per arm and rung); for one rung's table "
+                "give its runs without --ladder"
+            )
         sweep = Path(args.paths[0])
-        found = ladder.read_ladder(sweep, args.ladder_x)
+        found = ladder.read_ladder(sweep, args.ladder_x, args.baseline)
         doc = ladder.report(found)
         out = Path(args.out) if args.out else sweep / "comparison"
         out.mkdir(parents=True, exist_ok=True)
@@ -368,6 +382,8 @@ def ladder_main(args) -> int:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)
         return 2
     print(ladder.format_report(doc))
+    if args.wandb or args.workspace:
+        print("note: W&B logging covers training comparisons; the ladder is in the local files")
     print(f"wrote {out / 'ladder.json'} and {out / 'ladder.png'} (per-rung tables: --split-by <the ladder's key>)")
     return 0
 

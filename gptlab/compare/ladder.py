@@ -106,8 +106,9 @@ def _collect(sweep_dir: Path) -> tuple[dict[tuple[str, str], list[tuple[int, Run
     return cells, left_out
 
 
-def read_ladder(sweep_dir: Path, x: str = "params") -> Ladder:
-    """The ladder's finished runs; refuses a rung whose arms were scored on different validation sets."""
+def read_ladder(sweep_dir: Path, x: str = "params", baseline: str | None = None) -> Ladder:
+    """The ladder's finished runs (baseline: an arm's name, default the sweep's first arm); refuses a rung whose arms
+    were scored on different validation sets."""
     if x not in SIZE_KEYS:
         raise ConfigError(f"ladder size {x!r}: allowed: {', '.join(SIZE_KEYS)}")
     cells, left_out = _collect(sweep_dir)
@@ -117,6 +118,10 @@ def read_ladder(sweep_dir: Path, x: str = "params") -> Ladder:
         )
     order, _ = _sweep_order(sweep_dir)
     arms = sorted({a for a, _ in cells}, key=lambda a: (order.index(a) if a in order else len(order), a))
+    if baseline is not None:
+        if baseline not in arms:
+            raise ConfigError(f"--baseline '{baseline}': on a ladder give an arm's name; arms: {', '.join(arms)}")
+        arms = [baseline, *(a for a in arms if a != baseline)]
     warnings = [f"warning: left out (not finished): {', '.join(left_out)}"] if left_out else []
     points = []
     for (arm, rung), members in cells.items():
@@ -159,10 +164,11 @@ def _ols(y: list[float], columns: dict[str, list[float]]):
     """statsmodels OLS of y on the named columns (with an intercept `const`)."""
     import numpy as np
     import pandas as pd
-    import statsmodels.api as sm
+    from statsmodels.regression.linear_model import OLS
+    from statsmodels.tools.tools import add_constant
 
-    exog = sm.add_constant(pd.DataFrame(columns), has_constant="add")
-    return sm.OLS(np.asarray(y, dtype=float), exog).fit()
+    exog = add_constant(pd.DataFrame(columns), has_constant="add")
+    return OLS(np.asarray(y, dtype=float), exog).fit()
 
 
 def fit_power_law(sizes: list[float], losses: list[float], alpha: float = ALPHA) -> dict:
