@@ -127,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gptlab-cache", description=__doc__.splitlines()[0])
     parser.error = lambda message: fail(f"gptlab-cache: {message}")  # type: ignore[method-assign]
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every entry: kind, tokenizer, tokens, size, last use, corpus")
+    listing = sub.add_parser("list", help="every entry: kind, tokenizer, tokens, size, last use, corpus")
     rm = sub.add_parser("rm", help="remove one entry by its key (or a unique prefix of 6+ characters)")
     rm.add_argument("key")
     prune = sub.add_parser("prune", help="remove entries not used for a while")
+    for command in (listing, rm, prune):  # a subcommand's own parser prints its usage block otherwise
+        command.error = lambda message, name=command.prog: fail(f"{name}: {message}")  # type: ignore[method-assign]
     prune.add_argument("--older-than", required=True, help="e.g. 30d, 12h")
     prune.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
     args = parser.parse_args(argv)

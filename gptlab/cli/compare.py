@@ -13,6 +13,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from gptlab.compare import decode, noise_floor, wandb_log
 from gptlab.compare.analysis import Comparison, add_targets, compare
@@ -410,9 +411,17 @@ def _factorial(args, runs: list) -> dict | None:
         return None
 
 
+def _usage_error(message: str) -> NoReturn:
+    """A bad flag as the other errors are: one line, exit 2 (argparse would print its usage block first)."""
+    print(f"gptlab-compare: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 on success, 2 (one-line message on stderr) on bad input."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    parser.error = _usage_error  # type: ignore[method-assign]  # one line, exit 2, no usage block
+    args = parser.parse_args(argv)
     if args.lr_grid:
         return lr_grid_main(args)
     if args.ladder or ((sweep := _one_sweep_dir(args)) is not None and _is_ladder(sweep)):
@@ -434,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         check_one_sweep(given, runs)
         runs, left_out = finished_runs(given, runs)
         claims = load_claims(args.claims) if args.claims else None
+        floor, floor_note = noise_floor.lookup(runs, noise_floor.cache_dir() if args.noise_floor == "auto" else None)
         parts = split(runs, args.split_by) if args.split_by else [Part({}, runs)]
         comparisons = []
         for part in parts:
@@ -450,7 +460,6 @@ def main(argv: list[str] | None = None) -> int:
         out = out_dir(args.out, args.paths[0], run_dirs)
     except ConfigError as exc:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)
-        floor, floor_note = noise_floor.lookup(runs, noise_floor.cache_dir() if args.noise_floor == "auto" else None)
         return 2
     for warning in left_out:
         print(warning, file=sys.stderr)

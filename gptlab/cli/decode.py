@@ -224,6 +224,14 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
     return path
 
 
+def _remove_refused(run_dir: Path) -> None:
+    """A refused decode leaves no folder behind: remove its run dir when it holds only what Hydra wrote."""
+    import shutil
+
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "decode.log"}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="decode", version_base=None)
 def decode_app(cfg: DictConfig) -> None:
     """Measure, write decode.json, print the table."""
@@ -244,6 +252,7 @@ def decode_app(cfg: DictConfig) -> None:
     except (ConfigError, OSError, OmegaConfBaseException) as err:
         if multirun:
             raise  # the launcher reports it and goes on with the other jobs
+        _remove_refused(Path(hc.runtime.output_dir))
         fail(one_line(err), 1 if isinstance(err, OSError) else 2)
     say(table(doc))
     say(f"wrote {path}")

@@ -7,10 +7,10 @@ the run's `.hydra/config.yaml` and `tokenizer.json` beside it. DIR (default RUN_
 `gptlab-sample DIR` reads, and `train.init_from=DIR/checkpoints/step_N.pt` starts a single-device run from it. A single-file checkpoint
 is exported the same way (a copy).
 
-`--format hf` writes the newest checkpoint as a Hugging Face GPT-2 folder instead (default DIR: RUN_DIR/hf):
-safetensors weights, config.json, the run's tokenizer as tokenizer.json, and gptlab_export.json; the folder is read
-back with AutoModelForCausalLM and its logits checked. An architecture GPT-2 cannot express is refused in one line
-(gptlab/interop/hf.py lists what maps and what does not). Needs gptlab[hf].
+`--format hf` writes the newest checkpoint as a Hugging Face model folder instead (default DIR: RUN_DIR/hf): GPT-2,
+or Llama for rope + rmsnorm + swiglu runs; safetensors weights, config.json, the run's tokenizer as tokenizer.json,
+and gptlab_export.json; the folder is read back with AutoModelForCausalLM and its logits checked. An architecture
+neither can express is refused in one line (gptlab/interop/hf.py and llama.py list what maps). Needs gptlab[hf].
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
         raise ConfigError(f"--out={out}: must not be the run dir itself (its checkpoints/ holds the sharded ones)")
     cfg = run_config(run_dir)
     _check_out(Path(out), Path(run_dir))
+    if source is not None and not (Path(source).is_file() or (Path(source) / ".metadata").is_file()):
+        raise ConfigError(f"--checkpoint={source}: not a checkpoint file or .dcp dir; allowed: one of {run_dir}'s")
     state = checkpoint.load(source) if source is not None else checkpoint.load_latest(run_dir)
     if state is None:
         raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
@@ -72,7 +74,7 @@ def _check_out(out: Path, run_dir: Path) -> None:
 
 
 def _export_hf(args) -> int:
-    """--format hf: the run's newest checkpoint as a folder AutoModelForCausalLM.from_pretrained loads."""
+    """--format hf: the run's newest checkpoint as a folder AutoModelForCausalLM.from_pretrained loads (GPT-2 or Llama)."""
     if args.checkpoint is not None:
         raise ConfigError("--checkpoint: --format hf exports the run's newest checkpoint; drop --checkpoint")
     require("transformers", "hf", "gptlab-export --format hf")

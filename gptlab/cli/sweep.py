@@ -59,6 +59,8 @@ def load_sweep(name: str) -> tuple[str, dict, Path]:
         spec = yaml.load(path.read_text(), Loader=_UniqueKeys) or {}  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())[:200]})") from None
+    except ConfigError as err:  # a key given twice: name the file
+        raise ConfigError(f"{path}: {err}") from None
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping with 'arms' (and optional 'seeds', 'overrides')")
     if "factors" in spec:  # a 2^k factorial: the arms are generated (gptlab/sweep/design.py)
@@ -250,13 +252,23 @@ PER_RUN = {
 }
 
 
-def check_extra(extra: list[str], lr_grid: bool) -> None:
-    """Refuse an extra override of a key the sweep sets for each run (seed, arm, ...; optimizer.lr under a grid)."""
+def check_extra(extra: list[str], lr_grid: bool, spec: dict) -> None:
+    """Refuse an extra override of a key the sweep sets for each run (seed, arm, ...; optimizer.lr under a grid), and
+    one that composes with nothing (a typo would fail every arm): one line, before anything is planned."""
     for override in extra:
         key = override.lstrip("+~").split("=", 1)[0]
         why = PER_RUN.get(key) or ("from the lr grid; drop it, or drop the grid" if lr_grid and key == "optimizer.lr" else None)
         if why:
             raise ConfigError(f"{override}: gptlab-sweep sets {key} for each run itself ({why})")
+    runs = [o for o in extra if not is_launch_setting(o)]
+    if runs:
+        from gptlab.cli.train import one_line
+        from gptlab.config.build import compose
+
+        try:
+            compose([*spec.get("overrides", []), *runs], config_name(spec))
+        except Exception as err:  # noqa: BLE001 - Hydra's composition errors, as gptlab-train words them
+            raise ConfigError(f"extra override: {one_line(err)}") from None
 
 
 def take_sweep_dir(out: Path | None, extra: list[str]) -> tuple[Path | None, list[str]]:
@@ -516,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["status"]:
         return status_main(argv[1:])
     parser = argparse.ArgumentParser(prog="gptlab-sweep", description=__doc__.splitlines()[0])
+    parser.error = lambda message: fail(f"gptlab-sweep: {message}")  # type: ignore[method-assign]  # one line, exit 2
     parser.add_argument("sweep", help="a name in sweeps/ (e.g. attention) or a path to a sweep YAML")
     parser.add_argument(
         "overrides", nargs="*", help="extra overrides for every run (e.g. train.max_steps=50 launcher=slurm)"
@@ -562,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else list(spec["seeds"])
         grid = args.lr_grid if args.lr_grid is not None else spec.get("lr_grid")
         lrs = parse_lr_grid(grid) if grid is not None else None
-        check_extra(args.overrides, lrs is not None)
+        check_extra(args.overrides, lrs is not None, spec)
         aa = parse_aa(args.aa_arms if args.aa_arms is not None else True if args.aa else spec.get("aa"))
         if aa is not None:  # the baseline as aa identical arms (gptlab/sweep/aa.py); its floor is measured at the end
             if ladder is not None or lrs is not None:
