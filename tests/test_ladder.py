@@ -241,3 +241,11 @@ def test_a_two_rung_two_arm_two_seed_ladder_end_to_end(tmp_path):
     mqa = doc["arms"][1]
     assert mqa["rungs"][0]["size"] < sizes[0]  # MQA's K/V projections are smaller than MHA's at equal width
     assert mqa["gap"]["verdict"] != "n/a" and "offset" in mqa and not mqa["offset"]["identifiable"]
+
+
+def test_status_lists_every_rung_of_a_ladder_never_run(tmp_path):
+    from gptlab.sweep.status import format_status, sweep_status
+
+    rows = sweep_status(tmp_path, {"mha": [0, 1]}, None, ["d_model32", "d_model64"])
+    assert sorted(r.name for r in rows) == [f"mha__d_model{d}__seed{s}" for d in (32, 64) for s in (0, 1)]
+    assert format_status(rows).splitlines()[-1] == "4 never ran"
