@@ -160,8 +160,8 @@ def _group_line(name: str, options: list[str], chosen: dict[str, tuple[list[str]
     shown = " ".join(f"[{o}]" if o in picked else o for o in options)
     if name not in chosen:
         note = f"optional: +{name}={options[0]}"
-    elif not picked:
-        note = f"none by default: {name}=OPTION"
+    elif not picked:  # a list group with an empty default (probes) is picked like one with a default list
+        note = f"none by default: '{name}=[{','.join(options[:2])}]'" if many else f"none by default: {name}=OPTION"
     elif many:
         other = next((o for o in options if o not in picked and o != "none"), picked[0])
         note = f"one or several: '{name}=[{picked[0]},{other}]'"
