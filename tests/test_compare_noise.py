@@ -115,7 +115,12 @@ def test_speed_is_mean_and_std_over_seeds_with_a_welch_ci(tmp_path, capsys):
     assert a["speedup_ci"] == pytest.approx([1.1391629429767036, 1.3702490608513718], rel=1e-7)
     assert a["speedup_p"] == pytest.approx(0.0076274680011515624, rel=1e-6)
     assert a["speed_verdict"] == "faster"
-    assert "1.25× [1.14, 1.37] faster" in md and "1,250 ± 50" in md
+    assert "1.25× [1.14, 1.37] faster" in md and "1,250 ± 50" not in md
+    # one statistic beside the geometric-mean speed-up: the table shows tokens/s as geometric mean ×/÷ geometric sd
+    gmean, gsd = statistics.geometric_mean(arm), math.exp(statistics.stdev(math.log(t) for t in arm))
+    assert a["tokens_per_s_gmean"] == pytest.approx(gmean) and a["tokens_per_s_gsd"] == pytest.approx(gsd)
+    assert f"{gmean:,.0f} ×/÷ {gsd:.3f}" == "1,249 ×/÷ 1.041" and "1,249 ×/÷ 1.041" in md
+    assert a["speedup"] == pytest.approx(gmean / b["tokens_per_s_gmean"])  # the ratio of the shown figures
 
 
 @pytest.mark.parametrize(

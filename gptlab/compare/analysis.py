@@ -69,6 +69,12 @@ class Row:
     # floor's, else noise_floor.MEM_SPREAD_DEFAULT).
     peak_mem_spread: float | None = None
     mem_varies: bool = False
+    # What the table and the tokens/s plot show (one statistic beside the geometric-mean speed-up): the geometric
+    # mean over seeds and the geometric sd factor (×/÷).
+    tokens_per_s_gmean: float | None = None
+    tokens_per_s_gsd: float | None = None
+    step_ms_gmean: float | None = None
+    step_ms_gsd: float | None = None
 
 
 @dataclass
@@ -190,10 +196,9 @@ def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
     accs = [float(e["val/acc"]) for e in evals if e.get("val/acc") is not None]
     peaks = [speed.run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max) for r in runs]
     tps = speed.per_run(runs, "tokens_per_s_median", "tokens_per_s")
-    (tps_mean, tps_std), (ms_mean, ms_std) = (
-        speed.spread(tps),
-        speed.spread(speed.per_run(runs, "step_ms_median", "step_ms")),
-    )
+    ms = speed.per_run(runs, "step_ms_median", "step_ms")
+    (tps_mean, tps_std), (ms_mean, ms_std) = speed.spread(tps), speed.spread(ms)
+    (tps_g, tps_gsd), (ms_g, ms_gsd) = speed.geometric(tps), speed.geometric(ms)
     load = speed.outside_load(runs)
     spread = _mem_spread(peaks)
     return Row(
@@ -225,6 +230,10 @@ def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
         budget={k: value(runs[0], k) for k in BUDGET_KEYS},
         peak_mem_spread=spread,
         mem_varies=spread is not None and spread > mem_limit(floor),
+        tokens_per_s_gmean=tps_g,
+        tokens_per_s_gsd=tps_gsd,
+        step_ms_gmean=ms_g,
+        step_ms_gsd=ms_gsd,
     )
 
 

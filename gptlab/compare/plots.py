@@ -24,7 +24,7 @@ from gptlab.compare import curves, speed, stats  # noqa: E402
 from gptlab.compare.analysis import Comparison  # noqa: E402
 from gptlab.compare.group import Group  # noqa: E402
 from gptlab.compare.layers import layer_figures  # noqa: E402
-from gptlab.compare.report import BAND, BARS, LOADED, loaded_label  # noqa: E402
+from gptlab.compare.report import BAND, BARS, GEO_BARS, LOADED, loaded_label  # noqa: E402
 from gptlab.compare.runs import Run  # noqa: E402
 
 # x-axis key -> (axis label, file/plot name)
@@ -182,11 +182,13 @@ def _bar_figure(
     formatter,
     loaded: list[list[bool]] | None = None,
     label: str = LOADED,
+    geometric: bool = False,
 ):
     """One bar per group at the mean over its runs, ± std error bars, and each run's own value as a dot.
 
     `loaded` (per group, per run): runs taken under outside load are grey crosses, their group's bar hatched;
-    `label` names them (the comparison's load limit).
+    `label` names them (the comparison's load limit). `geometric`: bars at the geometric mean ×/÷ the geometric sd
+    (tokens/s, beside geometric-mean speed-ups).
     """
     if not any(values):
         return None
@@ -194,14 +196,22 @@ def _bar_figure(
     hot = any(any(f) for f in flags)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(values) + 2), 5.5 if hot else 4.5))
     xs = np.arange(len(values))
-    means = [stats.mean(v) if v else 0.0 for v in values]
-    stds = [cast(float, stats.std(v)) if len(v) > 1 else 0.0 for v in values]  # >= 2 values have a std
+    if geometric:
+        geo = [speed.geometric(v) for v in values]
+        means = [g or 0.0 for g, _ in geo]
+        ups = [m * (f or 1.0) - m for m, (_, f) in zip(means, geo)]  # up to gmean × factor
+        yerr: list = [[m - m / (f or 1.0) for m, (_, f) in zip(means, geo)], ups]  # down to gmean / factor
+    else:
+        means = [stats.mean(v) if v else 0.0 for v in values]
+        ups = [cast(float, stats.std(v)) if len(v) > 1 else 0.0 for v in values]  # >= 2 values have a std
+        yerr = ups
     bars = ax.bar(xs, means, color=[_color(int(i)) for i in xs], alpha=0.6)
     for bar, f in zip(bars, flags):
         if any(f):
             bar.set_hatch("//")
             bar.set_edgecolor("grey")
-    ax.errorbar(xs, means, yerr=stds, fmt="none", ecolor="black", capsize=6, linewidth=1.2, label="± std over seeds")
+    spread = "×/÷ geometric sd over seeds" if geometric else "± std over seeds"
+    ax.errorbar(xs, means, yerr=yerr, fmt="none", ecolor="black", capsize=6, linewidth=1.2, label=spread)
     first_loaded = True
     for i, (v, f) in enumerate(zip(values, flags)):
         jitter = np.linspace(-0.15, 0.15, len(v)) if len(v) > 1 else np.zeros(len(v))
@@ -230,10 +240,10 @@ def _bar_figure(
     ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
     ax.yaxis.set_major_formatter(formatter)
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title} ({BARS})", fontsize=10)
+    ax.set_title(f"{title} ({GEO_BARS if geometric else BARS})", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     top = max((max(v) for v in values if v), default=1.0)
-    ax.set_ylim(0, 1.2 * max(top, max(m + s for m, s in zip(means, stds))))  # headroom for the legend
+    ax.set_ylim(0, 1.2 * max(top, max(m + s for m, s in zip(means, ups))))  # headroom for the legend
     handles, _ = ax.get_legend_handles_labels()
     if hot:  # the long note goes in a band below the tick labels, where it has the figure's width
         handles.append(_loaded_patch(label))
@@ -246,14 +256,14 @@ def _bar_figure(
 
 
 def _speed_figure(cmp: Comparison):
-    """tokens/s per group from each run's median (the numbers the table's mean ± std come from); runs under
-    outside load grey, their groups' bars hatched."""
+    """tokens/s per group from each run's median (the numbers the table's geometric mean ×/÷ sd comes from); runs
+    under outside load grey, their groups' bars hatched."""
     points = [curves.speed_points(g, cmp.load_limit) for g in cmp.groups]
     values = [[v for v, _ in p] for p in points]
     loaded = [[hot for _, hot in p] for p in points]
     labels = [r.label for r in cmp.rows]
     return _bar_figure(
-        labels, values, "tokens/s", "tokens/s", EngFormatter(sep=""), loaded, loaded_label(cmp.load_limit)
+        labels, values, "tokens/s", "tokens/s", EngFormatter(sep=""), loaded, loaded_label(cmp.load_limit), True
     )
 
 

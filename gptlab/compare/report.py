@@ -17,6 +17,7 @@ from gptlab.compare.target_report import html_targets, markdown_targets, print_t
 
 BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)
 BARS = "bar = mean ± std over seeds, dots = each run"
+GEO_BARS = "bar = geometric mean ×/÷ geometric sd over seeds, dots = each run"  # tokens/s: what speed-ups divide
 
 
 def loaded_label(limit: float) -> str:
@@ -101,6 +102,13 @@ def _spread(mean: float | None, std: float | None, fmt: str) -> str:
     if mean is None:
         return "–"
     return format(mean, fmt) + (f" ± {format(std, fmt)}" if std is not None else "")
+
+
+def _geo(gmean: float | None, factor: float | None, fmt: str) -> str:
+    """`1,249 ×/÷ 1.041`: a geometric mean over seeds and its geometric sd factor."""
+    if gmean is None:
+        return "–"
+    return format(gmean, fmt) + (f" ×/÷ {factor:.3f}" if factor is not None else "")
 
 
 def speed_cell(row: Row) -> str:
@@ -275,8 +283,8 @@ def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
             _si(r.flops_per_token),
             _spread(r.val_loss_mean, r.val_loss_std, ".4f"),
             verdict(r, cmp.rows[0].label if i else None),
-            _spread(r.tokens_per_s, r.tokens_per_s_std, ",.0f") + loaded,
-            _spread(r.step_ms, r.step_ms_std, ".1f") + loaded,
+            _geo(r.tokens_per_s_gmean, r.tokens_per_s_gsd, ",.0f") + loaded,
+            _geo(r.step_ms_gmean, r.step_ms_gsd, ".1f") + loaded,
             f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–",
             mem_text(r.peak_mem_bytes),
             speed_cell(r),
@@ -318,12 +326,14 @@ def notes(cmp: Comparison) -> list[str]:
         ]
         * bool(vs),
         *([peak_note(cmp.peak)] if cmp.peak is not None else []),
-        "tokens/s and step ms are mean ± std over seeds of each run's median; speed-up = ratio of the geometric "
+        "tokens/s and step ms are the geometric mean over seeds of each run's median ×/÷ the geometric standard "
+        "deviation (one statistic: the speed-up is their ratio); comparison.json also keeps the arithmetic mean ± "
+        "std. speed-up = ratio of the geometric "
         f"mean tokens/s with a 95% CI and a verdict (faster / slower / within noise) from Welch's t-test on "
         f"log tokens/s, p < {ALPHA}; n/a with 1 seed.",
         f"Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "
         f"{BAND}; on the wall-time plot each point sits at the seeds' mean wall time at that step. "
-        f"Speed and memory bars: {BARS} (the table's peak mem is each group's max). On the wall-time and tokens/s "
+        f"Memory bars: {BARS} (the table's peak mem is each group's max); tokens/s bars: {GEO_BARS}. On the wall-time and tokens/s "
         f"plots a run {loaded_label(cmp.load_limit)} is grey (its group hatched). Δ val loss plot: each arm minus "
         "the baseline at every "
         "shared eval with its 95% Welch interval and a zero line (the table's test, at the compared point the "

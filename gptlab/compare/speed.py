@@ -34,6 +34,16 @@ def spread(values: Sequence[float]) -> tuple[float | None, float | None]:
     return (stats.mean(values), stats.std(values)) if values else (None, None)
 
 
+def geometric(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """(geometric mean, geometric sd factor exp(std of logs)) over seeds: the statistic a speed-up is a ratio of;
+    the factor None for one value, both None for none."""
+    if not values:
+        return None, None
+    logs = [math.log(v) for v in values]
+    sd = stats.std(logs)
+    return math.exp(stats.mean(logs)), (math.exp(sd) if sd is not None else None)
+
+
 def run_load(run: Run) -> float | None:
     """The outside load one run recorded (summary `outside_load`: share of the cores other processes used)."""
     value = run.summary.get("outside_load")
