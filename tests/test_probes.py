@@ -227,3 +227,37 @@ def test_a_real_run_logs_probes_and_compare_reports_them_with_seed_statistics(tm
     assert "## Probes" in md and "| probe/length/1x/loss |" in md and "Probe table:" in md
     assert "Probes</h2>" in (tmp_path / "out" / "comparison.html").read_text()
     assert len(doc["rows"]) == 2  # probes never split an arm: rope and alibi, two seeds each
+
+
+def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_sets():
+    from types import SimpleNamespace as NS
+
+    from gptlab.compare.probes import markdown, probe_rows
+    from gptlab.compare.stats import welch_interval, welch_test
+
+    def run(values: dict, sets: dict):
+        return NS(path=str(values), by_step={100: values}, summary={"probe_sets": sets})
+
+    same = {"induction": "induction:aa", "length": "length:bb"}
+    base = [run({"probe/induction/acc": a, "probe/length/1x/loss": 3.0, "probe/length/2x/loss": 3.1}, same)
+            for a in (0.50, 0.52, 0.54)]  # fmt: skip
+    learned = [run({"probe/induction/acc": a, "probe/length/1x/loss": 2.9}, same) for a in (0.70, 0.71, 0.72)]
+    other = [run({"probe/induction/acc": 0.9}, {"induction": "induction:cc"})]  # another set: never pooled
+    point = NS(step_of=lambda r: 100)
+    rows, warnings = probe_rows([NS(runs=base), NS(runs=learned)], ["rope", "learned"], point)
+    induction = next(r for r in rows if r.metric == "probe/induction/acc")
+    cell = induction.cells[1]
+    a, b = [0.70, 0.71, 0.72], [0.50, 0.52, 0.54]
+    assert cell.delta == pytest.approx(0.19) and cell.p_value == pytest.approx(welch_test(a, b).p)
+    assert cell.delta_ci == pytest.approx([welch_interval(a, b, 0.05).lo, welch_interval(a, b, 0.05).hi])
+    assert cell.significant and warnings == []
+    text = "\n".join(markdown(rows))
+    assert "| probe/induction/acc | 0.5200 ± 0.0200 | 0.7100 ± 0.0100 Δ +0.1900 better (p=" in text
+    assert "| probe/length/2x/loss | 3.1000 ± 0.0000 | – |" in text  # learned: 1x only, no made-up 2x
+    assert "| probe/length/1x/loss | 3.0000 ± 0.0000 | 2.9000 ± 0.0000 Δ -0.1000 better (p=0) |" in text  # lower loss
+    rows, warnings = probe_rows([NS(runs=base), NS(runs=other)], ["rope", "other"], point)
+    assert "probe/induction/acc" not in {r.metric for r in rows}
+    assert warnings == [
+        "warning: probe/induction/acc: the runs measured it on different fixed sets (induction:aa, induction:cc; "
+        "summary.json probe_sets), so it is left out of the probe table"
+    ]
