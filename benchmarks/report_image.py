@@ -1,6 +1,6 @@
 """Regenerate docs/report.png from a real sweep: 3 arms x 3 seeds whose speed verdicts are decided either way.
 
-    python -m benchmarks.report_image                  (on a quiet machine; about 4-5 minutes on 2 cores)
+    python -m benchmarks.report_image                  (on a quiet machine; about 3-5 minutes on 2 cores)
     python -m benchmarks.report_image --dry-run        (print the sweep and the commands, run nothing)
 
 The arms change the MLP width of the CPU default model (4 layers, d_model 128, block 128, char-level Shakespeare):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -266,3 +267,36 @@ def test_a_real_aa_sweep_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((out / "comparison" / "comparison.json").read_text())
     assert (doc["noise_floor"]["measured"] is not None) is quiet
+
+
+def test_html_lists_the_compared_runs_and_the_settings_they_share(tmp_path, capsys):
+    sweep = _sweep(tmp_path / "sw", [1000.0, 1001.0], [1200.0, 1201.0])
+    (sweep / "gqa" / "seed1" / "wandb_run_id").write_text("abc123\n")
+    out = tmp_path / "out"
+    assert compare_main([str(sweep), "--out", str(out), "--no-wandb", "--baseline", "attention=mha"]) == 0
+    page = (out / "comparison.html").read_text()
+    runs = page[page.index("<h2>Compared runs</h2>") :]
+    assert f"Run dirs under {sweep}" in runs
+    rows = re.findall(r"<tr><td>([^<]*)</td><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td></tr>", runs)
+    assert rows == [
+        ("attention=mha", "0", "mha/seed0", "–", "1%"),
+        ("attention=mha", "1", "mha/seed1", "–", "1%"),
+        ("attention=gqa, attention.n_kv_head=2", "0", "gqa/seed0", "–", "1%"),
+        ("attention=gqa, attention.n_kv_head=2", "1", "gqa/seed1", "run id abc123", "1%"),
+    ]
+    shared = re.findall(r"<li>([^<]*)</li>", runs[runs.index('<ul class="shared">') :])
+    assert shared[:3] == ["train.max_steps: 100", "train.batch_size: 4", "tokens_per_step: 128"]
+    assert "data: shakespeare" in shared and "data_seed: 1234" in shared and "train.eval_sequences: 16" in shared
+
+
+def test_the_floor_s_memory_spread_is_the_limit(tmp_path, monkeypatch, capsys):
+    floor = _store_floor(tmp_path, monkeypatch)  # identical runs within 0% (all 100 MiB)
+    assert floor.mem_spread == 0.0
+    root = tmp_path / "sw"
+    for i, mem in enumerate((400, 404)):  # 1%: within the default 5%, beyond this machine's 0%
+        _provenance(write_run(root / "mha" / f"seed{i}", seed=i, peak_mem_bytes=mem * 2**20))
+        _provenance(write_run(root / "gqa" / f"seed{i}", seed=i, peak_mem_bytes=400 * 2**20, **GQA))
+    plain, _ = _compare(tmp_path, root, capsys, "--noise-floor", "none")
+    doc, _ = _compare(tmp_path, root, capsys)
+    assert plain["rows"][0]["mem_varies"] is False and doc["rows"][0]["mem_varies"] is True
+    assert doc["rows"][1]["mem_varies"] is False  # equal peaks are never flagged
