@@ -261,3 +261,16 @@ def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_s
         "warning: probe/induction/acc: the runs measured it on different fixed sets (induction:aa, induction:cc; "
         "summary.json probe_sets), so it is left out of the probe table"
     ]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_probes_and_refuses_other_ones(tmp_path):
+    run = tmp_path / "r"
+    args = ["probes=[induction]", "probes.induction.sequences=2", "schedule=constant", "schedule.warmup_steps=0"]
+    run_inprocess(run, *args, steps=2, eval_interval=2)
+    summary = run_inprocess(run, *args, steps=4, eval_interval=2)  # train.resume=auto: continues to step 4
+    evals = [r for r in rows(run) if "val/loss" in r]
+    assert [r["step"] for r in evals] == [0, 2, 4] and all("probe/induction/acc" in r for r in evals)
+    assert summary["probe/induction/acc"] == evals[-1]["probe/induction/acc"]
+    with pytest.raises(ConfigError, match="probes"):
+        run_inprocess(run, "probes=[recall]", *args[2:], steps=6, eval_interval=2)
