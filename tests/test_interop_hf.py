@@ -339,3 +339,62 @@ def test_training_never_imports_transformers():
         "assert 'transformers' not in sys.modules and 'lm_eval' not in sys.modules"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ---- what GPT-2 cannot express goes out as Hugging Face Llama (rope, rmsnorm, swiglu, gqa) ----
+
+LLAMA = ["position=rope", "norm=rmsnorm", "mlp=swiglu", "model.bias=false"]
+LLAMA_MAPPED = [
+    [],
+    ["attention=gqa", "model.n_head=8", "attention.n_kv_head=2"],
+    ["attention=mqa", "model.n_head=8"],
+    ["model.bias=true"],
+    ["model.tie_embeddings=false", "model.vocab_multiple=64"],
+    ["position.base=500.0", "norm.eps=1e-5", "attention.dropout=0.1"],
+]
+
+
+@pytest.mark.parametrize("overrides", LLAMA_MAPPED, ids=str)
+def test_llama_shaped_models_compute_the_same_as_hf_llama(overrides):
+    ours = _gptlab(*SMALL, *LLAMA, *overrides, vocab=97)
+    assert hf.hf_architecture(ours) == "llama"
+    theirs = hf.to_hf_model(ours)
+    assert type(theirs).__name__ == "LlamaForCausalLM"
+    _assert_same(ours, theirs, 97)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["attention=sliding"], "attention.window="),
+        (["attention.qk_norm=true"], "attention.qk_norm=true"),
+        (["norm.placement=post"], "norm.placement=post"),
+        (["model.dropout=0.1"], "model.dropout=0.1"),
+        (["mlp=gelu"], "mlp=gelu"),
+        (["position=alibi"], "position=alibi"),
+    ],
+)
+def test_what_neither_gpt2_nor_llama_expresses_is_refused_in_one_line(overrides, named):
+    model = build_model(compose([*GPT2, *SMALL, *LLAMA, *overrides]), vocab_size=97, device="meta")
+    with pytest.raises(ConfigError) as err:
+        hf.hf_architecture(model)
+    message = str(err.value)
+    assert "Hugging Face's GPT-2 cannot express it" in message and "\n" not in message
+    assert f"{named}" in message.split("; and ")[1] and "Hugging Face's Llama cannot express it" in message
+
+
+@pytest.mark.slow  # trains, then exports and reads back: ~30 s on 2 busy cores
+def test_a_llama_shaped_run_exports_as_llama(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from gptlab.interop.export import export_hf
+    from gptlab.state.rundir import load_trained
+
+    run = tmp_path / "run"
+    _train(run, *LLAMA, "attention=gqa", "attention.n_kv_head=2", "data.tokenizer=byte")
+    record = export_hf(run, tmp_path / "hf")
+    assert record["architecture"] == "llama" and record["max_abs_logit_diff"] <= TOL
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert back.config.model_type == "llama" and back.config.num_key_value_heads == 2
+    model, _, _ = load_trained(run)
+    _assert_same(model, back, 256)

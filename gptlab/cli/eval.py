@@ -1,7 +1,7 @@
 """gptlab-eval RUN_DIR --tasks T1,T2 [--include-path DIR] [--limit N] [--num-fewshot K]: lm-evaluation-harness on a run.
 
-The run's newest checkpoint is evaluated as the Hugging Face GPT-2 `gptlab-export --format hf` writes (an
-architecture GPT-2 cannot express is refused in one line), through lm-eval's HF backend. Each task's metrics go to
+The run's newest checkpoint is evaluated as the Hugging Face model `gptlab-export --format hf` writes (GPT-2, or Llama;
+an architecture neither can express is refused in one line), through lm-eval's HF backend. Each task's metrics go to
 RUN_DIR/eval.json (merged with tasks evaluated before) and, when the run logged to W&B (RUN_DIR/wandb_run_id), into
 that same W&B run's summary as eval/<task>/<metric> (resumed in the mode it ran in: offline stays offline). A run
 without a W&B run gets none. gptlab-compare shows the eval columns with seed statistics.

@@ -1,4 +1,4 @@
-"""A trained run as a Hugging Face model folder: `AutoModelForCausalLM.from_pretrained(DIR)` loads it (config.json,
+"""A trained run as a Hugging Face model folder (GPT-2, or Llama for rope + rmsnorm + swiglu: interop/hf.py): `AutoModelForCausalLM.from_pretrained(DIR)` loads it (config.json,
 model.safetensors, generation_config.json), its tokenizer beside it (tokenizer.json, tokenizer_config.json), and
 gptlab_export.json records where it came from. The folder is read back and its logits checked against the run's model
 before the export counts as done."""
@@ -64,9 +64,9 @@ def export_hf(run_dir: Path, out: Path) -> dict:
     _check_out(out, run_dir)
     model, text, step = load_trained(run_dir)
     tokenizer = text.tokenizer
-    hf.gpt2_config(model, tokenizer.eot_id)  # the refusal, before any file
+    architecture = hf.hf_architecture(model)  # the refusal, before any file
     hf_tokenizer = to_hf_tokenizer(tokenizer)
-    hf_model = hf.to_hf(model.float(), tokenizer.eot_id)
+    hf_model = hf.to_hf_model(model.float(), tokenizer.eot_id)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     hf_model.save_pretrained(tmp)  # safetensors
@@ -75,7 +75,7 @@ def export_hf(run_dir: Path, out: Path) -> dict:
     record = {
         "run_dir": str(run_dir.resolve()),
         "step": step,
-        "architecture": "gpt2",
+        "architecture": architecture,
         "tokenizer": tokenizer.identity(),
         "max_abs_logit_diff": diff,
         "notes": hf.export_notes(model),

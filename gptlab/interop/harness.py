@@ -1,4 +1,4 @@
-"""lm-evaluation-harness on a trained run: the run's newest checkpoint as the Hugging Face GPT-2 it exports to (and its
+"""lm-evaluation-harness on a trained run: the run's newest checkpoint as the Hugging Face model it exports to (and its
 tokenizer, gptlab/interop/tokenizer.py), evaluated by lm-eval's HF backend (`lm_eval.simple_evaluate` with an HFLM
 over the model object), results kept per task in the run's eval.json.
 
@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from gptlab.errors import ConfigError
-from gptlab.interop.hf import to_hf
+from gptlab.interop.hf import to_hf_model
 from gptlab.interop.tokenizer import to_hf_tokenizer
 from gptlab.state.rundir import LOCK_FILE, check_output, load_trained, lock_held
 from gptlab.util.extras import require
@@ -50,7 +50,7 @@ def _lm(model, tokenizer, batch_size: int):
 
     logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)  # "an already-initialized model": meant
 
-    hf_model = to_hf(model.float(), tokenizer.eot_id)  # the refusal of an architecture GPT-2 cannot express
+    hf_model = to_hf_model(model.float(), tokenizer.eot_id)  # GPT-2 or Llama, else refused in one line
     hf_tokenizer = to_hf_tokenizer(tokenizer)
     if hf_tokenizer.pad_token is None:  # batches pad on the right; padded positions are never scored
         hf_tokenizer.pad_token = hf_tokenizer.eos_token or hf_tokenizer.convert_ids_to_tokens(0)

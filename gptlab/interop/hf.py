@@ -11,6 +11,8 @@ Every other choice is either mapped exactly or refused in one line naming it:
   the same attention); model.dropout -> embd_pdrop and resid_pdrop, attention.dropout -> attn_pdrop.
 - refused: position=rope/alibi, norm=rmsnorm, norm.placement=post, mlp=swiglu/none, attention.n_kv_head < n_head
   (GQA/MQA), attention.window, attention.qk_norm, mlp.dropout > 0 (GPT-2 has no dropout inside its MLP).
+  `hf_architecture` / `to_hf_model` then try Hugging Face's Llama (gptlab/interop/llama.py: rope + rmsnorm + swiglu,
+  any n_kv_head) and refuse in one line naming what neither can express.
 
 Coming in (`train.init_from=hf:...`), the run's config must describe the HF model: sizes, epsilon and activation
 equal, GPT-2's attention scaling, position=learned; HF biases or an untied head that the run cannot hold are refused
@@ -27,6 +29,7 @@ from typing import Any
 import torch
 
 from gptlab.errors import ConfigError
+from gptlab.interop.llama import llama_config, to_llama
 from gptlab.interop.tokenizer import check_same
 from gptlab.model.attention.gqa import GroupedQueryAttention
 from gptlab.model.gpt import GPT
@@ -226,6 +229,25 @@ def to_hf(model: GPT, eot_id: int | None = None):
     return hf.float().eval()
 
 
+def hf_architecture(model: GPT) -> str:
+    """'gpt2', else 'llama' (gptlab/interop/llama.py): the HF architecture computing `model`; a one-line refusal naming
+    the choices neither can express."""
+    try:
+        gpt2_config(model)
+        return "gpt2"
+    except ConfigError as gpt2_refusal:
+        try:
+            llama_config(model)
+            return "llama"
+        except ConfigError as llama_refusal:
+            raise ConfigError(f"{gpt2_refusal}; and {llama_refusal}") from None
+
+
+def to_hf_model(model: GPT, eot_id: int | None = None):
+    """`model` as the HF model that computes it: GPT2LMHeadModel where GPT-2 can express it, else LlamaForCausalLM."""
+    return to_hf(model, eot_id) if hf_architecture(model) == "gpt2" else to_llama(model, eot_id)
+
+
 def _hf_field(config, name: str):
     value = getattr(config, name)
     return 4 * config.n_embd if name == "n_inner" and value is None else value
@@ -353,6 +375,8 @@ def init_state(source: str, model: GPT, tokenizer, key: str = "train.init_from")
 
 def export_notes(model: GPT) -> list[str]:
     """What the HF GPT-2 form of `model` writes differently from gptlab's (same logits, other parameters)."""
+    if hf_architecture(model) == "llama":
+        return ["written as Hugging Face Llama (LlamaForCausalLM): rope, rmsnorm, swiglu are not GPT-2's"]
     notes = []
     if isinstance(model.position, SinusoidalPosition):
         notes.append(
