@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key} = {value:.4f}")
     print(args.run_dir / EVAL_FILE)
     if not args.no_wandb:
-        print(_wandb(args.run_dir, metrics))
+        try:
+            print(_wandb(args.run_dir, metrics))
+        except ConfigError as err:  # e.g. an online run resumed where no W&B key is configured
+            print(f"W&B: not logged ({err}); eval.json has the results")
     return 0
 
 
