@@ -300,3 +300,11 @@ def test_the_floor_s_memory_spread_is_the_limit(tmp_path, monkeypatch, capsys):
     doc, _ = _compare(tmp_path, root, capsys)
     assert plain["rows"][0]["mem_varies"] is False and doc["rows"][0]["mem_varies"] is True
     assert doc["rows"][1]["mem_varies"] is False  # equal peaks are never flagged
+
+
+def test_runs_that_are_not_one_config_give_no_floor(tmp_path):
+    sweep = _aa_sweep(tmp_path / "aa", AA)
+    _provenance(write_run(sweep / "aa2" / "seed2", seed=2, leaves={"arm": "aa2", "mlp.ratio": 2}))
+    with pytest.raises(ConfigError, match=r"differs from .* in mlp.ratio: an A/A's runs must be one config"):
+        measure_sweep(sweep, tmp_path / "cache")
+    assert not (tmp_path / "cache" / FLOOR_FILE).exists()

@@ -162,6 +162,26 @@ def _conditions(runs: list[Run], tps: list[float]) -> dict[str, Any]:
     }
 
 
+def _check_identical(runs: list[Run], sweep_dir: Path) -> None:
+    """ConfigError unless every run has one config (seed and bookkeeping keys such as arm aside)."""
+    from gptlab.compare.group import is_bookkeeping
+    from gptlab.util.tree import flatten
+
+    def key(run: Run) -> dict:
+        flat = flatten(run.config, empty_as_leaf=True)
+        return {k: v for k, v in flat.items() if k != "seed" and not is_bookkeeping(k)}
+
+    first = key(runs[0])
+    for run in runs[1:]:
+        other = key(run)
+        differs = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+        if differs:
+            raise ConfigError(
+                f"{sweep_dir}: {run.path} differs from {runs[0].path} in {', '.join(differs[:3])}: an A/A's runs must "
+                "be one config"
+            )
+
+
 def measure(runs: list[Run], sweep_dir: Path, now: float | None = None) -> Floor:
     """The floor of an A/A sweep's finished runs (grouped by their `arm`); ConfigError when they cannot give one."""
     runs = [r for r in runs if r.status == "finished"]
@@ -170,6 +190,8 @@ def measure(runs: list[Run], sweep_dir: Path, now: float | None = None) -> Floor
         raise ConfigError(
             f"{sweep_dir}: the A/A runs must all record one machine in provenance.json (found {sorted(map(str, machines))})"
         )
+    if runs:
+        _check_identical(runs, sweep_dir)
     arms: dict[str, list[Run]] = {}
     for r in runs:
         arms.setdefault(str(r.config.get("arm")), []).append(r)
