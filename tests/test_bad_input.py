@@ -281,7 +281,9 @@ def check(result: dict, row: Row, values: dict) -> list[str]:
         problems.append(f"exit code {result['code']}, expected {row.code}")
     if not last.startswith("error: ") or needle not in last:
         problems.append(f"last stderr line {last!r} lacks 'error: ...{needle}...'")
-    progress = [line for line in lines[:-1] if line.startswith(("step ", "stopped at step "))]  # a run that started
+    progress = [  # a run that started and then failed (exit 1, e.g. a full disk) has printed its progress lines
+        line for line in lines[:-1] if row.code == 1 and line.startswith(("step ", "stopped at step "))
+    ]
     if len(lines) != 1 + len(progress) or "Traceback" in result["stderr"]:
         problems.append("stderr is not one error line: " + result["stderr"][-1500:])
     if result["changed"]:

@@ -66,8 +66,8 @@ def _factory(cfg: DictConfig, group: str, drop: tuple[str, ...] = ()):
 def _check_keys(group: str, factory: functools.partial) -> None:
     """Refuse config keys the factory cannot take, before anything is built: `attention.widnow=4` is a typo."""
     params = inspect.signature(factory.func).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
+    if any(p.kind is p.VAR_KEYWORD and not p.name.startswith("_") for p in params.values()):
+        return  # **kwargs passed on; a `**_ignored` catch-all (a sink's run-time extras) reads no config key
     unknown = sorted(set(factory.keywords) - set(params))
     if unknown:
         keys = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.default is not p.empty]

@@ -447,6 +447,130 @@ TABLE = [
         2,
         "dangling.txt' is a broken symlink (its target '{s}/missing.txt' does not exist)",
     ),
+    # accepted but inert: a key given on the command line that cannot act under the chosen options is refused, naming
+    # the key, what makes it inert and what to do (gptlab/config/noop.py); a key a choice's constructor does not take
+    # (another schedule's knob) is refused by its signature
+    Row(
+        "constant-min-lr-ratio",
+        ["schedule=constant", "schedule.min_lr_ratio=0.5"],
+        2,
+        "schedule.min_lr_ratio: not a key of schedule=constant; allowed here: warmup_steps",
+    ),
+    Row(
+        "constant-min-lr-ratio-appended",
+        ["schedule=constant", "+schedule.min_lr_ratio=0.5"],
+        2,
+        "schedule.min_lr_ratio: not a key of this schedule choice (Constant); allowed: warmup_steps",
+    ),
+    Row(
+        "cosine-decay-fraction",
+        ["schedule=cosine", "schedule.decay_fraction=0.5"],
+        2,
+        "schedule.decay_fraction: not a key of schedule=cosine; allowed here: warmup_steps, min_lr_ratio",
+    ),
+    Row(
+        "cosine-decay-fraction-appended",
+        ["+schedule.decay_fraction=0.5"],
+        2,
+        "schedule.decay_fraction: not a key of this schedule choice (Cosine); allowed: warmup_steps, min_lr_ratio",
+    ),
+    Row(
+        "global-every-without-window",
+        ["attention.global_every=2"],
+        2,
+        "attention.global_every=2 has no effect without attention.window (attention=mha): every layer is full "
+        "attention; for global layers between windowed ones use attention=hybrid; or drop attention.global_every",
+    ),
+    Row(
+        "global-layers-with-gqa",
+        ["attention=gqa", "attention.n_kv_head=2", "attention.global_layers=[0]"],
+        2,
+        "attention.global_layers=[0] has no effect without attention.window (attention=gqa)",
+    ),
+    Row(
+        "spike-dump-without-factor",
+        ["train.spike_dump=true"],
+        2,
+        "train.spike_dump=true has no effect with train.spike_factor=null (spike detection off); set "
+        "train.spike_factor (> 1, e.g. 3); or drop train.spike_dump",
+    ),
+    Row(
+        "spike-window-without-factor",
+        ["train.spike_window=9"],
+        2,
+        "train.spike_window=9 has no effect with train.spike_factor=null",
+    ),
+    Row(
+        "temperature-without-sample",
+        ["sample.temperature=0.5"],
+        2,
+        "sample.temperature=0.5 has no effect with sample.tokens=0 (no sample is drawn); set sample.tokens > 0",
+    ),
+    Row(
+        "top-k-when-greedy",
+        ["sample.tokens=5", "sample.temperature=0", "sample.top_k=3"],
+        2,
+        "sample.top_k=3 has no effect with sample.temperature=0 (greedy: always the most likely token)",
+    ),
+    Row(
+        "bpe-vocab-under-char",
+        ["data.bpe_vocab_size=500"],
+        2,
+        "data.bpe_vocab_size=500 has no effect with data.tokenizer=char (settings of the BPE fit); use data.tokenizer=bpe",
+    ),
+    Row(
+        "reshard-without-fsdp",
+        ["hardware=fsdp_cpu", "hardware.strategy=ddp", "hardware.reshard_after_forward=false"],
+        2,
+        "hardware.reshard_after_forward=false has no effect without FSDP (hardware.strategy=ddp, distributed=true)",
+    ),
+    Row("tf32-on-cpu", ["+hardware.tf32=false"], 2, "hardware.tf32=false has no effect on hardware.device=cpu"),
+    Row(
+        "logger-key-not-selected",
+        ["+logger.csv.filename=a.csv"],
+        2,
+        "logger.csv.filename: logger csv is not selected (logger=none), so nothing reads it; select it",
+    ),
+    Row(
+        "probe-key-not-selected",
+        ["+probes.recall.queries=3"],
+        2,
+        "probes.recall.queries: probes recall is not selected (probes=none), so nothing reads it",
+    ),
+    # `+` keys nothing reads, in every group: refused like unknown keys
+    Row("appended-root-mapping", ["+foo.bar=1"], 2, "foo: not a config key; allowed: arm, attention,"),
+    Row("appended-data-key", ["+data.foo=1"], 2, "data.foo: not a key of this data choice (ShakespeareData)"),
+    Row(
+        "appended-key-of-another-optimizer",
+        ["+optimizer.momentum=0.9"],
+        2,
+        "optimizer.momentum: not a key of this optimizer choice (adamw)",
+    ),
+    Row(
+        "appended-schedule-typo",
+        ["+schedule.warmup=5"],
+        2,
+        "schedule.warmup: not a key of this schedule choice (Cosine) (did you mean schedule.warmup_steps?)",
+    ),
+    Row(
+        "appended-logger-key",
+        ["logger=csv", "+logger.csv.flush=1"],
+        2,
+        "logger.csv.flush: not a key of this logger.csv choice",
+    ),
+    Row(
+        "appended-key-of-another-position",
+        ["position=learned", "+position.base=500"],
+        2,
+        "position.base: not a key of this position choice (LearnedPosition)",
+    ),
+    Row(
+        "appended-key-of-another-mlp",
+        ["+mlp.match_params=true"],
+        2,
+        "mlp.match_params: not a key of this mlp choice (GeluMLP)",
+    ),
+    Row("appended-norm-key", ["+norm.bias=true"], 2, "norm.bias: not a key of this norm choice (rmsnorm)"),
     # resume
     Row(
         "resume-missing-file",
