@@ -59,6 +59,8 @@ def gpu_probe(fake_cuda, monkeypatch):
     monkeypatch.setattr(peak, "measure_gpu_matmul_peak", measured)
     monkeypatch.setattr(peak, "NVML_PERIOD_S", 0.0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    # with a CUDA build of torch (the floor-version venv's), an optimizer step asks the real runtime about graph capture
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     fake_cuda.utilization = 0
     monkeypatch.setattr(torch.cuda, "utilization", lambda device=None: fake_cuda.utilization)
     return measured
