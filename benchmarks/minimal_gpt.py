@@ -100,7 +100,7 @@ def plain_loop(model, loss_of, optimizer, batches, autocast, log: int, lr: float
 
 
 def sizes(bench: Bench) -> dict:
-    full = dict(layers=4, d=768, heads=12, T=512, B=4, steps=30, warm=10, log=5, rounds=3, wait=10)
+    full = dict(layers=4, d=768, heads=12, T=512, B=4, steps=24, warm=8, log=4, rounds=3, wait=10)
     quick = dict(layers=2, d=64, heads=4, T=64, B=4, steps=12, warm=4, log=4, rounds=1, wait=0)
     return bench.pick(full, quick)
 
