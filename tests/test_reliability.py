@@ -331,7 +331,6 @@ def val_rows(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["val/loss"]) for r in rows(run_dir) if "val/loss" in r]
 
 
-@pytest.mark.slow  # five short runs (~20 s on 2 busy cores)
 def test_a_resume_that_ends_at_its_checkpoint_step_reports_that_steps_val_loss(tmp_path):
     """schedule=constant may be cut short: train.resume=<step-6 checkpoint> train.max_steps=6 trains nothing, and its
     final val loss is step 6's (that of a straight 6-step run), not the step-4 eval the checkpoint last saw."""
