@@ -55,6 +55,7 @@ def from_doc(doc, where: str):
             f"run trained with; restore it from a copy of the run"
         )
     name = spec.get("name")
+    tok: CharTokenizer | ByteTokenizer | GPT2Tokenizer | BPETokenizer
     if name == "char":
         tok = CharTokenizer(spec["chars"])
     elif name == "byte":
