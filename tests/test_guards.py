@@ -197,3 +197,17 @@ def test_speculative_out_never_lands_on_a_runs_own_files(tmp_path):
     )
     assert one_line_refusal(done).startswith(f"error: --out={run / 'summary.json'}: that is the run dir {run}'s own")
     assert snapshot(run) == before
+
+
+def test_compare_out_never_lands_inside_a_runs_own_folders(tmp_path):
+    from gptlab.cli.compare import out_dir
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "provenance.json").write_text("{}\n")
+    with pytest.raises(ConfigError) as err:
+        out_dir(str(run / "checkpoints"), str(run), [run])
+    assert str(err.value).startswith(
+        f"--out={run / 'checkpoints' / 'comparison.json'}: that is the run dir {run}'s own"
+    )
+    assert out_dir(str(run / "reports"), str(run), [run]) == run / "reports"  # beside the run's files: allowed
