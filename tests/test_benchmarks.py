@@ -123,7 +123,7 @@ def test_bad_arguments_fail_in_one_line_and_write_nothing(tmp_path):
     )
     assert proc.returncode == 2 and not (tmp_path / "out").exists()
     assert proc.stderr.strip().splitlines() == [
-        "error: --only: unknown section 'nosuch'; allowed: overhead, throughput, ablation, quality, startup, scaling"
+        "error: --only: unknown section 'nosuch'; allowed: overhead, throughput, ablation, quality, startup, scaling, minimal_gpt"
     ]
     target = tmp_path / "file"
     target.write_text("keep")
