@@ -118,3 +118,15 @@ def test_a_matched_run_records_its_knob_and_residual(tmp_path):
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())["match"]
     assert on_disk["resolved"] == record["resolved"]
     assert json.loads((tmp_path / "run" / "provenance.json").read_text())["match"]["residual"] == record["residual"]
+
+
+def test_a_checkpoint_from_before_the_match_keys_resumes():
+    """The keys' defaults equal their absence, so a run saved before they existed is the same config."""
+    from gptlab.config.build import plain_config
+    from gptlab.state.resume import differences
+
+    now = plain_config(compose(SMALL))
+    before = {**now, "model": {k: v for k, v in now["model"].items() if not k.startswith("match")}}
+    assert differences({"config": before}, {"config": now}) == []
+    matched_now = plain_config(compose([*SMALL, "model.match=params"]))
+    assert differences({"config": before}, {"config": matched_now}) == ["model.match=<absent> there, params here"]

@@ -40,7 +40,8 @@ class MatchSettings:
     """The model.match* keys (the schema of these three `model.*` keys; the GPT itself never sees them)."""
 
     match: str | None = field(default=None, metadata=rule(check=OneOf((None, *MODES))))
-    match_knob: str = field(default="mlp", metadata=rule(check=OneOf(KNOBS)))
+    # null = mlp: the key's absence (a run from before it existed) and its default are one config, so resume agrees
+    match_knob: str | None = field(default=None, metadata=rule(check=OneOf((None, *KNOBS))))
     match_to: list[str] | None = field(default=None, metadata=rule(check=Text(null=True, many=True)))
 
 
@@ -68,7 +69,7 @@ def settings(cfg: DictConfig) -> MatchSettings:
     to = node.get("match_to")
     return MatchSettings(
         match=node.get("match"),
-        match_knob=node.get("match_knob", "mlp"),
+        match_knob=node.get("match_knob") or "mlp",
         match_to=[to] if isinstance(to, str) else (list(to) if to is not None else None),
     )
 
@@ -176,11 +177,12 @@ def _words(mode: str, value: float) -> str:
 def solve(cfg: DictConfig, s: MatchSettings, measure: Measure, defaults: Defaults) -> tuple[DictConfig, dict]:
     """The sizing with the knob re-solved, and the record of it (summary.json `match`)."""
     assert s.match is not None
+    knob = s.match_knob or "mlp"
     own = _unmatched(sizing(cfg))
     base = baseline(cfg, s, defaults)
     base_costs, own_costs = measure(base), measure(own)
     target = float(getattr(base_costs, s.match))
-    g = grid(own, s.match_knob)
+    g = grid(own, knob)
     i = _first_at_or_above(g, own, measure, s.match, target)
     above = _cost(measure, g.apply(own, i), s.match) if i < len(g.values) else None
     below = _cost(measure, g.apply(own, i - 1), s.match) if i > 0 else None
@@ -201,13 +203,13 @@ def solve(cfg: DictConfig, s: MatchSettings, measure: Measure, defaults: Default
     got = measure(resolved)
     if got.fingerprint == base_costs.fingerprint and own_costs.fingerprint != base_costs.fingerprint:
         raise ConfigError(
-            f"model.match={s.match} with model.match_knob={s.match_knob} re-solves this arm into its baseline (the "
-            f"knob is the arm's own change); allowed: another model.match_knob ({', '.join(k for k in KNOBS if k != s.match_knob)})"
+            f"model.match={s.match} with model.match_knob={knob} re-solves this arm into its baseline (the "
+            f"knob is the arm's own change); allowed: another model.match_knob ({', '.join(k for k in KNOBS if k != knob)})"
         )
     residual = cost - target
     record: dict[str, Any] = {
         "mode": s.match,
-        "knob": s.match_knob,
+        "knob": knob,
         "key": g.key,
         "configured": OmegaConf.select(own, g.key),
         "resolved": g.setting(own, chosen),
