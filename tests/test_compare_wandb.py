@@ -105,7 +105,8 @@ def test_wandb_without_key_logs_offline_links_runs_and_native_charts(tmp_path, c
     sweep = _sweep(tmp_path)
     rc, out, err = _run([sweep, "--out", tmp_path / "out", "--wandb"], capsys)
     assert rc == 0, err
-    assert "warning" not in err
+    # the fixture's seeds differ in peak memory on purpose (its W&B table is checked below): that flag, nothing else
+    assert [line for line in err.splitlines() if "peak memory varies" not in line] == [], err
     folder = Path(re.search(r"upload later with: wandb sync (\S+)", out).group(1))
     folders = " ".join(f"{sweep}/{j}/wandb/offline-run-1-sum{j}" for j in (0, 2, 4))  # as summary.json lists them
     assert f"W&B: 3 offline folders of the compared runs; upload them with: wandb sync {folders}\n" in out
@@ -218,7 +219,9 @@ def test_online_start_failure_falls_back_offline_with_one_warning(tmp_path, caps
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)  # auto -> online, which fails without touching the network
     rc, out, err = _run([_sweep(tmp_path), "--out", tmp_path / "out", "--wandb"], capsys)
     assert rc == 0
-    assert err.strip().splitlines() == ["warning: W&B online start failed (api unreachable); logging offline instead"]
+    assert [line for line in err.strip().splitlines() if "peak memory varies" not in line] == [
+        "warning: W&B online start failed (api unreachable); logging offline instead"
+    ]
     assert re.search(r"upload later with: wandb sync \S+offline-run-", out)
 
 

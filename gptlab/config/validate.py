@@ -45,13 +45,20 @@ def _checkpoints(cfg: DictConfig) -> None:
 
 
 def _attention_name(cfg: DictConfig) -> None:
-    """attention=mha / mqa must be what they say: a dashboard grouped by choice/attention would mix in GQA."""
+    """attention=mha / gqa / mqa must be what they say (full attention; mha and mqa their KV heads): a dashboard
+    grouped by choice/attention would mix in GQA or sliding windows."""
     from gptlab.config.build import group_choices
 
     try:
         choice = group_choices(cfg).get("attention")
     except ValueError:  # composed without Hydra's runtime config (a hand-made cfg): nothing to compare
         return
+    window = OmegaConf.select(cfg, "attention.window")
+    if choice in ("mha", "gqa", "mqa") and window is not None:  # else a run named mha trains sliding attention
+        raise ConfigError(
+            f"attention.window={window} makes attention={choice} a sliding window; allowed with {choice}: null, or "
+            f"attention=sliding attention.window={window} (attention=hybrid for global layers)"
+        )
     n_kv, n_head = OmegaConf.select(cfg, "attention.n_kv_head"), cfg.model.n_head
     meant = {"mha": (None, n_head), "mqa": (1,)}.get(str(choice))
     if meant is not None and n_kv not in meant:

@@ -137,6 +137,12 @@ TABLE = [
         "attention.n_kv_head=1 contradicts attention=mha (allowed: null or 4); for 1 KV heads use attention=gqa",
     ),
     Row(
+        "window-on-full-attention",
+        ["attention=gqa", "attention.n_kv_head=2", "attention.window=32"],
+        2,
+        "attention.window=32 makes attention=gqa a sliding window; allowed with gqa: null, or attention=sliding",
+    ),
+    Row(
         "csv-over-metrics",
         ["logger=csv", "logger.csv.filename=metrics.jsonl"],
         2,
