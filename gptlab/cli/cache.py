@@ -9,6 +9,7 @@ token builds (`tokens/<key>.partial`), cached hub-source descriptions (`sources/
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shutil
@@ -37,6 +38,11 @@ class Entry:
     corpus: str = ""
     tokenizer: str = ""
     tokens: int | None = None
+
+
+def _refuse(prog: str, message: str):
+    """A subcommand's argparse error as one line (its own parser would print a usage block)."""
+    fail(f"{prog}: {message}")
 
 
 def _size(path: Path) -> int:
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     rm.add_argument("key")
     prune = sub.add_parser("prune", help="remove entries not used for a while")
     for command in (listing, rm, prune):  # a subcommand's own parser prints its usage block otherwise
-        command.error = lambda message, name=command.prog: fail(f"{name}: {message}")  # type: ignore[method-assign]
+        command.error = functools.partial(_refuse, command.prog)  # type: ignore[method-assign]
     prune.add_argument("--older-than", required=True, help="e.g. 30d, 12h")
     prune.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
     args = parser.parse_args(argv)

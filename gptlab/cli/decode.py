@@ -116,7 +116,7 @@ def check_read(cfg: DictConfig, overrides: list[str]) -> None:
     from gptlab.config.schema import check_root_keys, root_keys
 
     check_root_keys(cfg)
-    own = tuple(k for k in cfg if k not in root_keys("train"))  # run, batch_sizes, contexts, ...
+    own = tuple(str(k) for k in cfg if k not in root_keys("train"))  # run, batch_sizes, contexts, ...
     unread = unread_overrides(overrides, (*MODEL_KEYS, *READS, *own))
     if unread:
         raise ConfigError(

@@ -166,7 +166,7 @@ READS_CHOICE = ("optimizer",)
 
 def unread_warning(cfg: DictConfig, overrides: list[str]) -> str | None:
     """One line naming the overrides no figure of the report depends on (None when every one counts)."""
-    own = tuple(k for k in cfg if k not in root_keys("train"))  # mode, batch_size, seq_len, gpu, ...
+    own = tuple(str(k) for k in cfg if k not in root_keys("train"))  # mode, batch_size, seq_len, gpu, ...
     unread = unread_overrides(overrides, (*READS, "train.grad_accum", *own), READS_CHOICE)
     if not unread:
         return None

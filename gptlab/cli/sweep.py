@@ -257,7 +257,9 @@ def check_extra(extra: list[str], lr_grid: bool, spec: dict) -> None:
     one that composes with nothing (a typo would fail every arm): one line, before anything is planned."""
     for override in extra:
         key = override.lstrip("+~").split("=", 1)[0]
-        why = PER_RUN.get(key) or ("from the lr grid; drop it, or drop the grid" if lr_grid and key == "optimizer.lr" else None)
+        why = PER_RUN.get(key) or (
+            "from the lr grid; drop it, or drop the grid" if lr_grid and key == "optimizer.lr" else None
+        )
         if why:
             raise ConfigError(f"{override}: gptlab-sweep sets {key} for each run itself ({why})")
     runs = [o for o in extra if not is_launch_setting(o)]

@@ -237,12 +237,14 @@ def load_run(path: Path) -> Run:
 def _evals(path: Path) -> dict[str, Any]:
     """eval.json (gptlab-eval's lm-evaluation-harness results), each metric checked to be a number or null."""
     record = _read_json(path)
-    tasks = record.get("tasks") if isinstance(record.get("tasks"), dict) else {}
-    for task, entry in tasks.items():
+    tasks = record.get("tasks")
+    for task, entry in (tasks if isinstance(tasks, dict) else {}).items():
         metrics = entry.get("metrics") if isinstance(entry, dict) else None
         for key, value in (metrics or {}).items() if isinstance(metrics, dict) else [("metrics", metrics)]:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ConfigError(f"{path}: task {task} {key}={value!r} is not a number (a damaged or hand-edited file?)")
+                raise ConfigError(
+                    f"{path}: task {task} {key}={value!r} is not a number (a damaged or hand-edited file?)"
+                )
     return record
 
 

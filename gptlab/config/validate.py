@@ -41,7 +41,9 @@ def _checkpoints(cfg: DictConfig) -> None:
             raise ConfigError(f"train.init_from='{init_from}': name a Hugging Face model after hf: (hf:gpt2, hf:DIR)")
         require("transformers", "hf", f"train.init_from={init_from}")
     elif init_from is not None and not _is_checkpoint(Path(str(init_from))):
-        raise ConfigError(f"train.init_from='{init_from}': not an existing checkpoint file or .dcp dir, hf:<Hugging Face model> (or null)")
+        raise ConfigError(
+            f"train.init_from='{init_from}': not an existing checkpoint file or .dcp dir, hf:<Hugging Face model> (or null)"
+        )
 
 
 def _attention_name(cfg: DictConfig) -> None:

@@ -169,7 +169,8 @@ def sweep_status(
     for arm, seeds in (arms or {}).items():
         for seed in seeds:
             grid: list[float | None] = list(lrs) if lrs else [None]
-            for lr, rung in [(lr, rung) for lr in grid for rung in (rungs or [None])]:
+            ladder: list[str | None] = list(rungs) if rungs else [None]
+            for lr, rung in [(lr, rung) for lr in grid for rung in ladder]:
                 run = PlannedRun(arm, seed, (), lr, rung)
                 if run.name not in seen:
                     entry = {"name": run.name, "arm": arm, "seed": seed, "subdir": run.subdir()}
