@@ -105,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     peaks = results.get("throughput", {}).get("peaks", {})
     meta |= {"bf16_probe_min": peaks.get("bf16_peak_flops_min"), "bf16_probe_max": peaks.get("bf16_peak_flops_max")}
-    doc = strict_json({"meta": meta, "sections": results})
     args.out.mkdir(parents=True, exist_ok=True)
+    doc = report.merged(args.out / "benchmarks.json", strict_json(meta), strict_json(results), bool(args.only))
     (args.out / "benchmarks.json").write_text(json.dumps(doc, indent=1) + "\n")
     page = args.out / "BENCHMARKS.md"
     old = page.read_text() if page.is_file() else ""
-    page.write_text(report.markdown(doc) + report.kept_sections(old, set(results)))  # the others are kept
+    head = old.split("\n## ")[0] if args.only and old else None  # a partial run keeps the full run's header
+    page.write_text(report.markdown(doc, set(results), head) + report.kept_sections(old, set(results)))
     print(f"wrote {args.out / 'BENCHMARKS.md'} and {args.out / 'benchmarks.json'} in {meta['wall_s'] / 60:.1f} min")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -95,10 +95,12 @@ def read_json(path: Path) -> dict:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The rows of a metrics.jsonl."""
+    """The rows of a metrics.jsonl, under today's metric names (gptlab/util/metric_names.py)."""
+    from gptlab.util.metric_names import canonical
+
     if not path.is_file():
         raise BenchError(f"{path}: missing (the run wrote no metrics)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [canonical(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
 
 
 def median(values) -> float | None:

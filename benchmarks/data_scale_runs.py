@@ -111,7 +111,7 @@ def _start(bench: Bench, out: Path, extra: list[str], env: dict) -> dict:
         **res,
         "setup_s": res["first_step_s"] - row["wall_s"],
         "loop_s": row["wall_s"],
-        "step_ms": row["step_ms"],
+        "step_ms": row["perf/step_ms"],
         "summary": read_json(run / "summary.json"),
     }
 

@@ -72,7 +72,7 @@ def platform_round(bench: Bench, s: dict, out) -> dict:
     run(bench, gptlab("train") + args)
     rows = [r for r in read_rows(run_dir / "metrics.jsonl") if "train/loss" in r]
     result = summarise(rows, s["log"], s["eval"])
-    result["loop_step_ms"] = median(r["step_ms"] for r in rows[1:])  # the loop's own step_ms figure
+    result["loop_step_ms"] = median(r["perf/step_ms"] for r in rows[1:])  # the loop's own perf/step_ms figure
     return result
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from benchmarks import ablation, minimal_gpt, overhead, quality, scaling, startup, throughput
 
 TITLES = {
@@ -244,14 +247,49 @@ def _contention(res: dict) -> str:
     )
 
 
-def markdown(results: dict) -> str:
-    """The whole BENCHMARKS.md page."""
-    parts = [header(results["meta"])]
+def merged(path: Path, meta: dict, results: dict, partial: bool) -> dict:
+    """benchmarks.json after this run: a full run replaces it; a partial one (--only) replaces only its sections and
+    records their own provenance (section_meta), keeping the other sections, their figures and the page's header
+    (the full run's meta) as they were: a section is never shown under another run's date or commit."""
+    doc: dict = {"meta": meta, "sections": results, "section_meta": {}}
+    if partial and path.is_file():
+        old = json.loads(path.read_text())
+        doc = {
+            "meta": old.get("meta", meta),
+            "sections": {**old.get("sections", {}), **results},
+            "section_meta": {**old.get("section_meta", {}), **{name: meta for name in results}},
+        }
+    return doc
+
+
+def _provenance(meta: dict | None) -> str:
+    """The line under a section measured by another run than the page's header names."""
+    if not meta:
+        return ""
+    m = meta.get("machine", {})
+    commit = f"{m.get('git_commit')}{' + local changes' if m.get('git_dirty') else ''}"
+    return (
+        f"*Measured separately by `{meta['command']}` on {meta['date']} (gptlab {commit}; {m.get('cpu')}, bf16 "
+        f"{m.get('bf16', 'not recorded')}), not with the header's run.*"
+    )
+
+
+def markdown(results: dict, ran: set[str] | None = None, head: str | None = None) -> str:
+    """The BENCHMARKS.md page for `ran` (default: every section in results): the header of results' meta (or `head`,
+    an existing page's header kept verbatim by a partial run), then each section, with its own provenance line when
+    another run than the header's measured it."""
+    parts = [head.rstrip() if head is not None else header(results["meta"])]
     for name, title in TITLES.items():
         res = results["sections"].get(name)
-        if res is None:
+        if res is None or (ran is not None and name not in ran):
             continue
-        parts += [f"## {title}", TABLES[name](res), READINGS[name](res).strip() + _contention(res)]
+        own = _provenance(results.get("section_meta", {}).get(name))
+        parts += [
+            f"## {title}",
+            *([own] if own else []),
+            TABLES[name](res),
+            READINGS[name](res).strip() + _contention(res),
+        ]
     return "\n\n".join(parts) + "\n"
 
 

@@ -167,6 +167,27 @@ def test_regenerating_keeps_the_hand_written_sections():
     assert f"## {made}\n\nold figures" in kept and "## Associative recall" in kept
 
 
+def test_a_partial_run_keeps_the_other_sections_figures_and_the_pages_header(tmp_path):
+    """`--only X` replaces X's figures and says when and by what X was measured; the other sections' raw figures, the
+    full run's meta and the page header stay: no section is shown under another run's date or commit."""
+    import json
+
+    from benchmarks import report
+
+    full = {"command": "python -m benchmarks", "date": "2026-01-01 00:00 UTC", "machine": {"git_commit": "aaa"}}
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps({"meta": full, "sections": {"overhead": {"figures": 1}}}))
+    part = {"command": "python -m benchmarks --only minimal_gpt", "date": "2026-02-02 00:00 UTC"}
+    part["machine"] = {"git_commit": "bbb", "git_dirty": True, "cpu": "X", "bf16": "native"}
+    doc = report.merged(path, part, {"minimal_gpt": {"figures": 2}}, partial=True)
+    assert doc["meta"] == full and doc["sections"] == {"overhead": {"figures": 1}, "minimal_gpt": {"figures": 2}}
+    assert doc["section_meta"] == {"minimal_gpt": part}
+    assert report.merged(path, part, {"minimal_gpt": {}}, partial=False)["meta"] == part  # a full run replaces all
+    line = report._provenance(part)
+    assert line.startswith("*Measured separately by `python -m benchmarks --only minimal_gpt` on 2026-02-02")
+    assert "gptlab bbb + local changes; X, bf16 native" in line
+
+
 def test_the_minimal_gpt_is_gptlabs_architecture():
     """benchmarks/minimal_gpt.py's MinimalGPT, given gptlab's weights for the benchmark's config, computes the same
     fp32 loss: the side-by-side compares the same model, not a smaller one."""

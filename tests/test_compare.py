@@ -222,7 +222,7 @@ def test_html_opens_in_headless_chromium_without_console_errors(tmp_path, capsys
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ":CONSOLE" not in proc.stderr  # any console message (error, warning, log) would be listed here
-    assert "attention=gqa" in proc.stdout and proc.stdout.count("data:image/png;base64,") == 7
+    assert "attention=gqa" in proc.stdout and proc.stdout.count("data:image/png;base64,") == 8  # the 8 PNGs, inlined
 
 
 def test_labels_group_seeds_and_show_leaf_values(tmp_path, capsys):

@@ -268,7 +268,7 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
         ]
     # two choices vary: speed follows the run set's nested grouping (one line per attention x mlp combination)
     assert [(p[1], p[2], p[3], p[4]) for p in panels["speed and memory"]] == [
-        ("step", [m], None, "stddev") for m in ("tokens_per_s", "mfu", "peak_mem_bytes")
+        ("step", [m], None, "stddev") for m in ("perf/tokens_per_s", "perf/mfu", "mem/peak_bytes")
     ]
     runset = spec["spec"]["section"]["runSets"][0]
     assert [(f["key"]["name"], f["op"], f["value"]) for f in runset["filters"]["filters"]] == [

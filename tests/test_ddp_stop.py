@@ -80,8 +80,10 @@ def test_mfu_under_ddp_is_per_device(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     s = json.loads((run / "summary.json").read_text())
     for row in (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()):
-        if "mfu" in row:
-            assert row["mfu"] == pytest.approx(s["flops_per_token"] * row["tokens_per_s"] / 2 / 1e12, rel=1e-9)
+        if "perf/mfu" in row:
+            assert row["perf/mfu"] == pytest.approx(
+                s["flops_per_token"] * row["perf/tokens_per_s"] / 2 / 1e12, rel=1e-9
+            )
 
 
 @pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min

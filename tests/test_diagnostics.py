@@ -49,8 +49,8 @@ def test_every_key_for_every_layer_and_the_norms_combine_to_the_global_one(tmp_p
         assert all(math.isfinite(r[k]) for k in expected_keys(3))
         groups = {k for k in r if k.endswith("/grad_norm") and k.startswith("diag/")}
         combined = math.sqrt(sum(r[k] ** 2 for k in groups))  # every parameter is in exactly one group
-        assert combined == pytest.approx(r["grad_norm"], rel=1e-5)
-        assert all(0 < r[k] < 1 for k in r if k.endswith("/update_ratio")) and r["diag_ms"] > 0
+        assert combined == pytest.approx(r["train/grad_norm"], rel=1e-5)
+        assert all(0 < r[k] < 1 for k in r if k.endswith("/update_ratio")) and r["perf/diag_ms"] > 0
         assert all(r[f"diag/layer{i:02d}/attn/entropy"] >= 0 for i in range(3))
 
 

@@ -205,10 +205,10 @@ def test_run_on_an_unknown_gpu_starts_warns_once_and_mfu_uses_the_measured_peak(
         summary = run_inprocess(tmp_path / "run", "hardware.peak_flops=auto", steps=4, eval_interval=4)
     assert len(_warnings(caplog)) == 1 and UNKNOWN in _warnings(caplog)[0]
     assert summary["peak_flops"] == 49e12 and gpu_probe.calls == [(torch.float32, "cuda:0", False)]
-    logged = [r for r in rows(tmp_path / "run") if "mfu" in r]
+    logged = [r for r in rows(tmp_path / "run") if "perf/mfu" in r]
     assert len(logged) == 4
     for r in logged:
-        assert r["mfu"] == pytest.approx(summary["flops_per_token"] * r["tokens_per_s"] / 49e12, rel=1e-12)
+        assert r["perf/mfu"] == pytest.approx(summary["flops_per_token"] * r["perf/tokens_per_s"] / 49e12, rel=1e-12)
     assert f"{UNKNOWN} | torch" in (default_cache_dir() / peak.CACHE_FILE).read_text()
 
 

@@ -110,7 +110,7 @@ def test_init_from_trains_at_the_new_runs_own_lr(two_runs, tmp_path, optimizer):
     summary = run_inprocess(
         new, *flat, "optimizer.lr=3e-3", f"train.init_from={checkpoint.latest_path(source)}", steps=6, eval_interval=3
     )
-    lrs = [r["lr"] for r in rows(new) if "lr" in r]
+    lrs = [r["train/lr"] for r in rows(new) if "train/lr" in r]
     assert len(lrs) == 3 and all(lr == pytest.approx(3e-3) for lr in lrs), lrs
     assert summary["init_from"]["step"] == 3
 

@@ -21,7 +21,7 @@ from gptlab.train import loop
 from gptlab.train.loop import TrainingDiverged
 from helpers.train import rows, run_inprocess
 
-CURVE = ("train/loss", "grad_norm", "lr", "tokens", "val/loss")
+CURVE = ("train/loss", "train/grad_norm", "train/lr", "tokens", "val/loss")
 SYNCING = ("item", "__float__", "__int__", "__bool__", "tolist")
 
 
@@ -105,7 +105,7 @@ def test_no_synchronising_call_in_a_step_that_is_not_logged(tmp_path, monkeypatc
     for s in logged:  # one batch read (the figures' tolist) and one wait for the last timing event
         assert per_step[s].count("Tensor.tolist") == 1 and per_step[s].count("Event.synchronize") == 1
     assert summary["steps"] == 10 and summary["step_ms_median"] > 0
-    times = [r["step_ms"] for r in rows(tmp_path) if "step_ms" in r]
+    times = [r["perf/step_ms"] for r in rows(tmp_path) if "perf/step_ms" in r]
     assert len(times) == 3 and all(t > 0 for t in times)
 
 

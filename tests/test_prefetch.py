@@ -23,7 +23,7 @@ from helpers.train import rows, run_inprocess
 
 ARGS = ["train.grad_accum=2", "hardware.threads=1", "train.ckpt_interval=0"]  # 2 micro-batches of 4 per step
 B = 8  # train.batch_size in helpers.train.FAST
-CURVE = ("step", "train/loss", "val/loss", "grad_norm", "lr", "tokens")  # what must match exactly
+CURVE = ("step", "train/loss", "val/loss", "train/grad_norm", "train/lr", "tokens")  # what must match exactly
 
 
 def prefetch_threads() -> list[threading.Thread]:
@@ -96,7 +96,7 @@ def test_prefetch_on_and_off_train_bit_identically(pair):
 def test_data_wait_is_in_every_train_row_and_the_summary(pair):
     for run, summary in pair.values():
         train_rows = [r for r in rows(run) if "train/loss" in r]
-        assert all(0 <= r["data_ms"] <= r["step_ms"] for r in train_rows)  # part of the step time
+        assert all(0 <= r["perf/data_ms"] <= r["perf/step_ms"] for r in train_rows)  # part of the step time
         assert 0 <= summary["data_ms_median"] <= summary["step_ms_median"]
         assert json.loads((run / "summary.json").read_text())["data_ms_median"] == summary["data_ms_median"]
 

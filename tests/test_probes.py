@@ -202,7 +202,9 @@ def test_a_real_run_logs_probes_and_compare_reports_them_with_seed_statistics(tm
     evals = [r for r in rows(run) if "val/loss" in r]
     assert [r["step"] for r in evals] == [0, 2]
     keys = {k for k in evals[-1] if k.startswith("probe/")}
-    assert {"probe/recall/acc", "probe/induction/acc", "probe/length/4x/loss"} <= keys and evals[-1]["probe_ms"] > 0
+    assert {"probe/recall/acc", "probe/induction/acc", "probe/length/4x/loss"} <= keys and evals[-1][
+        "perf/probe_ms"
+    ] > 0
     summary = json.loads((run / "summary.json").read_text())
     assert {k: summary[k] for k in keys} == {k: evals[-1][k] for k in keys} and summary["probe_s"] > 0
     assert set(summary["probe_sets"]) == {"recall", "induction", "length"}

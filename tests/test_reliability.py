@@ -33,7 +33,7 @@ from helpers.train import FAST, rows, run_inprocess
 
 # 30 fp32 steps, a checkpoint after every step (so kills often land in a write), one torch thread
 KILL_ARGS = [*FAST, "train.max_steps=30", "train.eval_interval=5", "train.ckpt_interval=1", "hardware.threads=1"]
-CURVE = ("step", "train/loss", "val/loss", "grad_norm", "lr", "tokens")  # what must match exactly
+CURVE = ("step", "train/loss", "val/loss", "train/grad_norm", "train/lr", "tokens")  # what must match exactly
 TRIALS = 10
 
 

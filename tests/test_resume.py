@@ -150,9 +150,11 @@ def test_init_from_starts_a_new_run_with_the_configs_hyper_parameters(tmp_path):
         "tokens": old_eval["tokens"],
     }
     assert set(new_rows[0]) == {"step", "val/loss", "tokens", "wall_s", "flops"}  # an eval row: x-axes, the loss
-    lr_rows = [r for r in new_rows if "lr" in r]
+    lr_rows = [r for r in new_rows if "train/lr" in r]
     assert [r["step"] for r in lr_rows] == [7, 8, 9]
-    base_lr = lr_rows[0]["lr"] / 0.03  # the schedule factor at step 6 of 9, times the CONFIG's lr (not the file's)
+    base_lr = (
+        lr_rows[0]["train/lr"] / 0.03
+    )  # the schedule factor at step 6 of 9, times the CONFIG's lr (not the file's)
     assert 0 < base_lr <= 1
     record = summary["init_from"]
     assert (record["checkpoint"], record["step"], record["optimizer_state"]) == (str(ckpt), 6, True)

@@ -238,7 +238,7 @@ def test_progress_plain_lines_for_logs():
     assert bar.tty is False  # StringIO is not a terminal
     for step in range(1, 101):
         now[0] += 0.5  # 0.5 s per step
-        metrics = {"train/loss": 5.0 - step / 50, "tokens_per_s": 4100.0, "step_ms": 500.0}
+        metrics = {"train/loss": 5.0 - step / 50, "perf/tokens_per_s": 4100.0, "perf/step_ms": 500.0}
         if step == 50:
             metrics["val/loss"] = 4.2
         bar.log(metrics, step)

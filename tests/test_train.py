@@ -13,6 +13,7 @@ import torch
 
 from gptlab.config.build import build_data, compose
 from gptlab.optim.schedule import WSD, Constant, Cosine, Linear
+from gptlab.util.metric_names import AXES
 from helpers.cli import run_cli
 from helpers.model import choices
 from helpers.train import FAST, rows, run_inprocess, train_env
@@ -31,7 +32,9 @@ SUMMARY_KEYS = {
     "wall_s",
     "choices",
 }
-ROW_KEYS = {"train/loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu", "peak_mem_bytes"}
+ROW_KEYS = {
+    "train/loss", "train/lr", "train/grad_norm", "tokens", "perf/tokens_per_s", "perf/step_ms", "perf/mfu", "mem/peak_bytes",
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +90,10 @@ def test_wandb_offline_run_matches_local_files(default_run):
     records = [json.loads(line) for line in out.stdout.splitlines() if line.strip().startswith("{")]
     text = json.dumps(records)
     assert '"default"' in text  # the W&B group of a single run
-    assert "attention=mha" in text  # tags from the group choices
+    assert "attention=mha" not in text  # a default run has no tags (only non-default choices are tagged)
+    logged = {k for rec in records for item in _history_items(rec) for k in item if not k.startswith("_")}
+    assert {"train/lr", "train/grad_norm", "perf/tokens_per_s", "perf/step_ms", "perf/mfu", "mem/peak_bytes"} <= logged
+    assert all("/" in k or k in AXES for k in logged), sorted(logged)  # every metric in its section, beside the axes
     local = {r["step"]: r["val/loss"] for r in rows(run_dir) if "val/loss" in r}
     remote = {}
     for rec in records:
@@ -100,7 +106,7 @@ def test_wandb_offline_run_matches_local_files(default_run):
 def _history_items(record):
     """History rows from one `wandb leet inspect --json` record, whatever its nesting."""
     if isinstance(record, dict):
-        if "val/loss" in record:
+        if "val/loss" in record or "train/loss" in record:
             yield record
         for value in record.values():
             yield from _history_items(value)
@@ -154,7 +160,8 @@ def test_same_seed_twice_gives_identical_losses(tmp_path):
     run_inprocess(tmp_path / "a", "data=assoc_recall")
     run_inprocess(tmp_path / "b", "data=assoc_recall")
     strip = lambda rs: [
-        {k: v for k, v in r.items() if k in ("step", "train/loss", "val/loss", "val/acc", "grad_norm")} for r in rs
+        {k: v for k, v in r.items() if k in ("step", "train/loss", "val/loss", "val/acc", "train/grad_norm")}
+        for r in rs
     ]
     assert strip(rows(tmp_path / "a")) == strip(rows(tmp_path / "b"))
     assert any("val/acc" in r for r in rows(tmp_path / "a"))
@@ -188,7 +195,7 @@ def test_resume_continues_the_same_curve(tmp_path):
     assert first["status"] == "preempted" and first["steps"] == 4
     second = run_inprocess(part, steps=8, eval_interval=2)
     assert second["status"] == "finished" and second["steps"] == 8
-    keys = ("step", "train/loss", "val/loss", "grad_norm", "lr", "tokens")
+    keys = ("step", "train/loss", "val/loss", "train/grad_norm", "train/lr", "tokens")
     strip = lambda rs: [{k: r[k] for k in keys if k in r} for r in rs]
     assert strip(rows(part)) == strip(rows(full))
     assert second["final_val_loss"] == json.loads((full / "summary.json").read_text())["final_val_loss"]

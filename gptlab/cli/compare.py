@@ -25,7 +25,6 @@ from gptlab.compare.stats import ALPHA
 from gptlab.compare.sweeps import check_one_sweep, finished_runs
 from gptlab.compare.target import parse_target
 from gptlab.errors import ConfigError
-from gptlab.state.rundir import check_output
 from gptlab.util.extras import require
 from gptlab.util.io import atomic_write_text, strict_json
 
@@ -182,6 +181,8 @@ def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
         raise ConfigError(f"--out '{out}' exists and is not a directory")
     if out.is_dir() and (_is_run_dir(out) or out.resolve() in run_dirs):
         raise ConfigError(f"--out '{out}' is a run directory; choose a directory that holds no run files")
+    from gptlab.state.rundir import check_output  # here: the guard's module imports torch, compare itself never
+
     check_output(out / "comparison.json", "--out")  # never inside a run's own folders (checkpoints/, .hydra/, ...)
     return out
 

@@ -122,7 +122,7 @@ def speed_points(g: Group, limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[tupl
     """(tokens/s, under outside load) of each run that measured its speed: the table's per-seed values, in order."""
     out = []
     for run in g.runs:
-        value = speed.run_speed(run, "tokens_per_s_median", "tokens_per_s", stats.median)
+        value = speed.run_speed(run, "tokens_per_s_median", "perf/tokens_per_s", stats.median)
         if value is not None and math.isfinite(value) and value > 0:
             out.append((value, speed.loaded(run, limit)))
     return out

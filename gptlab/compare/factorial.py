@@ -60,7 +60,7 @@ def _table(runs: list[Run], factors: list[str]):
         if not isinstance(arm, str):
             raise ConfigError(f"{run.path}: no `arm` in its config; a factorial needs gptlab-sweep's arm names")
         levels = arm_levels(arm, factors)
-        speed = run_speed(run, "tokens_per_s_median", "tokens_per_s", median)
+        speed = run_speed(run, "tokens_per_s_median", "perf/tokens_per_s", median)
         rows.append(
             {
                 **{f"f{i}": levels[f] - 0.5 for i, f in enumerate(factors)},

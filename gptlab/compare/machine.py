@@ -46,7 +46,7 @@ def own_peak(run: Run) -> float | None:
 
 def recorded_mfu(run: Run) -> float | None:
     """The MFU the run recorded (summary mfu_median, else the median of its metrics' mfu)."""
-    return speed.run_speed(run, "mfu_median", "mfu", stats.median)
+    return speed.run_speed(run, "mfu_median", "perf/mfu", stats.median)
 
 
 def common_peak(runs: list[Run], given: float | None = None) -> Peak:

@@ -201,7 +201,7 @@ def measure(runs: list[Run], sweep_dir: Path, now: float | None = None) -> Floor
             f"{sweep_dir}: a noise floor needs >= {MIN_ARMS} identical arms x {MIN_SEEDS} finished seeds "
             f"(found {len(arms)} arms, {seeds} seeds in the smallest)"
         )
-    per_arm = {a: speed.per_run(v, "tokens_per_s_median", "tokens_per_s") for a, v in arms.items()}
+    per_arm = {a: speed.per_run(v, "tokens_per_s_median", "perf/tokens_per_s") for a, v in arms.items()}
     if any(len(v) != len(arms[a]) for a, v in per_arm.items()):
         raise ConfigError(f"{sweep_dir}: every A/A run must record its tokens/s")
     tps = [v for values in per_arm.values() for v in values]
@@ -218,7 +218,7 @@ def measure(runs: list[Run], sweep_dir: Path, now: float | None = None) -> Floor
         arms=len(arms),
         seeds=seeds,
         speed_sd=float(_log_sd(tps) or 0.0),
-        step_sd=_log_sd(speed.per_run(runs, "step_ms_median", "step_ms")),
+        step_sd=_log_sd(speed.per_run(runs, "step_ms_median", "perf/step_ms")),
         max_speedup=math.exp(max(means) - min(means)),
         loss_sd=loss_sd,
         same_seed_loss_gap=gap,

@@ -335,7 +335,7 @@ def _delta_figure(cmp: Comparison):
 def _memory_figure(cmp: Comparison):
     """Peak memory of each run (the table shows each group's max)."""
     values = [
-        [float(p) for r in g.runs if (p := speed.run_speed(r, "peak_mem_bytes", "peak_mem_bytes", max))]
+        [float(p) for r in g.runs if (p := speed.run_speed(r, "peak_mem_bytes", "mem/peak_bytes", max))]
         for g in cmp.groups
     ]
     if not any(values):

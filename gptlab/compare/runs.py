@@ -12,6 +12,7 @@ from typing import Any, cast
 import yaml
 
 from gptlab.errors import ConfigError
+from gptlab.util.metric_names import canonical
 
 RUN_MARKERS = ("summary.json", "metrics.jsonl", "decode.json")  # decode.json: gptlab-decode's measurements
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -139,7 +140,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                         f"{path}: two val/loss rows at step {rec['step']} (lines {first} and {i}): a damaged "
                         "metrics file (one run evaluates once per step); keep one of them or leave this run out"
                     )
-            records.append(rec)
+            records.append(canonical(rec))  # an older run's bare names (lr, tokens_per_s, ...) under today's
     return records
 
 
@@ -179,11 +180,12 @@ NUMERIC = (
     "outside_load",
     "val/loss",
     "train/loss",
-    "tokens_per_s",
-    "step_ms",
-    "mfu",
-    "lr",
-    "grad_norm",
+    "perf/tokens_per_s",
+    "perf/step_ms",
+    "perf/mfu",
+    "mem/peak_bytes",
+    "train/lr",
+    "train/grad_norm",
     "val/acc",
 )
 

@@ -43,9 +43,9 @@ TABLE_COLUMNS = [
 STAT_COLUMNS = ["label", "mean", "std", "min", "max", "n_seeds"]
 # Bar charts: metric -> (summary.json key, metrics.jsonl key, how one run's value is taken from its records).
 BAR_METRICS = {
-    "tokens_per_s": ("tokens_per_s_median", "tokens_per_s", stats.median),
-    "mfu": ("mfu_median", "mfu", stats.median),
-    "peak_mem_bytes": ("peak_mem_bytes", "peak_mem_bytes", max),
+    "tokens_per_s": ("tokens_per_s_median", "perf/tokens_per_s", stats.median),
+    "mfu": ("mfu_median", "perf/mfu", stats.median),
+    "peak_mem_bytes": ("peak_mem_bytes", "mem/peak_bytes", max),
 }
 MODES = ("auto", "online", "offline", "disabled")
 _SWEEP_CONTAINERS = {"sweeps", "multirun", "outputs", "runs"}

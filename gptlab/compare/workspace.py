@@ -21,7 +21,7 @@ from gptlab.util.tree import flatten
 
 SPEC_FILE = "workspace.json"
 LOSS_AXES = {"step": "step", "tokens": "tokens", "wall_s": "wall time (s)"}  # x-axis key -> its title
-SPEED_METRICS = {"tokens_per_s": "tokens/s", "mfu": "MFU", "peak_mem_bytes": "peak memory (bytes)"}
+SPEED_METRICS = {"perf/tokens_per_s": "tokens/s", "perf/mfu": "MFU", "mem/peak_bytes": "peak memory (bytes)"}
 ARM_KEY = "arm"  # the sweep arm: the grouping when neither a choice nor a config value differs
 
 

@@ -78,7 +78,7 @@ class ProgressSink:
         first_step, first_t = self._first
         done, elapsed = self._step - first_step, self._clock() - first_t
         if done <= 0 or elapsed <= 0:
-            step_ms = self._latest.get("step_ms")
+            step_ms = self._latest.get("perf/step_ms")
             return None if not step_ms else (self.total_steps - self._step) * step_ms / 1000.0
         return (self.total_steps - self._step) * elapsed / done
 
@@ -88,8 +88,8 @@ class ProgressSink:
         for key, label in (("train/loss", "loss"), ("val/loss", "val"), ("val/acc", "acc")):
             if self._latest.get(key) is not None:
                 parts.append(f"{label} {self._latest[key]:.4g}")
-        if self._latest.get("tokens_per_s") is not None:
-            parts.append(f"{self._latest['tokens_per_s']:,.0f} tok/s")
+        if self._latest.get("perf/tokens_per_s") is not None:
+            parts.append(f"{self._latest['perf/tokens_per_s']:,.0f} tok/s")
         eta = self.eta_s()
         if eta is not None:
             parts.append(f"eta {format_duration(eta)}")
@@ -161,7 +161,7 @@ class ProgressSink:
 
     def _fmt_tps(self) -> str:
         """tokens/s with thousands separators, or '-'."""
-        value = self._latest.get("tokens_per_s")
+        value = self._latest.get("perf/tokens_per_s")
         return "-" if value is None else f"{value:,.0f}"
 
     def summary(self, values: dict) -> None:

@@ -293,7 +293,7 @@ class _Loop:
                 "val/loss": ev["val/loss"],
                 **({"val/acc": ev["val/acc"]} if self.bundle.data.reports_accuracy else {}),
                 **probed,
-                **({"probe_ms": 1000 * probe_s} if probed else {}),
+                **({"perf/probe_ms": 1000 * probe_s} if probed else {}),
                 "tokens": p.tokens,
                 "wall_s": self.wall(),
                 "flops": p.tokens * self.bundle.ctx.flops_per_token,  # cumulative training FLOPs (the MFU model's)
@@ -390,17 +390,17 @@ class _Loop:
             row = {
                 "train/loss": loss,
                 **terms,  # extra loss terms (train/<name>) beside the cross-entropy
-                "lr": d.lr,
-                "grad_norm": grad_norm,
+                "train/lr": d.lr,
+                "train/grad_norm": grad_norm,
                 "tokens": d.tokens,
-                "tokens_per_s": tokens_per_step / step_s,
-                "step_ms": step_s * 1000,
-                "data_ms": d.data_s * 1000,
-                "mfu": step_mfu,
-                "peak_mem_bytes": max(p.peak_mem_bytes, self.peak.read()),
+                "perf/tokens_per_s": tokens_per_step / step_s,
+                "perf/step_ms": step_s * 1000,
+                "perf/data_ms": d.data_s * 1000,
+                "perf/mfu": step_mfu,
+                "mem/peak_bytes": max(p.peak_mem_bytes, self.peak.read()),
                 "wall_s": self.wall(),
                 **d.extra,
-                **({"diag_ms": d.diag_s * 1000} if self.monitor.diag is not None else {}),
+                **({"perf/diag_ms": d.diag_s * 1000} if self.monitor.diag is not None else {}),
             }
             _emit(self.sinks, self.bundle.ctx, row, d.step)
             self.load.sample()

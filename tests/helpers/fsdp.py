@@ -16,7 +16,7 @@ from helpers.train import FAST
 # fp32 (FAST), a checkpoint every 4 steps, clipping active at every step (grad norms here are 1-2), one thread
 FSDP = ["hardware=fsdp_cpu", "hardware.threads=1", "train.ckpt_interval=4", "train.grad_clip=0.5"]
 ARGS = [*FAST, *FSDP, "train.max_steps=8", "train.eval_interval=4"]  # later overrides of a key win
-CURVE = ("step", "train/loss", "val/loss", "grad_norm", "lr", "tokens")
+CURVE = ("step", "train/loss", "val/loss", "train/grad_norm", "train/lr", "tokens")
 FLOATS = ("train/loss", "val/loss", "grad_norm")
 # fp32 on 2 ranks vs 1 process: the same samples, but each gradient is the mean of two half-batch means,
 # reduce-scattered, instead of one full-batch mean, so sums run in another order and differ by a few ulps per step
