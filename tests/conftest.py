@@ -3,6 +3,9 @@ offline) and shared fixtures. Plain helpers live in the helpers package (tests/h
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import pytest
 
 
@@ -26,7 +29,25 @@ def hermetic_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("GPTLAB_CACHE", str(base / "gptlab-cache"))
-    yield
+    with _logging_restored():
+        yield
+
+
+@contextlib.contextmanager
+def _logging_restored():
+    """Each test leaves logging as it found it: an in-process Hydra run configures handlers on the stream of its
+    moment (a test's captured stderr, closed once that test ends), and a later test's log line would then print
+    '--- Logging error ---' into its own stderr."""
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in list(logging.root.manager.loggerDict))]
+    saved = [
+        (lg, lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers if isinstance(lg, logging.Logger)
+    ]
+    try:
+        yield
+    finally:
+        for lg, handlers, level, propagate, disabled in saved:
+            lg.handlers[:] = handlers
+            lg.level, lg.propagate, lg.disabled = level, propagate, disabled
 
 
 @pytest.fixture

@@ -182,7 +182,7 @@ def _loop_rows(bar: ProgressSink, steps: int, every: int) -> None:
     """Rows in the loop's order: a train row at step s, then the eval row at s when s is an eval step."""
     bar.log({"val/loss": 5.0}, 0)
     for step in range(1, steps + 1):
-        bar.log({"train/loss": 5.0 - step / 10, "tokens_per_s": 1000.0}, step)
+        bar.log({"train/loss": 5.0 - step / 10, "perf/tokens_per_s": 1000.0}, step)
         if step % every == 0 or step == steps:
             bar.log({"val/loss": 5.0 - step / 8}, step)
     bar.close()

@@ -175,8 +175,8 @@ def test_unknown_metric_names_logged_ones(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == (
         "gptlab-compare: error: --target val/acc >= 0.9: unknown metric 'val/acc' (no run logged it); "
-        "metrics logged: train/loss, lr, grad_norm, tokens, tokens_per_s, step_ms, mfu, peak_mem_bytes, "
-        "wall_s, val/loss\n"
+        "metrics logged: train/loss, train/lr, train/grad_norm, tokens, perf/tokens_per_s, perf/step_ms, perf/mfu, "
+        "mem/peak_bytes, wall_s, val/loss\n"  # the fixture's bare names, read under today's
     )
     assert not (tmp_path / "out").exists()
 

@@ -17,7 +17,7 @@ from helpers.train import FAST
 FSDP = ["hardware=fsdp_cpu", "hardware.threads=1", "train.ckpt_interval=4", "train.grad_clip=0.5"]
 ARGS = [*FAST, *FSDP, "train.max_steps=8", "train.eval_interval=4"]  # later overrides of a key win
 CURVE = ("step", "train/loss", "val/loss", "train/grad_norm", "train/lr", "tokens")
-FLOATS = ("train/loss", "val/loss", "grad_norm")
+FLOATS = ("train/loss", "val/loss", "train/grad_norm")
 # fp32 on 2 ranks vs 1 process: the same samples, but each gradient is the mean of two half-batch means,
 # reduce-scattered, instead of one full-batch mean, so sums run in another order and differ by a few ulps per step
 # (measured: at most 5e-7 on losses ~4 and grad norms ~1-2 over 8 steps). AdamW's normalisation keeps this from
