@@ -20,10 +20,10 @@ $(VENV)/.installed: pyproject.toml
 run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
-test: setup  ## the whole test suite (~20 min on 2 cores)
+test: setup  ## the whole test suite (~33 min on 2 cores)
 	$(VENV)/bin/pytest -q $(ARGS)
 
-test-fast: setup  ## the suite without slow and SLURM tests (~3 min)
+test-fast: setup  ## the suite without slow and SLURM tests (~9 min)
 	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,

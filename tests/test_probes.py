@@ -234,7 +234,8 @@ def test_a_real_run_logs_probes_and_compare_reports_them_with_seed_statistics(tm
 def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_sets():
     from types import SimpleNamespace as NS
 
-    from gptlab.compare.probes import markdown, probe_rows
+    from gptlab.compare.extra_table import markdown
+    from gptlab.compare.probes import extra_table, probe_rows
     from gptlab.compare.stats import welch_interval, welch_test
 
     def run(values: dict, sets: dict):
@@ -253,7 +254,7 @@ def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_s
     assert cell.delta == pytest.approx(0.19) and cell.p_value == pytest.approx(welch_test(a, b).p)
     assert cell.delta_ci == pytest.approx([welch_interval(a, b, 0.05).lo, welch_interval(a, b, 0.05).hi])
     assert cell.significant and warnings == []
-    text = "\n".join(markdown(rows))
+    text = "\n".join(markdown(extra_table(rows)))
     assert "| probe/induction/acc | 0.5200 ± 0.0200 | 0.7100 ± 0.0100 Δ +0.1900 better (p=" in text
     assert "| probe/length/2x/loss | 3.1000 ± 0.0000 | – |" in text  # learned: 1x only, no made-up 2x
     assert "| probe/length/1x/loss | 3.0000 ± 0.0000 | 2.9000 ± 0.0000 Δ -0.1000 better (p=0) |" in text  # lower loss

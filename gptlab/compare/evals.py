@@ -5,11 +5,11 @@ else leaves it out with a warning, never mixed."""
 
 from __future__ import annotations
 
-import html
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gptlab.compare import stats
+from gptlab.compare.extra_table import ExtraTable
 from gptlab.compare.stats import ALPHA
 
 # what must be equal for one task's numbers to be comparable across runs
@@ -122,39 +122,13 @@ NOTE = (
 )
 
 
-def markdown(rows: list[EvalRow]) -> list[str]:
-    """The eval table as Markdown lines (none without evals)."""
+def extra_table(rows: list[EvalRow]) -> ExtraTable | None:
+    """The eval table for the report (None without evals)."""
     if not rows:
-        return []
+        return None
     headers, body = table(rows)
-    lines = ["", "## Downstream evals", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return lines + ["| " + " | ".join(line) + " |" for line in body] + ["", NOTE]
-
-
-def print_rows(rows: list[EvalRow], console) -> None:
-    """The eval table on the terminal (rich)."""
-    if not rows:
-        return
-    from rich.table import Table
-
-    headers, body = table(rows)
-    out = Table(title="downstream evals (mean ± std over seeds; Δ vs baseline, Welch)")
-    for h in headers:
-        out.add_column(h, justify="left" if h == "eval" else "right")
-    for line in body:
-        out.add_row(*line)
-    console.print(out)
-
-
-def html_table(rows: list[EvalRow]) -> str:
-    """The eval table as an HTML fragment (empty without evals)."""
-    if not rows:
-        return ""
-    esc = html.escape
-    headers, body = table(rows)
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    lines = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in body)
-    return f'<h2>Downstream evals</h2>\n<table class="evals">\n<tr>{head}</tr>\n{lines}</table>\n<p>{esc(NOTE)}</p>\n'
+    title = "downstream evals (mean ± std over seeds; Δ vs baseline, Welch)"
+    return ExtraTable("Downstream evals", title, "evals", headers, body, NOTE)
 
 
 def to_json(rows: list[EvalRow]) -> list[dict[str, Any]]:

@@ -3,11 +3,11 @@ statistics and Welch verdicts as val loss, and only where every run measured it 
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Any
 
 from gptlab.compare import stats
+from gptlab.compare.extra_table import ExtraTable
 from gptlab.compare.stats import ALPHA
 
 PREFIX = "probe/"
@@ -109,39 +109,12 @@ NOTE = (
 )
 
 
-def markdown(rows: list[ProbeRow]) -> list[str]:
-    """The probe table as Markdown lines (none without probes)."""
+def extra_table(rows: list[ProbeRow]) -> ExtraTable | None:
+    """The probe table for the report (None without probes)."""
     if not rows:
-        return []
+        return None
     headers, body = table(rows)
-    lines = ["", "## Probes", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return lines + ["| " + " | ".join(body_row) + " |" for body_row in body] + ["", NOTE]
-
-
-def print_rows(rows: list[ProbeRow], console) -> None:
-    """The probe table on the terminal (rich)."""
-    if not rows:
-        return
-    from rich.table import Table
-
-    headers, body = table(rows)
-    out = Table(title="probes (mean ± std over seeds; Δ vs baseline, Welch)")
-    for h in headers:
-        out.add_column(h, justify="left" if h == "probe" else "right")
-    for line in body:
-        out.add_row(*line)
-    console.print(out)
-
-
-def html_table(rows: list[ProbeRow]) -> str:
-    """The probe table as an HTML fragment (empty without probes)."""
-    if not rows:
-        return ""
-    esc = html.escape
-    headers, body = table(rows)
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    lines = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in body)
-    return f'<h2>Probes</h2>\n<table class="probes">\n<tr>{head}</tr>\n{lines}</table>\n<p>{esc(NOTE)}</p>\n'
+    return ExtraTable("Probes", "probes (mean ± std over seeds; Δ vs baseline, Welch)", "probes", headers, body, NOTE)
 
 
 def to_json(rows: list[ProbeRow]) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import base64
 import html
 from pathlib import Path
 
-from gptlab.compare import compute, evals, probes
+from gptlab.compare import compute, evals, extra_table, probes
 from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.layers import layer_notes
 from gptlab.compare.machine import peak_note
@@ -401,8 +401,8 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
     print_targets(cmp, console)
     for sentence in compute.lines(cmp.compute):  # val loss at equal FLOPs / wall time, matched arms
         console.print(sentence, highlight=False, markup=False)
-    probes.print_rows(cmp.probes, console)
-    evals.print_rows(cmp.evals, console)
+    extra_table.print_table(probes.extra_table(cmp.probes), console)
+    extra_table.print_table(evals.extra_table(cmp.evals), console)
 
 
 def _md_escape(text: str) -> str:
@@ -422,8 +422,8 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
         lines += ["", power_note()]
     lines += markdown_targets(cmp)
     lines += (["", "## Equal compute", ""] + [f"- {c}" for c in compute.lines(cmp.compute)]) if cmp.compute else []
-    lines += probes.markdown(cmp.probes)
-    lines += evals.markdown(cmp.evals)
+    lines += extra_table.markdown(probes.extra_table(cmp.probes))
+    lines += extra_table.markdown(evals.extra_table(cmp.evals))
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
     lines += [f"![{name}]({p.name})" for name, p in images.items()]
     return "\n".join(lines) + "\n"
@@ -570,5 +570,5 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
         + (_html_power(cmp) if power else "")
-        + f"{_legend(cmp)}{html_targets(cmp)}{_html_compute(cmp)}{probes.html_table(cmp.probes)}{evals.html_table(cmp.evals)}<ul>{note_items}</ul>\n{extra}{_figures(images)}{_html_runs(cmp)}</body></html>\n"
+        + f"{_legend(cmp)}{html_targets(cmp)}{_html_compute(cmp)}{extra_table.html_table(probes.extra_table(cmp.probes))}{extra_table.html_table(evals.extra_table(cmp.evals))}<ul>{note_items}</ul>\n{extra}{_figures(images)}{_html_runs(cmp)}</body></html>\n"
     )
