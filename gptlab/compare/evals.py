@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gptlab.compare import stats
-from gptlab.compare.extra_table import ExtraTable
+from gptlab.compare.extra_table import ArmCell, ExtraTable, arm_cell
 from gptlab.compare.stats import ALPHA
 
 # what must be equal for one task's numbers to be comparable across runs
@@ -17,24 +16,11 @@ SAME = ("lm_eval", "version", "config_sha256", "num_fewshot", "limit", "prefix_t
 
 
 @dataclass
-class EvalCell:
-    """One arm's value of one eval metric: mean ± std over seeds, Δ vs the baseline, Welch p."""
-
-    label: str
-    values: list[float]
-    mean: float | None
-    std: float | None
-    delta: float | None = None
-    p_value: float | None = None
-    significant: bool | None = None
-
-
-@dataclass
 class EvalRow:
     """One `eval/<task>/<metric>` across the arms (baseline first)."""
 
     metric: str
-    cells: list[EvalCell] = field(default_factory=list)
+    cells: list[ArmCell] = field(default_factory=list)
 
 
 def _entries(run, task: str) -> dict:
@@ -42,16 +28,6 @@ def _entries(run, task: str) -> dict:
     tasks = run.evals.get("tasks") if isinstance(run.evals, dict) else None
     entry = tasks.get(task) if isinstance(tasks, dict) else None
     return entry if isinstance(entry, dict) else {}
-
-
-def _cell(label: str, values: list[float], base: EvalCell | None) -> EvalCell:
-    cell = EvalCell(label, values, stats.mean(values) if values else None, stats.std(values) if values else None)
-    if base is not None and cell.mean is not None and base.mean is not None:
-        cell.delta = cell.mean - base.mean
-        test = stats.welch_test(values, base.values)
-        if test is not None:
-            cell.p_value, cell.significant = test.p, bool(test.p < ALPHA)
-    return cell
 
 
 def _task_warning(task: str, runs: list) -> str | None:
@@ -91,12 +67,12 @@ def eval_rows(groups: list, labels: list[str]) -> tuple[list[EvalRow], list[str]
                     for r in group.runs
                     if (e := _entries(r, task)) and isinstance(v := (e.get("metrics") or {}).get(name), (int, float))
                 ]
-                row.cells.append(_cell(label, values, row.cells[0] if row.cells else None))
+                row.cells.append(arm_cell(label, values, row.cells[0] if row.cells else None, interval=False))
             rows.append(row)
     return rows, warnings
 
 
-def cell_text(cell: EvalCell) -> str:
+def cell_text(cell: ArmCell) -> str:
     """`0.5120 ± 0.0200 Δ +0.1180 (p=0.003, significant)`; `–` where the arm has no value."""
     if cell.mean is None:
         return "–"

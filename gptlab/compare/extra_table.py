@@ -6,6 +6,37 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from gptlab.compare import stats
+from gptlab.compare.stats import ALPHA
+
+
+@dataclass
+class ArmCell:
+    """One arm's value of one metric: mean ± std over seeds, Δ vs the baseline, Welch p (and 95% interval)."""
+
+    label: str
+    values: list[float]
+    mean: float | None
+    std: float | None
+    delta: float | None = None
+    p_value: float | None = None
+    significant: bool | None = None
+    delta_ci: list[float] | None = None
+
+
+def arm_cell(label: str, values: list[float], base: ArmCell | None, interval: bool = True) -> ArmCell:
+    """The cell of `values` (one per seed) against the baseline's cell; `interval`: also Welch's 95% interval of Δ."""
+    cell = ArmCell(label, values, stats.mean(values) if values else None, stats.std(values) if values else None)
+    if base is None or cell.mean is None or base.mean is None:
+        return cell
+    cell.delta = cell.mean - base.mean
+    test = stats.welch_test(values, base.values)
+    if test is not None:
+        cell.p_value, cell.significant = test.p, bool(test.p < ALPHA)
+    found = stats.welch_interval(values, base.values, ALPHA) if interval else None
+    cell.delta_ci = [found.lo, found.hi] if found else None
+    return cell
+
 
 @dataclass(frozen=True)
 class ExtraTable:

@@ -6,25 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gptlab.compare import stats
-from gptlab.compare.extra_table import ExtraTable
+from gptlab.compare.extra_table import ArmCell, ExtraTable, arm_cell
 from gptlab.compare.stats import ALPHA
 
 PREFIX = "probe/"
-
-
-@dataclass
-class ProbeCell:
-    """One arm's value of one probe metric: mean ± std over seeds, Δ vs the baseline, Welch p and 95% interval."""
-
-    label: str
-    values: list[float]
-    mean: float | None
-    std: float | None
-    delta: float | None = None
-    p_value: float | None = None
-    significant: bool | None = None
-    delta_ci: list[float] | None = None
 
 
 @dataclass
@@ -33,26 +18,13 @@ class ProbeRow:
 
     metric: str
     better: str
-    cells: list[ProbeCell] = field(default_factory=list)
+    cells: list[ArmCell] = field(default_factory=list)
 
 
 def _fingerprint(run, metric: str) -> str:
     """The fixed set a run measured a metric's probe on (summary.json probe_sets), 'unrecorded' without one."""
     sets = run.summary.get("probe_sets")
     return str(sets.get(metric.split("/")[1], "unrecorded")) if isinstance(sets, dict) else "unrecorded"
-
-
-def _cell(label: str, values: list[float], base: ProbeCell | None) -> ProbeCell:
-    cell = ProbeCell(label, values, stats.mean(values) if values else None, stats.std(values) if values else None)
-    if base is None or cell.mean is None or base.mean is None:
-        return cell
-    cell.delta = cell.mean - base.mean
-    test = stats.welch_test(values, base.values)
-    if test is not None:
-        cell.p_value, cell.significant = test.p, bool(test.p < ALPHA)
-    interval = stats.welch_interval(values, base.values, ALPHA)
-    cell.delta_ci = [interval.lo, interval.hi] if interval else None
-    return cell
 
 
 def probe_rows(groups: list, labels: list[str], point) -> tuple[list[ProbeRow], list[str]]:
@@ -72,12 +44,12 @@ def probe_rows(groups: list, labels: list[str], point) -> tuple[list[ProbeRow], 
         row = ProbeRow(metric, "lower" if metric.endswith("loss") else "higher")
         for label, rows in zip(labels, evals):
             values = [float(e[metric]) for e in rows if e.get(metric) is not None]
-            row.cells.append(_cell(label, values, row.cells[0] if row.cells else None))
+            row.cells.append(arm_cell(label, values, row.cells[0] if row.cells else None))
         out.append(row)
     return out, warnings
 
 
-def _verdict(cell: ProbeCell, better: str) -> str:
+def _verdict(cell: ArmCell, better: str) -> str:
     if cell.delta is None:
         return ""
     if cell.significant is None:
@@ -88,7 +60,7 @@ def _verdict(cell: ProbeCell, better: str) -> str:
     return f" Δ {cell.delta:+.4f} {'better' if good else 'worse'} (p={cell.p_value:.2g})"
 
 
-def cell_text(cell: ProbeCell, better: str) -> str:
+def cell_text(cell: ArmCell, better: str) -> str:
     """`0.5120 ± 0.0200 Δ +0.1180 better (p=0.003)`; the baseline's without Δ; `–` where the arm has no value."""
     if cell.mean is None:
         return "–"
