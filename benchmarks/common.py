@@ -66,8 +66,11 @@ def hermetic_env(work: Path) -> dict:
     return env
 
 
-def run(bench: Bench, args: list[str], cwd: Path | None = None, timeout: float = 1800) -> tuple[float, str]:
-    """Run a command with the bench env; returns (wall seconds, stdout). Raises BenchError with the stderr tail."""
+def run(
+    bench: Bench, args: list[str], cwd: Path | None = None, timeout: float = 1800, stderr_to: Path | None = None
+) -> tuple[float, str]:
+    """Run a command with the bench env; returns (wall seconds, stdout). Raises BenchError with the stderr tail.
+    stderr_to: a file that keeps the command's whole stderr (warnings a check reads)."""
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -76,6 +79,8 @@ def run(bench: Bench, args: list[str], cwd: Path | None = None, timeout: float =
     except subprocess.TimeoutExpired:
         raise BenchError(f"timed out after {timeout:.0f}s: {' '.join(args[:6])} ...") from None
     wall = time.perf_counter() - t0
+    if stderr_to is not None:
+        stderr_to.write_text(proc.stderr or "")
     if proc.returncode != 0:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
         raise BenchError(f"exit {proc.returncode}: {' '.join(args[:8])} ...: {tail}")

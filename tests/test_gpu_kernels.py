@@ -113,6 +113,28 @@ def test_flex_is_compiled_once_on_cuda(monkeypatch):
     assert kernels._flex_function(torch.device("cpu"), square=True) is flex_attention
 
 
+@pytest.mark.parametrize(
+    "device, dtype, bias, small",
+    [
+        ("cuda", torch.bfloat16, False, False),  # plain causal bf16: torch's own tiles ran on the H100
+        ("cuda", torch.bfloat16, True, True),  # ALiBi score_mod: the default tiles asked the H100 for 240 KiB
+        ("cuda", torch.float32, False, True),  # fp32: twice bf16's tile memory
+        ("cpu", torch.float32, True, False),  # the CPU path takes no Triton tiles
+    ],
+)
+def test_flex_passes_small_tiles_where_default_ones_overflow(monkeypatch, device, dtype, bias, small):
+    """The CUDA side mocked (the flex function and its block mask; no GPU here): the kernel_options flex is called
+    with, per device, dtype and score bias. The H100 figures behind the rule are in docs/GPU.md."""
+    seen = {}
+    monkeypatch.setattr(kernels, "block_mask", lambda *a: "mask")
+    monkeypatch.setattr(kernels, "_flex_function", lambda dev, square: lambda *a, **kw: seen.update(kw))
+    q, k, v, b = _inputs(4, TK, bias)
+    q = SimpleNamespace(size=q.size, device=torch.device(device), dtype=dtype)
+    kernels.flex(q, k, v, bias=b)
+    assert seen["kernel_options"] == (kernels.SMALL_TILES if small else None)
+    assert seen["kernel_options"] is not kernels.SMALL_TILES  # a copy: torch may add keys to the dict it gets
+
+
 def test_flex_block_masks_are_built_at_construction_not_in_forward(monkeypatch):
     """The training-shape block mask exists once the model is built; forward only looks it up."""
     model = tiny_model("attention=sliding", "attention.impl=flex", "attention.window=8", "position=alibi")

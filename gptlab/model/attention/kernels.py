@@ -160,6 +160,22 @@ def _flex_function(device: torch.device, square: bool):
     return _COMPILED_FLEX
 
 
+# Smaller flex tiles on CUDA where torch's default ones overflow shared memory. Seen on an H100 (227 KiB per block;
+# torch 2.11, head_dim 64): the bf16 forward with the ALiBi score_mod (a captured (H, T, T) bias) asked for 240 KiB
+# ("No valid triton configs ... out of resource"), and fp32 needs twice bf16's tile memory. Forward (M, N) and
+# backward (M1, N1, M2, N2) halved, one pipeline stage; with them the fp32 ALiBi forward+backward ran there.
+# Everything else keeps torch's own choice (plain causal/window bf16 ran with it).
+SMALL_TILES = {
+    "BLOCK_M": 64,
+    "BLOCK_N": 64,
+    "BLOCK_M1": 32,
+    "BLOCK_N1": 64,
+    "BLOCK_M2": 64,
+    "BLOCK_N2": 32,
+    "num_stages": 1,
+}
+
+
 def flex(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
     """flex_attention with a block mask built from the causal/window rule (never a dense mask tensor)."""
     tq, tk = q.size(2), k.size(2)
@@ -171,7 +187,9 @@ def flex(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
             return score + bias[h, qi, kj]
 
     attend = _flex_function(q.device, square=tq == tk and q_offset == 0)
-    return attend(q, k, v, score_mod=score_mod, block_mask=mask, enable_gqa=True)
+    small = q.device.type == "cuda" and (q.dtype == torch.float32 or bias is not None)
+    options = dict(SMALL_TILES) if small else None
+    return attend(q, k, v, score_mod=score_mod, block_mask=mask, enable_gqa=True, kernel_options=options)
 
 
 KERNELS = {"naive": naive, "sdpa": sdpa, "flash": flash, "flex": flex}
