@@ -173,6 +173,45 @@ def test_streaming_a_local_dataset_folder(tmp_path, monkeypatch):
     assert HFData(**kw, streaming=True, max_tokens=5000).from_cache
 
 
+def test_a_local_dataset_folder_leaves_no_arrow_copy_and_a_cache_hit_loads_nothing(tmp_path, monkeypatch):
+    """data=hf on a local folder: the Arrow conversion lives in a scratch dir that is removed once the tokens are
+    cached (datasets' own cache gets nothing); the next run finds its tokens without loading the folder; an edited
+    file is a new source."""
+    import datasets
+    import datasets.config
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    rows = [json.dumps({"body": f"document {i}: " + " ".join(WORDS)}) for i in range(300)]
+    (folder / "train.jsonl").write_text("\n".join(rows) + "\n")
+    hf_cache = Path(datasets.config.HF_DATASETS_CACHE)
+    before = sorted(hf_cache.rglob("*")) if hf_cache.exists() else []
+    kw = dict(seed=0, block_size=32, cache_dir=tmp_path / "c", name=str(folder), column="body", tokenizer="gpt2")
+    first = HFData(**kw)
+    assert not first.from_cache
+    assert list((tmp_path / "c" / "hf-scratch").iterdir()) == []  # the Arrow copy is gone
+    assert (sorted(hf_cache.rglob("*")) if hf_cache.exists() else []) == before  # and never went to datasets' cache
+    with pytest.raises(ConfigError, match=r"^data.column: column 'nope' not found in .*; columns: body$"):
+        HFData(**(kw | {"column": "nope"}))
+    assert list((tmp_path / "c" / "hf-scratch").iterdir()) == []  # a refused load cleans up too
+
+    def refuse(*a, **k):
+        raise AssertionError("a token-cache hit loaded the folder")
+
+    monkeypatch.setattr(datasets, "load_dataset", refuse)
+    again = HFData(**kw)
+    assert again.from_cache
+    assert np.array_equal(np.asarray(again.train_tokens), np.asarray(first.train_tokens))
+    monkeypatch.undo()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with open(folder / "train.jsonl", "a") as f:
+        f.write(json.dumps({"body": "one more document " * 20}) + "\n")
+    edited = HFData(**kw)
+    assert not edited.from_cache
+    assert len(edited.train_tokens) + len(edited.val_tokens) > len(first.train_tokens) + len(first.val_tokens)
+
+
 KILL_SCRIPT = textwrap.dedent("""
     import sys
     from gptlab.data import encode

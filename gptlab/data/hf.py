@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
+from gptlab.data import default_cache_dir
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.lm import LMData
 from gptlab.data.sources import HubSource
 from gptlab.errors import ConfigError
+from gptlab.util.io import atomic_write_text
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
@@ -48,8 +52,44 @@ def _local_identity(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def load_hub_source(name: str, config_name: str | None, split: str, column: str, streaming: bool) -> HubSource:
-    """The dataset's `column` as a HubSource; fails at once when offline and absent."""
+def _text_column(ds, name: str, column: str):
+    """The dataset cut to `column`, renamed "text"; a one-line error naming the columns there are."""
+    names = list(ds.column_names or ds.features or [])
+    if column not in names:
+        raise ConfigError(f"data.column: column {column!r} not found in {name!r}; columns: {', '.join(names)}")
+    ds = ds.select_columns([column])
+    return ds if column == "text" else ds.rename_column(column, "text")
+
+
+def _local_folder_source(folder: Path, name: str, config_name, split: str, column: str, cache_dir: Path) -> HubSource:
+    """A local dataset folder, known by its files (path, size, mtime) rather than by a load: a token-cache hit reads
+    nothing, and a miss converts the folder to Arrow in a scratch dir under gptlab's cache that close() removes
+    (datasets would otherwise keep a second copy of the folder in its own cache for good)."""
+    from datasets import load_dataset
+
+    scratch = Path(cache_dir) / "hf-scratch" / f"{os.getpid()}-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}"
+    key = f"hub-local:{config_name}:{split}:{column}:{_local_identity(folder)}"
+    # Its text's size (the BPE fit sample's bound, part of the token-cache key) is recorded at the first load, so
+    # a later run finds its tokens without converting the folder again.
+    sized = Path(cache_dir) / "sources" / f"hf-{hashlib.sha256(key.encode()).hexdigest()}.json"
+    known = json.loads(sized.read_text())["text_bytes"] if sized.is_file() else None
+
+    def load():
+        scratch.mkdir(parents=True, exist_ok=True)
+        ds = _text_column(load_dataset(str(folder), config_name, split=split, cache_dir=str(scratch)), name, column)
+        nbytes = int(ds.data.nbytes)
+        sized.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(sized, json.dumps({"key": key, "text_bytes": nbytes}) + "\n")
+        return ds, nbytes
+
+    return HubSource(None, key, known, load=load, cleanup=lambda: shutil.rmtree(scratch, ignore_errors=True))
+
+
+def load_hub_source(
+    name: str, config_name: str | None, split: str, column: str, streaming: bool, cache_dir: Path | None = None
+) -> HubSource:
+    """The dataset's `column` as a HubSource; fails at once when offline and absent. A local folder (not streamed)
+    is loaded only if its tokens are not cached yet, into a scratch dir under cache_dir (the HubSource's close())."""
     from datasets import load_dataset
     from datasets.utils.logging import disable_progress_bar
 
@@ -63,6 +103,8 @@ def load_hub_source(name: str, config_name: str | None, split: str, column: str,
     if offline and not _is_cached(name):
         raise unavailable
     local = Path(name).expanduser()
+    if local.is_dir() and not streaming:
+        return _local_folder_source(local.resolve(), name, config_name, split, column, cache_dir or default_cache_dir())
     try:
         ds = load_dataset(str(local) if local.is_dir() else name, config_name, split=split, streaming=streaming)
     except (ConnectionError, FileNotFoundError) as e:
@@ -71,12 +113,7 @@ def load_hub_source(name: str, config_name: str | None, split: str, column: str,
         raise ConfigError(
             f"data.name: cannot load hub dataset {name!r}: {str(e).splitlines()[0] if str(e) else e!r}"
         ) from None
-    names = list(ds.column_names or ds.features or [])
-    if column not in names:
-        raise ConfigError(f"data.column: column {column!r} not found in {name!r}; columns: {', '.join(names)}")
-    ds = ds.select_columns([column])
-    if column != "text":
-        ds = ds.rename_column(column, "text")
+    ds = _text_column(ds, name, column)
     if streaming:  # no fingerprint without reading it all: a local folder by its files, a hub dataset by name
         ident = _local_identity(local) if local.is_dir() else "hub"
         return HubSource(ds, f"hub-stream:{name}:{config_name}:{split}:{column}:{ident}", None)
@@ -110,17 +147,20 @@ class HFData(LMData):
                 f"data.name: got {name!r}; allowed: a hub dataset name like 'roneneldan/TinyStories' "
                 f"or a local dataset folder"
             )
-        source = load_hub_source(name, config_name, split, column, streaming)
-        splits = build_token_splits(
-            source,
-            tokenizer=tokenizer,
-            bpe_vocab_size=bpe_vocab_size,
-            val_fraction=val_fraction,
-            cache_dir=cache_dir,
-            num_proc=num_proc,
-            bpe_sample_bytes=bpe_sample_bytes,
-            max_tokens=max_tokens,
-            verify=verify,
-        )
+        source = load_hub_source(name, config_name, split, column, streaming, Path(cache_dir) if cache_dir else None)
+        try:
+            splits = build_token_splits(
+                source,
+                tokenizer=tokenizer,
+                bpe_vocab_size=bpe_vocab_size,
+                val_fraction=val_fraction,
+                cache_dir=cache_dir,
+                num_proc=num_proc,
+                bpe_sample_bytes=bpe_sample_bytes,
+                max_tokens=max_tokens,
+                verify=verify,
+            )
+        finally:
+            source.close()
         self.dataset_name = name
         self._open_splits("hf", splits, seed, block_size)

@@ -148,10 +148,34 @@ class FileSource:
 
 
 class HubSource:
-    """Rows of a datasets Dataset or IterableDataset (column "text"); total_bytes None when streaming."""
+    """Rows of a datasets Dataset or IterableDataset (column "text"); total_bytes None when streaming.
 
-    def __init__(self, ds, key: str, total_bytes: int | None):
-        self.ds, self.key, self.total_bytes = ds, key, total_bytes
+    `load` instead of a dataset: a function returning (dataset, total_bytes), called on first use, so a token-cache
+    hit never loads anything; `close()` runs `cleanup` (what the load wrote: a local folder's Arrow copy)."""
+
+    def __init__(self, ds, key: str, total_bytes: int | None, load=None, cleanup=None):
+        self._ds, self.key, self._total_bytes, self._load, self._cleanup = ds, key, total_bytes, load, cleanup
+
+    def _loaded(self) -> None:
+        if self._load is not None:
+            self._ds, self._total_bytes = self._load()
+            self._load = None
+
+    @property
+    def ds(self):
+        self._loaded()
+        return self._ds
+
+    @property
+    def total_bytes(self) -> int | None:
+        if self._total_bytes is None:  # known without a load when the loader's caller recorded it before
+            self._loaded()
+        return self._total_bytes
+
+    def close(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup()
+            self._cleanup = None
 
     def segments(self) -> Iterator[tuple[str, bool]]:
         for batch in self.ds.iter(batch_size=256):
