@@ -241,3 +241,15 @@ def test_sample_cli_prints_text_from_the_checkpoint(default_run, tmp_path):
     assert "@ step 60" in proc.stderr
     missing = run_cli("gptlab.cli.sample", str(tmp_path), timeout=None)
     assert missing.returncode == 2 and "not a run directory" in missing.stderr
+
+
+def test_warmup_seconds_is_the_warmup_steps_beyond_steady_ones(tmp_path):
+    """summary warmup_s = the first train.speed_warmup steps' time minus as many steady (median) steps, read back
+    from metrics.jsonl's per-step times; those steps stay out of the speed median."""
+    import statistics
+
+    summary = run_inprocess(tmp_path, "train.log_interval=1", "train.speed_warmup=3", steps=9)
+    ms = {r["step"]: r["perf/step_ms"] for r in rows(tmp_path) if "perf/step_ms" in r}
+    steady = statistics.median(ms[s] for s in range(4, 10))
+    assert summary["step_ms_median"] == pytest.approx(steady)
+    assert summary["warmup_s"] == pytest.approx((sum(ms[s] for s in (1, 2, 3)) - 3 * steady) / 1000)

@@ -112,7 +112,7 @@ def _report(summary: dict, run_dir: Path) -> None:
         "",
         f"run finished: {summary['status']} after {summary['steps']} steps ({summary['tokens']:,} tokens, {summary['wall_s']:.0f}s)",
         f"  val loss       final {fmt(summary['final_val_loss'], '.4f')}   best {fmt(summary['best_val_loss'], '.4f')}",
-        f"  speed          {fmt(summary['tokens_per_s_median'], ',.0f')} tokens/s   {fmt(summary['step_ms_median'], '.1f')} ms/step (data wait {fmt(summary.get('data_ms_median'), '.1f')} ms)   MFU {fmt(summary['mfu_median'] and 100 * summary['mfu_median'], '.1f')}%",
+        f"  speed          {fmt(summary['tokens_per_s_median'], ',.0f')} tokens/s   {fmt(summary['step_ms_median'], '.1f')} ms/step (data wait {fmt(summary.get('data_ms_median'), '.1f')} ms)   MFU {fmt(summary['mfu_median'] and 100 * summary['mfu_median'], '.1f')}%   warm-up +{fmt(summary.get('warmup_s'), '.1f')}s",
         f"  model          {summary['params']:,} params   {summary['flops_per_token']:.3g} FLOPs/token (train)",
         f"  peak memory    {summary['peak_mem_bytes'] / 2**20:,.0f} MiB",
         f"  run dir        {run_dir}  (metrics.jsonl, summary.json, provenance.json, checkpoints/)",

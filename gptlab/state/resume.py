@@ -75,6 +75,7 @@ class Progress:
     step_ms: list = field(default_factory=list)
     data_ms: list = field(default_factory=list)  # of step_ms, the wait for the step's batches
     mfu: list = field(default_factory=list)
+    warmup_ms: list = field(default_factory=list)  # step times of the first train.speed_warmup steps (not timed ones)
     outside_ticks: int = 0  # CPU ticks other processes used while this run trained (after speed_warmup)...
     total_ticks: int = 0  # ...out of all cores' ticks: outside_load = outside_ticks / total_ticks
     init_from: dict | None = None  # train.init_from's record (checkpoint, step, differences): kept across resumes

@@ -159,6 +159,16 @@ def diverged_message(loss, grad_norm, step, nan_seen, settings, ctx) -> str:
     )
 
 
+def warmup_seconds(p: Progress) -> float | None:
+    """What the warm-up steps (train.speed_warmup, kept out of every speed median) took beyond as many steady
+    steps: torch.compile's compilation with hardware.compile, autotuning, first allocations. None before both
+    kinds of step exist."""
+    steady = median(p.step_ms)
+    if not p.warmup_ms or steady is None:
+        return None
+    return (sum(p.warmup_ms) - len(p.warmup_ms) * steady) / 1000
+
+
 def summarise(p: Progress, status: str, ctx: Context) -> dict:
     """The run's summary figures, computed from its progress alone (so a resumed run reports the whole run)."""
     return {
@@ -170,6 +180,7 @@ def summarise(p: Progress, status: str, ctx: Context) -> dict:
         "step_ms_median": median(p.step_ms),
         "data_ms_median": median(p.data_ms),
         "mfu_median": median(p.mfu) if ctx.peak_flops else None,
+        "warmup_s": warmup_seconds(p),
         "peak_mem_bytes": p.peak_mem_bytes,
         "wall_s": p.wall_s,
         "status": status,
@@ -381,7 +392,9 @@ class _Loop:
         step_mfu = mfu(
             self.bundle.ctx.flops_per_token, tokens_per_step / step_s, self.bundle.ctx.peak_flops, self.bundle.ctx.world
         )
-        if d.step > settings.speed_warmup:
+        if d.step <= settings.speed_warmup:
+            p.warmup_ms.append(step_s * 1000)
+        else:
             p.tokens_per_s.append(tokens_per_step / step_s)
             p.step_ms.append(step_s * 1000)
             p.data_ms.append(d.data_s * 1000)
