@@ -41,10 +41,10 @@ test-floor:  ## the fast tests on pyproject's floor versions (torch, wandb, hydr
 
 # ruff lint and format check (pyproject.toml [tool.ruff]) and mypy type checks (pyproject.toml [tool.mypy]); CI runs it before the tests
 lint: setup  ## ruff check + ruff format --check (gptlab, benchmarks, tests) and mypy
-	$(VENV)/bin/ruff check gptlab benchmarks tests && $(VENV)/bin/ruff format --check gptlab benchmarks tests && $(VENV)/bin/mypy gptlab
+	$(VENV)/bin/ruff check gptlab hydra_plugins benchmarks tests && $(VENV)/bin/ruff format --check gptlab hydra_plugins benchmarks tests && $(VENV)/bin/mypy gptlab
 
 format: setup  ## ruff --fix and ruff format, in place
-	$(VENV)/bin/ruff check --fix gptlab benchmarks tests && $(VENV)/bin/ruff format gptlab benchmarks tests
+	$(VENV)/bin/ruff check --fix gptlab hydra_plugins benchmarks tests && $(VENV)/bin/ruff format gptlab hydra_plugins benchmarks tests
 
 # Measure this machine (~30 min on 2 cores) and write docs/BENCHMARKS.md + docs/benchmarks.json; ARGS="--quick" ~3 min (AMX CPU), ~9 min (2-core AVX2 EPYC: emulated bf16)
 bench: setup  ## measure this machine, write docs/BENCHMARKS.md (ARGS="--quick")

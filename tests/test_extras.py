@@ -93,3 +93,17 @@ def test_gpt2_without_the_carrier_offline_is_one_line(tmp_path, monkeypatch):
             tokenizers.GPT2Tokenizer()
     finally:
         tokenizers._gpt2_encoding.cache_clear()
+
+
+def test_tune_without_the_extra_is_one_line(tmp_path):
+    """+tune=lr without optuna: one line naming gptlab[optuna], before any trial runs."""
+    out = tmp_path / "tune"
+    proc = run_cli(
+        "gptlab.cli.train", "-m", "+tune=lr", "hydra.sweeper.n_trials=1", "train.max_steps=2", f"hydra.sweep.dir={out}",
+        env=hiding(tmp_path, "optuna"), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "needs the 'optuna' package" in lines[0] and "pip install 'gptlab[optuna]'" in lines[0]
+    assert not any(out.glob("*/summary.json"))  # no trial ran
