@@ -17,6 +17,7 @@ from gptlab.compare import stats
 from helpers.cli import cli_env, python_bin, run_cli
 from helpers.compare import bad_acc_vs_lm, bad_mixed_data, bad_no_common_step, default_loss, write_run, write_sweep
 from helpers.paths import REPO
+from helpers.wandb_read import inspect_records, inspect_summary, of_type
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -317,25 +318,9 @@ def test_wandb_offline_run_has_table_and_plots(tmp_path, capsys, monkeypatch):
     rc, out, err = _run([sweep, "--out", tmp_path / "out"], capsys)  # WANDB_MODE=offline (conftest) turns it on
     assert rc == 0, err
     run_dir = Path(re.search(r"W&B: logged comparison run to (\S+)", out).group(1))
-    wandb_bin = Path(python_bin()).with_name("wandb")
-    records = subprocess.run(
-        [str(wandb_bin), "leet", "inspect", "--json", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=cli_env(),
-    ).stdout.splitlines()
-    run_rec = next(json.loads(r)["run"] for r in records if '"type":"run"' in r)
+    run_rec = of_type(inspect_records(run_dir), "run")[0]
     assert run_rec["job_type"] == "comparison" and run_rec["run_group"] == "attn"
-    summary = json.loads(
-        subprocess.run(
-            [str(wandb_bin), "leet", "inspect", "--summary", "--json", str(run_dir)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=cli_env(),
-        ).stdout
-    )["summary"]
+    summary = inspect_summary(run_dir)
     assert summary["comparison"]["_type"] == "table-file" and summary["comparison"]["nrows"] == 2
     assert summary["plots/val_loss_vs_step"]["_type"] == "image-file"
     table = json.loads((run_dir / "files" / summary["comparison"]["path"]).read_text())

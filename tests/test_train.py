@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from gptlab.util.metric_names import AXES
 from helpers.cli import run_cli
 from helpers.model import choices
 from helpers.train import FAST, rows, run_inprocess, train_env
+from helpers.wandb_read import inspect_records
 
 SUMMARY_KEYS = {
     "final_val_loss",
@@ -79,15 +78,7 @@ def test_wandb_offline_run_matches_local_files(default_run):
     run_dir, _ = default_run
     wandb_runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(wandb_runs) == 1
-    out = subprocess.run(
-        ["wandb", "leet", "inspect", "--json", str(wandb_runs[0])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=os.environ | {"PATH": f"{Path(os.sys.executable).parent}:{os.environ['PATH']}"},
-    )
-    assert out.returncode == 0, out.stderr
-    records = [json.loads(line) for line in out.stdout.splitlines() if line.strip().startswith("{")]
+    records = inspect_records(wandb_runs[0])
     text = json.dumps(records)
     assert '"default"' in text  # the W&B group of a single run
     assert "attention=mha" not in text  # a default run has no tags (only non-default choices are tagged)

@@ -19,6 +19,12 @@ from torch.utils.flop_counter import (
 _registered = False
 
 
+def _heads_of(query: tuple, kv: tuple) -> tuple:
+    """A K/V shape (B, Hkv, Tk, hd) with the query's head count: GQA's (enable_gqa) scores and outputs cost what
+    MHA's do, and torch 2.9's formulas assert equal head counts."""
+    return (kv[0], query[1], *kv[2:])
+
+
 def register_cpu_sdpa_flops() -> None:
     """Count torch's CPU flash SDPA ops like the CUDA ones (dense Tq×Tk; backward recomputes scores).
 
@@ -35,13 +41,13 @@ def register_cpu_sdpa_flops() -> None:
 
         @register_flop_formula(fwd)
         def _cpu_sdpa(query, key, value, *args, out_shape=None, **kwargs) -> int:
-            return sdpa_flop_count(query, key, value)
+            return sdpa_flop_count(query, _heads_of(query, key), _heads_of(query, value))
 
     if bwd is not None and bwd not in flop_registry:
 
         @register_flop_formula(bwd)
         def _cpu_sdpa_bwd(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
-            return sdpa_backward_flop_count(grad_out, query, key, value)
+            return sdpa_backward_flop_count(grad_out, query, _heads_of(query, key), _heads_of(query, value))
 
     _registered = True
 

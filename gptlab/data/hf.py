@@ -55,6 +55,9 @@ def _local_identity(folder: Path) -> str:
 def _text_column(ds, name: str, column: str):
     """The dataset cut to `column`, renamed "text"; a one-line error naming the columns there are."""
     names = list(ds.column_names or ds.features or [])
+    if not names and hasattr(ds, "take"):  # a stream whose columns this datasets does not know before a read (3.0)
+        first = next(iter(ds.take(1)), None)
+        names = list(first or {})
     if column not in names:
         raise ConfigError(f"data.column: column {column!r} not found in {name!r}; columns: {', '.join(names)}")
     ds = ds.select_columns([column])

@@ -11,7 +11,18 @@ from pathlib import Path
 
 
 def inspect_records(wandb_run_folder: Path) -> list[dict]:
-    """All records of an offline W&B run, via the CLI the platform documents for reading runs back.
+    """All records of an offline W&B run, via the CLI the platform documents for reading runs back."""
+    out = _leet(wandb_run_folder, "--json")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def inspect_summary(wandb_run_folder: Path) -> dict:
+    """The offline run's final summary (history rows folded in), via `wandb leet inspect --summary --json`."""
+    return json.loads(_leet(wandb_run_folder, "--summary", "--json"))["summary"]
+
+
+def _leet(wandb_run_folder: Path, *flags: str) -> str:
+    """stdout of `wandb leet inspect FLAGS FOLDER`.
 
     An older wandb without `wandb leet` (the floor-version venv of `make test-floor`): the run file must exist and
     hold records; the read-back itself is skipped there (the main venv checks it)."""
@@ -24,14 +35,13 @@ def inspect_records(wandb_run_folder: Path) -> list[dict]:
             time.sleep(0.2)
         assert _written(wandb_run_folder), f"no W&B run file in {wandb_run_folder}"
         pytest.skip("this wandb has no `wandb leet inspect` to read the run back (checked in the main venv)")
-    out = subprocess.run(
-        [str(wandb_cli), "leet", "inspect", "--json", str(wandb_run_folder)],
+    return subprocess.run(
+        [str(wandb_cli), "leet", "inspect", *flags, str(wandb_run_folder)],
         check=True,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     ).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def of_type(records: list[dict], kind: str) -> list[dict]:
