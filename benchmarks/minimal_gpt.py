@@ -100,7 +100,7 @@ def plain_loop(model, loss_of, optimizer, batches, autocast, log: int, lr: float
 
 
 def sizes(bench: Bench) -> dict:
-    full = dict(layers=4, d=768, heads=12, T=512, B=4, steps=24, warm=8, log=4, rounds=3, wait=10)
+    full = dict(layers=4, d=768, heads=12, T=512, B=4, steps=32, warm=8, log=4, rounds=5, wait=10)
     quick = dict(layers=2, d=64, heads=4, T=64, B=4, steps=12, warm=4, log=4, rounds=1, wait=0)
     return bench.pick(full, quick)
 
@@ -136,10 +136,11 @@ def per_step_ms(marks: list[tuple[int, float]], warm: int) -> float | None:
     return 1000 * (t1 - t0) / (s1 - s0)
 
 
-def gptlab_side(bench: Bench, s: dict, out) -> dict:
+def gptlab_side(bench: Bench, s: dict, out, *extra: str) -> dict:
     run_dir = out / f"run{time.monotonic_ns()}"
     args = [
         *overrides(s),
+        *extra,
         f"train.max_steps={s['steps']}",
         f"train.eval_interval={s['steps']}",  # evals at step 0 and after the last row only
         "train.eval_sequences=8",
@@ -189,16 +190,20 @@ def measure(bench: Bench) -> dict:
     built = build_platform(overrides(s))
     data, B = built["data"], s["B"]
     batches = [data.train_samples(step * B, B) for step in range(s["steps"])]
-    rounds = []
+    sides = {
+        "gptlab": lambda: gptlab_side(bench, s, out),  # the default logger: W&B offline
+        "gptlab_nolog": lambda: gptlab_side(bench, s, out, "logger=none"),
+        "gptlab_model": lambda: bare_side(build_platform(overrides(s)), batches, s, minimal=False),
+        "minimal": lambda: bare_side(built, batches, s, minimal=True),
+    }
+    names, rounds = list(sides), []
     for r in range(s["rounds"]):
-        bench.log(f"minimal-GPT round {r + 1}/{s['rounds']}: gptlab-train, gptlab's model in a plain loop, minimal GPT")
+        order = names[r % len(names) :] + names[: r % len(names)]  # each side in each position: no order bias
+        bench.log(f"minimal-GPT round {r + 1}/{s['rounds']}: {', '.join(order)}")
         wait_quiet(bench, s["wait"])
         load = LoadSampler()
         load.start()
-        entry = {"gptlab": gptlab_side(bench, s, out)}
-        built = build_platform(overrides(s))  # a fresh model and optimizer each round, as the CLI side has
-        entry["gptlab_model"] = bare_side(built, batches, s, minimal=False)
-        entry["minimal"] = bare_side(built, batches, s, minimal=True)
+        entry = {name: sides[name]() for name in order}  # the plain loops get a fresh model and optimizer each time
         entry["foreign"] = load.mean() or 0.0
         rounds.append(entry)
     return result(rounds, s, built)
@@ -206,10 +211,11 @@ def measure(bench: Bench) -> dict:
 
 def result(all_rounds: list[dict], s: dict, built: dict) -> dict:
     rounds = quiet(all_rounds)
-    ratios = [r["minimal"]["step_ms"] / r["gptlab"]["step_ms"] for r in rounds if r["gptlab"]["step_ms"]]
-    model_ratios = [
-        r["minimal"]["step_ms"] / r["gptlab_model"]["step_ms"] for r in rounds if r["gptlab_model"]["step_ms"]
-    ]
+
+    def ratios_of(side: str) -> list[float]:  # per round: minimal ms / this side's ms
+        return [r["minimal"]["step_ms"] / r[side]["step_ms"] for r in rounds if r[side]["step_ms"]]
+
+    ratios, nolog, model_ratios = ratios_of("gptlab"), ratios_of("gptlab_nolog"), ratios_of("gptlab_model")
     return {
         "setup": {
             **s,
@@ -226,6 +232,12 @@ def result(all_rounds: list[dict], s: dict, built: dict) -> dict:
             "speed_ratio_min": min(ratios) if ratios else None,
             "speed_ratio_max": max(ratios) if ratios else None,
             "model_ratio": median(model_ratios),
+            "model_ratio_min": min(model_ratios) if model_ratios else None,
+            "model_ratio_max": max(model_ratios) if model_ratios else None,
+            "gptlab_nolog_step_ms": median(r["gptlab_nolog"]["step_ms"] for r in rounds),
+            "nolog_ratio": median(nolog),
+            "nolog_ratio_min": min(nolog) if nolog else None,
+            "nolog_ratio_max": max(nolog) if nolog else None,
         },
         "machine": machine_flags(),
         "rounds": all_rounds,
@@ -240,14 +252,17 @@ def markdown(res: dict) -> str:
         [
             f"{s['layers']} layers, d {s['d']}, {s['heads']} heads, T {s['T']}, batch {s['B']}, vocab {s['vocab']}, "
             f"{s['dtype']}; {s['steps']} steps per side ({s['warm']} left out), {s['rounds']} interleaved "
-            f"round{'s' if s['rounds'] > 1 else ''}, medians. CPU: {m['model']} ({', '.join(m['flags']) or 'no'} "
+            f"round{'s' if s['rounds'] > 1 else ''} (the sides' order rotated each round), medians of per-round ratios. CPU: {m['model']} ({', '.join(m['flags']) or 'no'} "
             f"flags). gptlab-train overrides: `{' '.join(s['overrides'])}`.",
             "",
             "| side | wall ms / step | minimal GPT's ms / this side's |",
             "|---|---|---|",
             f"| gptlab-train (CLI, W&B offline) | {_f(f['gptlab_step_ms'])} | {_r(f['speed_ratio'])} "
             f"(rounds {_r(f['speed_ratio_min'])} … {_r(f['speed_ratio_max'])}) |",
-            f"| gptlab's model, plain loop | {_f(f['gptlab_model_step_ms'])} | {_r(f['model_ratio'])} |",
+            f"| gptlab-train (CLI, logger=none) | {_f(f['gptlab_nolog_step_ms'])} | {_r(f['nolog_ratio'])} "
+            f"(rounds {_r(f['nolog_ratio_min'])} … {_r(f['nolog_ratio_max'])}) |",
+            f"| gptlab's model, plain loop | {_f(f['gptlab_model_step_ms'])} | {_r(f['model_ratio'])} "
+            f"(rounds {_r(f['model_ratio_min'])} … {_r(f['model_ratio_max'])}) |",
             f"| minimal GPT, plain loop | {_f(f['minimal_step_ms'])} | 1.00× |",
             f"| gptlab-train's own `step_ms` (metrics.jsonl) | {_f(f['gptlab_loop_step_ms'])} | |",
         ]
