@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -62,3 +63,28 @@ def test_bad_input_is_one_line(args, message):
     done = run_cli("gptlab.cli.cache", *args)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and message in lines[0]
+
+
+def test_a_killed_runs_hf_scratch_is_listed_and_pruned_but_a_live_ones_is_kept(tmp_path, monkeypatch):
+    """hf-scratch/<pid>-<hash>: the Arrow copy a data=hf run makes of a local folder; one whose process is gone is
+    an entry like any other, one whose process runs is never removed."""
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))
+    dead = _finished_pid()
+    scratch = tmp_path / "cache" / "hf-scratch"
+    gone, live = scratch / f"{dead}-abcdef012345", scratch / f"{os.getpid()}-abcdef012345"
+    for folder in (gone, live):
+        folder.mkdir(parents=True)
+        (folder / "data.arrow").write_bytes(b"x" * 1000)
+        old = time.time() - 40 * 86400
+        os.utime(folder, (old, old))
+    rows = [r for r in listed(tmp_path / "cache") if r[1] == "scratch"]
+    assert len(rows) == 2
+    assert run_cli("gptlab.cli.cache", "prune", "--older-than", "30d").returncode == 0
+    assert not gone.exists() and live.exists()
+
+
+def _finished_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid

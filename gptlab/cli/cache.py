@@ -3,7 +3,8 @@
 
 Entries: token caches (`tokens/<key>/`: the corpus, tokenizer, tokens, bytes and last use of each), unfinished
 token builds (`tokens/<key>.partial`), cached hub-source descriptions (`sources/`) and the measured machine peaks
-(`hardware_peaks_*.json`). An entry another process is building (its lock is held) is never removed.
+(`hardware_peaks_*.json`), and the Arrow scratch copies of local dataset folders a killed `data=hf` run left
+(`hf-scratch/<pid>-<hash>`). An entry another process is building (its lock is held) is never removed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import re
 import shutil
 import sys
@@ -31,7 +33,7 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 @dataclass
 class Entry:
     key: str
-    kind: str  # tokens | stale (an older cache format: never read again) | partial | source | peaks
+    kind: str  # tokens | stale (an older cache format: never read again) | partial | source | peaks | scratch
     path: Path
     bytes: int
     last_used: float
@@ -84,11 +86,27 @@ def entries(cache: Path) -> list[Entry]:
         found.append(Entry(path.stem, "source", path, path.stat().st_size, path.stat().st_mtime))
     for path in sorted(cache.glob("hardware_peaks_*.json")):
         found.append(Entry(path.stem, "peaks", path, path.stat().st_size, path.stat().st_mtime))
+    for folder in sorted((cache / "hf-scratch").glob("*")) if (cache / "hf-scratch").is_dir() else []:
+        # a local dataset folder's Arrow copy while its tokens are built; one left here is a killed run's
+        found.append(Entry(folder.name, "scratch", folder, _size(folder), folder.stat().st_mtime))
     return sorted(found, key=lambda e: -e.last_used)
 
 
+def _pid_alive(name: str) -> bool:
+    """Whether the process a scratch dir is named after (<pid>-<hash>) still runs."""
+    try:
+        os.kill(int(name.split("-", 1)[0]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 def _busy(entry: Entry) -> bool:
-    """True while a build holds the entry's lock (tokens/<key>.lock)."""
+    """True while a build holds the entry's lock (tokens/<key>.lock), or a scratch dir's process still runs."""
+    if entry.kind == "scratch":
+        return _pid_alive(entry.key)
     key = entry.key.removesuffix(".partial")
     return entry.kind in ("tokens", "stale", "partial") and lock_held(entry.path.parent / f"{key}.lock")
 
