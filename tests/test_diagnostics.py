@@ -182,9 +182,14 @@ def test_sinusoidal_position_is_the_fixed_formula_with_no_parameters():
     assert torch.equal(table[0], torch.tensor([0.0, 1.0] * 4))
     assert list(pos.parameters()) == [] and list(pos.state_dict()) == []
     x = torch.zeros(3, 16, 8)
-    assert torch.equal(pos.embed(x, torch.arange(16)), table.expand(3, 16, 8))
+    assert pos.scale == 0.02  # beside std-0.02 token embeddings, as Vaswani's √d_model-scaled ones beside ±1
+    assert torch.equal(pos.embed(x, torch.arange(16)), (0.02 * table).expand(3, 16, 8))
+    raw = SinusoidalPosition(d_model=8, n_head=2, head_dim=4, block_size=16, scale=1.0)
+    assert torch.equal(raw.embed(x, torch.arange(16)), table.expand(3, 16, 8))
     with pytest.raises(ConfigError, match="position=sinusoidal needs an even model.d_model"):
         SinusoidalPosition(d_model=7, n_head=1, head_dim=7, block_size=16)
+    with pytest.raises(ConfigError, match=r"^position.scale=0.0 must be > 0 \(the table's amplitude; 1.0 = the raw"):
+        SinusoidalPosition(d_model=8, n_head=2, head_dim=4, block_size=16, scale=0.0)
 
 
 def test_compare_shows_the_max_logit_with_and_without_qk_norm(tmp_path, capsys):

@@ -188,7 +188,7 @@ def _position_table(model: GPT) -> torch.Tensor:
         return position.wpe.weight.detach()
     pos = torch.arange(cfg.block_size, device=model.wte.weight.device)
     if isinstance(position, SinusoidalPosition):
-        return position.table(pos, torch.float32)
+        return position.scale * position.table(pos, torch.float32)  # what embed() adds
     return torch.zeros(cfg.block_size, cfg.d_model, device=pos.device)  # position=none adds nothing
 
 

@@ -1,4 +1,10 @@
-"""Fixed sinusoidal position encodings added to the token embeddings (the original Transformer): no parameters."""
+"""Fixed sinusoidal position encodings added to the token embeddings (the original Transformer): no parameters.
+
+Amplitude: Vaswani et al. multiplied embeddings of ~unit scale by √d_model and added the ±1 table, so token and
+position signals started at about the same size. gptlab's token embeddings start at std 0.02 (GPT-2's init), so the
+table is added times `scale` (default 0.02) to keep that balance; scale=1.0 adds the raw ±1 table, which swamps the
+tokens (measured: +0.96 val loss against rope on the position_probes study, docs/BENCHMARKS.md).
+"""
 
 import math
 
@@ -11,13 +17,18 @@ from gptlab.model.base import Position
 class SinusoidalPosition(Position):
     """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)), added to the input; nothing learned."""
 
-    def __init__(self, d_model: int, n_head: int, head_dim: int, block_size: int, base: float = 10000.0):
+    def __init__(
+        self, d_model: int, n_head: int, head_dim: int, block_size: int, base: float = 10000.0, scale: float = 0.02
+    ):
         super().__init__(d_model, n_head, head_dim, block_size)
         if d_model % 2:
             raise ConfigError(f"position=sinusoidal needs an even model.d_model (sin/cos pairs); got {d_model}")
         if base <= 1:
             raise ConfigError(f"position.base={base} must be > 1")
+        if not scale > 0:
+            raise ConfigError(f"position.scale={scale} must be > 0 (the table's amplitude; 1.0 = the raw ±1 table)")
         self.base = float(base)
+        self.scale = float(scale)  # plain attributes, so the model fingerprint sees them
 
     def table(self, pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """(T,) positions -> (T, d_model) encodings, computed in fp32 then cast."""
@@ -27,4 +38,4 @@ class SinusoidalPosition(Position):
         return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1).to(dtype)  # (T, d): sin, cos interleaved
 
     def embed(self, x, pos):
-        return x + self.table(pos, x.dtype)  # (B, T, d) + (T, d)
+        return x + self.scale * self.table(pos, x.dtype)  # (B, T, d) + scale · (T, d)
