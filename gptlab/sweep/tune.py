@@ -73,12 +73,12 @@ def search_space(params: Mapping, arguments: Sequence[str]) -> tuple[dict, list[
 
     parser = OverridesParser.create()
     space = {key: distribution(parser.parse_override(f"{key}={value}")) for key, value in _flat(params or {})}
-    fixed = []
-    for override in parser.parse_overrides(list(arguments)):
+    fixed: list[str] = []
+    for override, text in zip(parser.parse_overrides(list(arguments)), arguments):
         if override.is_sweep_override():
             space[override.get_key_element()] = distribution(override)
         else:
-            fixed.append(override.input_line)
+            fixed.append(text)  # as given: Hydra composes each trial from the same text
     if not space:
         raise ConfigError(
             "hydra.sweeper.params: nothing to search; give e.g. optimizer.lr: tag(log, interval(1e-4, 1e-2))"
