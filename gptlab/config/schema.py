@@ -139,6 +139,7 @@ SCHEMA: dict[str, Check] = {
     "mlp.dropout": UNIT,
     "norm.placement": OneOf(("pre", "post")),
     "position.base": Number("> 0"),
+    "position.scale": Number("> 0"),
     # data
     "data.paths": Text(many=True),
     "data.column": Text(),
