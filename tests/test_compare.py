@@ -325,6 +325,13 @@ def test_wandb_offline_run_has_table_and_plots(tmp_path, capsys, monkeypatch):
     assert summary["plots/val_loss_vs_step"]["_type"] == "image-file"
     table = json.loads((run_dir / "files" / summary["comparison"]["path"]).read_text())
     assert [row[0] for row in table["data"]] == ["attention=mha", "attention=gqa"]
+    # the equal-compute verdicts, word for word as comparison.md gives them
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    sentences = [line.removeprefix("- ") for line in md.splitlines() if line.startswith("- Val loss at equal ")]
+    equal = json.loads((run_dir / "files" / summary["equal_compute"]["path"]).read_text())
+    logged = [row[0] for row in equal["data"]]
+    assert len(sentences) == 2 and [line for line in logged if line.startswith("Val loss at equal ")] == sentences
+    assert all(line in md for line in logged)  # and its other lines (runs whose FLOPs were rebuilt) are the report's
 
 
 def test_wandb_failure_only_warns(tmp_path, capsys, monkeypatch):

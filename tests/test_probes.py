@@ -258,6 +258,12 @@ def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_s
     assert "| probe/induction/acc | 0.5200 ± 0.0200 | 0.7100 ± 0.0100 Δ +0.1900 better (p=" in text
     assert "| probe/length/2x/loss | 3.1000 ± 0.0000 | – |" in text  # learned: 1x only, no made-up 2x
     assert "| probe/length/1x/loss | 3.0000 ± 0.0000 | 2.9000 ± 0.0000 Δ -0.1000 better (p=0) |" in text  # lower loss
+    # the W&B comparison run logs the same table (columns and cells as the report's)
+    from gptlab.compare.wandb_log import extra_tables
+
+    logged = extra_tables(NS(compute=None, probes=rows, evals=[]))
+    assert set(logged) == {"probes"} and logged["probes"].columns == ["probe", "rope", "learned"]
+    assert logged["probes"].data == extra_table(rows).body
     rows, warnings = probe_rows([NS(runs=base), NS(runs=other)], ["rope", "other"], point)
     assert "probe/induction/acc" not in {r.metric for r in rows}
     assert warnings == [

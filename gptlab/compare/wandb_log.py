@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gptlab.compare import speed, stats
+from gptlab.compare import compute, evals, probes, speed, stats
 from gptlab.compare.analysis import Comparison
 from gptlab.compare.machine import run_mfu
 from gptlab.compare.runs import Run, wandb_identity
@@ -197,8 +197,24 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
         data[f"charts/{metric}_error_bars"] = wandb.plot.line_series(
             exs, eys, ekeys, title=f"{metric}: mean ± std over seeds (one bar per group)", xname="group"
         )
+    data.update(extra_tables(cmp))
     data.update({f"plots/{name}": wandb.Image(str(p)) for name, p in images.items()})
     return data
+
+
+def extra_tables(cmp: Comparison) -> dict[str, Any]:
+    """The report's verdicts beyond the main table, as W&B tables: val loss at equal FLOPs and at equal wall time
+    (one sentence per arm and axis, as comparison.md words them), and the probe and downstream-eval tables."""
+    import wandb
+
+    out: dict[str, Any] = {}
+    sentences = compute.lines(cmp.compute)
+    if sentences:
+        out["equal_compute"] = wandb.Table(columns=["equal compute"], data=[[line] for line in sentences])
+    for key, table in (("probes", probes.extra_table(cmp.probes)), ("evals", evals.extra_table(cmp.evals))):
+        if table is not None:
+            out[key] = wandb.Table(columns=table.headers, data=table.body)  # type: ignore[arg-type]  # wandb: invariant list[str | int]
+    return out
 
 
 @dataclass
