@@ -54,4 +54,4 @@ def test_one_training_loss_function():
             assert not re.search(r"_, loss = \w*model\(", text), f"{path} computes its own training loss"
             if "training_loss(" in text:
                 callers.add(str(path.relative_to(root)))
-    assert callers == {"train/loop.py", "train/anomaly.py", "profile/steps.py"}
+    assert callers == {"train/loop.py", "train/anomaly.py", "train/profile/steps.py"}

@@ -10,8 +10,8 @@ import torch
 from gptlab.config.build import build_model, build_optimizer, compose
 from gptlab.costs.ops import GROUPS
 from gptlab.costs.report import analyze
-from gptlab.profile.steps import predicted_shares, profile_steps
-from gptlab.profile.table import format_breakdown
+from gptlab.train.profile.steps import predicted_shares, profile_steps
+from gptlab.train.profile.table import format_breakdown
 from helpers.model import least_disturbed_profile
 
 TINY = ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.block_size=64", "model.vocab_size=128"]

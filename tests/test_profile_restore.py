@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptlab.profile import state as profile_state
+from gptlab.train.profile import state as profile_state
 from helpers.model import tiny_model
 from helpers.train import rows, run_inprocess
 

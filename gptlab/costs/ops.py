@@ -18,7 +18,7 @@ LOSS_FLOPS = 4  # per logit: max, exp, sum, log-softmax gather
 OPTIMIZER_FLOPS = 10  # per parameter per step (Adam-like update)
 
 
-# Module kinds a step's time is broken down into (shared with gptlab.profile.steps's measured breakdown).
+# Module kinds a step's time is broken down into (shared with gptlab.train.profile.steps's measured breakdown).
 GROUPS = ("embedding", "attention projections", "attention kernel", "mlp", "norms", "lm_head", "optimizer", "other")
 
 

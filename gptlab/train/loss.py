@@ -1,5 +1,5 @@
-"""The one training objective: the step, the NaN replay (train/anomaly.py) and the profiler (profile/steps.py) all
-call `training_loss`, so a new term (z-loss, label smoothing, ...) added here trains, replays and profiles the same
+"""The one training objective: the step, the NaN replay (train/anomaly.py) and the profiler (train/profile/steps.py)
+all call `training_loss`, so a new term (z-loss, label smoothing, ...) added here trains, replays and profiles the same
 objective everywhere.
 
 `train/loss` in metrics.jsonl stays the cross-entropy that arms are compared on; any extra term is returned beside it

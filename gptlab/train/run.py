@@ -259,9 +259,9 @@ def check_peak(summary: dict, hardware) -> None:
 def profile_run(run: Bundle) -> None:
     """profile=true: a few profiled steps (weights restored after), time per module kind vs the cost model."""
     from gptlab.costs.report import analyze
-    from gptlab.profile.steps import predicted_layer_shares, predicted_shares, profile_steps
-    from gptlab.profile.table import format_breakdown
     from gptlab.runtime.peak import cached_bandwidth
+    from gptlab.train.profile.steps import predicted_layer_shares, predicted_shares, profile_steps
+    from gptlab.train.profile.table import format_breakdown
 
     settings, hardware, ctx, data = run.settings, run.hardware, run.ctx, run.data
     micro = settings.batch_size // settings.grad_accum

@@ -1,4 +1,4 @@
-"""The module hooks behind gptlab/profile/steps.py: which modules of a GPT are timed and under which kind
+"""The module hooks behind gptlab/train/profile/steps.py: which modules of a GPT are timed and under which kind
 (`module_kinds`, `layer_of`), the `Timer` that turns nested forward/backward frames into exclusive seconds per
 kind and per layer (each frame also a record_function region in the trace), and `hook_modules`, which puts the
 forward and backward hooks on a model and returns their handles for removal."""

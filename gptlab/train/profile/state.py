@@ -1,5 +1,5 @@
 """A copy of a model's weights, optimizer state and RNG states on the CPU, and putting it back: what lets
-profile=true take real training steps and leave the run's curve unchanged (gptlab/profile/steps.py)."""
+profile=true take real training steps and leave the run's curve unchanged (gptlab/train/profile/steps.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 gptlab.model contract, times each module kind with forward/backward hooks (exclusive of nested
 hooked modules, so nothing is counted twice), per layer (block index) as well, labels the same
 regions with record_function in a Chrome trace, and restores the model, optimizer and RNG afterwards
-so a run's curve is unchanged. Tables: gptlab.profile.table; hooks and timer: gptlab.profile.hooks.
+so a run's curve is unchanged. Tables: gptlab.train.profile.table; hooks and timer: gptlab.train.profile.hooks.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import torch
 import torch.nn as nn
 
 from gptlab.costs.ops import GROUPS
-from gptlab.profile.hooks import Timer, hook_modules
-from gptlab.profile.state import restore_state, snapshot_state
 from gptlab.train.loss import training_loss
+from gptlab.train.profile.hooks import Timer, hook_modules
+from gptlab.train.profile.state import restore_state, snapshot_state
 
 
 @dataclass

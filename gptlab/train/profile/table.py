@@ -1,4 +1,4 @@
-"""Plain-text tables of a gptlab.profile.steps.ProfileResult: time per module kind, then time per layer."""
+"""Plain-text tables of a gptlab.train.profile.steps.ProfileResult: time per module kind, then time per layer."""
 
 from __future__ import annotations
 
