@@ -58,7 +58,7 @@ def _train(run: Path, *overrides: str) -> None:
 
 def _accuracy_by_hand(run: Path) -> float:
     """Multiple-choice accuracy from gptlab's model: argmax over choices of log P(choice | question)."""
-    from gptlab.state.rundir import load_trained
+    from gptlab.config.trained import load_trained
 
     model, text, _ = load_trained(run)
     tok, right = text.tokenizer, 0

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from gptlab.cli import export as export_cli
+from gptlab.config.trained import load_trained as load_run
 from gptlab.errors import ConfigError
 from gptlab.runtime import distributed
 from gptlab.runtime.hardware import Hardware
 from gptlab.state import checkpoint
-from gptlab.state.rundir import load_trained as load_run
 from helpers.cli import cli_env, run_cli
 from helpers.fsdp import ARGS, FSDP, assert_close_curves, curve, interrupted_copy, launch, train, wait
 from helpers.gpu_mocks import fake_cuda  # noqa: F401  (a fixture)

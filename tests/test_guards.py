@@ -166,7 +166,8 @@ def test_sampling_refuses_a_run_whose_corpus_changed_since_training(tmp_path):
     """A char tokenizer fitted on an edited corpus maps ids to other characters: a run saved before runs kept their
     tokenizer (no tokenizer.json) is refused, never served garbage; a run that kept it samples with it, and only its
     default prompt (the corpus's val text) is refused (tests/test_run_tokenizer.py)."""
-    from gptlab.state.rundir import TOKENIZER_FILE, load_trained
+    from gptlab.config.trained import load_trained
+    from gptlab.state.rundir import TOKENIZER_FILE
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 400)

@@ -387,8 +387,8 @@ def test_what_neither_gpt2_nor_llama_expresses_is_refused_in_one_line(overrides,
 def test_a_llama_shaped_run_exports_as_llama(tmp_path):
     from transformers import AutoModelForCausalLM
 
+    from gptlab.config.trained import load_trained
     from gptlab.interop.export import export_hf
-    from gptlab.state.rundir import load_trained
 
     run = tmp_path / "run"
     _train(run, *LLAMA, "attention=gqa", "attention.n_kv_head=2", "data.tokenizer=byte")

@@ -16,11 +16,12 @@ from omegaconf import OmegaConf
 from gptlab.cli import export as export_cli
 from gptlab.cli import sample as sample_cli
 from gptlab.config.build import compose
+from gptlab.config.trained import load_trained
 from gptlab.data import default_cache_dir
 from gptlab.data.tokenizer_file import from_doc, to_doc
 from gptlab.data.tokenizers import make_tokenizer
 from gptlab.errors import ConfigError
-from gptlab.state.rundir import TOKENIZER_FILE, load_trained, save_run_tokenizer
+from gptlab.state.rundir import TOKENIZER_FILE, save_run_tokenizer
 from helpers.cli import run_cli
 from helpers.train import FAST, run_inprocess
 

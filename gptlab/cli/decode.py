@@ -138,7 +138,7 @@ def load_model(cfg: DictConfig, overrides: list[str]):
         torch.manual_seed(int(cfg.seed))
         # vocab: model.vocab_size; null = 50257 (GPT-2's BPE, as gptlab-flops costs it): no data is read
         return build_model(cfg).eval(), {"kind": "config", "run": None, "step": None}
-    from gptlab.state.rundir import load_trained
+    from gptlab.config.trained import load_trained
 
     _check_run_overrides(str(run), overrides)
     model, _, step = load_trained(Path(str(run)))

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from gptlab.cli import fail
 from gptlab.config import build
+from gptlab.config.trained import trained_text
 from gptlab.errors import ConfigError
 from gptlab.state import checkpoint, resume
-from gptlab.state.rundir import TOKENIZER_FILE, check_output, run_config, trained_text
+from gptlab.state.rundir import TOKENIZER_FILE, check_output, run_config
 from gptlab.util.extras import require
 
 

@@ -12,8 +12,8 @@ import torch
 
 from gptlab.cli import fail
 from gptlab.config.schema import SCHEMA
+from gptlab.config.trained import load_trained
 from gptlab.errors import ConfigError
-from gptlab.state.rundir import load_trained
 
 # flag -> the config key whose check it shares (no null on the command line)
 FLAGS = {

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 
+from gptlab.config.trained import load_trained
 from gptlab.errors import ConfigError
 from gptlab.interop import hf
 from gptlab.interop.tokenizer import to_hf_tokenizer
-from gptlab.state.rundir import check_output, load_trained
+from gptlab.state.rundir import check_output
 from gptlab.util.io import write_json_atomic
 
 RECORD = "gptlab_export.json"

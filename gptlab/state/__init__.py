@@ -1,2 +1,2 @@
-"""Saved state: checkpoints (single file and sharded), resume identity, and the run directory (lock, guards, reading
-a run back)."""
+"""Saved state: checkpoints (single file and sharded), resume identity, and the run directory (lock, guards, its saved
+files read back)."""

@@ -1,6 +1,6 @@
 """The run directory: one live run per dir (a lock file), the one guard every writer asks before it writes
-(`check_output`), the tokenizer a run saves when it starts (`save_run_tokenizer`), and reading a finished run back
-(`run_config`, `load_trained`).
+(`check_output`), the tokenizer a run saves when it starts (`save_run_tokenizer`) and reading a run's saved files back
+(`run_config`, `saved_tokenizer`); rebuilding a trained run from them is gptlab/config/trained.py's.
 
 A run dir's own files (RUN_OWN) are written only by that run: a logger file, a decode result, an export or a dump
 never lands on them, on the lock, outside the dir it belongs in, or on a folder of the user's own files.
@@ -19,7 +19,6 @@ from omegaconf import OmegaConf
 
 from gptlab.data.tokenizer_file import from_doc, to_doc
 from gptlab.errors import ConfigError
-from gptlab.state import checkpoint, resume
 from gptlab.util.io import atomic_write_text
 
 log = logging.getLogger("gptlab")
@@ -161,7 +160,7 @@ def save_run_tokenizer(run_dir: Path, tokenizer, data_fingerprint: str) -> None:
     atomic_write_text(path, json.dumps(doc) + "\n")
 
 
-def _saved_tokenizer(run_dir: Path, trained_on: str | None):
+def saved_tokenizer(run_dir: Path, trained_on: str | None):
     """The tokenizer run_dir/tokenizer.json holds, or None for a run saved before runs kept their tokenizer."""
     path = run_dir / TOKENIZER_FILE
     if not path.exists():
@@ -177,68 +176,3 @@ def _saved_tokenizer(run_dir: Path, trained_on: str | None):
             f"{trained_on[:24]}: this is another run's tokenizer; restore the run's own tokenizer.json"
         )
     return tok
-
-
-def _data_as_trained(run_dir: Path, cfg, trained_on: str | None, what: str = "its tokenizer", hint: str = ""):
-    """The run's data rebuilt from its config; refused when it is not the data the run trained on (`what` would
-    differ)."""
-    from gptlab.config import build  # the config layer builds; the run dir only knows where things are
-
-    data = build.build_data(cfg, int(cfg.model.block_size))
-    if trained_on is not None and trained_on != data.fingerprint:  # an edited corpus refits the tokenizer
-        raise ConfigError(
-            f"{run_dir}: its data ({cfg.data.get('paths') or data.name}) changed since training (fingerprint "
-            f"{data.fingerprint[:12]} != {trained_on[:12]}), so {what} would differ; restore the corpus it "
-            f"trained on{hint}"
-        )
-    return data
-
-
-class TrainedText:
-    """A trained run's text side: the tokenizer it trained with and, on demand, its default prompt."""
-
-    def __init__(self, run_dir: Path, cfg, tokenizer, trained_on: str | None, data=None):
-        self.run_dir, self.cfg, self.trained_on, self._data = run_dir, cfg, trained_on, data
-        self.tokenizer = tokenizer
-        self.vocab_size = int(tokenizer.vocab_size)
-
-    def sample_prompt(self) -> str:
-        """The first line of the run's val split (read from its corpus, which must be unchanged), else a newline."""
-        if self._data is None:
-            self._data = _data_as_trained(
-                self.run_dir, self.cfg, self.trained_on, "the default prompt (its val text)", " or pass --prompt TEXT"
-            )
-        prompt = getattr(self._data, "sample_prompt", None)
-        return prompt() if prompt is not None else "\n"
-
-
-def trained_text(run_dir: Path, cfg, state: dict) -> TrainedText:
-    """The text side of the run a checkpoint `state` of run_dir belongs to: its saved tokenizer, or for a run saved
-    before runs kept theirs, the data rebuilt from its config (refused when the corpus changed since training)."""
-    trained_on = (state.get("identity") or {}).get("data")
-    tok = _saved_tokenizer(run_dir, trained_on)
-    if tok is not None:
-        return TrainedText(run_dir, cfg, tok, trained_on)
-    data = _data_as_trained(run_dir, cfg, trained_on)
-    return TrainedText(run_dir, cfg, data.tokenizer, trained_on, data=data)
-
-
-def load_trained(run_dir: Path):
-    """(model with the newest checkpoint's weights, TrainedText, step) rebuilt from the run's saved config.
-
-    The tokenizer is the one the run saved when it started (tokenizer.json); a run saved before runs kept theirs
-    rebuilds its data from the config, refused when the corpus changed since training. A sharded (hardware=fsdp)
-    checkpoint is read into this one process (DCP gathers every rank's shards).
-    """
-    from gptlab.config import build  # the config layer builds; the run dir only knows where things are
-
-    cfg, state = run_config(run_dir), checkpoint.load_latest(run_dir)
-    if state is None:
-        raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
-    text = trained_text(run_dir, cfg, state)
-    model = build.build_model(cfg, vocab_size=text.vocab_size)
-    try:
-        resume.load_weights(model, None, state)
-    except (KeyError, RuntimeError) as err:
-        raise ConfigError(f"{run_dir}: its newest checkpoint does not fit the run's config ({err})") from None
-    return model.eval(), text, int(state["step"])
