@@ -3,7 +3,10 @@
 - no import cycles between gptlab modules (function-local and TYPE_CHECKING imports count: a cycle hidden inside a
   function is still two modules that cannot be read apart);
 - no re-exports: every `from gptlab.X import name` names a module or something defined in X itself;
-- library code never imports a CLI module;
+- no arrow back up: every import goes to a room (a sub-package of gptlab, or errors.py) at or below the importer's in
+  ROOMS, a declared order, bottom to top;
+- compare/ reads run directories and imports nothing of training: errors, util, sinks and the sweep layout only;
+- library code (and the benchmarks, which run a CLI in its own process as a user does) never imports a CLI module;
 - gptlab/ holds sub-packages by concept and only `__init__.py` and `errors.py` beside them.
 """
 
@@ -24,6 +27,29 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+# The rooms, bottom to top: a module may import its own room and the rooms before it, never one after it. A new
+# sub-package goes where its imports put it (test_every_room_is_in_the_declared_order says when one is missing).
+ROOMS = (
+    "errors",
+    "util",
+    "costs",
+    "runtime",
+    "data",
+    "infer",  # KV caches and decoding: model's generate borrows infer/cache.py
+    "model",
+    "optim",
+    "state",
+    "sinks",  # provenance reads checkpoint identity (state)
+    "config",  # builds model, data, optim from conf/; a trained run rebuilt from its saved config (config/trained.py)
+    "interop",  # export and lm-eval read a trained run back through config/trained.py
+    "train",  # with its profiler (train/profile/): profile=true times the training loss itself
+    "sweep",
+    "compare",  # reads run dirs; may read the sweep layout, never training (test_compare_imports_nothing_of_training)
+    "cli",
+)
+# what compare/ may import: the run reader needs no torch, Hydra or training code
+COMPARE_MAY_IMPORT = ("gptlab.errors", "gptlab.util", "gptlab.sinks", "gptlab.sweep.layout")
 
 
 def _imports(path: Path) -> list[tuple[str, str | None]]:
@@ -55,6 +81,23 @@ def _edges() -> dict[str, set[str]]:
             targets.add(full if full in MODULES else module)
         edges[name] = {t for t in targets if t in MODULES and t != name}
     return edges
+
+
+def _room(module: str) -> str:
+    """gptlab.train.profile.steps -> train; gptlab.errors -> errors; the package itself -> ''."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def _arrows_up(edges: dict[str, set[str]], order: tuple[str, ...]) -> list[str]:
+    """Every import from a room to a room after it in `order` (the package's own __init__ imports nothing)."""
+    rank = {room: i for i, room in enumerate(order)}
+    return sorted(
+        f"{name} -> {target} ({_room(name)} is below {_room(target)})"
+        for name, targets in edges.items()
+        if _room(name)
+        for target in targets
+        if _room(target) and rank[_room(target)] > rank[_room(name)]
+    )
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -150,14 +193,46 @@ def test_no_reexports():
     assert bad == []
 
 
+def test_order_checker_finds_a_planted_arrow_up():
+    order = ("errors", "model", "train")
+    edges = {"gptlab.model.gpt": {"gptlab.train.loop", "gptlab.errors"}, "gptlab.train.loop": {"gptlab.model.gpt"}}
+    assert _arrows_up(edges, order) == ["gptlab.model.gpt -> gptlab.train.loop (model is below train)"]
+    assert _arrows_up({"gptlab.train.loop": {"gptlab.train.loss", "gptlab.model.gpt"}}, order) == []
+
+
+def test_every_room_is_in_the_declared_order():
+    rooms = {_room(name) for name in MODULES} - {""}
+    assert sorted(rooms) == sorted(ROOMS), "place a new room in ROOMS where its imports put it"
+
+
+def test_no_import_runs_back_up():
+    assert _arrows_up(_edges(), ROOMS) == []
+
+
+def test_compare_imports_nothing_of_training():
+    bad = [
+        f"{name} imports {target}"
+        for name, targets in _edges().items()
+        if _room(name) == "compare"
+        for target in targets
+        if _room(target) != "compare" and not any(target == m or target.startswith(m + ".") for m in COMPARE_MAY_IMPORT)
+    ]
+    assert bad == []
+
+
 def test_library_code_never_imports_a_cli():
     bad = [
         f"{name} imports {target}"
         for name, targets in _edges().items()
-        if not name.startswith("gptlab.cli")
+        if _room(name) != "cli"
         for target in targets
-        if target.startswith("gptlab.cli")
+        if _room(target) == "cli"
     ]
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
+        for module, imported in _imports(path):
+            full = f"{module}.{imported}" if imported else module
+            if _room(full) == "cli":
+                bad.append(f"{path.relative_to(ROOT)} imports {full}")
     assert bad == []
 
 
