@@ -59,8 +59,8 @@ def _checks(doc: dict, load: float | None) -> list[str]:
     for row in doc["rows"]:
         if row.get("under_load") or (row.get("outside_load") or 0.0) >= QUIET:
             why.append(f"'{row['label']}' has a run at {100 * (row.get('outside_load') or 0):.0f}% outside load")
-        if row["speed_verdict"] != "baseline" and not row["speed_verdict"].startswith(("faster", "slower")):
-            why.append(f"'{row['label']}' speed verdict is '{row['speed_verdict']}', not decided")
+        if row["speed"]["status"] not in ("baseline", "decided"):
+            why.append(f"'{row['label']}' speed verdict is '{row['speed']['status']}', not decided")
     return why
 
 

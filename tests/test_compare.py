@@ -15,7 +15,15 @@ import pytest
 from gptlab.cli.compare import main
 from gptlab.compare import stats
 from helpers.cli import cli_env, python_bin, run_cli
-from helpers.compare import bad_acc_vs_lm, bad_mixed_data, bad_no_common_step, default_loss, write_run, write_sweep
+from helpers.compare import (
+    bad_acc_vs_lm,
+    bad_mixed_data,
+    bad_no_common_step,
+    default_loss,
+    speed_words,
+    write_run,
+    write_sweep,
+)
 from helpers.paths import REPO
 from helpers.wandb_read import inspect_records, inspect_summary, of_type
 
@@ -399,7 +407,7 @@ def test_real_short_runs_two_configs_two_seeds(tmp_path, capsys):
     if pair == ["mha", "gqa"]:  # model=tiny has n_head 4 and gqa's default n_kv_head is 4: the same model twice
         twin = doc["rows"][1]
         assert twin["identical_to"] == [doc["rows"][0]["label"]] and twin["model_fingerprint"]
-        assert twin["significant"] is False and twin["speed_verdict"].startswith("within noise (identical model)")
+        assert twin["significant"] is False and speed_words(twin).startswith("within noise (identical model)")
     for row in doc["rows"]:
         losses = []
         for run in row["runs"]:

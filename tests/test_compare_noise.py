@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gptlab.cli.compare import main
-from gptlab.compare import stats
-from gptlab.compare.speed import speedup
-from helpers.compare import default_loss, write_sweep
+from gptlab.compare import stats, words
+from gptlab.compare.verdict import ratio
+from helpers.compare import default_loss, speed_words, write_sweep
 
 FP_MHA, FP_OTHER = "0123456789abcdef", "fedcba9876543210"
 
@@ -58,7 +58,7 @@ def test_identical_models_are_flagged_and_every_difference_is_noise(tmp_path, ca
     assert base["identical_to"] == [GQA4_LABEL] and twin["model_fingerprint"] == FP_MHA
     # Both tests alone would call this real (p << 0.05); identical models make it noise.
     assert twin["p_value"] < 0.05 and twin["speedup_p"] < 0.05
-    assert twin["significant"] is False and twin["speed_verdict"] == "within noise (identical model)"
+    assert twin["significant"] is False and speed_words(twin) == "within noise (identical model)"
     assert twin["speedup"] == pytest.approx(0.73, rel=1e-3)
     assert "noise: identical model" in md and "| = attention=mha |" in md
     assert "| 0.73× within noise (identical model) |" in md  # no CI quoted for a gap that is not there
@@ -109,12 +109,12 @@ def test_speed_is_mean_and_std_over_seeds_with_a_welch_ci(tmp_path, capsys):
     assert a["tokens_per_s_std"] == pytest.approx(statistics.stdev(arm))
     assert a["step_ms"] == pytest.approx(statistics.mean(128_000 / t for t in arm))
     assert a["step_ms_std"] == pytest.approx(statistics.stdev(128_000 / t for t in arm))
-    assert a["tokens_per_s_seeds"] == arm and b["speed_verdict"] == "baseline" and b["speedup"] == 1.0
+    assert a["tokens_per_s_seeds"] == arm and speed_words(b) == "baseline" and b["speedup"] == 1.0
     # Reference: scipy.stats Welch t-test on log tokens/s, CI with t.ppf(0.975, Welch df).
     assert a["speedup"] == pytest.approx(1.2493746246704842, rel=1e-9)
     assert a["speedup_ci"] == pytest.approx([1.1391629429767036, 1.3702490608513718], rel=1e-7)
     assert a["speedup_p"] == pytest.approx(0.0076274680011515624, rel=1e-6)
-    assert a["speed_verdict"] == "faster"
+    assert speed_words(a) == "faster"
     assert "1.25× [1.14, 1.37] faster" in md and "1,250 ± 50" not in md
     # one statistic beside the geometric-mean speed-up: the table shows tokens/s as geometric mean ×/÷ geometric sd
     gmean, gsd = statistics.geometric_mean(arm), math.exp(statistics.stdev(math.log(t) for t in arm))
@@ -132,13 +132,13 @@ def test_speed_is_mean_and_std_over_seeds_with_a_welch_ci(tmp_path, capsys):
     ],
 )
 def test_speed_verdict_follows_the_seed_noise(arm, base, verdict):
-    up = speedup(arm, base, 0.05)
-    assert up.verdict == verdict
-    assert up.ci[0] <= up.ratio <= up.ci[1]
-    assert (up.ci[0] > 1 or up.ci[1] < 1) is (verdict != "within noise")  # CI excludes 1 exactly when p < alpha
+    up = ratio("tokens_per_s", arm, base, 0.05)
+    assert words.speed(up) == verdict and up.decided is (verdict != "within noise")
+    assert up.interval[0] <= up.effect <= up.interval[1]
+    assert (up.interval[0] > 1 or up.interval[1] < 1) is up.decided  # CI excludes 1 exactly when p < alpha
     if arm[0] == 900.0:
-        assert up.ratio == pytest.approx(1.1026451493121938) and up.p == pytest.approx(0.5706763711753546, rel=1e-6)
-        assert up.ci == pytest.approx((0.7093917379638645, 1.7138997541632535), rel=1e-7)
+        assert up.effect == pytest.approx(1.1026451493121938) and up.p == pytest.approx(0.5706763711753546, rel=1e-6)
+        assert up.interval == pytest.approx((0.7093917379638645, 1.7138997541632535), rel=1e-7)
 
 
 def test_one_seed_gives_a_speed_up_but_no_verdict(tmp_path, capsys):
@@ -146,7 +146,7 @@ def test_one_seed_gives_a_speed_up_but_no_verdict(tmp_path, capsys):
     doc, md, _ = _compare(tmp_path, capsys, specs, "--baseline", "attention=mha")
     row = doc["rows"][1]
     assert row["speedup"] == pytest.approx(1.5) and row["speedup_ci"] is None and row["speedup_p"] is None
-    assert row["speed_verdict"] == "n/a: 1 seed" and row["tokens_per_s_std"] is None
+    assert speed_words(row) == "n/a: 1 seed" and row["tokens_per_s_std"] is None
     assert "1.50× n/a: 1 seed" in _table(md) and "faster" not in _table(md)
 
 
@@ -162,7 +162,7 @@ def test_speed_taken_under_outside_load_is_flagged(tmp_path, capsys):
     assert (base["outside_load"], base["under_load"]) == (0.05, False)
     assert (loaded["outside_load"], loaded["under_load"]) == (0.62, True)
     assert (old["outside_load"], old["under_load"]) == (None, False)
-    assert loaded["speed_verdict"] == "faster, under outside load" and old["speed_verdict"] == "within noise"
+    assert speed_words(loaded) == "faster, under outside load" and speed_words(old) == "within noise"
     assert md.count("(under load)") == 2  # tokens/s and step ms of the loaded group only
     assert (
         f"warning: '{GQA4_LABEL}': speed taken under outside load (other processes used up to 62% of the cores "

@@ -76,7 +76,8 @@ def test_crossing_steps_tokens_wall_and_not_reached(tmp_path, capsys):
     assert (base["n_reached"], base["n_seeds"], base["steps_mean"]) == (2, 3, 37.5)
     assert base["steps_std"] == pytest.approx(statistics.stdev([50, 25]))
     assert base["tokens_mean"] == 4800.0 and base["wall_s_mean"] == pytest.approx(1.875)
-    assert base["speedup_steps"] is None and arm["speedup_steps"] is None  # the baseline missed it in one seed
+    assert base["speedup_steps"]["effect"] is None and arm["speedup_steps"]["effect"] is None  # baseline missed it once
+    assert base["speedup_steps"]["status"] == arm["speedup_steps"]["status"] == "not_measured"
     assert (arm["n_reached"], arm["steps_mean"], arm["steps_std"]) == (3, 25.0, 0.0)
     out = capsys.readouterr().out
     assert "2/3 reached: 37.5 ± 17.7 steps; 1 not reached by step 100" in out
@@ -100,8 +101,9 @@ def test_speedup_eval_row_figures_and_no_extrapolation(tmp_path, capsys):
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss<=2", "--step", "100")
     base, fast, late = doc["targets"][0]["rows"]
     assert [h["wall_s"] for h in base["seeds"]] == [3.0, 3.0]  # the eval row's own wall_s (2.5 + 0.5)
-    assert base["speedup_steps"] == 1.0 and fast["speedup_steps"] == 2.0
-    assert fast["speedup_wall"] == pytest.approx(3.0 / 1.75)
+    assert base["speedup_steps"]["effect"] == 1.0 and base["speedup_steps"]["status"] == "baseline"
+    assert fast["speedup_steps"]["effect"] == 2.0
+    assert fast["speedup_wall"]["effect"] == pytest.approx(3.0 / 1.75)
     assert [h["step"] for h in late["seeds"]] == [105, 105] and late["tokens_mean"] is None
     assert late["seeds"][0]["tokens"] is None and late["seeds"][0]["wall_s"] is None  # never extrapolated
     out = capsys.readouterr().out

@@ -9,10 +9,11 @@ import json
 import pytest
 
 from gptlab.cli.compare import main as compare_main
-from gptlab.compare import stats
+from gptlab.compare import stats, words
 from gptlab.compare.analysis import compare
 from gptlab.compare.compute import equal_compute, lines, loss_at
 from gptlab.compare.runs import load_run
+from gptlab.compare.verdict import Status
 from helpers.compare import write_run
 from helpers.train import rows, run_inprocess
 
@@ -62,11 +63,12 @@ def test_equal_flops_and_wall_time_on_curves_with_a_known_answer(tmp_path):
     assert arm.losses == pytest.approx(arm_at)
     expected = stats.welch_interval(arm_at, base_at, 0.05)
     assert arm.delta == pytest.approx(expected.diff) and arm.ci == pytest.approx([expected.lo, expected.hi])
-    assert arm.verdict == "higher val loss" and not arm.under_load
+    assert words.change(arm.verdict, "val loss") == "higher val loss" and not arm.under_load
     # wall time: the baseline ends at 5 s; the arm (100 ms/step) is at step 50 there; its speed was taken under load
     assert wall.x == pytest.approx(5.0)
     assert wall.arms[1].losses == pytest.approx([2.5 + off for off in ARM_OFF])
-    assert wall.arms[1].verdict == "higher val loss, under outside load" and wall.arms[1].under_load
+    assert words.change(wall.arms[1].verdict, "val loss") == "higher val loss, under outside load"
+    assert wall.arms[1].under_load and wall.arms[1].verdict.direction == 1
     assert len(ec.rebuilt) == 6  # synthetic runs predate the column: rebuilt from flops_per_token x tokens
     text = lines(ec)
     assert any("equal training FLOPs (1.28e+10 FLOPs" in t and "'attention=mqa'" in t for t in text)
@@ -82,7 +84,7 @@ def test_equal_curves_are_within_noise(tmp_path):
         for s, o in enumerate(BASE_OFF[::-1])
     ]
     flops = equal_compute(compare([load_run(p) for p in runs], baseline="attention=mha")).axes[0]
-    assert flops.arms[1].verdict == "within noise" and flops.arms[1].ci[0] < 0 < flops.arms[1].ci[1]
+    assert flops.arms[1].verdict.status is Status.WITHIN_NOISE and flops.arms[1].ci[0] < 0 < flops.arms[1].ci[1]
 
 
 def test_a_run_without_flops_or_flops_per_token_is_not_available(tmp_path):

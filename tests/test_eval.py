@@ -172,8 +172,8 @@ def test_compare_shows_eval_metrics_with_seed_statistics(tmp_path, capsys):
     assert base["mean"] == pytest.approx(statistics.mean(accs["mha"]))
     assert base["std"] == pytest.approx(statistics.stdev(accs["mha"]))
     assert gqa["delta"] == pytest.approx(statistics.mean(accs["gqa"]) - statistics.mean(accs["mha"]))
-    assert gqa["p_value"] == pytest.approx(stats.welch_test(accs["gqa"], accs["mha"]).p)
-    assert gqa["significant"] is True
+    assert gqa["verdict"]["p"] == pytest.approx(stats.welch_test(accs["gqa"], accs["mha"]).p)
+    assert gqa["verdict"]["status"] == "decided" and gqa["verdict"]["direction"] == 1
     assert "eval/tiny_mc/acc" in printed
     md = (tmp_path / "out" / "comparison.md").read_text()
     assert "## Downstream evals" in md and "eval/tiny_mc/acc" in md

@@ -19,7 +19,7 @@ from gptlab.compare.noise_floor import FLOOR_FILE, RECORD_FILE, measure, measure
 from gptlab.compare.runs import discover, load_run
 from gptlab.errors import ConfigError
 from helpers.cli import cli_env, run_cli
-from helpers.compare import write_run
+from helpers.compare import speed_words, write_run
 
 CPU = "Test CPU 9000"
 MACHINE = f"{CPU} | 2 cores"
@@ -127,7 +127,7 @@ def test_compare_uses_the_floor_of_the_runs_machine_and_says_so(tmp_path, monkey
     base, arm = [1000.0, 1001.0, 999.0], [1030.0, 1031.0, 1029.0]
     sweep = _sweep(tmp_path / "sw", base, arm)
     plain, md_plain = _compare(tmp_path, sweep, capsys, "--noise-floor", "none")
-    assert plain["rows"][1]["speed_verdict"] == "faster" and plain["noise_floor"]["measured"] is None
+    assert speed_words(plain["rows"][1]) == "faster" and plain["noise_floor"]["measured"] is None
     assert "Noise floor: default heuristic (--noise-floor none)" in md_plain
     doc, md = _compare(tmp_path, sweep, capsys)
     row = doc["rows"][1]
@@ -137,7 +137,7 @@ def test_compare_uses_the_floor_of_the_runs_machine_and_says_so(tmp_path, monkey
     assert row["speedup_p"] == pytest.approx(ref.pvalue, rel=1e-9)
     half = sps.t.ppf(0.975, 4) * sd * math.sqrt(2 / 3)  # equal sds and n: Welch df = 2(n - 1) = 4
     assert row["speedup_ci"] == pytest.approx([math.exp(sum(la) / 3 - sum(lb) / 3 + s * half) for s in (-1, 1)])
-    assert row["speed_verdict"] == "within noise" and ref.pvalue > 0.05
+    assert speed_words(row) == "within noise" and ref.pvalue > 0.05
     assert doc["noise_floor"]["measured"]["machine"] == MACHINE and doc["noise_floor"]["load_limit"] == 0.07
     assert f"Noise floor: measured on {floor.measured_at[:10]} with 9 runs (3 identical arms × 3 seeds" in md
     # the power line follows the floored test: a 3% gap these seeds cannot tell from the machine's noise
@@ -152,18 +152,18 @@ def test_a_speed_up_within_the_identical_arms_gap_is_within_the_floor(tmp_path, 
     arm = [v * 1.02 for v in base]
     doc, md = _compare(tmp_path, _sweep(tmp_path / "sw", base, arm), capsys)
     row = doc["rows"][1]
-    assert row["speedup_p"] < 0.05 and row["speed_verdict"] == "within noise floor"
+    assert row["speedup_p"] < 0.05 and speed_words(row) == "within noise floor"
     assert "within the machine's noise floor" in md and row["power"]["speed_decision"].startswith("never: within")
     big = [v * 1.5 for v in base[:3]]
     doc, _ = _compare(tmp_path, _sweep(tmp_path / "sw2", base[:3], big), capsys)
-    assert doc["rows"][1]["speed_verdict"] == "faster"  # a real 1.5x is still found
+    assert speed_words(doc["rows"][1]) == "faster"  # a real 1.5x is still found
 
 
 def test_a_floor_from_another_machine_is_never_used(tmp_path, monkeypatch, capsys):
     _store_floor(tmp_path, monkeypatch)
     base, arm = [1000.0, 1001.0, 999.0], [1030.0, 1031.0, 1029.0]
     doc, md = _compare(tmp_path, _sweep(tmp_path / "other", base, arm, cpu="Other CPU"), capsys)
-    assert doc["noise_floor"]["measured"] is None and doc["rows"][1]["speed_verdict"] == "faster"
+    assert doc["noise_floor"]["measured"] is None and speed_words(doc["rows"][1]) == "faster"
     assert "default heuristic (no floor measured for Other CPU | 2 cores)" in md
     mixed = _sweep(tmp_path / "mixed", base, arm)
     _provenance(mixed / "gqa" / "seed0", "Other CPU")
@@ -175,9 +175,9 @@ def test_with_a_floor_the_load_limit_is_the_aa_conditions_not_25_percent(tmp_pat
     _store_floor(tmp_path, monkeypatch)  # A/A at 2% load: limit 7%
     sweep = _sweep(tmp_path / "sw", [1000.0, 1010.0], [1500.0, 1490.0], loads=(0.01, 0.12))
     plain, _ = _compare(tmp_path, sweep, capsys, "--noise-floor", "none")
-    assert plain["rows"][1]["under_load"] is False and plain["rows"][1]["speed_verdict"] == "faster"
+    assert plain["rows"][1]["under_load"] is False and speed_words(plain["rows"][1]) == "faster"
     doc, md = _compare(tmp_path, sweep, capsys)
-    assert doc["rows"][1]["under_load"] is True and doc["rows"][1]["speed_verdict"] == "faster, under outside load"
+    assert doc["rows"][1]["under_load"] is True and speed_words(doc["rows"][1]) == "faster, under outside load"
     assert "more than 7% of the machine's cores" in md
 
 

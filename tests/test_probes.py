@@ -251,9 +251,9 @@ def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_s
     induction = next(r for r in rows if r.metric == "probe/induction/acc")
     cell = induction.cells[1]
     a, b = [0.70, 0.71, 0.72], [0.50, 0.52, 0.54]
-    assert cell.delta == pytest.approx(0.19) and cell.p_value == pytest.approx(welch_test(a, b).p)
-    assert cell.delta_ci == pytest.approx([welch_interval(a, b, 0.05).lo, welch_interval(a, b, 0.05).hi])
-    assert cell.significant and warnings == []
+    assert cell.delta == pytest.approx(0.19) and cell.verdict.p == pytest.approx(welch_test(a, b).p)
+    assert cell.verdict.interval == pytest.approx((welch_interval(a, b, 0.05).lo, welch_interval(a, b, 0.05).hi))
+    assert cell.verdict.decided and warnings == []
     text = "\n".join(markdown(extra_table(rows)))
     assert "| probe/induction/acc | 0.5200 ± 0.0200 | 0.7100 ± 0.0100 Δ +0.1900 better (p=" in text
     assert "| probe/length/2x/loss | 3.1000 ± 0.0000 | – |" in text  # learned: 1x only, no made-up 2x

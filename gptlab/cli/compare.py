@@ -335,7 +335,7 @@ def lr_grid_main(args) -> int:
         doc = lr_grid.report(curves, holdout)
         out = Path(args.out) if args.out else sweep / "comparison"
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "lr_grid.json", json.dumps(doc, indent=1) + "\n")
+        atomic_write_text(out / "lr_grid.json", json.dumps(lr_grid.to_json(doc), indent=1) + "\n")
         lr_grid.plot_curves(curves, out / "lr_curves.png")
     except ConfigError as exc:
         print(f"gptlab-compare: error: {exc}", file=sys.stderr)

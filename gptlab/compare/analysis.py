@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
-from gptlab.compare import noise_floor, speed, stats
+from gptlab.compare import speed, stats, verdict
 from gptlab.compare.align import Point, align
 from gptlab.compare.claims import attach_claims
 from gptlab.compare.evals import eval_rows
@@ -21,6 +21,9 @@ from gptlab.compare.power import POWER, Power, arm_power
 from gptlab.compare.probes import probe_rows
 from gptlab.compare.runs import Run
 from gptlab.compare.stats import ALPHA
+from gptlab.compare.verdict import Caveat, Status, Verdict
+
+LOSS, SPEED = "val/loss", "tokens_per_s"  # what the main table's two verdicts compare
 
 
 @dataclass
@@ -33,7 +36,6 @@ class Row:
     val_loss_mean: float
     val_loss_std: float | None
     delta_val_loss: float
-    significant: bool | None
     tokens_per_s: float | None
     step_ms: float | None
     mfu: float | None
@@ -41,28 +43,25 @@ class Row:
     speedup: float | None
     params: int | None
     flops_per_token: float | None
-    p_value: float | None = None
     val_acc_mean: float | None = None
     differs: dict[str, str] = field(default_factory=dict)
     seeds: list[Any] = field(default_factory=list)
     val_losses: list[float] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
     claimed: dict[str, float] | None = None
-    # Speed with its noise: mean ± std over seeds of each run's median, the speed-up's CI and verdict.
+    # Speed with its noise: mean ± std over seeds of each run's median; the verdicts on val loss and speed.
     tokens_per_s_std: float | None = None
     step_ms_std: float | None = None
     tokens_per_s_seeds: list[float] = field(default_factory=list)
-    speedup_ci: list[float] | None = None
-    speedup_p: float | None = None
-    speed_verdict: str = "–"
+    loss: Verdict = field(default_factory=lambda: Verdict(LOSS, Status.NOT_MEASURED))
+    speed: Verdict = field(default_factory=lambda: Verdict(SPEED, Status.NOT_MEASURED, ratio=True))
     outside_load: float | None = None
     under_load: bool = False
     model_fingerprint: str | None = None
     identical_to: list[str] = field(default_factory=list)
     # Like with like: the step this group is compared at (arms differ only when compared at equal tokens), the
-    # 95% Welch CI of delta_val_loss (None with 1 seed on a side), the budget, and the power vs the baseline.
+    # budget, and the power vs the baseline.
     at_step: int = 0
-    delta_ci: list[float] | None = None
     budget: dict[str, str] = field(default_factory=dict)
     power: Power | None = None
     # Peak memory's (max - min) / min over seeds; `mem_varies` when above the measurement's own spread (the noise
@@ -75,6 +74,31 @@ class Row:
     tokens_per_s_gsd: float | None = None
     step_ms_gmean: float | None = None
     step_ms_gsd: float | None = None
+
+    @property
+    def significant(self) -> bool | None:
+        """Whether Δ val loss is beyond seed noise (None: 1 seed on a side, no test)."""
+        return None if self.loss.status in (Status.NO_TEST, Status.NOT_MEASURED) else self.loss.decided
+
+    @property
+    def p_value(self) -> float | None:
+        return 1.0 if self.loss.status is Status.BASELINE else self.loss.p
+
+    @property
+    def delta_ci(self) -> list[float] | None:
+        """The 95% Welch interval of delta_val_loss (None with 1 seed on a side)."""
+        return list(self.loss.interval) if self.loss.interval else None
+
+    @property
+    def speedup_ci(self) -> list[float] | None:
+        return list(self.speed.interval) if self.speed.interval else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The row of comparison.json: its fields, the two verdicts as values and their figures."""
+        doc = asdict(self)
+        doc.update(loss=self.loss.to_json(), speed=self.speed.to_json(), significant=self.significant)
+        doc.update(p_value=self.p_value, delta_ci=self.delta_ci, speedup_ci=self.speedup_ci, speedup_p=self.speed.p)
+        return doc
 
 
 @dataclass
@@ -120,7 +144,7 @@ class Comparison:
             "validation_set": self.validation_set,
             "peak_flops": self.peak.flops if self.peak else None,
             "peak_flops_source": self.peak.source if self.peak else None,
-            "rows": [asdict(r) for r in self.rows],
+            "rows": [r.to_json() for r in self.rows],
             "warnings": self.warnings,
             "notes": self.notes,
             "noise_floor": {
@@ -208,7 +232,6 @@ def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
         val_loss_mean=stats.mean(losses),
         val_loss_std=stats.std(losses),
         delta_val_loss=0.0,
-        significant=None,
         tokens_per_s=tps_mean,
         step_ms=ms_mean,
         mfu=stats.median(cast(list[float], [run_mfu(r, peak) for r in runs])),
@@ -238,50 +261,48 @@ def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
 
 
 def _speed_versus(row: Row, base: Row, floor: Floor | None = None) -> None:
-    """Speed-up of row over the baseline with its CI and verdict (against the machine's noise floor when one is
-    given); identical models are noise by definition."""
+    """Speed-up of row over the baseline with its verdict (against the machine's noise floor when one is given);
+    identical models are noise by definition."""
     if row is base:
         row.speedup = 1.0 if row.tokens_per_s else None
-        row.speed_verdict = "baseline"
+        row.speed = verdict.baseline(SPEED, ratio=True)
         return
-    if floor is not None:
-        up = noise_floor.speedup(row.tokens_per_s_seeds, base.tokens_per_s_seeds, floor, ALPHA)
-    else:
-        up = speed.speedup(row.tokens_per_s_seeds, base.tokens_per_s_seeds, ALPHA)
-    row.speedup, row.speedup_p = up.ratio, up.p
-    row.speedup_ci = list(up.ci) if up.ci else None
-    row.speed_verdict = speed.IDENTICAL if base.label in row.identical_to and up.ratio else up.verdict
-    if up.ratio is not None and (row.under_load or base.under_load):
-        row.speed_verdict += ", under outside load"
+    row.speed = verdict.ratio(
+        SPEED,
+        row.tokens_per_s_seeds,
+        base.tokens_per_s_seeds,
+        ALPHA,
+        identical=base.label in row.identical_to,
+        floor_sd=floor.speed_sd if floor else None,
+        floor_ratio=floor.max_speedup if floor else None,
+    )
+    row.speedup = row.speed.effect
+    if row.under_load or base.under_load:
+        row.speed = row.speed.with_caveat(Caveat.UNDER_LOAD)
 
 
 def _versus(row: Row, base: Row, floor: Floor | None = None) -> None:
-    """Fill delta, Welch verdict and speed-up of row against the baseline row."""
+    """Fill delta, the val-loss verdict and the speed-up of row against the baseline row."""
     row.delta_val_loss = row.val_loss_mean - base.val_loss_mean
     _speed_versus(row, base, floor)
     if row is base:
-        row.significant, row.p_value = False, 1.0
+        row.loss = verdict.baseline(LOSS)
         return
-    test = stats.welch_test(row.val_losses, base.val_losses)
-    if test is not None:
-        row.p_value = test.p
-        row.significant = bool(test.p < ALPHA)
-    interval = stats.welch_interval(row.val_losses, base.val_losses, ALPHA)
-    row.delta_ci = [interval.lo, interval.hi] if interval else None
-    identical = base.label in row.identical_to
-    if identical:
-        row.significant = False  # the same experiment twice: any gap is seed or load noise
+    identical = base.label in row.identical_to  # the same experiment twice: any gap is seed or load noise
+    row.loss = verdict.difference(LOSS, row.val_losses, base.val_losses, ALPHA, identical)
     row.power = arm_power(
         row.val_losses,
         base.val_losses,
         row.tokens_per_s_seeds,
         base.tokens_per_s_seeds,
-        loss_decided=bool(row.significant),
-        speed_decided=row.speed_verdict.startswith(("faster", "slower")),
+        loss_decided=row.loss.decided,
+        speed_decided=row.speed.decided,
         identical=identical,
         speed_sd_floor=floor.speed_sd if floor else 0.0,
         speed_min_ratio=floor.max_speedup if floor else 1.0,
     )
+    row.loss = row.loss.with_mde(row.power.mde_val_loss)
+    row.speed = row.speed.with_mde(row.power.mde_speedup)
 
 
 def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[str]:

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from gptlab.compare import stats
+from gptlab.compare import stats, verdict, words
 from gptlab.compare.analysis import Comparison
 from gptlab.compare.runs import Run
 from gptlab.compare.stats import ALPHA
+from gptlab.compare.verdict import Caveat, Verdict
 
 AXES = {"flops": "training FLOPs", "wall_s": "wall time"}
 
@@ -71,9 +72,13 @@ class ArmAt:
     losses: list[float]
     mean: float
     delta: float
-    ci: list[float] | None
-    verdict: str
+    verdict: Verdict
     under_load: bool = False
+
+    @property
+    def ci(self) -> list[float] | None:
+        """The 95% Welch interval of delta (None with 1 seed on a side, and for the baseline)."""
+        return list(self.verdict.interval) if self.verdict.interval else None
 
 
 @dataclass
@@ -84,18 +89,6 @@ class AxisResult:
     x: float | None
     arms: list[ArmAt] = field(default_factory=list)
     missing: str | None = None
-
-
-def _verdict(arm: list[float], base: list[float], identical: bool) -> tuple[list[float] | None, str]:
-    """The 95% Welch interval of mean(arm) - mean(base) and its word: lower / higher / within noise / n/a."""
-    interval = stats.welch_interval(arm, base, ALPHA)
-    if identical:
-        return ([interval.lo, interval.hi] if interval else None), "within noise (identical model)"
-    if interval is None:
-        return None, f"n/a: {min(len(arm), len(base))} seed"
-    if not interval.excludes_zero():
-        return [interval.lo, interval.hi], "within noise"
-    return [interval.lo, interval.hi], "lower val loss" if interval.diff < 0 else "higher val loss"
 
 
 def at_equal(cmp: Comparison, axis: str) -> AxisResult:
@@ -113,13 +106,14 @@ def at_equal(cmp: Comparison, axis: str) -> AxisResult:
         losses = [loss_at(*c, x) for _, c in per if c is not None]
         loaded = axis == "wall_s" and (row.under_load or cmp.rows[0].under_load)  # the table's own flags
         if g is cmp.groups[0]:
-            ci, word = None, "baseline"
+            found = verdict.baseline(f"val/loss@{axis}")
         else:
-            ci, word = _verdict(losses, base, cmp.rows[0].label in row.identical_to)
-        if loaded and word != "baseline":
-            word += ", under outside load"
+            identical = cmp.rows[0].label in row.identical_to
+            found = verdict.difference(f"val/loss@{axis}", losses, base, ALPHA, identical)
+        if loaded:
+            found = found.with_caveat(Caveat.UNDER_LOAD)
         delta = stats.mean(losses) - stats.mean(base)
-        result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, ci, word, loaded))
+        result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, found, loaded))
     return result
 
 
@@ -134,7 +128,10 @@ class EqualCompute:
     def to_json(self) -> dict[str, Any]:
         return {
             "alpha": ALPHA,
-            "axes": [asdict(a) for a in self.axes],
+            "axes": [
+                {**asdict(a), "arms": [{**asdict(arm), "verdict": arm.verdict.to_json()} for arm in a.arms]}
+                for a in self.axes
+            ],
             "matched": self.matched,
             "flops_rebuilt_from_summary": self.rebuilt,
         }
@@ -196,7 +193,10 @@ def lines(ec: EqualCompute | None) -> list[str]:
             out.append(f"Val loss at equal {name}: {ax.missing}.")
             continue
         where = f"Val loss at equal {name} ({_x_text(ax.axis, ax.x)}, the most every run reached; interpolated)"
-        out += [f"{where}: '{a.label}' {a.mean:.4f}, Δ {a.delta:+.4f}{_ci_text(a)}: {a.verdict}." for a in ax.arms[1:]]
+        out += [
+            f"{where}: '{a.label}' {a.mean:.4f}, Δ {a.delta:+.4f}{_ci_text(a)}: {words.change(a.verdict, 'val loss')}."
+            for a in ax.arms[1:]
+        ]
     if ec.rebuilt:
         out.append(f"{len(ec.rebuilt)} run(s) predate the flops column: rebuilt as tokens × their flops_per_token.")
     out += [match_line(label, rec) for label, rec in ec.matched.items()]

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gptlab.compare import speed, stats
+from gptlab.compare import speed, stats, verdict, words
 from gptlab.compare.group import Group, assign_labels, diff_items, find_baseline, group_runs
 from gptlab.compare.identical import model_only
 from gptlab.compare.runs import Run
 from gptlab.compare.speed import mem_text
+from gptlab.compare.verdict import Caveat, Status, Verdict
 
 HEADERS = [
     "label",
@@ -60,8 +61,8 @@ class DecodeRow:
     kv_bytes_predicted: int | None = None
     kv_bytes_ratio: float | None = None
     peak_mem_delta_bytes: float | None = None
-    speedup: dict | None = None  # {ratio, ci, p, verdict} of tokens/s vs the baseline
-    latency_speedup: dict | None = None  # the same for p50 latency (baseline / this)
+    speedup: Verdict | None = None  # tokens/s vs the baseline's same point
+    latency_speedup: Verdict | None = None  # the same for p50 latency (baseline / this)
     outside_load: float | None = None
 
 
@@ -113,12 +114,9 @@ def _identical(g: Group, base: Group) -> bool:
     )
 
 
-def _versus(arm: list[float], base: list[float], identical: bool, loaded: bool) -> dict:
-    up = speed.speedup(arm, base, stats.ALPHA)
-    verdict = speed.IDENTICAL if identical and up.ratio else up.verdict
-    if up.ratio is not None and loaded:
-        verdict += ", under outside load"
-    return {"ratio": up.ratio, "ci": list(up.ci) if up.ci else None, "p": up.p, "verdict": verdict}
+def _versus(metric: str, arm: list[float], base: list[float], identical: bool, loaded: bool) -> Verdict:
+    found = verdict.ratio(metric, arm, base, stats.ALPHA, identical=identical)
+    return found.with_caveat(Caveat.UNDER_LOAD) if loaded else found
 
 
 def _loaded(row: DecodeRow | None) -> bool:
@@ -140,10 +138,12 @@ def decode_rows(groups: list[Group]) -> list[DecodeRow]:
             base = base_rows.setdefault(key, row) if g is groups[0] else base_rows.get(key)
             if row.status == "measured" and base is not None and base.status == "measured":
                 loaded = _loaded(row) or _loaded(base)
-                row.speedup = _versus(row.tokens_per_s, base.tokens_per_s, same, loaded)
-                row.latency_speedup = _versus(base.latency_p50_ms, row.latency_p50_ms, same, loaded)
                 if g is groups[0]:
-                    row.speedup["verdict"] = row.latency_speedup["verdict"] = "baseline"
+                    row.speedup = verdict.baseline("decode_tokens_per_s", ratio=True)
+                    row.latency_speedup = verdict.baseline("latency_ms_p50", ratio=True)
+                else:
+                    row.speedup = _versus("decode_tokens_per_s", row.tokens_per_s, base.tokens_per_s, same, loaded)
+                    row.latency_speedup = _versus("latency_ms_p50", base.latency_p50_ms, row.latency_p50_ms, same, loaded)
             out.append(row)
     return out
 
@@ -161,6 +161,8 @@ def to_json(rows: list[DecodeRow]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         d = asdict(r)
+        d["speedup"] = r.speedup.to_json() if r.speedup else None
+        d["latency_speedup"] = r.latency_speedup.to_json() if r.latency_speedup else None
         for key in ("tokens_per_s", "latency_p50_ms", "latency_p99_ms", "prefill_ms"):
             values = d[key]
             d[f"{key}_mean"] = stats.mean(values) if values else None
@@ -176,14 +178,14 @@ def _pm(values: list[float], fmt: str) -> str:
     return format(stats.mean(values), fmt) + ("" if std is None else f" ± {format(std, fmt)}")
 
 
-def _up(up: dict | None) -> str:
-    if up is None or up["ratio"] is None:
+def _up(up: Verdict | None) -> str:
+    if up is None or up.effect is None:
         return "–"
-    if up["verdict"] == "baseline":
+    if up.status is Status.BASELINE:
         return "1.00× baseline"
-    show_ci = up["ci"] and not up["verdict"].startswith(speed.IDENTICAL)  # an identical model's gap is noise
-    ci = f" [{up['ci'][0]:.2f}, {up['ci'][1]:.2f}]" if show_ci else ""
-    return f"{up['ratio']:.2f}×{ci} {up['verdict']}"
+    show_ci = up.interval and up.status is not Status.IDENTICAL  # an identical model's gap is noise
+    ci = f" [{up.interval[0]:.2f}, {up.interval[1]:.2f}]" if show_ci and up.interval else ""
+    return f"{up.effect:.2f}×{ci} {words.speed(up)}"
 
 
 def cells(rows: list[DecodeRow]) -> list[list[str]]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gptlab.compare import words
 from gptlab.compare.extra_table import ArmCell, ExtraTable, arm_cell
 from gptlab.compare.stats import ALPHA
+from gptlab.compare.verdict import Status
 
 # what must be equal for one task's numbers to be comparable across runs
 SAME = ("lm_eval", "version", "config_sha256", "num_fewshot", "limit", "prefix_token_id")
@@ -67,7 +69,7 @@ def eval_rows(groups: list, labels: list[str]) -> tuple[list[EvalRow], list[str]
                     for r in group.runs
                     if (e := _entries(r, task)) and isinstance(v := (e.get("metrics") or {}).get(name), (int, float))
                 ]
-                row.cells.append(arm_cell(label, values, row.cells[0] if row.cells else None, interval=False))
+                row.cells.append(arm_cell(row.metric, label, values, row.cells[0] if row.cells else None))
             rows.append(row)
     return rows, warnings
 
@@ -79,11 +81,10 @@ def cell_text(cell: ArmCell) -> str:
     text = f"{cell.mean:.4f}" + (f" ± {cell.std:.4f}" if cell.std is not None else "")
     if cell.delta is None:
         return text
-    if cell.p_value is None:
+    v = cell.verdict
+    if v is None or v.status is Status.NO_TEST:
         return f"{text} Δ {cell.delta:+.4f} n/a (1 seed)"
-    return (
-        f"{text} Δ {cell.delta:+.4f} {'significant' if cell.significant else 'not significant'} (p={cell.p_value:.2g})"
-    )
+    return f"{text} Δ {cell.delta:+.4f} {words.significance(v)} (p={v.p:.2g})"
 
 
 def table(rows: list[EvalRow]) -> tuple[list[str], list[list[str]]]:
@@ -109,4 +110,4 @@ def extra_table(rows: list[EvalRow]) -> ExtraTable | None:
 
 def to_json(rows: list[EvalRow]) -> list[dict[str, Any]]:
     """comparison.json's `evals`: one object per metric with its cells."""
-    return [asdict(r) for r in rows]
+    return [{**asdict(r), "cells": [c.to_json() for c in r.cells]} for r in rows]

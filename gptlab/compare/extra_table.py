@@ -4,37 +4,35 @@ this one renders them alike in Markdown, on the terminal and in HTML."""
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from gptlab.compare import stats
+from gptlab.compare import stats, verdict
 from gptlab.compare.stats import ALPHA
+from gptlab.compare.verdict import Verdict
 
 
 @dataclass
 class ArmCell:
-    """One arm's value of one metric: mean ± std over seeds, Δ vs the baseline, Welch p (and 95% interval)."""
+    """One arm's value of one metric: mean ± std over seeds, Δ vs the baseline and its verdict (None: baseline)."""
 
     label: str
     values: list[float]
     mean: float | None
     std: float | None
     delta: float | None = None
-    p_value: float | None = None
-    significant: bool | None = None
-    delta_ci: list[float] | None = None
+    verdict: Verdict | None = None
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "verdict": self.verdict.to_json() if self.verdict else None}
 
 
-def arm_cell(label: str, values: list[float], base: ArmCell | None, interval: bool = True) -> ArmCell:
-    """The cell of `values` (one per seed) against the baseline's cell; `interval`: also Welch's 95% interval of Δ."""
+def arm_cell(metric: str, label: str, values: list[float], base: ArmCell | None) -> ArmCell:
+    """The cell of `values` (one per seed) against the baseline's cell (None: this is the baseline)."""
     cell = ArmCell(label, values, stats.mean(values) if values else None, stats.std(values) if values else None)
     if base is None or cell.mean is None or base.mean is None:
         return cell
     cell.delta = cell.mean - base.mean
-    test = stats.welch_test(values, base.values)
-    if test is not None:
-        cell.p_value, cell.significant = test.p, bool(test.p < ALPHA)
-    found = stats.welch_interval(values, base.values, ALPHA) if interval else None
-    cell.delta_ci = [found.lo, found.hi] if found else None
+    cell.verdict = verdict.difference(metric, values, base.values, ALPHA)
     return cell
 
 

@@ -294,28 +294,3 @@ def load_limit(floor: Floor | None) -> float:
 def mem_limit(floor: Floor | None) -> float:
     """Relative spread of peak memory between seeds of one config above which it is flagged."""
     return floor.mem_spread if floor is not None and floor.mem_spread is not None else MEM_SPREAD_DEFAULT
-
-
-def speedup(arm: Sequence[float], base: Sequence[float], floor: Floor, alpha: float) -> speed.SpeedUp:
-    """speed.speedup with the floor: Welch's test on log tokens/s with each side's sd at least floor.speed_sd
-    (scipy.stats.ttest_ind_from_stats), then a speed-up within floor.max_speedup is 'within noise floor'."""
-    if len(arm) < 2 or len(base) < 2:
-        return speed.speedup(arm, base, alpha)
-    from scipy import stats as sps
-
-    la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
-    sa, sb = max(stats.std(la) or 0.0, floor.speed_sd), max(stats.std(lb) or 0.0, floor.speed_sd)
-    diff = stats.mean(la) - stats.mean(lb)
-    if sa == 0.0 and sb == 0.0:
-        return speed.speedup(arm, base, alpha)  # a floor of 0 and noiseless seeds: the plain test's answer
-    p = float(sps.ttest_ind_from_stats(stats.mean(la), sa, len(la), stats.mean(lb), sb, len(lb), False).pvalue)
-    se = math.sqrt(sa * sa / len(la) + sb * sb / len(lb))
-    half = stats.t_critical(alpha, stats.welch_df_of(sa * sa, len(la), sb * sb, len(lb))) * se
-    ratio, ci = math.exp(diff), (math.exp(diff - half), math.exp(diff + half))
-    if p >= alpha:
-        word = "within noise"
-    elif abs(diff) <= math.log(floor.max_speedup):
-        word = "within noise floor"  # the report's floor line says how far identical arms were apart
-    else:
-        word = "faster" if diff > 0 else "slower"
-    return speed.SpeedUp(ratio, ci, p, word)

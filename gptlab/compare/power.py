@@ -150,7 +150,7 @@ def arm_power(
 ) -> Power:
     """Power of one arm vs the baseline from each side's per-seed val losses and tokens/s; with a measured noise
     floor, speed uses each side's sd of log tokens/s at least `speed_sd_floor` and detects no speed-up within
-    `speed_min_ratio` (the test compare/noise_floor.speedup makes)."""
+    `speed_min_ratio` (the test compare/verdict.ratio makes with a floor)."""
     log_a, log_b = [math.log(v) for v in tps], [math.log(v) for v in base_tps]
     mde_log = _mde(log_a, log_b, speed_sd_floor)
     if mde_log is not None:

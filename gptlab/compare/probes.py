@@ -3,11 +3,13 @@ statistics and Welch verdicts as val loss, and only where every run measured it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gptlab.compare import words
 from gptlab.compare.extra_table import ArmCell, ExtraTable, arm_cell
 from gptlab.compare.stats import ALPHA
+from gptlab.compare.verdict import Status
 
 PREFIX = "probe/"
 
@@ -44,20 +46,19 @@ def probe_rows(groups: list, labels: list[str], point) -> tuple[list[ProbeRow], 
         row = ProbeRow(metric, "lower" if metric.endswith("loss") else "higher")
         for label, rows in zip(labels, evals):
             values = [float(e[metric]) for e in rows if e.get(metric) is not None]
-            row.cells.append(arm_cell(label, values, row.cells[0] if row.cells else None))
+            row.cells.append(arm_cell(metric, label, values, row.cells[0] if row.cells else None))
         out.append(row)
     return out, warnings
 
 
 def _verdict(cell: ArmCell, better: str) -> str:
-    if cell.delta is None:
+    v = cell.verdict
+    if cell.delta is None or v is None:
         return ""
-    if cell.significant is None:
+    if v.status is Status.NO_TEST:
         return f" Δ {cell.delta:+.4f} n/a (1 seed)"
-    if not cell.significant:
-        return f" Δ {cell.delta:+.4f} not significant (p={cell.p_value:.2g})"
-    good = (cell.delta > 0) == (better == "higher")
-    return f" Δ {cell.delta:+.4f} {'better' if good else 'worse'} (p={cell.p_value:.2g})"
+    word = words.better_or_worse(v, better) if v.decided else words.significance(v)
+    return f" Δ {cell.delta:+.4f} {word} (p={v.p:.2g})"
 
 
 def cell_text(cell: ArmCell, better: str) -> str:
@@ -91,6 +92,4 @@ def extra_table(rows: list[ProbeRow]) -> ExtraTable | None:
 
 def to_json(rows: list[ProbeRow]) -> list[dict[str, Any]]:
     """comparison.json's `probes`: one object per metric with its cells."""
-    from dataclasses import asdict
-
-    return [asdict(r) for r in rows]
+    return [{**asdict(r), "cells": [c.to_json() for c in r.cells]} for r in rows]

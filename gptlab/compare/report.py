@@ -6,14 +6,15 @@ import base64
 import html
 from pathlib import Path
 
-from gptlab.compare import compute, evals, extra_table, probes
+from gptlab.compare import compute, evals, extra_table, probes, words
 from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.layers import layer_notes
 from gptlab.compare.machine import peak_note
 from gptlab.compare.power import MAX_SEEDS, POWER
-from gptlab.compare.speed import IDENTICAL, OUTSIDE_LOAD_LIMIT, mem_text
+from gptlab.compare.speed import OUTSIDE_LOAD_LIMIT, mem_text
 from gptlab.compare.stats import ALPHA
 from gptlab.compare.target_report import html_targets, markdown_targets, print_targets, target_notes
+from gptlab.compare.verdict import Caveat, Status
 
 BAND = "min–max over seeds"  # what the shaded band on every loss plot spans (titles, legends, notes)
 BARS = "bar = mean ± std over seeds, dots = each run"
@@ -94,8 +95,7 @@ def verdict(row: Row, base: str | None) -> str:
         return f"{delta} noise: identical model"
     if row.significant is None:
         return f"{delta} n/a (1 seed)"
-    word = "significant" if row.significant else "not significant"
-    return f"{delta} {word} (p={row.p_value:.2g})"
+    return f"{delta} {words.significance(row.loss)} (p={row.p_value:.2g})"
 
 
 def _spread(mean: float | None, std: float | None, fmt: str) -> str:
@@ -116,16 +116,16 @@ def speed_cell(row: Row) -> str:
     if row.speedup is None:
         return "–"
     # An identical model's CI would describe a gap that by construction is not there (comparison.json keeps it).
-    show_ci = row.speedup_ci and not row.speed_verdict.startswith(IDENTICAL)
+    show_ci = row.speedup_ci and row.speed.status is not Status.IDENTICAL
     ci = f" [{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]" if show_ci and row.speedup_ci else ""
-    return f"{row.speedup:.2f}×{ci} {row.speed_verdict}"
+    return f"{row.speedup:.2f}×{ci} {words.speed(row.speed)}"
 
 
 def row_flags(row: Row) -> list[str]:
     """Keys of FLAGS that apply to this row, in FLAGS order."""
     found = {
         "identical": bool(row.identical_to),
-        "noise": row.speed_verdict.startswith("within noise"),
+        "noise": row.speed.status in (Status.WITHIN_NOISE, Status.BELOW_FLOOR, Status.IDENTICAL),
         "load": row.under_load,
         "mem": row.mem_varies,
     }
@@ -154,9 +154,8 @@ def _loss_clause(row: Row) -> str:
     if half is None or row.significant is None:
         return f"val loss {delta} (1 seed on a side: no verdict; a verdict needs ≥ 2 seeds per arm)"
     shown = f"val loss {delta} ± {half:.4f}"
-    if row.significant:
-        side = "lower" if row.delta_val_loss < 0 else "higher"
-        return f"{shown} ({side} than the baseline beyond noise, p={row.p_value:.2g})"
+    if row.loss.decided:
+        return f"{shown} ({words.side(row.loss)} than the baseline beyond noise, p={row.p_value:.2g})"
     mde = row.power.mde_val_loss if row.power else None
     could = f", could have detected ≥ {mde:.4f}" if mde is not None else ""
     return f"{shown} (within noise{could})"
@@ -166,13 +165,13 @@ def _speed_clause(row: Row) -> str:
     """`1.18× faster [1.10, 1.27]`, `0.99× within noise [0.95, 1.03] (could have detected ≥ 1.05×)`, ..."""
     if row.speedup is None:
         return "speed not measured"
-    loaded = " (under outside load: not to be trusted)" if row.speed_verdict.endswith("under outside load") else ""
+    loaded = " (under outside load: not to be trusted)" if Caveat.UNDER_LOAD in row.speed.caveats else ""
     if row.speedup_ci is None:
         return f"{row.speedup:.2f}× (1 seed on a side: no speed verdict){loaded}"
     ci = f"[{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]"
-    if row.speed_verdict.startswith(("faster", "slower")):
-        return f"{row.speedup:.2f}× {row.speed_verdict.split(',')[0]} {ci}{loaded}"
-    if row.speed_verdict.startswith("within noise floor"):  # the CI may exclude 1: the floor decides it
+    if row.speed.decided:
+        return f"{row.speedup:.2f}× {words.speed(row.speed, caveats=False)} {ci}{loaded}"
+    if row.speed.status is Status.BELOW_FLOOR:  # the CI may exclude 1: the floor decides it
         return f"{row.speedup:.2f}× within the machine's noise floor {ci}{loaded}"
     mde = row.power.mde_speedup if row.power else None
     could = f" (could have detected ≥ {mde:.2f}×)" if mde is not None else ""
@@ -208,9 +207,9 @@ def power_line(cmp: Comparison) -> str:
             continue
         loss, speed = _mde_text(row.power.mde_val_loss, ".4f"), _mde_text(row.power.mde_speedup, ".2f", "×")
         undecided = [
-            f"{what} needs {p.split(' seeds')[0]} seeds per arm"
-            for what, p in (("val loss", row.power.val_loss_decision), ("speed", row.power.speed_decision))
-            if p.endswith("seeds per arm") and not p.startswith("more")
+            f"{what} needs {n} seeds per arm"
+            for what, n in (("val loss", row.power.seeds_val_loss), ("speed", row.power.seeds_speed))
+            if n is not None
         ]
         parts.append(
             f"'{row.label}' Δ val loss ≥ {loss}, speed-up ≥ {speed}"

@@ -1,17 +1,16 @@
-"""Speed with its noise: tokens/s and step ms over seeds, a speed-up with a CI and a Welch verdict, outside load."""
+"""Speed with its noise: tokens/s and step ms per run and over seeds, and the outside load each run recorded (the
+speed-up's verdict is compare/verdict.py's ratio)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gptlab.compare import stats
 from gptlab.compare.runs import Run
 
 # A run whose machine gave this share of its cores to other processes has speed figures not worth trusting.
 OUTSIDE_LOAD_LIMIT = 0.25
-IDENTICAL = "within noise (identical model)"
 
 
 def run_speed(run: Run, summary_key: str, metric: str, agg) -> float | None:
@@ -63,33 +62,6 @@ def outside_load(runs: list[Run]) -> float | None:
     """The worst recorded outside load among the runs (summary `outside_load`); None when no run recorded it."""
     loads = [load for run in runs if (load := run_load(run)) is not None]
     return max(loads) if loads else None
-
-
-@dataclass(frozen=True)
-class SpeedUp:
-    """tokens/s of an arm over the baseline's: ratio of geometric means, 95% CI, Welch p and the verdict."""
-
-    ratio: float | None
-    ci: tuple[float, float] | None
-    p: float | None
-    verdict: str
-
-
-def speedup(arm: Sequence[float], base: Sequence[float], alpha: float) -> SpeedUp:
-    """Welch's t-test on log tokens/s (speed-ups are ratios); one seed on either side gives no verdict."""
-    if not arm or not base:
-        return SpeedUp(None, None, None, "–")
-    la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
-    diff = stats.mean(la) - stats.mean(lb)
-    test, interval = stats.welch_test(la, lb), stats.welch_interval(la, lb, alpha)
-    if test is None or interval is None:
-        return SpeedUp(math.exp(diff), None, None, f"n/a: {min(len(arm), len(base))} seed")
-    ci = (math.exp(interval.lo), math.exp(interval.hi))
-    if test.p >= alpha:
-        word = "within noise"
-    else:
-        word = "faster" if diff > 0 else "slower"
-    return SpeedUp(math.exp(diff), ci, test.p, word)
 
 
 def mem_text(x: float | None) -> str:

@@ -8,11 +8,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
-from gptlab.compare import stats
+from gptlab.compare import stats, verdict
 from gptlab.compare.group import Group
 from gptlab.compare.runs import Run
-from gptlab.compare.speed import OUTSIDE_LOAD_LIMIT, outside_load, speedup
+from gptlab.compare.speed import OUTSIDE_LOAD_LIMIT, outside_load
 from gptlab.compare.stats import ALPHA
+from gptlab.compare.verdict import Status, Verdict
 from gptlab.errors import ConfigError
 
 _SPEC = re.compile(r"^\s*([^<>=\s]+)\s*(<=|>=|=)\s*(\S+)\s*$")
@@ -158,12 +159,9 @@ class TargetRow:
     wall_s_mean: float | None
     wall_s_std: float | None
     not_reached_by: list[int]
-    speedup_steps: float | None = None
-    speedup_wall: float | None = None
-    speedup_steps_ci: tuple[float, float] | None = None  # 95% CI, Welch on log steps (as speed.speedup)
-    speedup_wall_ci: tuple[float, float] | None = None
-    verdict_steps: str = "–"  # faster / slower / within noise / n/a: 1 seed
-    verdict_wall: str = "–"
+    # Speed-ups to target (rates: 1 / steps, 1 / wall time), Welch on the logs; NOT_MEASURED until compared.
+    speedup_steps: Verdict = field(default_factory=lambda: Verdict("steps", Status.NOT_MEASURED, ratio=True))
+    speedup_wall: Verdict = field(default_factory=lambda: Verdict("wall_s", Status.NOT_MEASURED, ratio=True))
     under_load: bool = False  # wall times taken while other processes held the cores (not worth trusting)
     seeds: list[SeedHit] = field(default_factory=list)
 
@@ -185,19 +183,17 @@ def target_row(g: Group, target: Target) -> TargetRow:
 
 
 def _rates(hits: list[SeedHit], key: str) -> list[float]:
-    """1 / (steps or wall time) to target per seed: a rate, so speed.speedup's higher-is-faster test applies."""
+    """1 / (steps or wall time) to target per seed: a rate, so verdict.ratio's higher-is-faster test applies."""
     values = [getattr(h, key) for h in hits]
     return [1.0 / v for v in values if v]
 
 
 def _versus(row: TargetRow, base: TargetRow) -> None:
     """Speed-ups to target with their noise: ratio of geometric means, 95% CI and Welch verdict (never bare)."""
-    steps = speedup(_rates(row.seeds, "step"), _rates(base.seeds, "step"), ALPHA)
-    row.speedup_steps, row.speedup_steps_ci, row.verdict_steps = steps.ratio, steps.ci, steps.verdict
+    row.speedup_steps = verdict.ratio("steps", _rates(row.seeds, "step"), _rates(base.seeds, "step"), ALPHA)
     arm_wall, base_wall = _rates(row.seeds, "wall_s"), _rates(base.seeds, "wall_s")
     if len(arm_wall) == row.n_seeds and len(base_wall) == base.n_seeds:  # every seed's wall time known
-        wall = speedup(arm_wall, base_wall, ALPHA)
-        row.speedup_wall, row.speedup_wall_ci, row.verdict_wall = wall.ratio, wall.ci, wall.verdict
+        row.speedup_wall = verdict.ratio("wall_s", arm_wall, base_wall, ALPHA)
 
 
 def resolution(runs: list[Run], metric: str) -> list[int]:
@@ -227,7 +223,15 @@ class TargetResult:
             "value": self.target.value,
             "text": self.target.text,
             "resolution_steps": self.resolution,
-            "rows": [{**asdict(r), "all_reached": r.all_reached} for r in self.rows],
+            "rows": [
+                {
+                    **asdict(r),
+                    "speedup_steps": r.speedup_steps.to_json(),
+                    "speedup_wall": r.speedup_wall.to_json(),
+                    "all_reached": r.all_reached,
+                }
+                for r in self.rows
+            ],
         }
 
 
@@ -239,6 +243,10 @@ def steps_to_target(groups: list[Group], target: Target, limit: float = OUTSIDE_
     for row, g in zip(rows, groups):
         load = outside_load(g.runs)
         row.under_load = load is not None and load > limit
-        if row.all_reached and base.all_reached and row.steps_mean:
+        if row is base and row.all_reached and row.steps_mean:
+            row.speedup_steps = verdict.baseline("steps", ratio=True)
+            if len(_rates(row.seeds, "wall_s")) == row.n_seeds:
+                row.speedup_wall = verdict.baseline("wall_s", ratio=True)
+        elif row.all_reached and base.all_reached and row.steps_mean:
             _versus(row, base)
     return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows)

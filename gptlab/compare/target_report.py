@@ -5,7 +5,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from gptlab.compare import words
 from gptlab.compare.target import TargetResult, TargetRow
+from gptlab.compare.verdict import Status, Verdict
 
 HEADERS = ["label", "seeds reached", "steps", "tokens", "wall time", "speed-up (steps)", "speed-up (wall)"]
 
@@ -64,14 +66,14 @@ def _partial(row: TargetRow, text: str) -> str:
     return text if row.all_reached or text == "–" else f"{text} ({row.n_reached}/{row.n_seeds} reached)"
 
 
-def _ratio(x: float | None, ci: tuple[float, float] | None, verdict: str, is_base: bool, loaded: bool = False) -> str:
+def _ratio(up: Verdict, loaded: bool = False) -> str:
     """A speed-up to target with its noise: `1.86× [0.4, 8.1] within noise`, never a bare ratio."""
-    if x is None:
+    if up.effect is None:
         return "–"
-    if is_base:
-        return f"{x:.2f}× (baseline)"
-    bounds = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
-    return f"{x:.2f}×{bounds} {verdict}" + (" (under load)" if loaded else "")
+    if up.status is Status.BASELINE:
+        return f"{up.effect:.2f}× (baseline)"
+    bounds = f" [{up.interval[0]:.2f}, {up.interval[1]:.2f}]" if up.interval else ""
+    return f"{up.effect:.2f}×{bounds} {words.speed(up)}" + (" (under load)" if loaded else "")
 
 
 def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]:
@@ -85,14 +87,8 @@ def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]
                 steps_cell(row),
                 _partial(row, _pm(row.tokens_mean, row.tokens_std, _si)),
                 _partial(row, _wall(row.wall_s_mean, row.wall_s_std)),
-                _ratio(row.speedup_steps, row.speedup_steps_ci, row.verdict_steps, i == 0),
-                _ratio(
-                    row.speedup_wall,
-                    row.speedup_wall_ci,
-                    row.verdict_wall,
-                    i == 0,
-                    row.under_load or result.rows[0].under_load,
-                ),
+                _ratio(row.speedup_steps),
+                _ratio(row.speedup_wall, i > 0 and (row.under_load or result.rows[0].under_load)),
             ]
         )
     return f"Steps to {result.target.text}", list(HEADERS), body

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gptlab.compare import compute, evals, probes, speed, stats
-from gptlab.compare.analysis import Comparison
+from gptlab.compare import compute, evals, probes, speed, stats, words
+from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.machine import run_mfu
 from gptlab.compare.runs import Run, wandb_identity
 from gptlab.util.tree import flatten
@@ -130,9 +130,19 @@ def offline_folders(runs: list[Run]) -> list[str]:
     return out
 
 
+def _cell(row: Row, column: str) -> Any:
+    """One W&B cell: the speed verdict in the report's words, a list (identical-model labels) as one string."""
+    if column == "speed_verdict":
+        return words.speed(row.speed)
+    if column == "speedup_p":
+        return row.speed.p
+    value = getattr(row, column)
+    return "; ".join(value) if isinstance(value, list) else value
+
+
 def table_rows(cmp: Comparison) -> list[list[Any]]:
-    """The comparison table as W&B rows; a list cell (identical-model labels) becomes one string."""
-    return [["; ".join(v) if isinstance(v := getattr(r, c), list) else v for c in TABLE_COLUMNS] for r in cmp.rows]
+    """The comparison table as W&B rows."""
+    return [[_cell(r, c) for c in TABLE_COLUMNS] for r in cmp.rows]
 
 
 def curve_series(cmp: Comparison) -> tuple[list[list[int]], list[list[float]], list[str]]:

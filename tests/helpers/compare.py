@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from gptlab.compare import verdict, words
+
 DEFAULT_CHOICES = {
     "attention": "mha",
     "mlp": "gelu",
@@ -196,3 +198,8 @@ def bad_mixed_data(tmp: Path) -> list[Path]:
 def bad_acc_vs_lm(tmp: Path) -> list[Path]:
     """Same data config, but only one run reports val/acc."""
     return [write_run(tmp / "lm"), write_run(tmp / "acc", acc=True)]
+
+
+def speed_words(row: dict) -> str:
+    """A comparison.json row's speed verdict as every report words it (e.g. `faster, under outside load`)."""
+    return words.speed(verdict.from_json(row["speed"]))

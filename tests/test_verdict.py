@@ -1,0 +1,117 @@
+"""One verdict type: gptlab/compare/verdict.py decides, gptlab/compare/words.py words, and no code reads words back.
+
+The decisions are checked against scipy directly and by simulation (false decisions on A/A data stay at alpha; a
+floor only adds caution); the words for every status are pinned; an AST scan keeps verdict words out of every
+comparison in gptlab/ and benchmarks/."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from gptlab.compare import words
+from gptlab.compare.verdict import Caveat, Status, Verdict, baseline, difference, from_json, ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+# Words only compare/words.py may produce; compared against anywhere else, a rewording would change a decision.
+VERDICT_WORDS = (
+    "faster", "slower", "within noise", "significant", "under outside load", "lower val loss",
+    "higher val loss", "better", "worse", "n/a",
+)  # fmt: skip
+
+
+def test_difference_matches_welch_and_decides_only_below_alpha():
+    arm, base = [2.10, 2.12, 2.11], [2.00, 2.01, 2.02]
+    v = difference("val/loss", arm, base)
+    ref = sps.ttest_ind(arm, base, equal_var=False)
+    assert v.p == pytest.approx(ref.pvalue) and v.effect == pytest.approx(0.1)
+    assert v.status is Status.DECIDED and v.direction == 1 and v.interval[0] > 0
+    same = difference("val/loss", [2.0, 2.1, 1.9], [2.0, 2.05, 1.95])
+    assert same.status is Status.WITHIN_NOISE and same.direction == 0 and same.interval[0] < 0 < same.interval[1]
+    assert difference("val/loss", [2.0], base).status is Status.NO_TEST
+    assert difference("val/loss", [], base).status is Status.NOT_MEASURED
+    twin = difference("val/loss", arm, base, identical=True)
+    assert twin.status is Status.IDENTICAL and not twin.decided and twin.p == v.p  # the test is kept, never decided
+
+
+def test_ratio_is_tested_on_logs_and_a_floor_only_adds_caution():
+    arm, base = [1100.0, 1110.0, 1090.0], [1000.0, 1005.0, 995.0]
+    v = ratio("tokens_per_s", arm, base)
+    logs = sps.ttest_ind(np.log(arm), np.log(base), equal_var=False)
+    assert v.p == pytest.approx(logs.pvalue) and v.effect == pytest.approx(
+        math.exp(np.log(arm).mean() - np.log(base).mean())
+    )
+    assert v.decided and v.direction == 1 and v.ratio
+    below = ratio("tokens_per_s", arm, base, floor_sd=0.001, floor_ratio=1.2)
+    assert below.status is Status.BELOW_FLOOR and below.p < 0.05 and below.floor == 1.2
+    wide = ratio("tokens_per_s", arm, base, floor_sd=0.2, floor_ratio=1.01)
+    assert wide.status is Status.WITHIN_NOISE and wide.p > v.p  # the floor's sd widened the test
+    slower = ratio("tokens_per_s", base, arm)
+    assert slower.direction == -1 and words.speed(slower) == "slower"
+
+
+def test_words_for_every_status():
+    arm, base = [1100.0, 1110.0, 1090.0], [1000.0, 1005.0, 995.0]
+    assert words.speed(ratio("t", arm, base)) == "faster"
+    assert words.speed(ratio("t", arm, base).with_caveat(Caveat.UNDER_LOAD)) == "faster, under outside load"
+    assert words.speed(ratio("t", arm, base).with_caveat(Caveat.UNDER_LOAD), caveats=False) == "faster"
+    assert words.speed(ratio("t", arm, base, identical=True)) == "within noise (identical model)"
+    assert words.speed(ratio("t", arm, base, floor_sd=0.001, floor_ratio=1.2)) == "within noise floor"
+    assert words.speed(ratio("t", [1000.0], base)) == "n/a: 1 seed"
+    assert words.speed(ratio("t", [], base)) == "–"
+    assert words.speed(baseline("t", ratio=True).with_caveat(Caveat.UNDER_LOAD)) == "baseline"
+    loss = difference("val/loss", [2.10, 2.12, 2.11], [2.00, 2.01, 2.02])
+    assert words.change(loss, "val loss") == "higher val loss" and words.significance(loss) == "significant"
+    assert words.better_or_worse(loss, "lower") == "worse" and words.better_or_worse(loss, "higher") == "better"
+    assert words.side(loss) == "higher" and words.side(difference("x", [1.0, 2.0], [1.1, 1.9])) == "within noise"
+
+
+def test_json_round_trip_keeps_the_decision():
+    v = ratio("tokens_per_s", [1100.0, 1110.0, 1090.0], [1000.0, 1005.0, 995.0]).with_caveat(Caveat.UNDER_LOAD)
+    doc = v.to_json()
+    assert doc["status"] == "decided" and doc["direction"] == 1 and doc["caveats"] == ["under_load"]
+    assert from_json(doc) == v
+    assert from_json(Verdict("x", Status.NO_TEST, 1.5, seeds=(1, 3)).to_json()).seeds == (1, 3)
+
+
+@pytest.mark.parametrize("kind", ["difference", "ratio"])
+def test_false_decisions_on_aa_data_stay_at_alpha(kind):
+    """2,000 simulated A/A comparisons (3 seeds a side, the same distribution): decided in about 5 % of them."""
+    rng = np.random.default_rng(11)
+    decided = 0
+    for _ in range(2000):
+        a, b = rng.normal(1000.0, 20.0, 3), rng.normal(1000.0, 20.0, 3)
+        found = difference("x", list(a), list(b)) if kind == "difference" else ratio("x", list(a), list(b))
+        decided += found.decided
+    assert 0.03 <= decided / 2000 <= 0.07, decided  # binomial sd at 5 %: 0.5 points
+
+
+def test_no_verdict_word_is_compared_anywhere():
+    """Code decides from the Verdict (status, direction, caveats), never from its words: a == / != / in against a
+    verdict word, or a startswith / endswith of one, outside compare/words.py is refused."""
+    found = []
+    for path in [*sorted((ROOT / "gptlab").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
+        if path.name == "words.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            literals: list[ast.AST] = []
+            if isinstance(node, ast.Compare):
+                literals = [node.left, *node.comparators]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("startswith", "endswith"):
+                    literals = list(node.args)
+            texts = [
+                c.value
+                for lit in literals
+                for c in ([lit] if not isinstance(lit, ast.Tuple) else lit.elts)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            ]
+            hits = [t for t in texts if any(t == w or t.startswith(w) for w in VERDICT_WORDS)]
+            if hits:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {hits}")
+    assert found == []
