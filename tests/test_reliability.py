@@ -75,15 +75,16 @@ def freeze(proc: subprocess.Popen) -> None:
         time.sleep(0.0001)
 
 
-def kill_at_random(proc: subprocess.Popen, run_dir: Path, rng: random.Random) -> dict:
-    """SIGKILL after a random step: at a random moment in it, or (mode "write") while a checkpoint is half-written.
+def kill_at_random(proc: subprocess.Popen, run_dir: Path, rng: random.Random, last: int = 27) -> dict:
+    """SIGKILL after a random step up to `last` (a few before the run's end): at a random moment in it, or (mode
+    "write") while a checkpoint is half-written.
 
     For "write", the process is frozen (SIGSTOP) at random moments until a checkpoint temp file exists,
     then killed frozen: the kill provably lands between the temp file's creation and its rename.
     """
     mode = rng.choice(["moment", "write"])
     done = last_step(run_dir)  # rows of an earlier attempt
-    if done >= 27 or not wait_for_step(proc, run_dir, rng.randint(max(1, done + 1), 27)):
+    if done >= last or not wait_for_step(proc, run_dir, rng.randint(max(1, done + 1), last)):
         proc.wait()  # too late to kill: let it finish
         return {"mode": mode, "killed": False}
     if mode == "moment":

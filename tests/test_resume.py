@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_reliability import CURVE, kill_at_random, launch, wait_for_step
+from test_reliability import CURVE, freeze, kill_at_random, launch, wait_for_step
 
 from gptlab.runtime.metrics import mfu
 from gptlab.state import checkpoint
@@ -31,25 +31,73 @@ HARD = [
     "hardware.threads=1",
     "train.max_steps=24",
 ]
-# each optimizer once and each schedule once (warmup short enough that every shape is exercised)
-PAIRS = [("adamw", "wsd"), ("sgd", "linear"), ("lion", "constant"), ("muon", "cosine")]
+CONF = Path(__file__).resolve().parents[1] / "conf"
+OPTIMIZERS = sorted(p.stem for p in (CONF / "optimizer").glob("*.yaml"))
+SCHEDULES = sorted(p.stem for p in (CONF / "schedule").glob("*.yaml"))
+# every shipped optimizer and every shipped schedule at least once, paired in turn: a new YAML in either folder is
+# resumed (cleanly and after a kill -9) with no new test code, at max(optimizers, schedules) runs, not their product
+PAIRS = [
+    (OPTIMIZERS[i % len(OPTIMIZERS)], SCHEDULES[i % len(SCHEDULES)])
+    for i in range(max(len(OPTIMIZERS), len(SCHEDULES)))
+]
+PAIR_IDS = [f"{optimizer}-{schedule}" for optimizer, schedule in PAIRS]
 
 
 def every_row(run_dir: Path) -> list[dict]:
     return [{k: r[k] for k in CURVE if k in r} for r in rows(run_dir)]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("optimizer,schedule", PAIRS, ids=lambda v: str(v))
-def test_sigkill_then_resume_is_exact_for_every_optimizer_and_schedule(tmp_path, optimizer, schedule):
-    args = [*HARD, f"optimizer={optimizer}", f"schedule={schedule}"]
-    straight = launch(tmp_path / "straight", *args)
-    assert straight.wait(timeout=300) == 0, Path(f"{tmp_path / 'straight'}.err").read_text()[-2000:]
-    run = tmp_path / "killed"
-    killed = kill_at_random(launch(run, *args), run, random.Random(f"{optimizer}{schedule}"))
+def _finish(run: Path, args: list[str]) -> None:
     assert launch(run, *args).wait(timeout=300) == 0, Path(f"{run}.err").read_text()[-2000:]
+
+
+@pytest.fixture(scope="session")
+def straight(tmp_path_factory):
+    """The uninterrupted HARD run of an (optimizer, schedule) pair, run once per session; its curve."""
+    done: dict[tuple[str, str], list[dict]] = {}
+
+    def curve(optimizer: str, schedule: str) -> list[dict]:
+        if (optimizer, schedule) not in done:
+            run = tmp_path_factory.mktemp("straight") / f"{optimizer}-{schedule}"
+            _finish(run, [*HARD, f"optimizer={optimizer}", f"schedule={schedule}"])
+            done[optimizer, schedule] = every_row(run)
+        return done[optimizer, schedule]
+
+    return curve
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer,schedule", PAIRS, ids=PAIR_IDS)
+def test_stop_then_resume_is_exact_for_every_optimizer_and_schedule(tmp_path, straight, optimizer, schedule):
+    """SIGUSR2 mid-run: the checkpoint at the stop step (between ckpt_interval ones) resumes to the same curve."""
+    args = [*HARD, f"optimizer={optimizer}", f"schedule={schedule}"]
+    run = tmp_path / "stopped"
+    proc = launch(run, *args)
+    assert wait_for_step(proc, run, 10), Path(f"{run}.err").read_text()[-2000:]
+    freeze(proc)  # the signal lands while the run is held, so a busy machine cannot let it run on to the end
+    proc.send_signal(signal.SIGUSR2)
+    proc.send_signal(signal.SIGCONT)
+    assert proc.wait(timeout=120) == 0
+    assert 10 <= checkpoint.load(checkpoint.latest_path(run))["step"] < 24  # stopped early, at a step of its own
+    _finish(run, args)
+    assert every_row(run) == straight(optimizer, schedule)  # every row, exactly: loss, lr, grad norm, val loss
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer,schedule", PAIRS, ids=PAIR_IDS)
+def test_sigkill_then_resume_is_exact_for_every_optimizer_and_schedule(tmp_path, straight, optimizer, schedule):
+    args = [*HARD, f"optimizer={optimizer}", f"schedule={schedule}"]
+    run = tmp_path / "killed"
+    killed = kill_at_random(launch(run, *args), run, random.Random(f"{optimizer}{schedule}"), last=21)
+    _finish(run, args)
     assert killed["killed"], killed
-    assert every_row(run) == every_row(tmp_path / "straight")  # every row, exactly: loss, lr, grad norm, val loss
+    assert every_row(run) == straight(optimizer, schedule)  # every row, exactly: loss, lr, grad norm, val loss
+
+
+def test_the_pairs_cover_every_shipped_optimizer_and_schedule():
+    assert {o for o, _ in PAIRS} == set(OPTIMIZERS) >= {"adamw", "sgd", "lion", "muon"}
+    assert {s for _, s in PAIRS} == set(SCHEDULES) >= {"cosine", "linear", "wsd", "constant"}
+    assert len(PAIRS) == max(len(OPTIMIZERS), len(SCHEDULES))
 
 
 @pytest.mark.slow
