@@ -14,10 +14,12 @@ variant names, so a new variant that takes these keys is covered without a new r
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from gptlab.config.build import build_schedule
 from gptlab.errors import ConfigError
 
 
@@ -108,11 +110,9 @@ def _mlp_width(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
 
 def _lr_curve(cfg: Mapping, max_steps: int, **change: Any) -> list[float] | None:
     """The schedule's multipliers over every step (with `change` applied); None if it cannot be built."""
-    node = {k: v for k, v in dict(_get(cfg, "schedule", {})).items() if not k.startswith("_")}
-    target = str(_get(cfg, "schedule._target_", ""))
     try:
-        module, name = target.rsplit(".", 1)
-        schedule = getattr(importlib.import_module(module), name)(max_steps=max_steps, **{**node, **change})
+        node = OmegaConf.create({"schedule": {**dict(_get(cfg, "schedule", {})), **change}})
+        schedule = build_schedule(node, max_steps)  # the one builder, so the curve is the run's own
         return [schedule(step) for step in range(max_steps)]
     except Exception:  # noqa: BLE001 - an unbuildable schedule is validation's to report
         return None
