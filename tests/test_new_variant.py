@@ -62,16 +62,66 @@ placement: pre      # pre: x + f(norm(x)); post: norm(x + f(x))
 """
 
 
-@pytest.fixture(scope="module")
-def scratch(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("project")
+# an MLP written like swiglu.py was, with plain annotations and no rule, and a number key of its own (gate_scale)
+GEGLU_PY = '''"""GeGLU MLP: down(gelu(gate(x)) * gate_scale * up(x)), three matrices."""
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptlab.model.base import MLP
+from gptlab.model.mlp import init_mlp
+
+
+class GeGLU(MLP):
+    """Gated MLP with a GELU gate; hidden = ratio·d_model rounded up to multiple_of."""
+
+    def __init__(
+        self,
+        d_model: int,
+        bias: bool = False,
+        ratio: float = 4,
+        multiple_of: int = 16,
+        gate_scale: float = 1.0,
+        dropout: float = 0.0,
+    ):
+        super().__init__(d_model, multiple_of * -(-round(ratio * d_model) // multiple_of), dropout)
+        self.gate_scale = gate_scale
+        self.gate = nn.Linear(d_model, self.hidden, bias=bias)
+        self.up = nn.Linear(d_model, self.hidden, bias=bias)
+        self.down = nn.Linear(self.hidden, d_model, bias=bias)
+        self.drop = nn.Dropout(dropout)
+
+    def init_weights(self, n_layer: int, std: float) -> None:
+        init_mlp([self.gate, self.up], self.down, n_layer, std)
+
+    def forward(self, x):
+        return self.drop(self.down(F.gelu(self.gate(x)) * self.gate_scale * self.up(x)))
+'''
+
+GEGLU_YAML = """_target_: gptlab.model.mlp.geglu.GeGLU
+_partial_: true
+ratio: 4
+multiple_of: 16
+gate_scale: 1.0
+dropout: 0.0
+"""
+
+
+def _project(root: Path, files: dict[str, str]) -> Path:
+    """A copy of the project in `root` with `files` ({path: text}) added."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("gptlab", "conf", "tests", "sweeps", "pyproject.toml"):
         src = REPO / name
         (shutil.copytree(src, root / name, ignore=ignore) if src.is_dir() else shutil.copy(src, root / name))
-    (root / "gptlab/model/norm/dyt.py").write_text(DYT_PY)
-    (root / "conf/norm/dyt.yaml").write_text(DYT_YAML)
+    for path, text in files.items():
+        (root / path).write_text(text)
     return root
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    files = {"gptlab/model/norm/dyt.py": DYT_PY, "conf/norm/dyt.yaml": DYT_YAML}
+    return _project(tmp_path_factory.mktemp("project"), files)
 
 
 def _run(root: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -106,3 +156,29 @@ def test_the_new_key_is_checked_from_the_signature_and_trains(scratch):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "block norm: DyT" in done.stdout
     assert "refused: norm.alpha_init=-1: must be > 0" in done.stdout
+
+
+def test_a_variant_without_rules_passes_the_schema_tests(tmp_path):
+    """GeGLU written like swiglu.py (plain annotations, a number key of its own) needs no third file: each key without
+    a rule is checked by its type, so the shipped schema tests pass and a value of the wrong type is refused."""
+    root = _project(tmp_path, {"gptlab/model/mlp/geglu.py": GEGLU_PY, "conf/mlp/geglu.yaml": GEGLU_YAML})
+    done = _run(root, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_schema.py", "-k", "every_shipped")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("2 passed")  # every key checked, every choice passes
+    code = (
+        "from gptlab.config.build import compose\n"
+        "from gptlab.config.validate import validate\n"
+        "from gptlab.errors import ConfigError\n"
+        "validate(compose(['mlp=geglu', 'mlp.gate_scale=0.5']))\n"
+        "for bad in ('mlp.gate_scale=abc', 'mlp.multiple_of=1.5'):\n"
+        "    try:\n"
+        "        validate(compose(['mlp=geglu', bad]))\n"
+        "    except ConfigError as err:\n"
+        "        print('refused:', err)\n"
+    )
+    done = _run(root, "-c", code, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "refused: mlp.gate_scale='abc': expected a number",
+        "refused: mlp.multiple_of=1.5: expected an integer",
+    ]

@@ -4,6 +4,7 @@ exact, every shipped choice passes it, and hardware.compile maps onto torch.comp
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 from unittest import mock
 
 import pytest
@@ -11,10 +12,19 @@ import torch
 import yaml
 
 from gptlab.config.build import compose
-from gptlab.config.schema import COMPONENT_GROUPS, REQUIRED, SCHEMA, SEED, check_schema, signature_checks
+from gptlab.config.schema import (
+    COMPONENT_GROUPS,
+    REQUIRED,
+    SCHEMA,
+    SEED,
+    SELECTED_GROUPS,
+    check_schema,
+    param_checks,
+    signature_checks,
+)
 from gptlab.errors import ConfigError
 from gptlab.runtime.hardware import COMPILE_MODES, Hardware, compile_mode
-from gptlab.util.checks import Auto, Bool, Number, OneOf, Seq, Text, show
+from gptlab.util.checks import Auto, Bool, Number, OneOf, Seq, Text, rule, show
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GLOBAL_PACKAGES = {"launcher", "tune"}  # `# @package _global_`: Hydra/launcher settings, no run keys
@@ -40,15 +50,16 @@ def shipped_keys() -> set[str]:
 
 
 def declared_keys() -> set[str]:
-    """The component keys whose check the chosen class or factory declares in its signature (Annotated + rule)."""
+    """The component keys whose check the chosen class or factory declares in its signature (a rule, or the type)."""
     keys = set()
     for group in COMPONENT_GROUPS:
         for path in CONF.glob(f"{group}/*.yaml"):
             target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
             keys |= set(signature_checks(group, target)) if target else set()
-    for path in CONF.glob("probes/*.yaml"):  # `# @package probes.<name>`: checked from the probe's signature too
-        target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
-        keys |= set(signature_checks(f"probes.{path.stem}", target)) if target else set()
+    for group in SELECTED_GROUPS:  # `# @package <group>.<name>`: each logger's and probe's keys, from its signature
+        for path in CONF.glob(f"{group}/*.yaml"):
+            target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
+            keys |= set(signature_checks(f"{group}.{path.stem}", target)) if target else set()
     return keys
 
 
@@ -107,6 +118,10 @@ def test_every_shipped_choice_passes_the_schema():
         (Seq(Number("[0, 1)"), length=2), [0.9], "k=[0.9]: expected a list of 2 numbers, each in [0, 1)"),
         (Seq(Number("[0, 1)"), length=2), [0.9, 1.0], "k[1]=1.0: must be in [0, 1)"),
         (Seq(Number(">= 0", int), null=True), [1, -1], "k[1]=-1: must be >= 0"),
+        (Number("", int), "abc", "k='abc': expected an integer"),  # any integer: an un-annotated `int` parameter
+        (Number("", int), 1.5, "k=1.5: expected an integer"),
+        (Number("", int, null=True), True, "k=true: expected an integer or null"),
+        (Number(""), float("inf"), "k=inf: must be a finite number"),
     ],
 )
 def test_refusal_messages(check, value, message):
@@ -137,10 +152,46 @@ def test_refusal_messages(check, value, message):
         (Auto(Number("> 0")), 1e12),
         (Seq(Number("[0, 1)"), length=2), [0.9, 0.95]),
         (Seq(Number(">= 0", int), null=True), None),
+        (Number("", int), -(2**70)),
+        (Number(""), -1e300),
+        (Number("", int, null=True), None),
     ],
 )
 def test_accepted_values(check, value):
     check("k", value)
+
+
+def _plain(
+    model,
+    ratio: float = 4,
+    width: int = 64,
+    gated: bool = True,
+    act: str = "gelu",
+    cap: int | None = None,
+    layers: list[int] | None = None,
+    path: Path | None = None,
+    eps: Annotated[float, rule("> 0")] = 1e-5,
+    every: Annotated[int | None, rule(">= 1", curve=False)] = None,
+):
+    """A factory written like swiglu.py before its rules: plain annotations, one key with a rule."""
+
+
+def test_a_parameter_without_a_rule_is_checked_by_its_type():
+    assert param_checks(_plain, "mlp") == {
+        "mlp.ratio": Number(""),
+        "mlp.width": Number("", int),
+        "mlp.gated": Bool(),
+        "mlp.act": Text(),
+        "mlp.cap": Number("", int, null=True),
+        "mlp.eps": Number("> 0"),
+        "mlp.every": Number(">= 1", int, null=True),
+    }  # model (no annotation), a list and a path: run-time arguments or keys that name their check in a rule
+    with pytest.raises(TypeError, match=r"^mlp.x: give the parameter rule\(check=...\)"):
+
+        def listed(x: Annotated[list, rule()] = ()):
+            """A rule that cannot be derived from its type is a mistake, not an unchecked key."""
+
+        param_checks(listed, "mlp")
 
 
 def test_show_spells_values_as_the_config_does():

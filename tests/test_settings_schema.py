@@ -1,6 +1,7 @@
 """The settings dataclasses are the schema of their keys (gptlab/config/schema.py derives the checks from them): each field
 of TrainSettings, GPTConfig and Hardware is one checked key, a number must declare its range, and the loop's
-TrainSettings is filled from exactly the keys the schema checked."""
+TrainSettings is filled from exactly the keys the schema checked. There is no other table: SCHEMA is the settings'
+fields and GPT's norm.placement."""
 
 from __future__ import annotations
 
@@ -9,11 +10,21 @@ from dataclasses import dataclass, field, fields
 import pytest
 from omegaconf import open_dict
 
-from gptlab.config.build import build_hardware, compose, model_config
-from gptlab.config.schema import REQUIRED, SCHEMA, _derived, check_known_keys, check_schema, field_checks
+from gptlab.config.build import build_hardware, build_model, compose, model_config
+from gptlab.config.schema import (
+    REQUIRED,
+    SCHEMA,
+    SETTINGS,
+    _derived,
+    check_known_keys,
+    check_schema,
+    field_checks,
+    param_checks,
+)
 from gptlab.config.settings import TrainSettings, config_key, train_settings
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
+from gptlab.model.gpt import GPT, PLACEMENT
 from gptlab.runtime.hardware import Hardware
 from gptlab.util.checks import Bool, Number, OneOf, Text, rule
 
@@ -106,3 +117,20 @@ def test_train_settings_refuse_a_missing_required_key_instead_of_reading_none():
         r"required$",
     ):
         train_settings(cfg)
+
+
+def test_the_schema_is_the_settings_fields_and_norm_placement_only():
+    """No hand table: every key SCHEMA holds comes from a settings field or GPT's signature (the components' keys come
+    from their own signatures when chosen)."""
+    from_fields = {key: check for cls, group in SETTINGS for key, check in field_checks(cls, group).items()}
+    assert param_checks(GPT.__init__, None) == {"norm.placement": PLACEMENT}  # only the parameter its rule keys
+    assert SCHEMA == from_fields | {"norm.placement": PLACEMENT}
+
+
+def test_norm_placement_is_one_rule_refused_alike_by_the_schema_and_the_model():
+    line = "norm.placement: 'middle' is not allowed; allowed: pre, post"
+    with pytest.raises(ConfigError) as schema:
+        check_schema(compose(["norm.placement=middle"]))
+    with pytest.raises(ConfigError) as built:  # gptlab-flops and decode build without validate(): GPT applies it
+        build_model(compose(["norm.placement=middle", "model.n_layer=1"]), vocab_size=64, device="meta")
+    assert str(schema.value) == str(built.value) == line

@@ -100,10 +100,7 @@ def build_model(
 
     cfg, _ = matched(cfg, vocab_size)
     mcfg = model_config(cfg, vocab_size)
-    norm_factory = _factory(cfg, "norm", drop=("placement",))
-    placement = cfg.norm.get("placement", "pre")
-    if placement not in ("pre", "post"):
-        raise ConfigError(f"norm.placement: '{placement}' is not allowed; allowed: pre, post")
+    norm_factory = _factory(cfg, "norm", drop=("placement",))  # norm.placement is the blocks' (GPT checks it)
     attention, mlp, position = (_factory(cfg, g) for g in ("attention", "mlp", "position"))
     with torch.device(device or "cpu"):
         return GPT(
@@ -112,7 +109,7 @@ def build_model(
             mlp=mlp,
             norm=norm_factory,
             position=position,
-            norm_placement=placement,
+            norm_placement=cfg.norm.get("placement", "pre"),
             activation_checkpointing=activation_checkpointing,
         )
 

@@ -1,15 +1,17 @@
-"""The run schema: every known config key with its type and range, as one table checked before anything is built
-(the checks themselves: gptlab/util/checks.py).
+"""The run schema: every config key's type and rule, read off the dataclass or the constructor that reads the key, and
+checked before anything is built (the checks themselves: gptlab/util/checks.py).
 
-The keys with a settings dataclass take their checks from it: the run keys from gptlab.config.settings.TrainSettings,
-`model.*` from GPTConfig, `hardware.*` from Hardware (each field's annotation and `rule(...)` metadata), so each is
-declared once. A component's keys (attention, mlp, norm, position, data, optimizer, schedule) come from its
-`_target_`'s signature where it declares them, `eps: Annotated[float, rule("> 0")] = 1e-5` (a bool or str annotation
-needs no rule), so a variant with a new key is one .py + one .yaml; the keys not yet declared that way, and the logger
-keys, are listed here. `check_schema(cfg)`
-runs every check whose key is in the config (sgd has `momentum`, adamw `betas`), and refuses a missing required key.
-Each failure is one ConfigError line naming the key, the value and what is allowed, e.g.
-`optimizer.lr=-1: must be > 0`. Cross-key rules (global layers vs n_layer, ...) live in gptlab/config/validate.py.
+A settings dataclass declares its keys as fields, the annotation the type and `rule(...)` metadata the range: RunNames
+and TrainSettings the run keys (gptlab/config/settings.py), GPTConfig and MatchSettings `model.*`, Hardware
+`hardware.*`; a number there must give its range. A component (attention, mlp, norm, position, data, optimizer,
+schedule, each selected logger and probe) declares its keys on its `_target_`'s signature,
+`eps: Annotated[float, rule("> 0")] = 1e-5`; a parameter without a rule is checked by its annotation alone (a bool, a
+string, an integer, a finite number; `| None`: or null), so a variant with a new key is one .py + one .yaml. GPT's own
+signature gives norm.placement, the one norm key the blocks read. `check_schema(cfg)` runs every check whose key is in
+the config (sgd has `momentum`, adamw `betas`) and refuses a missing required key; each failure is one ConfigError line
+naming the key, the value and what is allowed, e.g. `optimizer.lr=-1: must be > 0`. A rule's `curve=False` marks a key
+that cannot change the loss curve: `curve_free_keys(cfg)` collects them for resume. Rules that relate several keys
+live in gptlab/config/validate.py, once each.
 
 Why not Hydra's ConfigStore: OmegaConf converts a typed field's value before any check sees it ('false', 1 and
 'yes' become booleans, '5' an int), and the schema refuses exactly those (a quoted 'false' is a string).
@@ -20,171 +22,174 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import types
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Annotated, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 from gptlab.config.match import MatchSettings
-from gptlab.config.settings import SEED_RANGE, TrainSettings, config_key, is_required
-from gptlab.data.tokenizers import tokenizer_names
+from gptlab.config.settings import SEED_RANGE, RunNames, TrainSettings, config_key, is_required
 from gptlab.errors import ConfigError
-from gptlab.model.attention.kernels import IMPLS
 from gptlab.model.config import GPTConfig
+from gptlab.model.gpt import GPT
 from gptlab.runtime.hardware import Hardware
 from gptlab.util.checks import Auto, Bool, Number, OneOf, Seq, Text
 from gptlab.util.paths import CONF_DIR
 
 Check = Number | Bool | OneOf | Text | Auto | Seq
+Rule = tuple[Any, Mapping]  # (annotation, rule metadata) of one key
 SEED = Number(SEED_RANGE, int)
-UNIT = Number("[0, 1)")  # dropout, betas, momentum
-BETAS = Seq(UNIT, length=2)
-LR = Number("> 0")
-DECAY = Number(">= 0")
-SETTINGS = ((TrainSettings, "train"), (GPTConfig, "model"), (Hardware, "hardware"))
+SETTINGS = (
+    (RunNames, ""),  # each field names its key
+    (TrainSettings, "train"),
+    (GPTConfig, "model"),
+    (MatchSettings, "model"),  # model.match, match_knob, match_to (gptlab/config/match.py)
+    (Hardware, "hardware"),
+)
 # the groups whose every key the schema knows (the component groups' keys: gptlab.config.build._check_keys)
 SETTINGS_GROUPS = ("train", "sample", "model", "hardware")
+COMPONENT_GROUPS = ("attention", "mlp", "norm", "position", "data", "optimizer", "schedule")
+SELECTED_GROUPS = ("logger", "probes")  # a list of named choices: `<group>.<name>.<key>`
+# groups that only watch or place a run (every logger key and choice, the launcher): a resume may change them
+OBSERVER_GROUPS = ("logger", "launcher")
 
 
-def _derived(key: str, hint, meta) -> Check:
-    """The check a field's annotation and rule imply: bool, str, or a number in its range (`| None`: or null)."""
-    kinds = [a for a in get_args(hint) if a is not type(None)] or [hint]
-    null = type(None) in get_args(hint)
+def _kinds(hint) -> tuple[list, bool]:
+    """The types an annotation allows besides None, and whether it allows None: `int | None` -> ([int], True)."""
+    if get_origin(hint) in (Union, types.UnionType):
+        args = get_args(hint)
+        return [a for a in args if a is not type(None)], type(None) in args
+    return [hint], False
+
+
+def _typed(hint, meta: Mapping) -> Check | None:
+    """The check a type and its rule imply: bool, str, or a number in the rule's range (any without one); None for
+    another type."""
+    kinds, null = _kinds(hint)
     if kinds == [bool]:
         return Bool(null=null)
     if kinds == [str]:
         return Text(null=null)
-    if kinds in ([int], [float]) and meta.get("range"):
-        return Number(meta["range"], kinds[0], null=null, note=meta.get("note", ""))
-    raise TypeError(f"{key}: give the field rule(spec) (a number's range) or rule(check=...) for {hint}")
+    if kinds in ([int], [float]):
+        return Number(meta.get("range") or "", kinds[0], null=null, note=meta.get("note") or "")
+    return None
+
+
+def _derived(key: str, hint, meta) -> Check:
+    """A settings field's check from its annotation and rule: bool, str, or a number in the range it must give."""
+    check = _typed(hint, meta)
+    if check is None or (isinstance(check, Number) and not check.spec):
+        raise TypeError(f"{key}: give the field rule(spec) (a number's range) or rule(check=...) for {hint}")
+    return check
+
+
+def _field_rules(cls: type, group: str) -> dict[str, Rule]:
+    """{config key: (annotation, rule)} for every field of a settings dataclass."""
+    hints = get_type_hints(cls)
+    return {config_key(f, group): (hints[f.name], f.metadata) for f in fields(cls)}
 
 
 def field_checks(cls: type, group: str) -> dict[str, Check]:
     """{config key: check} for every field of a settings dataclass (see gptlab.util.checks.rule)."""
-    hints = get_type_hints(cls)
     return {
-        config_key(f, group): f.metadata.get("check") or _derived(config_key(f, group), hints[f.name], f.metadata)
-        for f in fields(cls)
+        key: meta.get("check") or _derived(key, hint, meta) for key, (hint, meta) in _field_rules(cls, group).items()
     }
 
 
-COMPONENT_GROUPS = ("attention", "mlp", "norm", "position", "data", "optimizer", "schedule")
+def _param_rules(fn: Callable, group: str | None) -> dict[str, Rule]:
+    """{config key: (annotation, rule)} for the parameters of `fn`: `<group>.<name>`, or the key the rule names (with
+    group None, only those); a parameter without `Annotated[T, rule(...)]` has an empty rule."""
+    out: dict[str, Rule] = {}
+    for name, hint in get_type_hints(fn, include_extras=True).items():
+        meta: Mapping = {}
+        if get_origin(hint) is Annotated:
+            hint, *extras = get_args(hint)
+            meta = next((m for m in extras if isinstance(m, dict) and "range" in m), {})
+        key = meta.get("key") or (f"{group}.{name}" if group is not None else None)
+        if name != "return" and key is not None:
+            out[key] = (hint, meta)
+    return out
 
 
-def _annotated(key: str, hint) -> Check | None:
-    """The check a constructor parameter's annotation declares: Annotated[T, rule(...)], or a plain bool / str."""
-    if get_origin(hint) is Annotated:
-        base, *meta = get_args(hint)
-        rules = [m for m in meta if isinstance(m, dict) and "range" in m]
-        if rules:
-            return rules[0].get("check") or _derived(key, base, rules[0])
-        hint = base
-    kinds = [a for a in get_args(hint) if a is not type(None)] or [hint]
-    if kinds == [bool]:
-        return Bool(null=type(None) in get_args(hint))
-    if kinds == [str]:
-        return Text(null=type(None) in get_args(hint))
-    return None  # a number without a declared range: listed in SCHEMA, or unchecked
+def _param_check(key: str, hint, meta: Mapping) -> Check | None:
+    """A parameter's check: its rule's own, else what its type implies (None: a type no config value has, such as a
+    module or a path, so a run-time argument)."""
+    check = meta.get("check") or _typed(hint, meta)
+    if check is None and meta:
+        raise TypeError(f"{key}: give the parameter rule(check=...) for {hint}")
+    return check
+
+
+def param_checks(fn: Callable, group: str | None) -> dict[str, Check]:
+    """{config key: check} for every parameter of `fn` that has one (see `_param_rules`, `_param_check`)."""
+    checks = {key: _param_check(key, hint, meta) for key, (hint, meta) in _param_rules(fn, group).items()}
+    return {key: check for key, check in checks.items() if check is not None}
+
+
+@functools.cache
+def _target(target: str) -> Callable | None:
+    """The callable a `_target_` names (a class: its __init__); None for one that cannot be imported."""
+    try:
+        obj = get_object(target)
+    except Exception:  # noqa: BLE001 - an unknown target is the build step's one-line error, not the schema's
+        return None
+    return obj.__init__ if inspect.isclass(obj) else obj
 
 
 @functools.cache
 def signature_checks(group: str, target: str) -> dict[str, Check]:
-    """{config key: check} for every parameter of the `_target_` callable that declares one (see `_annotated`)."""
-    try:
-        obj = get_object(target)
-        hints = get_type_hints(obj.__init__ if inspect.isclass(obj) else obj, include_extras=True)
-    except Exception:  # noqa: BLE001 - an unknown target is the build step's one-line error, not the schema's
-        return {}
-    checks = {
-        f"{group}.{name}": _annotated(f"{group}.{name}", hint) for name, hint in hints.items() if name != "return"
-    }
-    return {key: check for key, check in checks.items() if check is not None}
+    """{config key: check} for every parameter of the `_target_` callable that has one."""
+    fn = _target(target)
+    return param_checks(fn, group) if fn is not None else {}
 
 
-def _component_checks(cfg) -> dict[str, Check]:
-    """The signature-declared checks of every chosen component (a key SCHEMA lists keeps SCHEMA's check)."""
-    checks: dict[str, Check] = {}
+def _chosen(cfg) -> list[tuple[str, str]]:
+    """(group, `_target_`) of every chosen component and every selected logger and probe (`<group>.<name>`)."""
+    out = []
     for group in COMPONENT_GROUPS:
         target = OmegaConf.select(cfg, f"{group}._target_")
         if isinstance(target, str):
-            checks |= signature_checks(group, target)
-    probes = OmegaConf.select(cfg, "probes")
-    for name in probes if OmegaConf.is_dict(probes) else ():  # each probe's keys, from its signature too
-        target = OmegaConf.select(cfg, f"probes.{name}._target_")
-        if isinstance(target, str):
-            checks |= signature_checks(f"probes.{name}", target)
+            out.append((group, target))
+    for group in SELECTED_GROUPS:
+        node = OmegaConf.select(cfg, group)
+        for name in node if OmegaConf.is_dict(node) else ():  # an entry without a target: validate's _unselected
+            target = OmegaConf.select(cfg, f"{group}.{name}._target_")
+            if isinstance(target, str):
+                out.append((f"{group}.{name}", target))
+    return out
+
+
+def _chosen_checks(cfg) -> dict[str, Check]:
+    """The signature-declared checks of every chosen component, logger and probe (a key SCHEMA has keeps its check)."""
+    checks: dict[str, Check] = {}
+    for group, target in _chosen(cfg):
+        checks |= signature_checks(group, target)
     return {key: check for key, check in checks.items() if key not in SCHEMA}
 
 
-SCHEMA: dict[str, Check] = {
-    # run level (conf/train.yaml): the run's names, then the keys TrainSettings declares
-    "sweep": Text(null=True, numbers=True),
-    "name": Text(null=True, numbers=True),
-    "arm": Text(null=True, numbers=True),
+SCHEMA: dict[str, Check] = {  # the keys every config has a place for; the chosen components' keys: _chosen_checks
+    **field_checks(RunNames, ""),
     **field_checks(TrainSettings, "train"),
     **field_checks(GPTConfig, "model"),
-    **field_checks(MatchSettings, "model"),  # model.match, match_knob, match_to (gptlab/config/match.py)
-    # components
-    "attention.n_kv_head": Number(">= 1", int, null=True),
-    "attention.impl": OneOf(IMPLS),
-    "attention.window": Number(">= 1", int, null=True),
-    "attention.global_every": Number(">= 1", int, null=True),
-    "attention.global_layers": Seq(Number(">= 0", int), null=True),
-    "attention.qk_norm": Bool(),
-    "attention.dropout": UNIT,
-    "mlp.ratio": Number("> 0"),
-    "mlp.match_params": Bool(),
-    "mlp.multiple_of": Number(">= 1", int),
-    "mlp.dropout": UNIT,
-    "norm.placement": OneOf(("pre", "post")),
-    "position.base": Number("> 0"),
-    "position.scale": Number("> 0"),
-    # data
-    "data.paths": Text(many=True),
-    "data.column": Text(),
-    "data.tokenizer": OneOf(tuple(tokenizer_names())),
-    "data.bpe_vocab_size": Number(">= 257", int),
-    "data.val_fraction": Number("(0, 1)"),
-    "data.num_proc": Number(">= 1", int, null=True),
-    "data.name": Text(null=True),
-    "data.config_name": Text(null=True),
-    "data.bpe_sample_bytes": Number(">= 1000000", int),
-    "data.max_tokens": Number(">= 1", int, null=True),
-    "data.verify": Bool(),
-    "data.streaming": Bool(),
-    "data.split": Text(),
-    "data.num_keys": Number(">= 1", int),
-    "data.num_values": Number(">= 1", int),
-    "data.num_pairs": Number(">= 1", int),
-    "data.num_queries": Number(">= 1", int),
-    "data.seq_len": Number(">= 1", int),
-    # optimizer (keys of the chosen optimizer only) and schedule
-    "optimizer.lr": LR,
-    "optimizer.betas": BETAS,
-    "optimizer.weight_decay": DECAY,
-    "optimizer.eps": Number("> 0"),
-    "optimizer.fused": Bool(null=True),
-    "optimizer.momentum": UNIT,
-    "optimizer.nesterov": Bool(),
-    "optimizer.adamw_lr": LR,
-    "optimizer.adamw_betas": BETAS,
-    "optimizer.adamw_weight_decay": DECAY,
-    "schedule.warmup_steps": Number(">= 0", int),
-    "schedule.min_lr_ratio": Number("[0, 1]"),
-    "schedule.decay_fraction": Number("(0, 1]"),
+    **field_checks(MatchSettings, "model"),
+    **param_checks(GPT.__init__, None),  # norm.placement: beside the norm's keys, read by the blocks
     **field_checks(Hardware, "hardware"),  # device and dtype: Hardware names their values
-    # loggers, one key each (logger.wandb.mode: gptlab.sinks.wandb.resolve_mode)
-    "logger.wandb.project": Text(),
-    "logger.wandb.entity": Text(null=True),
-    "logger.wandb.group": Text(null=True, numbers=True),
-    "logger.wandb.tags": Text(many=True),
-    "logger.wandb.job_type": Text(),
-    "logger.wandb.log_checkpoints": Bool(),
-    "logger.tensorboard.log_dir": Text(),
-    "logger.tensorboard.flush_secs": Number("> 0"),
-    "logger.csv.filename": Text(),
 }
+
+
+def curve_free_keys(cfg) -> tuple[str, ...]:
+    """The keys a resume may change (gptlab/state/resume.py): those whose rule says curve=False, on the settings and on
+    the chosen components' signatures, and each observer group whole (`logger.`: a trailing dot is the subtree)."""
+    rules = {key: meta for cls, group in SETTINGS for key, (_, meta) in _field_rules(cls, group).items()}
+    for group, target in _chosen(cfg):
+        fn = _target(target)
+        rules |= {key: meta for key, (_, meta) in _param_rules(fn, group).items()} if fn is not None else {}
+    free = (key for key, meta in rules.items() if meta.get("curve") is False)
+    return (*(f"{group}." for group in OBSERVER_GROUPS), *free)
+
 
 # keys every run needs (a settings field without a default, or one its rule marks required); the others are
 # checked where the chosen option has them
@@ -243,14 +248,14 @@ def check_root_keys(cfg) -> None:
 
 
 def check_schema(cfg) -> None:
-    """Raise a one-line ConfigError for a key a settings group does not have, else for the first key whose value the
-    table refuses (or a missing required key)."""
+    """Raise a one-line ConfigError for a key a settings group does not have, else for the first key whose value its
+    check refuses (or a missing required key)."""
     check_root_keys(cfg)
     for group in SETTINGS_GROUPS:
         node = OmegaConf.select(cfg, group)
         if OmegaConf.is_dict(node):  # not a mapping at all: its required keys are missing, refused below
             check_known_keys(group, node)
-    for key, check in (SCHEMA | _component_checks(cfg)).items():
+    for key, check in (SCHEMA | _chosen_checks(cfg)).items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is _ABSENT:
             if key in REQUIRED:

@@ -2,7 +2,9 @@
 
 Each field is one config key (`train.<field>` unless its `rule(key=...)` names another: seeds, sampling, profiling),
 with its type (the annotation) and its allowed range (the `rule`); gptlab/config/schema.py derives the key's check from it,
-and `train_settings(cfg)` fills it from a validated config. The values and their comments live in conf/train.yaml.
+and `train_settings(cfg)` fills it from a validated config. A field whose rule says `curve=False` cannot change the
+loss curve, so a resume may change it (gptlab/config/schema.py `curve_free_keys`). RunNames declares the run's names
+the same way. The values and their comments live in conf/train.yaml.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gptlab.util.checks import Text, rule
 
 _ABSENT = object()
 SEED_RANGE = "[0, 2**63)"  # torch.manual_seed takes < 2**64; negatives alias 2**64 - n, so non-negative int64
+NAME = Text(null=True, numbers=True)  # name=123 is a name too
 
 
 @dataclass
@@ -31,22 +34,34 @@ class TrainSettings:
     grad_clip: float = field(metadata=rule(">= 0", note="0 = no clipping"))
     eval_interval: int = field(metadata=rule(">= 1"))
     eval_sequences: int = field(metadata=rule(">= 1"))
-    log_interval: int = field(metadata=rule(">= 1"))
-    ckpt_interval: int = field(metadata=rule(">= 0", note="0 = only at the end"))
-    resume: str = field(metadata=rule(check=Text(numbers=True)))  # auto | never | a checkpoint path
-    init_from: str | None = field(metadata=rule(required=False))  # a checkpoint to start a new run from
+    # curve=False: how often it logs and saves, where it starts from, how batches are drawn, never the curve itself
+    log_interval: int = field(metadata=rule(">= 1", curve=False))
+    ckpt_interval: int = field(metadata=rule(">= 0", note="0 = only at the end", curve=False))
+    resume: str = field(metadata=rule(check=Text(numbers=True), curve=False))  # auto | never | a checkpoint path
+    init_from: str | None = field(metadata=rule(required=False, curve=False))  # a checkpoint to start a new run from
     speed_warmup: int = field(metadata=rule(">= 0"))
     nan_skip: int = field(metadata=rule(">= 0"))
-    prefetch: int = field(metadata=rule(">= 0", note="0 = drawn in the training thread"))
-    diagnostics: bool  # per-layer norms, update ratios, activations, attention stats (gptlab.train.diagnostics)
-    spike_factor: float | None = field(metadata=rule("> 1", note="null = off"))  # loss > factor x running median
-    spike_window: int = field(metadata=rule(">= 2"))
-    spike_dump: bool
-    detect_anomaly: bool  # replay a non-finite step to name its first op (gptlab.train.anomaly)
-    sample_tokens: int = field(metadata=rule(">= 0", key="sample.tokens"))
-    sample_temperature: float = field(metadata=rule(">= 0", note="0 = greedy", key="sample.temperature"))
-    sample_top_k: int | None = field(metadata=rule(">= 1", key="sample.top_k"))
-    profile: bool = field(metadata=rule(key="profile"))
+    prefetch: int = field(metadata=rule(">= 0", note="0 = drawn in the training thread", curve=False))
+    # observers: they measure, warn or replay, never change a step
+    diagnostics: bool = field(metadata=rule(curve=False))  # per-layer norms, update ratios, ... (train.diagnostics)
+    spike_factor: float | None = field(metadata=rule("> 1", note="null = off", curve=False))  # loss > factor x median
+    spike_window: int = field(metadata=rule(">= 2", curve=False))
+    spike_dump: bool = field(metadata=rule(curve=False))
+    detect_anomaly: bool = field(metadata=rule(curve=False))  # replay a non-finite step to name its first op
+    # the end-of-run sample and the profiler: after or beside training (profiled steps restore the weights)
+    sample_tokens: int = field(metadata=rule(">= 0", key="sample.tokens", curve=False))
+    sample_temperature: float = field(metadata=rule(">= 0", note="0 = greedy", key="sample.temperature", curve=False))
+    sample_top_k: int | None = field(metadata=rule(">= 1", key="sample.top_k", curve=False))
+    profile: bool = field(metadata=rule(key="profile", curve=False))
+
+
+@dataclass
+class RunNames:
+    """The run's names (conf/train.yaml's root keys): the sweep, the run and its arm, for dashboards and run dirs."""
+
+    sweep: str | None = field(default=None, metadata=rule(check=NAME, key="sweep", curve=False))
+    name: str | None = field(default=None, metadata=rule(check=NAME, key="name", curve=False))
+    arm: str | None = field(default=None, metadata=rule(check=NAME, key="arm", curve=False))
 
 
 def config_key(f, group: str) -> str:

@@ -11,14 +11,17 @@ Token ids: keys 0..num_keys-1, values num_keys..num_keys+num_values-1, pad = num
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import torch
 
 from gptlab.data.lm import check_positive_int
 from gptlab.data.streams import stream_generator
 from gptlab.errors import ConfigError
+from gptlab.util.checks import rule
 
 IGNORE = -100
+Count = Annotated[int, rule(">= 1")]  # each of the task's sizes
 
 
 class RecallTokenizer:
@@ -57,11 +60,11 @@ class AssocRecallData:
         seed: int,
         block_size: int,
         cache_dir: Path | str | None = None,
-        num_keys: int = 128,
-        num_values: int = 128,
-        num_pairs: int = 16,
-        num_queries: int = 16,
-        seq_len: int = 64,
+        num_keys: Count = 128,
+        num_values: Count = 128,
+        num_pairs: Count = 16,
+        num_queries: Count = 16,
+        seq_len: Count = 64,
     ):
         for key, value in (
             ("num_keys", num_keys),

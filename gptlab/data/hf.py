@@ -12,7 +12,16 @@ from pathlib import Path
 
 from gptlab.data import default_cache_dir
 from gptlab.data.corpus import build_token_splits
-from gptlab.data.lm import LMData
+from gptlab.data.lm import (
+    BpeSampleBytes,
+    BpeVocabSize,
+    LMData,
+    MaxTokens,
+    NumProc,
+    TokenizerName,
+    ValFraction,
+    Verify,
+)
 from gptlab.data.sources import HubSource
 from gptlab.errors import ConfigError
 from gptlab.util.io import atomic_write_text
@@ -136,14 +145,14 @@ class HFData(LMData):
         config_name: str | None = None,
         split: str = "train",
         column: str = "text",
-        tokenizer: str = "gpt2",
-        bpe_vocab_size: int = 8192,
-        val_fraction: float = 0.01,
-        num_proc: int | None = None,
+        tokenizer: TokenizerName = "gpt2",
+        bpe_vocab_size: BpeVocabSize = 8192,
+        val_fraction: ValFraction = 0.01,
+        num_proc: NumProc = None,
         streaming: bool = False,
-        max_tokens: int | None = None,
-        bpe_sample_bytes: int = 100_000_000,
-        verify: bool = False,
+        max_tokens: MaxTokens = None,
+        bpe_sample_bytes: BpeSampleBytes = 100_000_000,
+        verify: Verify = False,
     ):
         if not name or not isinstance(name, str):
             raise ConfigError(

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import torch
 
 from gptlab.data.streams import indexed_ints
+from gptlab.data.tokenizers import tokenizer_names
 from gptlab.errors import ConfigError
+from gptlab.util.checks import OneOf, rule
 
 if TYPE_CHECKING:
     from gptlab.data.shards import TokenStream
+
+# the keys the LMData choices (shakespeare, text, hf) share, with their rules (gptlab/config/schema.py reads them off
+# the constructors' signatures)
+TokenizerName = Annotated[str, rule(check=OneOf(tuple(tokenizer_names())))]
+BpeVocabSize = Annotated[int, rule(">= 257")]  # the 256 bytes and at least one merge
+BpeSampleBytes = Annotated[int, rule(">= 1000000")]
+ValFraction = Annotated[float, rule("(0, 1)")]
+MaxTokens = Annotated[int | None, rule(">= 1")]
+NumProc = Annotated[int | None, rule(">= 1", curve=False)]  # tokenizer processes: the same tokens
+Verify = Annotated[bool, rule(curve=False)]  # the cache's full re-check: the same tokens
 
 
 def check_positive_int(key: str, value) -> int:

@@ -7,7 +7,7 @@ import hashlib
 from pathlib import Path
 
 from gptlab.data.corpus import build_token_splits
-from gptlab.data.lm import LMData
+from gptlab.data.lm import BpeVocabSize, LMData, NumProc, TokenizerName, ValFraction, Verify
 from gptlab.data.sources import TextSource
 from gptlab.util.paths import ASSETS_DIR
 
@@ -28,11 +28,11 @@ class ShakespeareData(LMData):
         seed: int,
         block_size: int,
         cache_dir: Path | str | None = None,
-        tokenizer: str = "char",
-        bpe_vocab_size: int = 2048,
-        val_fraction: float = 0.1,
-        num_proc: int | None = None,
-        verify: bool = False,
+        tokenizer: TokenizerName = "char",
+        bpe_vocab_size: BpeVocabSize = 2048,
+        val_fraction: ValFraction = 0.1,
+        num_proc: NumProc = None,
+        verify: Verify = False,
     ):
         raw = ASSET.read_bytes()
         source = TextSource(gzip.decompress(raw).decode("utf-8"), f"shakespeare:{hashlib.sha256(raw).hexdigest()}")

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from gptlab.data import default_cache_dir
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.files import content_hashes, resolve_paths, source_key
-from gptlab.data.lm import LMData
+from gptlab.data.lm import (
+    BpeSampleBytes,
+    BpeVocabSize,
+    LMData,
+    MaxTokens,
+    NumProc,
+    TokenizerName,
+    ValFraction,
+    Verify,
+)
 from gptlab.data.sources import FileSource
+from gptlab.util.checks import Text, rule
 
 
 class TextData(LMData):
@@ -20,15 +31,15 @@ class TextData(LMData):
         seed: int,
         block_size: int,
         cache_dir: Path | str | None = None,
-        paths=None,
+        paths: Annotated[list[str] | str | None, rule(check=Text(many=True))] = None,
         column: str = "text",
-        tokenizer: str = "gpt2",
-        bpe_vocab_size: int = 8192,
-        val_fraction: float = 0.1,
-        num_proc: int | None = None,
-        bpe_sample_bytes: int = 100_000_000,
-        max_tokens: int | None = None,
-        verify: bool = False,
+        tokenizer: TokenizerName = "gpt2",
+        bpe_vocab_size: BpeVocabSize = 8192,
+        val_fraction: ValFraction = 0.1,
+        num_proc: NumProc = None,
+        bpe_sample_bytes: BpeSampleBytes = 100_000_000,
+        max_tokens: MaxTokens = None,
+        verify: Verify = False,
     ):
         cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         files = resolve_paths(list(paths) if paths is not None and not isinstance(paths, str) else paths)

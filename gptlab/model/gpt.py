@@ -15,16 +15,20 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
-from typing import cast
+from typing import Annotated, cast
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from gptlab.errors import ConfigError
 from gptlab.model.base import KVCache, Norm, check_contract
 from gptlab.model.config import GPTConfig
+from gptlab.util.checks import OneOf, rule
+
+# norm.placement, a key of the norm group that the blocks read: pre = x + f(norm(x)), post = norm(x + f(x)); the
+# schema takes its rule from GPT's signature, and GPT applies it to a caller's plain Python argument
+PLACEMENT = OneOf(("pre", "post"))
 
 IGNORE_INDEX = -100  # a target that is not scored (prompt tokens, padding)
 # Logits upcast at once by the chunked loss: 2**26 fp32 elements = 256 MiB per chunk (~1,335 rows at GPT-2's vocab).
@@ -145,13 +149,12 @@ class GPT(nn.Module):
         mlp: Callable,
         norm: Callable,
         position: Callable,
-        norm_placement: str = "pre",
+        norm_placement: Annotated[str, rule(check=PLACEMENT, key="norm.placement")] = "pre",
         layer_counts: dict[int, int] | None = None,
         activation_checkpointing: bool = False,
     ):
         super().__init__()
-        if norm_placement not in ("pre", "post"):
-            raise ConfigError(f"norm.placement: '{norm_placement}' is not allowed; allowed: pre, post")
+        PLACEMENT("norm.placement", norm_placement)
         self.cfg = cfg
         self.activation_checkpointing = activation_checkpointing  # recompute each block in backward (training only)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import torch.nn as nn
+
+from gptlab.util.checks import Number, Seq, rule
+
+# the keys the optimizer choices share, with their rules (gptlab/config/schema.py reads them off the signatures)
+LR = Annotated[float, rule("> 0")]
+Betas = Annotated[Any, rule(check=Seq(Number("[0, 1)"), length=2))]  # two: a list from the config, a tuple from Python
+WeightDecay = Annotated[float, rule(">= 0")]  # and lr * weight_decay < 1: gptlab/config/validate.py
+Momentum = Annotated[float, rule("[0, 1)")]
 
 
 def split_decay(model: nn.Module) -> tuple[list, list]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gptlab.optim import param_groups
+from gptlab.optim import LR, Betas, WeightDecay, param_groups
 
 
 class Lion(torch.optim.Optimizer):
@@ -37,6 +37,6 @@ class Lion(torch.optim.Optimizer):
         torch._foreach_lerp_(moms, grads, 1 - beta2)
 
 
-def lion(model, lr: float = 3e-4, betas=(0.9, 0.99), weight_decay: float = 0.1) -> Lion:
+def lion(model, lr: LR = 3e-4, betas: Betas = (0.9, 0.99), weight_decay: WeightDecay = 0.1) -> Lion:
     """Lion over decay/no-decay groups (use ~3-10x smaller lr than AdamW)."""
     return Lion(param_groups(model, weight_decay), lr=lr, betas=betas)

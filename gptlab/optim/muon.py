@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from gptlab.optim import LR, Betas, Momentum, WeightDecay
+
 
 class OptimizerSet(torch.optim.Optimizer):
     """Several optimizers stepped together; exposes their param_groups so one LR schedule drives all."""
@@ -46,12 +48,12 @@ def _hidden_matrices(model: nn.Module) -> set[int]:
 
 def muon(
     model,
-    lr: float = 0.02,
-    momentum: float = 0.95,
-    weight_decay: float = 0.0,
-    adamw_lr: float = 1e-3,
-    adamw_betas=(0.9, 0.95),
-    adamw_weight_decay: float = 0.1,
+    lr: LR = 0.02,
+    momentum: Momentum = 0.95,
+    weight_decay: WeightDecay = 0.0,
+    adamw_lr: LR = 1e-3,
+    adamw_betas: Betas = (0.9, 0.95),
+    adamw_weight_decay: WeightDecay = 0.1,
 ) -> OptimizerSet:
     """Muon on hidden matrices (torch's default shape scaling of lr), AdamW on the rest."""
     hidden = _hidden_matrices(model)

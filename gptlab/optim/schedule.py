@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from gptlab.util.checks import rule
 
 
 @dataclass(frozen=True)
@@ -15,8 +18,8 @@ class Schedule:
     """Base: warmup then `shape(progress)` with progress in [0, 1] over the post-warmup steps."""
 
     max_steps: int
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.1
+    warmup_steps: Annotated[int, rule(">= 0")] = 0
+    min_lr_ratio: Annotated[float, rule("[0, 1]")] = 0.1  # the final lr as a fraction of optimizer.lr
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -62,7 +65,7 @@ class Constant(Schedule):
 class WSD(Schedule):
     """Warmup-stable-decay: flat at 1, then a linear cooldown over the last `decay_fraction` of steps."""
 
-    decay_fraction: float = 0.2
+    decay_fraction: Annotated[float, rule("(0, 1]")] = 0.2
 
     def shape(self, progress):
         start = 1 - self.decay_fraction

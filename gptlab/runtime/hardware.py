@@ -54,26 +54,27 @@ class Hardware:
     distributed runs the strategy (ddp | fsdp, see gptlab.runtime.distributed.wrap)."""
 
     # the schema of the hardware.* keys too: annotation = type, rule = range (gptlab/config/schema.py); device and dtype
-    # are resolved and checked in __post_init__
+    # are resolved and checked in __post_init__; curve=False: a resume may change the key (it never changes the curve)
     device: str = "cpu"
     dtype: str = "bf16"
     compile: bool | str = field(default=False, metadata=rule(check=OneOf(COMPILE_MODES)))  # compile_mode() maps it
     activation_checkpointing: bool = False
     peak_flops: float | str = field(default="auto", metadata=rule(check=Auto(Number("> 0"))))
     mem_bandwidth: float | str = field(default="auto", metadata=rule(check=Auto(Number("> 0"))))
-    threads: int | None = field(default=None, metadata=rule(">= 1"))
+    threads: int | None = field(default=None, metadata=rule(">= 1", curve=False))
     tf32: bool = True
     distributed: bool = False
     # ddp replicates the model, fsdp shards it (FSDP2, DCP checkpoints)
     strategy: str = field(default="ddp", metadata=rule(check=OneOf(STRATEGIES)))
     cpu_offload: bool = False  # fsdp: sharded params, grads and optimizer state in CPU memory (CPUOffloadPolicy)
-    reshard_after_forward: bool = True  # fsdp: free each block's gathered params after forward, gather in backward
+    # fsdp: free each block's gathered params after forward, gather in backward (when, never what they hold)
+    reshard_after_forward: bool = field(default=True, metadata=rule(curve=False))
     name: str = "cpu"
-    # resources a launcher (launcher=local|slurm) requests per run
-    cpus_per_task: int | None = field(default=None, metadata=rule(">= 1"))
-    nodes: int = field(default=1, metadata=rule(">= 1"))  # SLURM nodes; torchrun takes its own --nnodes
-    tasks_per_node: int = field(default=1, metadata=rule(">= 1"))
-    gpus_per_node: int | None = field(default=None, metadata=rule(">= 0"))
+    # resources a launcher (launcher=local|slurm) requests per run; the world size they make is checked on resume
+    cpus_per_task: int | None = field(default=None, metadata=rule(">= 1", curve=False))
+    nodes: int = field(default=1, metadata=rule(">= 1", curve=False))  # SLURM nodes; torchrun takes its own --nnodes
+    tasks_per_node: int = field(default=1, metadata=rule(">= 1", curve=False))
+    gpus_per_node: int | None = field(default=None, metadata=rule(">= 0", curve=False))
 
     def __post_init__(self):
         compile_mode(self.compile)

@@ -7,8 +7,9 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from gptlab.util.checks import rule
 from gptlab.util.tree import flatten
 
 EVENT_PREFIX = "events.out.tfevents."
@@ -80,7 +81,7 @@ class TensorboardSink:
         config: Mapping[str, Any] | None = None,
         resumed: bool = False,
         log_dir: str = "tensorboard",
-        flush_secs: float = 30,
+        flush_secs: Annotated[float, rule("> 0")] = 30,
         **_ignored: Any,
     ) -> None:
         # _ignored: build code passes name, group, tags, ... to every logger partial.

@@ -12,10 +12,11 @@ import shutil
 import string
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlparse
 
 from gptlab.errors import ConfigError
+from gptlab.util.checks import Text, rule
 from gptlab.util.io import atomic_write_text
 
 log = logging.getLogger("gptlab.sinks")
@@ -115,9 +116,9 @@ class WandbSink:
         run_dir: str | os.PathLike,
         config: Mapping[str, Any] | None = None,
         project: str = "gptlab",
-        group: str | None = None,
+        group: Annotated[str | None, rule(check=Text(null=True, numbers=True))] = None,  # a number names a group too
         name: str | None = None,
-        tags: Iterable[Any] | None = (),
+        tags: Annotated[Iterable[Any] | None, rule(check=Text(many=True))] = (),
         mode: str = "auto",
         entity: str | None = None,
         job_type: str = "train",

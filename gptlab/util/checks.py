@@ -46,7 +46,7 @@ def _finite(value) -> bool:
 
 @dataclass(frozen=True)
 class Number:
-    """An int or a finite number within `spec`: '>= 1', '> 0', '[0, 1)', '(0, 1]', '[0, 2**63)'."""
+    """An int or a finite number within `spec`: '>= 1', '> 0', '[0, 1)', '(0, 1]', '[0, 2**63)'; '' = any."""
 
     spec: str
     kind: type = float
@@ -54,6 +54,8 @@ class Number:
     note: str = ""  # what a special value means, e.g. "0 = greedy"
 
     def _range(self) -> tuple[str, int | float, str, int | float]:
+        if not self.spec:
+            return "(", -math.inf, ")", math.inf
         one = re.fullmatch(r"(>=|>)\s*(\S+)", self.spec)
         if one:
             return ("[" if one[1] == ">=" else "("), _bound(one[2]), ")", math.inf
@@ -68,9 +70,13 @@ class Number:
 
     @property
     def text(self) -> str:
-        """'>= 1' or 'in [0, 1)', with the note and 'or null' where they apply."""
-        text = self.spec if self.spec[0] == ">" else f"in {self.spec}"
-        return text + (f" ({self.note})" if self.note else "") + (" or null" if self.null else "")
+        """'>= 1' or 'in [0, 1)', with the note and 'or null' where they apply ('' for any number, not null)."""
+        text = "" if not self.spec else self.spec if self.spec[0] == ">" else f"in {self.spec}"
+        return " ".join(t for t in (text, f"({self.note})" if self.note else "", "or null" if self.null else "") if t)
+
+    @property
+    def _then(self) -> str:
+        return f" {self.text}" if self.text else ""
 
     @property
     def noun(self) -> str:
@@ -85,9 +91,9 @@ class Number:
             return
         numeric = isinstance(value, int) or (self.kind is float and isinstance(value, float))
         if isinstance(value, bool) or not numeric:
-            raise ConfigError(f"{key}={show(value)}: expected {self.noun} {self.text}")
+            raise ConfigError(f"{key}={show(value)}: expected {self.noun}{self._then}")
         if not _finite(value):
-            raise ConfigError(f"{key}={show(value)}: must be a finite number {self.text}")
+            raise ConfigError(f"{key}={show(value)}: must be a finite number{self._then}")
         if not self.contains(value):
             raise ConfigError(f"{key}={show(value)}: must be {self.text}")
 
@@ -172,12 +178,22 @@ class Seq:
             self.item(f"{key}[{i}]", v)
 
 
-def rule(spec: str = "", *, note: str = "", check=None, key: str | None = None, required: bool | None = None) -> dict:
-    """A settings dataclass field's schema metadata: `field(metadata=rule(">= 1"))`.
+def rule(
+    spec: str = "",
+    *,
+    note: str = "",
+    check=None,
+    key: str | None = None,
+    required: bool | None = None,
+    curve: bool = True,
+) -> dict:
+    """A config key's schema: a settings dataclass field's metadata, `field(metadata=rule(">= 1"))`, or a
+    constructor parameter's, `eps: Annotated[float, rule("> 0")]`.
 
     The field's annotation gives the type (bool, int, float, str; `| None` allows null); `spec` is a number's
     allowed range, `note` what a special value means, `check` replaces the derived check where the annotation
     cannot say it (one of a list, 'auto' or a number), `key` names the config key when it is not `<group>.<field>`,
-    `required` whether the config must have the key (default: when the field has no default value).
+    `required` whether the config must have the key (default: when the field has no default value), `curve=False`
+    that the key cannot change the loss curve (it observes, or says where and how fast), so a resume may change it.
     """
-    return {"range": spec, "note": note, "check": check, "key": key, "required": required}
+    return {"range": spec, "note": note, "check": check, "key": key, "required": required, "curve": curve}

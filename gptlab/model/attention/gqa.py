@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 import torch.nn as nn
 
 from gptlab.errors import ConfigError
+from gptlab.model.attention.kernels import IMPLS
 from gptlab.model.base import Attention, KVCache, Position
+from gptlab.util.checks import Number, OneOf, Seq, rule
 
 __all__ = ["GroupedQueryAttention", "KVCache", "layer_window"]
 
@@ -34,13 +37,13 @@ class GroupedQueryAttention(Attention):
         block_size: int,
         layer_idx: int,
         norm,
-        n_kv_head: int | None = None,
-        impl: str = "sdpa",
-        window: int | None = None,
-        global_every: int | None = None,
-        global_layers: list[int] | None = None,
+        n_kv_head: Annotated[int | None, rule(">= 1")] = None,
+        impl: Annotated[str, rule(check=OneOf(IMPLS))] = "sdpa",
+        window: Annotated[int | None, rule(">= 1")] = None,
+        global_every: Annotated[int | None, rule(">= 1")] = None,
+        global_layers: Annotated[list[int] | None, rule(check=Seq(Number(">= 0", int), null=True))] = None,
         qk_norm: bool = False,
-        dropout: float = 0.0,
+        dropout: Annotated[float, rule("[0, 1)")] = 0.0,
         bias: bool = False,
     ):
         if global_every is not None and global_every < 1:

@@ -1,11 +1,17 @@
 """Feed-forward choices; each is a `gptlab.model.base.MLP`: (B, T, d_model) -> (B, T, d_model), exposing `hidden`."""
 
 import math
+from typing import Annotated
 
 import torch.nn as nn
 
 from gptlab.errors import ConfigError
 from gptlab.model.base import MLP
+from gptlab.util.checks import rule
+
+# the keys every MLP choice takes, with their rules (gptlab/config/schema.py reads them off the signatures)
+Ratio = Annotated[float, rule("> 0")]
+Dropout = Annotated[float, rule("[0, 1)")]
 
 
 def check_ratio(ratio: float) -> None:
@@ -27,7 +33,7 @@ def init_mlp(up: list[nn.Linear], down: nn.Linear, n_layer: int, std: float) -> 
 class TwoMatrixMLP(MLP):
     """d_model -> hidden (= ratio·d_model) -> activation -> d_model; subclasses define `activation`."""
 
-    def __init__(self, d_model: int, bias: bool = False, ratio: float = 4, dropout: float = 0.0):
+    def __init__(self, d_model: int, bias: bool = False, ratio: Ratio = 4, dropout: Dropout = 0.0):
         check_ratio(ratio)
         super().__init__(d_model, int(round(ratio * d_model)), dropout)
         self.up = nn.Linear(d_model, self.hidden, bias=bias)

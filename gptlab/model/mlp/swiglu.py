@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
 import torch.nn as nn
 import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
 from gptlab.model.base import MLP
-from gptlab.model.mlp import check_ratio, init_mlp
+from gptlab.model.mlp import Dropout, Ratio, check_ratio, init_mlp
+from gptlab.util.checks import rule
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +36,10 @@ class SwiGLU(MLP):
         self,
         d_model: int,
         bias: bool = False,
-        ratio: float = 4,
+        ratio: Ratio = 4,
         match_params: bool = True,
-        multiple_of: int = 64,
-        dropout: float = 0.0,
+        multiple_of: Annotated[int, rule(">= 1")] = 64,
+        dropout: Dropout = 0.0,
     ):
         check_ratio(ratio)
         super().__init__(d_model, swiglu_hidden(d_model, ratio, match_params, multiple_of), dropout)

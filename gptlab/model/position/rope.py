@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 
 from gptlab.errors import ConfigError
 from gptlab.model.base import Position
+from gptlab.util.checks import rule
 
 
 class RotaryPosition(Position):
     """Rotates each (even, odd)-half pair of q/k channels by pos·base^(-2i/hd)."""
 
-    def __init__(self, d_model: int, n_head: int, head_dim: int, block_size: int, base: float = 10000.0):
+    def __init__(
+        self, d_model: int, n_head: int, head_dim: int, block_size: int, base: Annotated[float, rule("> 0")] = 10000.0
+    ):
         super().__init__(d_model, n_head, head_dim, block_size)
         if head_dim % 2:
             raise ConfigError(f"position=rope needs an even head dim; model.d_model/model.n_head = {head_dim}")

@@ -7,18 +7,26 @@ tokens (measured: +0.96 val loss against rope on the position_probes study, docs
 """
 
 import math
+from typing import Annotated
 
 import torch
 
 from gptlab.errors import ConfigError
 from gptlab.model.base import Position
+from gptlab.util.checks import rule
 
 
 class SinusoidalPosition(Position):
     """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)), added to the input; nothing learned."""
 
     def __init__(
-        self, d_model: int, n_head: int, head_dim: int, block_size: int, base: float = 10000.0, scale: float = 0.02
+        self,
+        d_model: int,
+        n_head: int,
+        head_dim: int,
+        block_size: int,
+        base: Annotated[float, rule("> 0")] = 10000.0,
+        scale: Annotated[float, rule("> 0")] = 0.02,
     ):
         super().__init__(d_model, n_head, head_dim, block_size)
         if d_model % 2:
