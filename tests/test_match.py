@@ -123,10 +123,12 @@ def test_a_matched_run_records_its_knob_and_residual(tmp_path):
 def test_a_checkpoint_from_before_the_match_keys_resumes():
     """The keys' defaults equal their absence, so a run saved before they existed is the same config."""
     from gptlab.config.build import plain_config
+    from gptlab.config.schema import curve_free_keys
     from gptlab.state.resume import differences
 
     now = plain_config(compose(SMALL))
+    free = curve_free_keys(compose(SMALL))
     before = {**now, "model": {k: v for k, v in now["model"].items() if not k.startswith("match")}}
-    assert differences({"config": before}, {"config": now}) == []
+    assert differences({"config": before}, {"config": now}, free) == []
     matched_now = plain_config(compose([*SMALL, "model.match=params"]))
-    assert differences({"config": before}, {"config": matched_now}) == ["model.match=<absent> there, params here"]
+    assert differences({"config": before}, {"config": matched_now}, free) == ["model.match=<absent> there, params here"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gptlab.config import build
-from gptlab.config.schema import check_schema
+from gptlab.config.schema import check_schema, curve_free_keys
 from gptlab.errors import ConfigError
 from gptlab.state import checkpoint, resume
 from gptlab.train import loop, prefetch
@@ -224,10 +224,11 @@ def test_prefetch_is_validated_and_may_change_on_resume():
     with pytest.raises(ConfigError, match=r"^train.prefetch=-1: must be >= 0 \(0 = drawn in the training thread\)$"):
         check_schema(cfg)
     saved = {"config": {"train": {"prefetch": 2, "batch_size": 8}}}
-    assert resume.differences(saved, {"config": {"train": {"prefetch": 0, "batch_size": 8}}}) == []
+    free = curve_free_keys(cfg)
+    assert resume.differences(saved, {"config": {"train": {"prefetch": 0, "batch_size": 8}}}, free) == []
     assert (
         resume.differences(
-            {"config": {"train": {"batch_size": 8}}}, {"config": {"train": {"prefetch": 2, "batch_size": 8}}}
+            {"config": {"train": {"batch_size": 8}}}, {"config": {"train": {"prefetch": 2, "batch_size": 8}}}, free
         )
         == []
     )

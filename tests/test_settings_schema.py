@@ -1,7 +1,7 @@
 """The settings dataclasses are the schema of their keys (gptlab/config/schema.py derives the checks from them): each field
 of TrainSettings, GPTConfig and Hardware is one checked key, a number must declare its range, and the loop's
 TrainSettings is filled from exactly the keys the schema checked. There is no other table: SCHEMA is the settings'
-fields and GPT's norm.placement."""
+fields and GPT's norm.placement; the keys a resume may change are the ones whose rule says curve=False."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 import pytest
 from omegaconf import open_dict
 
-from gptlab.config.build import build_hardware, build_model, compose, model_config
+from gptlab.config.build import build_hardware, build_model, compose, group_choices, model_config, plain_config
 from gptlab.config.schema import (
     REQUIRED,
     SCHEMA,
@@ -18,6 +18,7 @@ from gptlab.config.schema import (
     _derived,
     check_known_keys,
     check_schema,
+    curve_free_keys,
     field_checks,
     param_checks,
 )
@@ -26,7 +27,18 @@ from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT, PLACEMENT
 from gptlab.runtime.hardware import Hardware
+from gptlab.state.resume import differences
 from gptlab.util.checks import Bool, Number, OneOf, Text, rule
+from gptlab.util.tree import flatten
+
+# resume's hand-written allow-list before the settings carried the curve=False marker (a trailing "." = a subtree)
+HAND_LIST = (
+    "logger.", "launcher.", "sample.", "name", "sweep", "arm", "profile", "train.resume", "train.init_from",
+    "train.log_interval", "train.ckpt_interval", "train.prefetch", "hardware.threads", "hardware.cpus_per_task",
+    "data.num_proc", "data.verify", "train.diagnostics", "train.spike_factor", "train.spike_window",
+    "train.spike_dump", "train.detect_anomaly", "hardware.reshard_after_forward", "hardware.nodes",
+    "hardware.tasks_per_node", "hardware.gpus_per_node",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("cls, group", [(TrainSettings, "train"), (GPTConfig, "model"), (Hardware, "hardware")])
@@ -134,3 +146,34 @@ def test_norm_placement_is_one_rule_refused_alike_by_the_schema_and_the_model():
     with pytest.raises(ConfigError) as built:  # gptlab-flops and decode build without validate(): GPT applies it
         build_model(compose(["norm.placement=middle", "model.n_layer=1"]), vocab_size=64, device="meta")
     assert str(schema.value) == str(built.value) == line
+
+
+def _free(key: str, free) -> bool:
+    return any(key.startswith(f) if f.endswith(".") else key == f for f in free)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["hardware=fsdp_cpu"], ["data=text"], ["data=hf"], ["data=assoc_recall", "optimizer=muon"],
+     ["logger=[wandb,csv,tensorboard]", "probes=[recall,induction,length]", "optimizer=sgd", "schedule=wsd"]],
+)  # fmt: skip
+def test_the_keys_marked_curve_free_are_the_old_hand_list(overrides):
+    cfg = compose(overrides)
+    free = curve_free_keys(cfg)
+    keys = set(flatten(plain_config(cfg))) | set(SCHEMA) | {f"{group}." for group in group_choices(cfg)}
+    assert {k for k in keys if _free(k, free)} == {k for k in keys if _free(k, HAND_LIST)}
+    assert {"logger.", "launcher."} <= set(free)  # their choices too, not only their keys
+
+
+def test_a_components_marker_frees_its_key_where_the_chosen_target_takes_it():
+    assert "data.num_proc" in curve_free_keys(compose([]))  # ShakespeareData's num_proc: rule(curve=False)
+    assert "data.num_proc" not in curve_free_keys(compose(["data=assoc_recall"]))  # no such parameter there
+
+
+def test_resume_refuses_what_the_marker_does_not_free():
+    cfg = compose([])
+    saved = {"config": plain_config(cfg), "choices": {}}
+    changed = compose(["train.prefetch=0", "train.log_interval=7", "hardware.threads=3", "train.batch_size=4"])
+    assert differences(saved, {"config": plain_config(changed), "choices": {}}, curve_free_keys(changed)) == [
+        "train.batch_size=32 there, 4 here"
+    ]

@@ -2,8 +2,9 @@
 
 A checkpoint carries the run's identity (resolved config, group choices, data and model fingerprints,
 world size) and its progress (step, tokens, losses, speed samples, wall time, peak memory, every RNG,
-the fp16 scaler). `check` refuses any difference that can change the curve, bar the keys in ALLOWED;
-`train.max_steps` may grow only while the LR of every finished step stays the same. To continue under
+the fp16 scaler). `check` refuses any difference that can change the curve, bar the keys the run calls free
+(`free`: the keys whose schema rule says curve=False, gptlab/config/schema.py curve_free_keys; a trailing "." frees a
+whole subtree); `train.max_steps` may grow only while the LR of every finished step stays the same. To continue under
 another config, start a NEW run from the checkpoint with `train.init_from=<path>` (recorded as such).
 """
 
@@ -13,7 +14,7 @@ import json
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
@@ -26,35 +27,6 @@ from gptlab.util.tree import flatten
 
 log = logging.getLogger(__name__)
 
-# Keys (a trailing "." = the whole subtree) that cannot change the loss curve, so a resume may change them.
-ALLOWED = (
-    "logger.",
-    "launcher.",
-    "sample.",
-    "name",
-    "sweep",
-    "arm",
-    "profile",
-    "train.resume",
-    "train.init_from",
-    "train.log_interval",
-    "train.ckpt_interval",
-    "train.prefetch",
-    "hardware.threads",
-    "hardware.cpus_per_task",
-    "data.num_proc",
-    "data.verify",  # tokenizer threads and the cache's full re-check: same tokens
-    "train.diagnostics",
-    "train.spike_factor",
-    "train.spike_window",
-    "train.spike_dump",  # they only observe
-    "train.detect_anomaly",
-    "hardware.reshard_after_forward",  # fsdp: when gathered blocks are freed, never what they hold
-    # resources asked of the launcher; the world size they make is checked on its own ("world" below)
-    "hardware.nodes",
-    "hardware.tasks_per_node",
-    "hardware.gpus_per_node",
-)
 HF_PREFIX = "hf:"  # train.init_from=hf:<hub name or local folder>: Hugging Face GPT-2 weights (gptlab/interop/hf.py)
 EXTENDABLE = "schedule=constant, or schedule=wsd while the finished steps are before its decay"
 
@@ -94,18 +66,21 @@ class Start:
     optimizer_state: bool = True  # init_from: load the moments only when the optimizer choice is the same
 
 
-def _allowed(key: str) -> bool:
-    return any(key.startswith(a) if a.endswith(".") else key == a for a in ALLOWED)
+def _free(key: str, free: Collection[str]) -> bool:
+    """Whether `key` is one of `free` or under one of its subtrees ("logger.")."""
+    return any(key.startswith(f) if f.endswith(".") else key == f for f in free)
 
 
-def differences(saved: dict, current: dict) -> list[str]:
-    """'key=value there, value here' for each curve-changing difference; a changed group choice stands for its keys."""
+def differences(saved: dict, current: dict, free: Collection[str]) -> list[str]:
+    """'key=value there, value here' for each curve-changing difference (any key but the `free` ones); a changed group
+    choice stands for its keys."""
     have_c, want_c = saved.get("choices", {}), current.get("choices", {})
-    groups = sorted(g for g in set(have_c) | set(want_c) if have_c.get(g) != want_c.get(g) and not _allowed(g + "."))
+    groups = sorted(g for g in set(have_c) | set(want_c) if have_c.get(g) != want_c.get(g) and not _free(g + ".", free))
     out = [f"{g}={have_c.get(g)} there, {want_c.get(g)} here" for g in groups]
     have, want = flatten(saved.get("config")), flatten(current.get("config"))
     for key in sorted(set(have) | set(want)):
-        if key == "train.max_steps" or _allowed(key) or key.split(".")[0] in groups or have.get(key) == want.get(key):
+        same = have.get(key) == want.get(key)
+        if same or key == "train.max_steps" or _free(key, free) or key.split(".")[0] in groups:
             continue
         out.append(f"{key}={have.get(key, '<absent>')} there, {want.get(key, '<absent>')} here")
     what = {
@@ -143,7 +118,7 @@ def _check_max_steps(saved_max: int, max_steps: int, done: int, lr_factors: Call
         )
 
 
-def check(state: dict, current: dict, source: str, lr_factors: Callable) -> None:
+def check(state: dict, current: dict, source: str, lr_factors: Callable, free: Collection[str]) -> None:
     """Refuse a checkpoint whose run differs from this one in anything that can change the curve (one line)."""
     saved = state.get("identity")
     if not isinstance(saved, dict) or "config" not in saved:
@@ -151,7 +126,7 @@ def check(state: dict, current: dict, source: str, lr_factors: Callable) -> None
             f"train.resume: checkpoint {source} records no config (written by an older gptlab), so "
             f"it cannot be checked; start a new run from it with train.init_from=<checkpoint>"
         )
-    diffs = differences(saved, current)
+    diffs = differences(saved, current, free)
     if diffs:
         raise ConfigError(
             f"train.resume: checkpoint {source} belongs to a run with another config: "
@@ -171,10 +146,13 @@ def find(
     current: dict,
     lr_factors: Callable,
     hf_init: Callable[[str], tuple[dict, list[str]]] | None = None,
+    *,
+    free: Collection[str],
 ) -> Start:
     """What this run starts from, checked before any run file is written (a refusal leaves the dir untouched).
 
-    `hf_init(source)` -> (model state dict, notes) loads train.init_from=hf:<source> (gptlab/interop/hf.py)."""
+    `hf_init(source)` -> (model state dict, notes) loads train.init_from=hf:<source> (gptlab/interop/hf.py); `free`:
+    the config keys a resume may change (see `differences`)."""
     if resume == "never":
         newest = checkpoint.latest_path(run_dir)
         if newest is not None:
@@ -189,7 +167,7 @@ def find(
         state, source = checkpoint.load(Path(resume)), f"'{resume}'"  # an unreadable file: its own message first
         _check_not_another_run(Path(resume), run_dir, current)
     if state is not None:
-        check(state, current, source, lr_factors)
+        check(state, current, source, lr_factors, free)
         return Start("resume", state, source)
     if init_from and init_from.startswith(HF_PREFIX) and hf_init is not None:
         weights, notes = hf_init(init_from[len(HF_PREFIX) :])  # Hugging Face weights: a new run at step 0
@@ -198,7 +176,7 @@ def find(
         state = checkpoint.load(Path(init_from))
         saved = state.get("identity") or {}
         same_optimizer = saved.get("choices", {}).get("optimizer") == current["choices"].get("optimizer")
-        diffs = differences(saved, current) if "config" in saved else ["the checkpoint records no config"]
+        diffs = differences(saved, current, free) if "config" in saved else ["the checkpoint records no config"]
         return Start("init", state, f"'{init_from}'", diffs, optimizer_state=same_optimizer)
     return Start()
 

@@ -14,6 +14,7 @@ import torch
 from omegaconf import DictConfig
 
 from gptlab.config import build
+from gptlab.config.schema import curve_free_keys
 from gptlab.config.validate import validate
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
@@ -129,7 +130,15 @@ def _resume_and_train(
     """Resume (or re-report a finished run), open the run files, profile if asked, train and summarise."""
     settings = run.settings
     # refuse a checkpoint of another run, and load it, before any run file is written
-    start = resume.find(settings.resume, settings.init_from, run_dir, run.identity, run.lr_factors, _hf_init(run))
+    start = resume.find(
+        settings.resume,
+        settings.init_from,
+        run_dir,
+        run.identity,
+        run.lr_factors,
+        _hf_init(run),
+        free=curve_free_keys(cfg),  # the keys whose rule says they cannot change the curve
+    )
     init_step = int(start.state["step"]) if start.kind == "init" and start.state else None
     if init_step is not None and init_step >= settings.max_steps:
         raise ConfigError(
