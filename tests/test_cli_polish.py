@@ -18,9 +18,9 @@ import yaml
 
 from gptlab.cli.help import group_page, groups, read_yaml_doc, render
 from gptlab.cli.sweep import main as sweep_main
-from gptlab.cli.sweep import take_sweep_dir
 from gptlab.errors import ConfigError
 from gptlab.sinks.progress import CONSOLE_LOG, ProgressSink
+from gptlab.sweep.spec import take_sweep_dir
 from gptlab.util.paths import CONF_DIR
 from helpers.cli import run_cli
 from helpers.train import FAST, train_env

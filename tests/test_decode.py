@@ -303,7 +303,8 @@ def test_sweep_file_with_command_decode_runs_gptlab_decode_and_skips_finished(tm
 @pytest.mark.slow  # over 2.5 s: make test-fast stays under ~3 min
 def test_decode_attention_sweep_arms_run_in_a_cpu_form(one_thread):
     """The shipped study's five arms at a tiny CPU size: KV bytes scale with the K/V heads; sliding keeps a ring."""
-    from gptlab.cli.sweep import load_sweep, planned_overrides
+    from gptlab.sweep.plan import planned_overrides
+    from gptlab.sweep.spec import load_sweep
 
     name, spec, _ = load_sweep("decode_attention")
     assert spec["command"] == "decode" and list(spec["arms"]) == ["mha", "gqa4", "gqa2", "mqa", "sliding"]

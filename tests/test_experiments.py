@@ -9,11 +9,12 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from gptlab.cli.sweep import load_sweep, planned_overrides
 from gptlab.compare.analysis import compare
 from gptlab.compare.claims import load_claims
 from gptlab.compare.runs import load_run
 from gptlab.config.build import build_model, compose, group_choices
+from gptlab.sweep.plan import planned_overrides
+from gptlab.sweep.spec import load_sweep
 from gptlab.util.paths import CONF_DIR, SWEEPS_DIR
 from gptlab.util.tree import flatten
 from helpers.cli import cli_env, run_cli

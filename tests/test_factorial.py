@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import yaml
 
-from gptlab.cli.sweep import load_sweep
 from gptlab.cli.sweep import main as sweep_main
 from gptlab.compare.factorial import additivity_line, analyse, arm_levels, lines
 from gptlab.compare.runs import Run
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import factorial_arms
+from gptlab.sweep.spec import load_sweep
 from helpers.cli import run_cli
 from helpers.compare import write_run
 

@@ -12,7 +12,7 @@ import yaml
 
 from gptlab.compare.lr_grid import DIVERGE_FACTOR, format_report, plot_curves, read_grid, report
 from gptlab.errors import ConfigError
-from gptlab.sweep.plan import parse_lr_grid
+from gptlab.sweep.layout import parse_lr_grid
 from helpers.cli import cli_env, run_cli
 
 

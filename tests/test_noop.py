@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
 from gptlab.config.build import compose
 from gptlab.config.noop import check_inert, noop_choices, unread_overrides
 from gptlab.config.validate import validate
 from gptlab.errors import ConfigError
+from gptlab.sweep.plan import planned_overrides
+from gptlab.sweep.spec import config_name, load_sweep
 from gptlab.util.paths import SWEEPS_DIR
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gptlab.cli.sweep import identity_warnings, load_sweep, main
+from gptlab.cli.sweep import main, one_experiment
+from gptlab.sweep.identity import identity_warnings
+from gptlab.sweep.spec import load_sweep
 from gptlab.util.paths import SWEEPS_DIR
 
 
@@ -53,4 +55,4 @@ def test_an_arm_that_does_not_build_fails_the_dry_run_in_one_line(tmp_path, caps
 @pytest.mark.parametrize("name", sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
 def test_shipped_sweeps_have_no_identical_arms(name):
     _, spec, _ = load_sweep(name)
-    assert identity_warnings(name, spec, [], 0) == ([], [])
+    assert identity_warnings(name, spec, [], 0, one_experiment) == ([], [])

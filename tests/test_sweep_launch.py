@@ -13,11 +13,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from gptlab.cli.sweep import load_sweep, planned_overrides
 from gptlab.config.build import SWEEP_RUN_GROUP, compose, group_choices
 from gptlab.runtime.hardware import thread_choice
-from gptlab.sweep.plan import PlannedRun, write_plan
+from gptlab.sweep.plan import PlannedRun, planned_overrides, write_plan
 from gptlab.sweep.queue import plan_slots
+from gptlab.sweep.spec import load_sweep
 from gptlab.sweep.status import sweep_status
 from gptlab.util.paths import SWEEPS_DIR
 from helpers.cli import cli_env, run_cli

@@ -8,9 +8,10 @@ import os
 import pytest
 import yaml
 
-from gptlab.cli.sweep import config_name, load_sweep, planned_overrides
 from gptlab.config.build import compose
 from gptlab.runtime.placement import slice_for_job
+from gptlab.sweep.plan import planned_overrides
+from gptlab.sweep.spec import config_name, load_sweep
 from gptlab.util.paths import SWEEPS_DIR
 from helpers.cli import cli_env, run_cli
 from helpers.train import FAST, rows, run_inprocess

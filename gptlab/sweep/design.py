@@ -2,7 +2,8 @@
 
 A ladder is `KEY=V1,V2,...` over a size key (`model` presets, or model.d_model / model.n_layer / model.n_head);
 several keys move together rung by rung (same number of values each). Each rung gets a name for its run dirs,
-`<arm>/<rung>/seed<k>`: `d_model64`, or the preset name for `model=`, or the keys' names joined with `-`.
+`<arm>/<rung>/seed<k>` (gptlab/sweep/layout.py): `d_model64`, or the preset name for `model=`, or the keys' names joined
+with `-`.
 
 A factorial is `factors: {name: [overrides...]}`: k binary changes on top of the sweep's shared overrides (the
 baseline level). Its 2^k arms are `base` (none on) and every combination, named by its factors joined with `+` in
@@ -12,15 +13,13 @@ the file's order (`gqa`, `gqa+sdpa`, ...).
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
 from gptlab.errors import ConfigError
+from gptlab.sweep.layout import BASE_ARM, NAME, RUN_SEP, cell_arm, rung_name
 
 LADDER_KEYS = ("model", "model.d_model", "model.n_layer", "model.n_head")  # sizes; block_size would change the task
-BASE_ARM = "base"
 MAX_FACTORS = 6  # 64 arms
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a rung or factor name: no '+', no '__', no '/'
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def rungs(ladder: dict[str, list[str]]) -> list[Rung]:
     out = []
     for i in range(len(next(iter(ladder.values())))):
         parts = [(key, values[i]) for key, values in ladder.items()]
-        name = "-".join(v if k == "model" else f"{k.rsplit('.', 1)[-1]}{v}" for k, v in parts)
+        name = rung_name(parts)
         if not NAME.match(name):
             raise ConfigError(f"ladder rung '{name}': allowed characters: letters, digits and _ . -")
         out.append(Rung(name, tuple(f"{k}={v}" for k, v in parts)))
@@ -104,7 +103,7 @@ def factorial_arms(factors) -> dict[str, list[str]]:
         )
     owner: dict[str, str] = {}
     for name, overrides in factors.items():
-        if not isinstance(name, str) or not NAME.match(name) or "__" in name or name == BASE_ARM:
+        if not isinstance(name, str) or not NAME.match(name) or RUN_SEP in name or name == BASE_ARM:
             raise ConfigError(f"factor name {name!r}: allowed: letters, digits and _ . - (not '{BASE_ARM}', no '+')")
         if not isinstance(overrides, list) or not overrides or not all(isinstance(o, str) for o in overrides):
             raise ConfigError(f"factor '{name}' must be a non-empty list of override strings, got {overrides!r}")
@@ -119,5 +118,5 @@ def factorial_arms(factors) -> dict[str, list[str]]:
     arms: dict[str, list[str]] = {BASE_ARM: []}
     for size in range(1, len(names) + 1):
         for combo in itertools.combinations(names, size):
-            arms["+".join(combo)] = [o for name in combo for o in factors[name]]
+            arms[cell_arm(combo)] = [o for name in combo for o in factors[name]]
     return arms

@@ -1,11 +1,14 @@
 """A sweep as one launch: every pending (arm, seed) run becomes one generated config, and one command runs them all.
 
+The plan: every arm x seed (x lr of a grid, x rung of a ladder) of a sweep, less the runs that finished with the
+same config (`finished`) or are in flight; failed and never-run runs are launched again (`pending`).
+
 For each run the sweep file's shared overrides, the arm's overrides and the command line's extra overrides (in that
 order, later wins, as before) are written as `<sweep dir>/.plan/sweep_run/<arm>__seed<k>.yaml`, a `# @package
 _global_` config: group choices go into its defaults list (`override /attention: gqa`), keys into its body. One
 `gptlab-train -m +sweep_run=a__seed0,b__seed1,... hydra.searchpath=[file://<sweep dir>/.plan]` then composes
 exactly the configs the per-arm commands composed (a test checks they are equal), so a SLURM launcher submits one
-job array for the whole sweep and run dirs stay `<sweep dir>/<arm>/seed<k>`.
+job array for the whole sweep and run dirs stay `<sweep dir>/<arm>/seed<k>` (gptlab/sweep/layout.py).
 
 Overrides of Hydra itself (hydra.*, launcher=..., hydra/...=...) are launch settings, not run settings: they stay
 on the command line.
@@ -16,17 +19,27 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from gptlab.config.build import SWEEP_RUN_GROUP
 from gptlab.errors import ConfigError
+from gptlab.sweep.design import Rung
+from gptlab.sweep.layout import PLAN_DIR, PLAN_FILE, run_name, run_subdir
+from gptlab.sweep.status import sweep_status
 from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import CONF_DIR
 
-PLAN_DIR = ".plan"  # inside the sweep dir: the generated configs, the plan, the launch log
 LAUNCH_GROUPS = ("launcher", "tune")  # groups that configure Hydra (the launch), not the run
+IN_FLIGHT = ("running", "pending", "requeued")  # states of a run that is not launched again
+
+# a sweep file's `command`: (console script, its module, its Hydra config, the file a finished run has written)
+COMMANDS = {
+    "train": ("gptlab-train", "gptlab.cli.train", "train", "summary.json"),
+    "decode": ("gptlab-decode", "gptlab.cli.decode", "decode", "decode.json"),
+}
 
 
 @dataclass(frozen=True)
@@ -42,42 +55,14 @@ class PlannedRun:
 
     @property
     def name(self) -> str:
-        middle = f"__lr{self.lr:g}" if self.lr is not None else f"__{self.rung}" if self.rung is not None else ""
-        return f"{self.arm}{middle}__seed{self.seed}"
+        return run_name(self.arm, self.seed, self.lr, self.rung)
 
     def subdir(self) -> str:
-        """Where the run lives under the sweep dir: <arm>/seed<k>, <arm>/lr<value>/seed<k> under an lr grid, or
-        <arm>/<rung>/seed<k> on a ladder."""
-        middle = f"lr{self.lr:g}/" if self.lr is not None else f"{self.rung}/" if self.rung is not None else ""
-        return f"{self.arm}/{middle}seed{self.seed}"
+        """Where the run lives under the sweep dir (gptlab/sweep/layout.py)."""
+        return run_subdir(self.arm, self.seed, self.lr, self.rung)
 
     def run_dir(self, sweep_dir: Path) -> Path:
         return sweep_dir / self.subdir()
-
-
-def parse_lr_grid(text) -> list[float]:
-    """`3e-4,1e-3,3e-3`, `1e-4:1e-2:5` (5 log-spaced values, both ends included) or a list of numbers."""
-    import math
-
-    try:
-        if isinstance(text, (list, tuple)):
-            values = [float(v) for v in text]
-        elif ":" in str(text):
-            low, high, count = str(text).split(":")
-            n = int(count)
-            if n < 2:
-                raise ValueError
-            a, b = math.log10(float(low)), math.log10(float(high))
-            values = [float(f"{10 ** (a + (b - a) * i / (n - 1)):.6g}") for i in range(n)]
-        else:
-            values = [float(v) for v in str(text).split(",")]
-    except ValueError:
-        raise ConfigError(
-            f"lr grid {text!r}: allowed: comma-separated numbers (3e-4,1e-3,3e-3) or LOW:HIGH:N (1e-4:1e-2:5, N >= 2)"
-        ) from None
-    if not values or any(not (v > 0 and math.isfinite(v)) for v in values) or len(set(values)) != len(values):
-        raise ConfigError(f"lr grid {text!r}: every learning rate must be a distinct number > 0")
-    return values
 
 
 def is_launch_setting(override: str) -> bool:
@@ -149,17 +134,8 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
         }
         for r in runs
     ]
-    atomic_write_text(folder / "plan.json", json.dumps(plan, indent=1) + "\n")
+    atomic_write_text(sweep_dir / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
     return folder
-
-
-def read_plan(sweep_dir: Path) -> list[dict]:
-    """plan.json of the sweep dir's latest launch ([] if it never launched)."""
-    try:
-        plan = json.loads((sweep_dir / PLAN_DIR / "plan.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return plan if isinstance(plan, list) else []
 
 
 def launch_command(runs: list[PlannedRun], sweep_dir: Path, launch: list[str], script: str = "gptlab-train") -> list:
@@ -182,3 +158,72 @@ def single_command(run: PlannedRun, sweep_dir: Path, script: str = "gptlab-train
         f"hydra.searchpath=[file://{sweep_dir / PLAN_DIR}]",
         f"hydra.run.dir={run.run_dir(sweep_dir)}",
     ]
+
+
+def plain_command(run: PlannedRun, sweep_dir: Path, script: str = "gptlab-train") -> list[str]:
+    """One run as a plain command, ready to paste: the config its generated file composes, in its own run dir."""
+    return [script, *run.overrides, f"hydra.run.dir={run.run_dir(sweep_dir)}"]
+
+
+def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list[str]:
+    """The overrides shared by every seed of one arm (seed and Hydra dirs are added per call)."""
+    return [*spec["overrides"], *spec["arms"][arm], *extra, f"sweep={name}", f"arm={arm}"]
+
+
+def finished(run_dir: Path, overrides: list[str], seed: int, command: str = "train") -> bool:
+    """True when run_dir holds a finished run whose saved config equals the one these overrides compose."""
+    _, _, config_name, result = COMMANDS[command]
+    summary, saved = run_dir / result, run_dir / ".hydra" / "config.yaml"
+    if not (summary.is_file() and saved.is_file()):
+        return False
+    if command == "train" and json.loads(summary.read_text()).get("status") != "finished":
+        return False
+    from omegaconf import OmegaConf
+
+    from gptlab.config.build import compose
+
+    cfg = compose([*overrides, f"seed={seed}"], config_name)
+    wanted = {k: v for k, v in cast(dict, OmegaConf.to_container(cfg, resolve=False)).items() if k != "hydra"}
+    return yaml.safe_load(saved.read_text()) == wanted
+
+
+@dataclass
+class Pending:
+    """What a (re-)run of a sweep launches: the runs, and how many it skips as finished and which as in flight."""
+
+    runs: list[PlannedRun]
+    skipped: int  # finished with the same config
+    in_flight: list[tuple[str, str]]  # (run name, its state)
+
+
+def pending(
+    name: str,
+    spec: dict,
+    seeds: list[int],
+    sweep_dir: Path,
+    extra: list[str],
+    lrs: list[float] | None = None,
+    ladder: list[Rung] | None = None,
+) -> Pending:
+    """The runs to launch: every arm x rung x lr x seed but the finished ones and those in flight (failed and never-run
+    runs are launched)."""
+    for arm, overrides in spec["arms"].items():
+        if any(is_launch_setting(o) for o in overrides):
+            raise ConfigError(f"arm '{arm}': launch settings (hydra.*, launcher=) belong in the sweep's overrides")
+    command = spec.get("command", "train")
+    flight = {s.name: s.state for s in sweep_status(sweep_dir) if s.state in IN_FLIGHT}
+    out = Pending([], 0, [])
+    grid: list[float | None] = list(lrs) if lrs else [None]
+    steps: list[Rung | None] = list(ladder) if ladder else [None]
+    for arm in spec["arms"]:
+        overrides = [o for o in planned_overrides(name, spec, arm, extra) if not is_launch_setting(o)]
+        for seed, lr, rung in [(s, lr, r) for r in steps for lr in grid for s in seeds]:
+            given = overrides + ([f"optimizer.lr={lr:g}"] if lr else []) + (list(rung.overrides) if rung else [])
+            run = PlannedRun(arm, seed, tuple([*given, f"seed={seed}"]), lr, rung.name if rung else None)
+            if finished(run.run_dir(sweep_dir), given, seed, command):
+                out.skipped += 1
+            elif run.name in flight:
+                out.in_flight.append((run.name, flight[run.name]))
+            else:
+                out.runs.append(run)
+    return out

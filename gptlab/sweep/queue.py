@@ -18,10 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gptlab.sweep.plan import PLAN_DIR, PlannedRun, single_command
+from gptlab.sweep.layout import PLAN_DIR, QUEUE_FILE
+from gptlab.sweep.plan import PlannedRun, single_command
 from gptlab.util.io import atomic_write_text
-
-QUEUE_FILE = "queue.json"
 
 
 @dataclass

@@ -14,9 +14,20 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gptlab.state.rundir import LOCK_FILE, lock_held
-from gptlab.sweep.plan import PLAN_DIR, PlannedRun, read_plan
-from gptlab.sweep.queue import QUEUE_FILE
+from gptlab.errors import ConfigError
+from gptlab.state.layout import LOCK_FILE, lock_held
+from gptlab.sweep.design import parse_ladder
+from gptlab.sweep.design import rungs as ladder_rungs
+from gptlab.sweep.layout import (
+    PLAN_DIR,
+    QUEUE_FILE,
+    SWEEP_FILE,
+    planned_subdir,
+    read_plan,
+    read_sweep,
+    run_name,
+    run_subdir,
+)
 
 # sacct/squeue states -> ours
 SLURM_STATES = {
@@ -171,15 +182,25 @@ def sweep_status(
             grid: list[float | None] = list(lrs) if lrs else [None]
             ladder: list[str | None] = list(rungs) if rungs else [None]
             for lr, rung in [(lr, rung) for lr in grid for rung in ladder]:
-                run = PlannedRun(arm, seed, (), lr, rung)
-                if run.name not in seen:
-                    entry = {"name": run.name, "arm": arm, "seed": seed, "subdir": run.subdir()}
+                name = run_name(arm, seed, lr, rung)
+                if name not in seen:
+                    entry = {"name": name, "arm": arm, "seed": seed, "subdir": run_subdir(arm, seed, lr, rung)}
                     out.append(_one(sweep_dir, entry, {}, None, None, launched=False))
     return out
 
 
+def status_of(sweep_dir: Path) -> list[RunStatus]:
+    """`gptlab-sweep status DIR`: every run its sweep.yaml defines and its plan lists; ConfigError for a folder that
+    is not a sweep dir."""
+    sweep = read_sweep(sweep_dir)
+    if sweep is None:
+        raise ConfigError(f"{sweep_dir}: not a gptlab-sweep dir (no {SWEEP_FILE})")
+    ladder = [r.name for r in ladder_rungs(parse_ladder(sweep.ladder))] if sweep.ladder else None
+    return sweep_status(sweep_dir.resolve(), {arm: sweep.seeds for arm in sweep.arms}, sweep.lrs, ladder)
+
+
 def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str | None, launched=True) -> RunStatus:
-    run_dir = sweep_dir / entry.get("subdir", f"{entry['arm']}/seed{entry['seed']}")
+    run_dir = sweep_dir / (planned_subdir(entry) or "")
     status = RunStatus(entry["name"], entry["arm"], int(entry["seed"]), "never ran" if not launched else "pending")
     status.job_id = job
     try:
