@@ -167,7 +167,7 @@ def test_sampling_refuses_a_run_whose_corpus_changed_since_training(tmp_path):
     tokenizer (no tokenizer.json) is refused, never served garbage; a run that kept it samples with it, and only its
     default prompt (the corpus's val text) is refused (tests/test_run_tokenizer.py)."""
     from gptlab.config.trained import load_trained
-    from gptlab.state.rundir import TOKENIZER_FILE
+    from gptlab.state.layout import TOKENIZER_FILE
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 400)
@@ -201,7 +201,7 @@ def test_speculative_out_never_lands_on_a_runs_own_files(tmp_path):
 
 
 def test_compare_out_never_lands_inside_a_runs_own_folders(tmp_path):
-    from gptlab.cli.compare import out_dir
+    from gptlab.compare.modes import out_dir
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

@@ -49,7 +49,7 @@ ROOMS = (
     "cli",
 )
 # what compare/ may import: the run reader needs no torch, Hydra or training code
-COMPARE_MAY_IMPORT = ("gptlab.errors", "gptlab.util", "gptlab.sinks", "gptlab.sweep.layout")
+COMPARE_MAY_IMPORT = ("gptlab.errors", "gptlab.util", "gptlab.sinks", "gptlab.sweep.layout", "gptlab.state.layout")
 
 
 def _imports(path: Path) -> list[tuple[str, str | None]]:

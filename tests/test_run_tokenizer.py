@@ -21,7 +21,8 @@ from gptlab.data import default_cache_dir
 from gptlab.data.tokenizer_file import from_doc, to_doc
 from gptlab.data.tokenizers import make_tokenizer
 from gptlab.errors import ConfigError
-from gptlab.state.rundir import TOKENIZER_FILE, save_run_tokenizer
+from gptlab.state.layout import TOKENIZER_FILE
+from gptlab.state.rundir import save_run_tokenizer
 from helpers.cli import run_cli
 from helpers.train import FAST, run_inprocess
 

@@ -24,7 +24,7 @@ from gptlab.cli import fail
 from gptlab.data import default_cache_dir
 from gptlab.data.corpus import LAST_USED
 from gptlab.errors import ConfigError
-from gptlab.state.rundir import lock_held
+from gptlab.state.layout import lock_held
 
 AGE = re.compile(r"^(?P<n>\d+)(?P<unit>[smhd])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -34,7 +34,7 @@ from gptlab.cli.train import one_line
 from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.errors import ConfigError
 from gptlab.sinks.progress import console_log
-from gptlab.state.rundir import check_output
+from gptlab.state.layout import check_output
 from gptlab.util.io import strict_json
 from gptlab.util.paths import CONF_DIR
 

@@ -25,7 +25,8 @@ from gptlab.config import build
 from gptlab.config.trained import trained_text
 from gptlab.errors import ConfigError
 from gptlab.state import checkpoint, resume
-from gptlab.state.rundir import TOKENIZER_FILE, check_output, run_config
+from gptlab.state.layout import TOKENIZER_FILE, check_output
+from gptlab.state.rundir import run_config
 from gptlab.util.extras import require
 
 

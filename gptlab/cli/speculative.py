@@ -127,7 +127,7 @@ def check_args(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     from gptlab.cli import fail
     from gptlab.config.trained import load_trained
-    from gptlab.state.rundir import check_output
+    from gptlab.state.layout import check_output
 
     parser = argparse.ArgumentParser(prog="gptlab-speculative", description=speculative.__doc__.splitlines()[0])
     parser.error = lambda message: fail(f"speculative: {message}")  # type: ignore[method-assign]  # one line, exit 2

@@ -31,7 +31,8 @@ from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir re
 from gptlab.errors import ConfigError
 from gptlab.runtime.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
-from gptlab.state.rundir import HYDRA_WRITES, LOCK_FILE, check_run_dir, lock_held, run_dir_lock
+from gptlab.state.layout import HYDRA_WRITES, LOCK_FILE, check_run_dir, lock_held
+from gptlab.state.rundir import run_dir_lock
 from gptlab.util.paths import CONF_DIR
 
 log = logging.getLogger("gptlab")

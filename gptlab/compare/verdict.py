@@ -107,7 +107,7 @@ def from_json(doc: dict[str, Any]) -> Verdict:
         (float(interval[0]), float(interval[1])) if interval else None,
         doc.get("p"),
         bool(doc.get("ratio")),
-        tuple(doc.get("seeds") or (0, 0)),  # type: ignore[arg-type]
+        tuple(doc.get("seeds") or (0, 0)),
         doc.get("mde"),
         doc.get("floor"),
         tuple(Caveat(c) for c in doc.get("caveats") or ()),

@@ -15,8 +15,8 @@ from gptlab.config.noop import check_inert
 from gptlab.config.schema import check_schema
 from gptlab.errors import ConfigError
 from gptlab.runtime.hardware import Hardware
+from gptlab.state.layout import check_inside
 from gptlab.state.resume import HF_PREFIX
-from gptlab.state.rundir import check_inside
 from gptlab.util.extras import require
 
 

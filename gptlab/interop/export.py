@@ -16,7 +16,7 @@ from gptlab.config.trained import load_trained
 from gptlab.errors import ConfigError
 from gptlab.interop import hf
 from gptlab.interop.tokenizer import to_hf_tokenizer
-from gptlab.state.rundir import check_output
+from gptlab.state.layout import check_output
 from gptlab.util.io import write_json_atomic
 
 RECORD = "gptlab_export.json"

@@ -21,7 +21,7 @@ from gptlab.config.trained import load_trained
 from gptlab.errors import ConfigError
 from gptlab.interop.hf import to_hf_model
 from gptlab.interop.tokenizer import to_hf_tokenizer
-from gptlab.state.rundir import LOCK_FILE, check_output, lock_held
+from gptlab.state.layout import LOCK_FILE, check_output, lock_held
 from gptlab.util.extras import require
 from gptlab.util.io import write_json_atomic
 
