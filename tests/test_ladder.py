@@ -14,6 +14,7 @@ import yaml
 from gptlab.cli.compare import main as compare_main
 from gptlab.cli.sweep import main as sweep_main
 from gptlab.compare.ladder import fit_offset, fit_power_law, format_report, plot, read_ladder, report
+from gptlab.compare.verdict import Trend
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import parse_ladder, rungs
 from helpers.cli import cli_env, run_cli
@@ -53,7 +54,7 @@ def test_power_law_recovered_gap_grows_and_c_is_said_unidentifiable(tmp_path):
     assert fit["b_lo"] < 0.1 < fit["b_hi"] and abs(fit["b"] - 0.1) < 0.005 and fit["df_resid"] == 10
     assert base["range"] == [1e5, 6.4e6]
     gap = worse["gap"]
-    assert gap["verdict"] == "grows"
+    assert gap["trend"] is Trend.GROWS
     slope, lo, hi = gap["slope_per_doubling"]
     assert lo < 0.03 < hi and lo > 0  # the interval holds the planted slope and excludes zero
     assert not base["offset"]["identifiable"]  # a pure power law: no floor c to find
@@ -71,8 +72,8 @@ def test_a_crossing_gap_and_a_ranking_change_are_found(tmp_path):
     }
     doc = report(read_ladder(fake_ladder(tmp_path, laws)))
     by = {a["arm"]: a for a in doc["arms"]}
-    assert by["late"]["gap"]["verdict"] == "crosses over"
-    assert by["same"]["gap"]["verdict"].startswith("steady")
+    assert by["late"]["gap"]["trend"] is Trend.CROSSES_OVER
+    assert by["same"]["gap"]["trend"] is Trend.STEADY
     rank = doc["ranking"]
     assert not rank["same_at_every_rung"]
     swap = next(s for s in rank["swaps"] if s["pair"] == ["base", "late"])
@@ -85,7 +86,7 @@ def test_a_crossing_gap_and_a_ranking_change_are_found(tmp_path):
 def test_a_shrinking_gap(tmp_path):
     laws = {"base": base_law, "close": lambda n: base_law(n) + 0.2 - 0.02 * math.log2(n / 1e5)}
     doc = report(read_ladder(fake_ladder(tmp_path, laws)))
-    assert doc["arms"][1]["gap"]["verdict"] == "shrinks"  # 0.2 -> 0.08 over the range: narrows, never crosses
+    assert doc["arms"][1]["gap"]["trend"] is Trend.SHRINKS  # 0.2 -> 0.08 over the range: narrows, never crosses
 
 
 def test_offset_fitted_only_when_identifiable():
@@ -240,7 +241,7 @@ def test_a_two_rung_two_arm_two_seed_ladder_end_to_end(tmp_path):
     assert sizes[0] < sizes[1]  # the rungs' real non-embedding parameter counts, read from summary.json
     mqa = doc["arms"][1]
     assert mqa["rungs"][0]["size"] < sizes[0]  # MQA's K/V projections are smaller than MHA's at equal width
-    assert mqa["gap"]["verdict"] != "n/a" and "offset" in mqa and not mqa["offset"]["identifiable"]
+    assert mqa["gap"]["trend"] != Trend.NOT_MEASURED.value and "offset" in mqa and not mqa["offset"]["identifiable"]
 
 
 def test_status_lists_every_rung_of_a_ladder_never_run(tmp_path):

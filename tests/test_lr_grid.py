@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gptlab.compare.lr_grid import DIVERGE_FACTOR, format_report, plot_curves, read_grid, report
+from gptlab.compare.verdict import Caveat
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import parse_lr_grid
 from helpers.cli import cli_env, run_cli
@@ -63,13 +64,10 @@ def test_best_lr_edge_warning_both_verdicts_and_stability(tmp_path):
     assert [r["arm"] for r in doc["rows"]] == ["base", "wide", "fragile"]  # sweep.yaml's order: base first
     assert rows["base"]["best_lr"] == 3e-3 and rows["wide"]["best_lr"] == 1e-2 and rows["fragile"]["best_lr"] == 3e-3
     assert doc["warnings"] == ["wide's best lr 0.01 is the largest tried: extend the grid to larger lrs"]
-    assert (
-        rows["wide"]["vs_baseline_own_best"].startswith("-0.3000 [") and "lower" in rows["wide"]["vs_baseline_own_best"]
-    )
-    assert (
-        rows["wide"]["vs_baseline_shared_lr"].startswith("+0.1000 [")
-        and "higher" in rows["wide"]["vs_baseline_shared_lr"]
-    )
+    own, shared = rows["wide"]["vs_baseline_own_best"], rows["wide"]["vs_baseline_shared_lr"]
+    assert own.effect == pytest.approx(-0.3) and own.direction == -1 and Caveat.OPTIMISTIC in own.caveats
+    assert shared.effect == pytest.approx(0.1) and shared.direction == 1
+    assert "-0.3000 [" in format_report(doc) and "+0.1000 [" in format_report(doc)
     assert rows["fragile"]["max_stable_lr"] == 3e-3 and rows["base"]["max_stable_lr"] == 1e-2
     assert rows["fragile"]["diverged_runs"] == 2  # the NaN seed and the 7.0 > 1.5 x 4.0 seed, counted
     assert 7.0 > DIVERGE_FACTOR * 4.0 and "optimistic" in doc["selection"]

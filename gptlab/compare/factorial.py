@@ -22,27 +22,18 @@ from gptlab.compare.runs import Run
 from gptlab.compare.speed import OUTSIDE_LOAD_LIMIT, loaded, run_speed
 from gptlab.compare.stats import ALPHA, median
 from gptlab.errors import ConfigError
-
-BASE_ARM = (
-    "base"  # gptlab/sweep/design.py names the all-off arm so (read here as a name: compare imports no sweep code)
-)
+from gptlab.sweep.layout import BASE_ARM, cell_factors, read_sweep
 
 
 def sweep_factors(sweep_dir: Path) -> list[str]:
     """The factor names a factorial sweep dir's sweep.yaml records ([] when it is not a factorial sweep)."""
-    import yaml
-
-    try:
-        spec = yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return []
-    factors = spec.get("factors") if isinstance(spec, dict) else None
-    return [str(f) for f in factors] if isinstance(factors, dict) else []
+    recorded = read_sweep(sweep_dir, strict=False)
+    return recorded.factors if recorded else []
 
 
 def arm_levels(arm: str, factors: list[str]) -> dict[str, int]:
     """{factor: 0/1} of an arm named `base` or by its factors joined with '+'."""
-    on = set() if arm == BASE_ARM else set(arm.split("+"))
+    on = set(cell_factors(arm))
     if on - set(factors):
         raise ConfigError(
             f"arm '{arm}': {sorted(on - set(factors))[0]} is not a factor of this sweep ({', '.join(factors)})"

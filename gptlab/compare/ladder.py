@@ -22,17 +22,18 @@ rungs, and whether the change is decided (the pair's Welch intervals exclude zer
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gptlab.compare import words
 from gptlab.compare.like import check_like
 from gptlab.compare.runs import Run, load_run
 from gptlab.compare.stats import ALPHA, mean, std, welch_interval
+from gptlab.compare.verdict import Trend
 from gptlab.errors import ConfigError
+from gptlab.sweep.layout import is_arm_name, parse_rung_part, parse_seed_part, read_sweep
 
-SEED_DIR = re.compile(r"^seed(?P<seed>\d+)$")
 SIZE_KEYS = {"params": "params_non_embedding", "flops": "flops_per_token"}
 SIZE_LABEL = {"params": "non-embedding parameters N", "flops": "training FLOPs per token"}
 MIN_RUNGS_FOR_OFFSET = 4  # a + b + c need a 4th size before c can be told apart from a and b
@@ -67,19 +68,15 @@ class Ladder:
         return sizes.pop() if sizes else None
 
 
-def _sweep_order(sweep_dir: Path) -> tuple[list[str], dict]:
-    import yaml
-
-    try:
-        spec = yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        spec = {}
-    return (list(spec.get("arms") or {}) if isinstance(spec, dict) else []), spec if isinstance(spec, dict) else {}
+def _sweep_order(sweep_dir: Path) -> list[str]:
+    recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: arms in folder order
+    return recorded.arms if recorded else []
 
 
 def is_ladder(sweep_dir: Path) -> bool:
     """True for a sweep dir gptlab-sweep ran with a ladder (its sweep.yaml records `ladder:`)."""
-    return bool(_sweep_order(sweep_dir)[1].get("ladder"))
+    recorded = read_sweep(sweep_dir, strict=False)
+    return recorded is not None and recorded.ladder is not None
 
 
 def _finished(run_dir: Path) -> Run | None:
@@ -94,15 +91,15 @@ def _collect(sweep_dir: Path) -> tuple[dict[tuple[str, str], list[tuple[int, Run
     cells: dict[tuple[str, str], list[tuple[int, Run]]] = {}
     left_out = []
     for seed_dir in sorted(sweep_dir.glob("*/*/seed*")):
-        match = SEED_DIR.match(seed_dir.name)
+        seed = parse_seed_part(seed_dir.name)
         arm, rung = seed_dir.parent.parent.name, seed_dir.parent.name
-        if not match or not seed_dir.is_dir() or arm.startswith(".") or rung.startswith("lr"):
+        if seed is None or not seed_dir.is_dir() or not is_arm_name(arm) or parse_rung_part(rung) is None:
             continue
         run = _finished(seed_dir)
         if run is None:
             left_out.append(f"{arm}/{rung}/{seed_dir.name}")
         else:
-            cells.setdefault((arm, rung), []).append((int(match["seed"]), run))
+            cells.setdefault((arm, rung), []).append((seed, run))
     return cells, left_out
 
 
@@ -116,7 +113,7 @@ def read_ladder(sweep_dir: Path, x: str = "params", baseline: str | None = None)
         raise ConfigError(
             f"{sweep_dir}: no finished ladder runs (<arm>/<rung>/seed<k>/); run gptlab-sweep NAME --ladder ..."
         )
-    order, _ = _sweep_order(sweep_dir)
+    order = _sweep_order(sweep_dir)
     arms = sorted({a for a, _ in cells}, key=lambda a: (order.index(a) if a in order else len(order), a))
     if baseline is not None:
         if baseline not in arms:
@@ -231,7 +228,7 @@ def _gap_trend(ladder: Ladder, arm: str, alpha: float) -> dict:
     base = ladder.arms[0]
     rungs = [r for r in ladder.rungs if ladder.losses(arm, r) and ladder.losses(base, r)]
     if len(rungs) < 2:
-        return {"verdict": "n/a", "why": "fewer than 2 rungs with both arms"}
+        return {"trend": Trend.NOT_MEASURED, "why": "fewer than 2 rungs with both arms"}
     xs = {r: math.log2(ladder.size(base, r) or 1.0) for r in rungs}  # per doubling of the baseline's size
     centre = mean(list(xs.values()))
     y, x, is_arm = [], [], []
@@ -243,7 +240,7 @@ def _gap_trend(ladder: Ladder, arm: str, alpha: float) -> dict:
                 is_arm.append(float(who == arm))
     model = _ols(y, {"x": x, "arm": is_arm, "x_arm": [a * b for a, b in zip(x, is_arm)]})
     if model.df_resid < 1:
-        return {"verdict": "n/a", "why": "no residual degrees of freedom (add seeds)"}
+        return {"trend": Trend.NOT_MEASURED, "why": "no residual degrees of freedom (add seeds)"}
     names = list(model.params.index)
 
     def contrast(weights: dict[str, float]) -> tuple[float, float, float]:
@@ -259,7 +256,7 @@ def _gap_trend(ladder: Ladder, arm: str, alpha: float) -> dict:
         "slope_per_doubling": slope,
         "gap_at_smallest": first,
         "gap_at_largest": last,
-        "verdict": _gap_word(slope, first, last),
+        "trend": _trend(slope, first, last),
     }
 
 
@@ -268,15 +265,14 @@ def _decided(ci: tuple[float, float, float]) -> int:
     return 1 if ci[1] > 0 else -1 if ci[2] < 0 else 0
 
 
-def _gap_word(slope, first, last) -> str:
+def _trend(slope, first, last) -> Trend:
     if _decided(first) * _decided(last) == -1:
-        return "crosses over"
+        return Trend.CROSSES_OVER
     if _decided(slope) == 0:
-        return "steady (no trend beyond noise)"
-    widening = math.copysign(1, slope[0]) == math.copysign(1, last[0])
-    if widening:
-        return "grows"
-    return "shrinks (may cross: the fitted gap changes sign in range)" if first[0] * last[0] < 0 else "shrinks"
+        return Trend.STEADY
+    if math.copysign(1, slope[0]) == math.copysign(1, last[0]):
+        return Trend.GROWS
+    return Trend.SHRINKS_MAY_CROSS if first[0] * last[0] < 0 else Trend.SHRINKS
 
 
 def _rankings(ladder: Ladder, alpha: float) -> dict:
@@ -382,9 +378,9 @@ def format_report(doc: dict) -> str:
         )
         lines.append(f"{'':<14} {means}")
         gap = arm.get("gap")
-        if gap and gap["verdict"] != "n/a":
+        if gap and gap["trend"] is not Trend.NOT_MEASURED:
             lines.append(
-                f"{'':<14} gap vs {doc['baseline']}: {gap['verdict']}; slope/doubling {_ci(gap['slope_per_doubling'])}, "
+                f"{'':<14} gap vs {doc['baseline']}: {words.trend(gap['trend'])}; slope/doubling {_ci(gap['slope_per_doubling'])}, "
                 f"smallest {_ci(gap['gap_at_smallest'])}, largest {_ci(gap['gap_at_largest'])}"
             )
         elif gap:
@@ -428,7 +424,7 @@ def plot(ladder: Ladder, doc: dict, path: Path) -> Path:
             xs = [ladder.size(doc["baseline"], r["rung"]) for r in rows]
             ys = [r["gap"] for r in rows]
             err = [[r["gap"] - r["gap_ci"][0] for r in rows], [r["gap_ci"][1] - r["gap"] for r in rows]]
-            right.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{arm['arm']}: {gap['verdict']}")
+            right.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{arm['arm']}: {words.trend(gap['trend'])}")
     left.set(xscale="log", yscale="log", xlabel=SIZE_LABEL[doc["x"]], ylabel="final val loss")
     left.set_title("power-law fits, drawn over the measured sizes only", fontsize=9)
     left.legend(fontsize=8)

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from gptlab.compare.stats import ALPHA, mean, std, welch_interval
+from gptlab.compare import verdict, words
+from gptlab.compare.stats import ALPHA, mean, std
+from gptlab.compare.verdict import Caveat, Status, Verdict
 from gptlab.errors import ConfigError
+from gptlab.sweep.layout import parse_lr_part, parse_seed_part, read_sweep
 
 DIVERGE_FACTOR = 1.5
-LR_DIR = re.compile(r"^lr(?P<lr>[0-9.eE+-]+)$")
-SEED_DIR = re.compile(r"^seed(?P<seed>\d+)$")
 
 
 @dataclass
@@ -89,23 +90,18 @@ def _read_run(arm: str, lr: float, seed: int, run_dir: Path) -> GridRun:
 
 def read_grid(sweep_dir: Path) -> dict[str, ArmCurve]:
     """{arm: its curve} from `<sweep>/<arm>/lr<v>/seed<k>/` (arms in sweep.yaml's order when it lists them)."""
-    import yaml
-
-    order: list[str] = []
-    try:
-        order = list((yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) or {}).get("arms", {}))
-    except (OSError, ValueError, AttributeError, yaml.YAMLError):
-        pass  # no or unreadable sweep.yaml: arms in folder order
+    recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: arms in folder order
+    order = recorded.arms if recorded else []
     curves: dict[str, ArmCurve] = {}
     for lr_dir in sorted(sweep_dir.glob("*/lr*")):
-        match = LR_DIR.match(lr_dir.name)
-        if not match or not lr_dir.is_dir():
+        lr = parse_lr_part(lr_dir.name)
+        if lr is None or not lr_dir.is_dir():
             continue
-        arm, lr = lr_dir.parent.name, float(match["lr"])
+        arm = lr_dir.parent.name
         for seed_dir in sorted(lr_dir.iterdir()):
-            seed = SEED_DIR.match(seed_dir.name)
-            if seed and ((seed_dir / "metrics.jsonl").exists() or (seed_dir / "summary.json").exists()):
-                curves.setdefault(arm, ArmCurve(arm, [])).runs.append(_read_run(arm, lr, int(seed["seed"]), seed_dir))
+            seed = parse_seed_part(seed_dir.name)
+            if seed is not None and ((seed_dir / "metrics.jsonl").exists() or (seed_dir / "summary.json").exists()):
+                curves.setdefault(arm, ArmCurve(arm, [])).runs.append(_read_run(arm, lr, seed, seed_dir))
     if not curves:
         raise ConfigError(
             f"{sweep_dir}: no lr grid runs (<arm>/lr<value>/seed<k>/); run gptlab-sweep NAME --lr-grid ..."
@@ -139,12 +135,21 @@ def _finals(curve: ArmCurve, lr: float | None, seeds: set[int] | None) -> list[f
     return [r.final for r in curve.at(lr, seeds) if r.final is not None]
 
 
-def _verdict(arm: list[float], base: list[float]) -> str:
-    interval = welch_interval(arm, base, ALPHA)
-    if interval is None:
+def _verdict(arm: list[float], base: list[float], optimistic: bool) -> Verdict:
+    found = verdict.difference("val/loss", arm, base, ALPHA)
+    return found.with_caveat(Caveat.OPTIMISTIC) if optimistic else found
+
+
+def _verdict_text(v: Verdict) -> str:
+    if v.status is Status.NOT_MEASURED or v.interval is None or v.effect is None:
         return "n/a (needs 2+ seeds each)"
-    call = "lower" if interval.hi < 0 else "higher" if interval.lo > 0 else "within noise"
-    return f"{interval.diff:+.4f} [{interval.lo:+.4f}, {interval.hi:+.4f}] {call}"
+    return f"{v.effect:+.4f} [{v.interval[0]:+.4f}, {v.interval[1]:+.4f}] {words.side(v)}"
+
+
+def to_json(doc: dict) -> dict:
+    """lr_grid.json: the report with each verdict as its value."""
+    rows = [{k: v.to_json() if isinstance(v, Verdict) else v for k, v in row.items()} for row in doc["rows"]]
+    return {**doc, "rows": rows}
 
 
 def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict:
@@ -157,7 +162,7 @@ def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict
         best_runs = curve.at(curve.best_lr) if curve.best_lr is not None else []
         stable_runs = curve.at(curve.max_stable_lr) if curve.max_stable_lr is not None else []
         finals = _finals(curve, curve.best_lr, verdict_seeds)
-        row = {
+        row: dict[str, Any] = {
             "arm": curve.arm,
             "lrs": curve.lrs,
             "best_lr": curve.best_lr,
@@ -172,9 +177,9 @@ def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict
             "curve": {f"{lr:g}": _finals(curve, lr, None) for lr in curve.lrs},
         }
         if curve is not base:
-            row["vs_baseline_own_best"] = _verdict(finals, _finals(base, base.best_lr, verdict_seeds))
+            row["vs_baseline_own_best"] = _verdict(finals, _finals(base, base.best_lr, verdict_seeds), not holdout)
             row["vs_baseline_shared_lr"] = _verdict(
-                _finals(curve, base.best_lr, verdict_seeds), _finals(base, base.best_lr, verdict_seeds)
+                _finals(curve, base.best_lr, verdict_seeds), _finals(base, base.best_lr, verdict_seeds), not holdout
             )
         rows.append(row)
         if curve.best_lr is None:
@@ -210,7 +215,10 @@ def format_report(doc: dict) -> str:
         loss += f" ± {r['val_loss_std']:.4f}" if r["val_loss_std"] is not None else ""
         best = "-" if r["best_lr"] is None else f"{r['best_lr']:g}"
         stable = "-" if r["max_stable_lr"] is None else f"{r['max_stable_lr']:g}"
-        verdicts = f"{r.get('vs_baseline_own_best', 'baseline')} | {r.get('vs_baseline_shared_lr', '')}"
+        if "vs_baseline_own_best" in r:
+            verdicts = f"{_verdict_text(r['vs_baseline_own_best'])} | {_verdict_text(r['vs_baseline_shared_lr'])}"
+        else:
+            verdicts = "baseline | "
         lines.append(
             f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {r['spikes_at_best']:>6}  {verdicts}"
         )

@@ -7,22 +7,19 @@
   summary.json (still training, killed before the end, or never started) are left out and named in one warning;
   the runs that finished are compared.
 
-The layout is gptlab-sweep's (gptlab/sweep/plan.py: .plan/plan.json entries with the run's `subdir` under the sweep
-dir, <arm>/seed<k> or <arm>/lr<value>/seed<k>; older plans only `arm` and `seed`); it is read here as files, since
-gptlab-compare imports nothing of the launcher.
+The layout is gptlab-sweep's, defined in gptlab/sweep/layout.py (.plan/plan.json entries with the run's `subdir`
+under the sweep dir, <arm>/seed<k> or <arm>/lr<value>/seed<k>; older plans only `arm` and `seed`): compare imports
+that module alone of the launcher.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from gptlab.compare.runs import RUN_MARKERS, Run
 from gptlab.errors import ConfigError
-
-SWEEP_FILE = "sweep.yaml"  # written by gptlab-sweep into its sweep dir
-PLAN_FILE = Path(".plan") / "plan.json"  # the sweep dir's latest launch: [{"name", "arm", "seed", "subdir", ...}]
+from gptlab.sweep.layout import PLAN_FILE, SWEEP_FILE, planned_subdir, read_plan
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -77,19 +74,8 @@ def check_one_sweep(paths: list[Path], runs: list[Run]) -> None:
 
 def _plan(sweep_dir: Path) -> list[Path]:
     """The run dirs .plan/plan.json lists ([] when it is missing or unreadable)."""
-    try:
-        plan = json.loads((sweep_dir / PLAN_FILE).read_text())
-    except (OSError, ValueError):
-        return []
-    if not isinstance(plan, list):
-        return []
-    out = []
-    for entry in plan:
-        if isinstance(entry, dict) and isinstance(entry.get("subdir"), str) and entry["subdir"]:
-            out.append(sweep_dir / entry["subdir"])  # <arm>/seed<k>, or <arm>/lr<value>/seed<k> under an lr grid
-        elif isinstance(entry, dict) and "arm" in entry and "seed" in entry:
-            out.append(sweep_dir / str(entry["arm"]) / f"seed{entry['seed']}")  # plans written before `subdir`
-    return out
+    subdirs = [planned_subdir(entry) for entry in read_plan(sweep_dir)]
+    return [sweep_dir / subdir for subdir in subdirs if subdir]
 
 
 def finished_runs(paths: list[Path], runs: list[Run]) -> tuple[list[Run], list[str]]:

@@ -14,6 +14,7 @@ from gptlab.compare import compute, evals, probes, speed, stats, words
 from gptlab.compare.analysis import Comparison, Row
 from gptlab.compare.machine import run_mfu
 from gptlab.compare.runs import Run, wandb_identity
+from gptlab.errors import ConfigError
 from gptlab.util.tree import flatten
 
 TABLE_COLUMNS = [
@@ -49,6 +50,17 @@ BAR_METRICS = {
 }
 MODES = ("auto", "online", "offline", "disabled")
 _SWEEP_CONTAINERS = {"sweeps", "multirun", "outputs", "runs"}
+
+
+def check_mode(mode: str | None) -> None:
+    """Refuse --wandb-mode online without an API key before any work, as training refuses logger.wandb.mode."""
+    from gptlab.sinks.wandb import api_key_configured
+
+    if mode == "online" and not api_key_configured():
+        raise ConfigError(
+            "--wandb-mode online needs a W&B API key (set WANDB_API_KEY or run `wandb login`); "
+            "allowed without one: auto, offline, disabled"
+        )
 
 
 def wanted(flag: bool | None, mode: str | None = None) -> bool:

@@ -1,0 +1,288 @@
+"""What gptlab-compare does with the paths it is given, as library calls: the main table (optionally split, with
+targets, thresholds, decode columns and factorial effects), a decode-only comparison, an lr grid and a scale ladder.
+
+Each mode reads runs through compare/runs.py and the like-with-like check, raises ConfigError (one line) on bad
+input before writing anything, writes its files, and returns what the CLI prints. gptlab/cli/compare.py only parses
+arguments, picks the mode, prints and chooses the exit code.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gptlab.compare import decode, noise_floor
+from gptlab.compare.analysis import Comparison, add_targets, compare
+from gptlab.compare.claims import load_claims
+from gptlab.compare.compute import equal_compute
+from gptlab.compare.like import Part, split
+from gptlab.compare.runs import RUN_MARKERS, Run, discover, expand_paths, load_run
+from gptlab.compare.stats import ALPHA
+from gptlab.compare.sweeps import check_one_sweep, finished_runs
+from gptlab.compare.target import parse_target
+from gptlab.errors import ConfigError
+from gptlab.state.layout import check_output
+from gptlab.util.io import atomic_write_text, strict_json
+
+
+@dataclass
+class Request:
+    """A comparison as asked for: the paths and every option of gptlab-compare (plain values, no argparse)."""
+
+    paths: list[str]
+    baseline: str | None = None
+    step: int | None = None
+    out: str | None = None
+    claims: str | None = None
+    split_by: list[str] = field(default_factory=list)
+    power: bool = False
+    peak_flops: float | None = None
+    noise_floor: str = "auto"
+    targets: list[str] = field(default_factory=list)
+    thresholds: list[str] = field(default_factory=list)
+    threshold_key: str | None = None
+    factorial: bool = False
+    holdout_seeds: str | None = None
+    ladder_x: str = "params"
+
+    def used(self, *names: str) -> list[str]:
+        """The command-line flags among `names` (attribute names) that were given."""
+        flags = {"targets": "--target", "thresholds": "--threshold"}
+        return [flags.get(n, "--" + n.replace("_", "-")) for n in names if getattr(self, n) not in (None, [], False)]
+
+
+def is_run_dir(path: Path) -> bool:
+    return any((path / m).is_file() for m in RUN_MARKERS)
+
+
+def one_sweep_dir(req: Request) -> Path | None:
+    """The sweep dir when exactly one folder (not a run dir) is given and no --split-by: what a ladder or factorial
+    sweep is auto-detected from."""
+    if len(req.paths) != 1 or req.split_by:
+        return None
+    path = Path(req.paths[0])
+    return path if path.is_dir() and not is_run_dir(path) else None
+
+
+def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
+    """--out, else <first path>/comparison when it is a sweep dir, else ./comparison; never a run dir."""
+    first_path = Path(first)
+    if arg:
+        out = Path(arg)
+    elif first_path.is_dir() and not is_run_dir(first_path):
+        out = first_path / "comparison"
+    else:
+        out = Path("comparison")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out '{out}' exists and is not a directory")
+    if out.is_dir() and (is_run_dir(out) or out.resolve() in run_dirs):
+        raise ConfigError(f"--out '{out}' is a run directory; choose a directory that holds no run files")
+    check_output(out / "comparison.json", "--out")  # never inside a run's own folders (checkpoints/, .hydra/, ...)
+    return out
+
+
+def write_reports(
+    cmp: Comparison, out: Path, power: bool = False, sections: tuple[str, str] = ("", "")
+) -> dict[str, Path]:
+    """Write PNGs, comparison.json/.md/.html into out (the --power table in md/html with power; `sections`: more
+    (markdown, html) at the end, e.g. factorial effects); returns the PNGs by name."""
+    from gptlab.compare.plots import make_plots
+    from gptlab.compare.report import html_report, markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    images = make_plots(cmp, out)
+    (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
+    extra = "\n".join(decode.markdown(cmp.decode)) + "\n" if cmp.decode else ""
+    (out / "comparison.md").write_text(markdown(cmp, images, power) + extra + sections[0])
+    extra_html = (decode.html(cmp.decode) if cmp.decode else "") + sections[1]
+    (out / "comparison.html").write_text(html_report(cmp, images, extra_html, power))
+    return images
+
+
+def write_index(parts: list[Part], comparisons: list[Comparison], out: Path, keys: list[str]) -> None:
+    """--split-by: <out>/comparison.json and .md list the parts and the folder each one's reports are in."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "split_by": keys,
+        "parts": [
+            {"split": part.values, "out": part.slug, "baseline": cmp.baseline, "compared_at": cmp.at()}
+            for part, cmp in zip(parts, comparisons)
+        ],
+    }
+    (out / "comparison.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = [f"# Comparisons split by {', '.join(keys)}", ""]
+    lines += [
+        f"- [{part.title}]({part.slug}/comparison.md): baseline {cmp.baseline}, at {cmp.at()}"
+        for part, cmp in zip(parts, comparisons)
+    ]
+    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+
+
+@dataclass
+class Tables:
+    """The main mode, computed and checked, before anything is written: the runs, one comparison per part, the
+    factorial effects (None: not a factorial sweep), the output folder, the runs left out of a partial sweep and
+    the warnings met on the way (a factorial that could not be analysed)."""
+
+    runs: list[Run]
+    parts: list[Part]
+    comparisons: list[Comparison]
+    effects: dict[str, Any] | None
+    out: Path
+    left_out: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DecodeOnly:
+    """gptlab-decode run dirs alone: the baseline and the decode rows, written to `out`."""
+
+    baseline: str
+    rows: list[decode.DecodeRow]
+    out: Path
+
+
+def tables(req: Request) -> Tables | DecodeOnly:
+    """Read, check and compare the runs of the main mode (or a decode-only one, written here); ConfigError on bad
+    input, before any file is written."""
+    targets = [parse_target(s, "--target") for s in req.targets]
+    thresholds = [parse_target(s, "--threshold") for s in req.thresholds]
+    if req.threshold_key and not thresholds:
+        raise ConfigError("--threshold-key needs --threshold METRIC=X (the target the key's arms must reach)")
+    run_dirs = discover(req.paths)
+    runs = [load_run(p) for p in run_dirs]
+    if decode.decode_only(runs):
+        return decode_only(runs, req, run_dirs)
+    given = expand_paths(req.paths)
+    check_one_sweep(given, runs)
+    runs, left_out = finished_runs(given, runs)
+    claims = load_claims(req.claims) if req.claims else None
+    floor, floor_note = noise_floor.lookup(runs, noise_floor.cache_dir() if req.noise_floor == "auto" else None)
+    parts = split(runs, req.split_by) if req.split_by else [Part({}, runs)]
+    comparisons = []
+    for part in parts:
+        try:
+            cmp = compare(part.runs, req.baseline, req.step, claims, req.peak_flops, floor=floor, floor_note=floor_note)
+            add_targets(cmp, part.runs, targets, thresholds, req.threshold_key)
+            cmp.compute = equal_compute(cmp)
+        except ConfigError as exc:
+            raise ConfigError(f"[{part.title}] {exc}" if req.split_by else str(exc)) from None
+        cmp.split = part.values
+        cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in part.runs) else []
+        comparisons.append(cmp)
+    effects, warnings = _factorial(req, runs) if req.factorial or not req.split_by else (None, [])
+    out = out_dir(req.out, req.paths[0], run_dirs)
+    return Tables(runs, parts, comparisons, effects, out, left_out, warnings)
+
+
+def _factorial(req: Request, runs: list[Run]) -> tuple[dict | None, list[str]]:
+    """--factorial (or a factorial sweep dir): (the effects of its factors on these runs, or None when not one;
+    warnings). An auto-detected factorial that cannot be analysed warns; an asked-for one is refused."""
+    from gptlab.compare import factorial
+
+    sweep = one_sweep_dir(req)
+    factors = factorial.sweep_factors(sweep) if sweep else []
+    if req.factorial and not factors:
+        raise ConfigError(
+            "--factorial: give one factorial sweep dir (gptlab-sweep NAME --factorial; its sweep.yaml has factors)"
+        )
+    if not factors:
+        return None, []
+    try:
+        return factorial.analyse(runs, factors), []
+    except ConfigError as exc:
+        if req.factorial:
+            raise
+        return None, [f"warning: factorial effects not computed: {exc}"]
+
+
+def decode_only(runs: list[Run], req: Request, run_dirs: list[Path]) -> DecodeOnly:
+    """gptlab-decode run dirs alone: the decode table, comparison.json (`decode`), .md and .html; no W&B."""
+    given = req.used("step", "targets", "thresholds", "claims")
+    if given:
+        raise ConfigError(
+            f"{given[0]}: these are gptlab-decode run dirs (decode.json only), with no training curves "
+            f"to line up; compare them without it"
+        )
+    baseline, rows = decode.compare_decode(runs, req.baseline)
+    out = out_dir(req.out, req.paths[0], run_dirs)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"baseline": baseline, "alpha": ALPHA, "decode": decode.to_json(rows)}
+    (out / "comparison.json").write_text(json.dumps(strict_json(doc), indent=2) + "\n")
+    (out / "comparison.md").write_text(
+        "\n".join([f"# Decode comparison (baseline: {baseline})", *decode.markdown(rows)[1:]]) + "\n"
+    )
+    title = html.escape(f"Decode comparison (baseline: {baseline})")
+    (out / "comparison.html").write_text(
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}'
+        f"</title></head><body>\n<h1>{title}</h1>\n{decode.html(rows)}</body></html>\n"
+    )
+    return DecodeOnly(baseline, rows, out)
+
+
+def lr_grid(req: Request) -> tuple[str, Path]:
+    """--lr-grid: the arm x lr x seed grid of one sweep dir; writes lr_grid.json and lr_curves.png; (table, out)."""
+    from gptlab.compare import lr_grid as grid
+
+    if len(req.paths) != 1:
+        raise ConfigError("--lr-grid: give one sweep dir (gptlab-sweep NAME --lr-grid ... --out DIR)")
+    holdout = None
+    if req.holdout_seeds:
+        try:
+            holdout = {int(s) for s in req.holdout_seeds.split(",")}
+        except ValueError:
+            raise ConfigError(f"--holdout-seeds {req.holdout_seeds!r}: allowed: seeds, e.g. 2 or 2,3") from None
+    sweep = Path(req.paths[0])
+    curves = grid.read_grid(sweep)
+    doc = grid.report(curves, holdout)
+    out = Path(req.out) if req.out else sweep / "comparison"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "lr_grid.json", json.dumps(grid.to_json(doc), indent=1) + "\n")
+    grid.plot_curves(curves, out / "lr_curves.png")
+    return grid.format_report(doc), out
+
+
+def ladder(req: Request) -> tuple[str, Path]:
+    """--ladder (or a ladder sweep dir): per-arm power-law fits, gap trends, rankings; writes ladder.json and
+    ladder.png; (the terminal text, out)."""
+    from gptlab.compare import ladder as scale
+
+    if len(req.paths) != 1:
+        raise ConfigError("--ladder: give one sweep dir (gptlab-sweep NAME --ladder KEY=V1,V2,... --out DIR)")
+    unused = req.used("step", "targets", "thresholds", "claims", "split_by", "holdout_seeds", "factorial", "power")
+    if unused:
+        raise ConfigError(
+            f"{unused[0]} does not apply to a ladder (final val loss per arm and rung); for one rung's table "
+            "give its runs without --ladder"
+        )
+    sweep = Path(req.paths[0])
+    found = scale.read_ladder(sweep, req.ladder_x, req.baseline)
+    doc = scale.report(found)
+    out = Path(req.out) if req.out else sweep / "comparison"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "ladder.json", json.dumps(strict_json(doc), indent=1) + "\n")
+    scale.plot(found, doc, out / "ladder.png")
+    return scale.format_report(doc), out
+
+
+def is_ladder(req: Request) -> bool:
+    """True when the one path given is a ladder sweep dir (its sweep.yaml records `ladder:`)."""
+    from gptlab.compare.ladder import is_ladder as recorded
+
+    sweep = one_sweep_dir(req)
+    return sweep is not None and recorded(sweep)
+
+
+def workspace(runs: list[Run], out: Path, mode: str | None) -> str | None:
+    """--workspace: the W&B view of the sweep; a failure is a warning line (returned), never a failed comparison."""
+    try:
+        from gptlab.compare.workspace import publish
+
+        publish(runs, out, mode or "auto")
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"warning: W&B workspace not written ({first}); the local report is complete"
+    return None
