@@ -10,7 +10,7 @@ weights, so the cost model predicts ratio 1 up to ~1.75x faster, while its val l
 
 It runs `gptlab-sweep` (the local queue: one run at a time on 2 cores), then `gptlab-compare --power`, records the
 machine's outside load over the whole sweep (other processes' share of the cores), and writes the PNG with headless
-Chromium (gptlab/compare/screenshot.py) only when the result is worth showing: outside load < 10 % over the sweep
+Chromium (gptlab/compare/render/screenshot.py) only when the result is worth showing: outside load < 10 % over the sweep
 and in every run, and every arm's speed verdict decided (faster or slower). Otherwise it says why and writes no
 PNG (--force writes it anyway, for a look). Without Chromium it prints the screenshot command to run elsewhere.
 """
@@ -99,13 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     if why and not args.force:
         print(f"no PNG written; the report is {html}", file=sys.stderr)
         return 1
-    from gptlab.compare.screenshot import find_chromium, screenshot
+    from gptlab.compare.render.screenshot import find_chromium, screenshot
     from gptlab.errors import ConfigError
 
     try:
         find_chromium()
     except ConfigError as err:
-        print(f"{err}\nrender it elsewhere: python -m gptlab.compare.screenshot {html} {args.png}")
+        print(f"{err}\nrender it elsewhere: python -m gptlab.compare.render.screenshot {html} {args.png}")
         return 0
     screenshot(html, args.png)
     print(f"wrote {args.png}: look at it before committing it")

@@ -13,7 +13,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from gptlab.cli.compare import main
-from gptlab.compare import stats
+from gptlab.compare.statistics import stats
 from helpers.cli import cli_env, python_bin, run_cli
 from helpers.compare import (
     bad_acc_vs_lm,
@@ -365,7 +365,7 @@ def test_python_dash_m_entry_point(tmp_path):
 
 def test_compare_imports_nothing_of_training():
     code = (
-        "import sys, gptlab.cli.compare, gptlab.compare.plots, gptlab.compare.report, gptlab.compare.wandb_log; "
+        "import sys, gptlab.cli.compare, gptlab.compare.render.plots, gptlab.compare.render.report, gptlab.compare.render.wandb_log; "
         "print(sorted(m for m in ('torch', 'hydra', 'omegaconf', 'wandb', 'datasets') if m in sys.modules))"
     )
     proc = subprocess.run(

@@ -16,11 +16,12 @@ from matplotlib.collections import PathCollection, PolyCollection
 from scipy import stats as sps
 
 from gptlab.cli.compare import main
-from gptlab.compare import curves, power
-from gptlab.compare.analysis import compare
-from gptlab.compare.plots import make_plots
-from gptlab.compare.report import LOADED
-from gptlab.compare.runs import discover, load_run
+from gptlab.compare.reading.runs import discover, load_run
+from gptlab.compare.render.plots import make_plots
+from gptlab.compare.render.report import LOADED
+from gptlab.compare.statistics import power
+from gptlab.compare.tables import curves
+from gptlab.compare.tables.analysis import compare
 from helpers.compare import default_loss, write_run, write_sweep
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from gptlab.cli.compare import main
-from gptlab.compare import stats, words
-from gptlab.compare.verdict import ratio
+from gptlab.compare.render import words
+from gptlab.compare.statistics import stats
+from gptlab.compare.statistics.verdict import ratio
 from helpers.compare import default_loss, speed_words, write_sweep
 
 FP_MHA, FP_OTHER = "0123456789abcdef", "fedcba9876543210"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gptlab.cli.compare import main
-from gptlab.compare.target import parse_target
+from gptlab.compare.tables.target import parse_target
 from gptlab.errors import ConfigError
 from helpers.cli import cli_env, run_cli
 from helpers.compare import write_sweep

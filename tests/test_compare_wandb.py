@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from gptlab.cli.compare import main
-from gptlab.compare import wandb_log, workspace
-from gptlab.compare.runs import load_run, wandb_identity
+from gptlab.compare.reading.runs import load_run, wandb_identity
+from gptlab.compare.render import wandb_log, workspace
 from gptlab.util.extras import missing
 from helpers.compare import default_loss, write_run, write_sweep
 from helpers.wandb_read import inspect_records, inspect_summary, of_type
@@ -246,7 +246,7 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
     rc, out, err = _run([sweep, "--out", tmp_path / "out", "--workspace"], capsys)
     assert rc == 0 and "warning: W&B" not in err, err
     path = tmp_path / "out" / "workspace.json"
-    assert f"-m gptlab.compare.workspace push {path}" in out
+    assert f"-m gptlab.compare.render.workspace push {path}" in out
     spec = json.loads(path.read_text())
     assert (spec["entity"], spec["project"], spec["displayName"]) == ("", "abl", "gptlab sweep attn")
 

@@ -9,11 +9,13 @@ import json
 import pytest
 
 from gptlab.cli.compare import main as compare_main
-from gptlab.compare import stats, words
-from gptlab.compare.analysis import compare
-from gptlab.compare.compute import equal_compute, lines, loss_at
-from gptlab.compare.runs import load_run
-from gptlab.compare.verdict import Status
+from gptlab.compare.reading.runs import load_run
+from gptlab.compare.render import words
+from gptlab.compare.render.compute import lines
+from gptlab.compare.statistics import stats
+from gptlab.compare.statistics.verdict import Status
+from gptlab.compare.tables.analysis import compare
+from gptlab.compare.tables.compute import equal_compute, loss_at
 from helpers.compare import write_run
 from helpers.train import rows, run_inprocess
 

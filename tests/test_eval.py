@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("lm_eval", reason="gptlab[eval] not installed: make setup installs it")
 
-from gptlab.compare import stats  # noqa: E402
+from gptlab.compare.statistics import stats  # noqa: E402
 from gptlab.errors import ConfigError  # noqa: E402
 from helpers.cli import cli_env, run_cli  # noqa: E402
 from helpers.compare import write_sweep  # noqa: E402

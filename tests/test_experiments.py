@@ -9,9 +9,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from gptlab.compare.analysis import compare
-from gptlab.compare.claims import load_claims
-from gptlab.compare.runs import load_run
+from gptlab.compare.reading.claims import load_claims
+from gptlab.compare.reading.runs import load_run
+from gptlab.compare.tables.analysis import compare
 from gptlab.config.build import build_model, compose, group_choices
 from gptlab.sweep.plan import planned_overrides
 from gptlab.sweep.spec import load_sweep

@@ -1,5 +1,5 @@
 """Factorial effects: gptlab-sweep --factorial expands `factors:` into the 2^k arms in one launch;
-gptlab/compare/factorial.py finds planted main effects and interactions (statsmodels OLS/ANOVA) on loss and on log
+gptlab/compare/studies/factorial.py finds planted main effects and interactions (statsmodels OLS/ANOVA) on loss and on log
 tokens/s, says whether the all-on arm is the sum / product of its parts, and flags speed taken under load."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from gptlab.cli.sweep import main as sweep_main
-from gptlab.compare.factorial import additivity_line, analyse, arm_levels, lines
-from gptlab.compare.runs import Run
+from gptlab.compare.reading.runs import Run
+from gptlab.compare.render.factorial import additivity_line, lines
+from gptlab.compare.studies.factorial import analyse, arm_levels
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import factorial_arms
 from gptlab.sweep.spec import load_sweep

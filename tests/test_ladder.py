@@ -1,5 +1,5 @@
 """A scale ladder: gptlab-sweep --ladder runs every arm at every size in one launch into <arm>/<rung>/seed<k>;
-gptlab/compare/ladder.py fits each arm's power law, calls the gap to the baseline (grows / shrinks / crosses over /
+gptlab/compare/studies/ladder.py fits each arm's power law, calls the gap to the baseline (grows / shrinks / crosses over /
 steady) and checks the ranking at every rung, on synthetic run dirs with planted answers and one real tiny sweep."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import yaml
 
 from gptlab.cli.compare import main as compare_main
 from gptlab.cli.sweep import main as sweep_main
-from gptlab.compare.ladder import fit_offset, fit_power_law, format_report, plot, read_ladder, report
-from gptlab.compare.verdict import Trend
+from gptlab.compare.render.ladder import format_report, plot
+from gptlab.compare.statistics.verdict import Trend
+from gptlab.compare.studies.ladder import fit_offset, fit_power_law, read_ladder, report
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import parse_ladder, rungs
 from helpers.cli import cli_env, run_cli

@@ -209,6 +209,31 @@ def test_no_import_runs_back_up():
     assert _arrows_up(_edges(), ROOMS) == []
 
 
+# compare's own rooms, bottom to top: reading runs, statistics, the tables a comparison computes, studies over a
+# sweep, rendering (the only room that makes words); modes.py on top is what gptlab-compare calls
+COMPARE_ROOMS = ("reading", "statistics", "tables", "studies", "render", "modes")
+
+
+def _compare_room(module: str) -> str:
+    """gptlab.compare.tables.analysis -> tables; gptlab.compare.modes -> modes; outside compare -> ''."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "compare" else ""
+
+
+def test_compare_rooms_import_nothing_above_them():
+    rank = {room: i for i, room in enumerate(COMPARE_ROOMS)}
+    rooms = {_compare_room(name) for name in MODULES} - {""}
+    assert rooms == set(COMPARE_ROOMS), "place a new compare room in COMPARE_ROOMS where its imports put it"
+    bad = sorted(
+        f"{name} -> {target}"
+        for name, targets in _edges().items()
+        if _compare_room(name)
+        for target in targets
+        if _compare_room(target) and rank[_compare_room(target)] > rank[_compare_room(name)]
+    )
+    assert bad == []
+
+
 def test_compare_imports_nothing_of_training():
     bad = [
         f"{name} imports {target}"

@@ -1,5 +1,5 @@
 """Each arm at its own best lr: gptlab-sweep --lr-grid runs arm x lr x seed in one launch into <arm>/lr<v>/seed<k>;
-gptlab/compare/lr_grid.py picks each arm's best lr, warns at the grid's edge, gives both verdicts and counts a
+gptlab/compare/studies/lr_grid.py picks each arm's best lr, warns at the grid's edge, gives both verdicts and counts a
 divergence (not a crash) in the stability margin."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gptlab.compare.lr_grid import DIVERGE_FACTOR, format_report, plot_curves, read_grid, report
-from gptlab.compare.verdict import Caveat
+from gptlab.compare.render.lr_grid import format_report, plot_curves
+from gptlab.compare.statistics.verdict import Caveat
+from gptlab.compare.studies.lr_grid import DIVERGE_FACTOR, read_grid, report
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import parse_lr_grid
 from helpers.cli import cli_env, run_cli

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from gptlab.compare.runs import load_run
-from gptlab.compare.speed import run_speed
+from gptlab.compare.reading.runs import load_run
+from gptlab.compare.statistics.speed import run_speed
 from gptlab.util.metric_names import AXES, RENAMED, canonical
 from helpers.train import rows, run_inprocess
 

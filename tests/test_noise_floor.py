@@ -14,9 +14,9 @@ import yaml
 from scipy import stats as sps
 
 from gptlab.cli.compare import main as compare_main
-from gptlab.compare import noise_floor
-from gptlab.compare.noise_floor import FLOOR_FILE, RECORD_FILE, measure, measure_sweep
-from gptlab.compare.runs import discover, load_run
+from gptlab.compare.reading.runs import discover, load_run
+from gptlab.compare.statistics import noise_floor
+from gptlab.compare.statistics.noise_floor import FLOOR_FILE, RECORD_FILE, measure, measure_sweep
 from gptlab.errors import ConfigError
 from helpers.cli import cli_env, run_cli
 from helpers.compare import speed_words, write_run

@@ -180,7 +180,7 @@ SMALL = ["probes.recall.queries=16", "probes.induction.sequences=4", "probes.len
 @pytest.mark.slow
 def test_a_real_run_logs_probes_and_compare_reports_them_with_seed_statistics(tmp_path, capsys):
     from gptlab.cli.compare import main
-    from gptlab.compare.stats import welch_test
+    from gptlab.compare.statistics.stats import welch_test
     from helpers.wandb_read import history, inspect_records
 
     sweep = tmp_path / "sweep"
@@ -234,9 +234,10 @@ def test_a_real_run_logs_probes_and_compare_reports_them_with_seed_statistics(tm
 def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_sets():
     from types import SimpleNamespace as NS
 
-    from gptlab.compare.extra_table import markdown
-    from gptlab.compare.probes import extra_table, probe_rows
-    from gptlab.compare.stats import welch_interval, welch_test
+    from gptlab.compare.render.extra_table import markdown
+    from gptlab.compare.render.probes import extra_table
+    from gptlab.compare.statistics.stats import welch_interval, welch_test
+    from gptlab.compare.tables.probes import probe_rows
 
     def run(values: dict, sets: dict):
         return NS(path=str(values), by_step={100: values}, summary={"probe_sets": sets})
@@ -259,7 +260,7 @@ def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_s
     assert "| probe/length/2x/loss | 3.1000 ± 0.0000 | – |" in text  # learned: 1x only, no made-up 2x
     assert "| probe/length/1x/loss | 3.0000 ± 0.0000 | 2.9000 ± 0.0000 Δ -0.1000 better (p=0) |" in text  # lower loss
     # the W&B comparison run logs the same table (columns and cells as the report's)
-    from gptlab.compare.wandb_log import extra_tables
+    from gptlab.compare.render.wandb_log import extra_tables
 
     logged = extra_tables(NS(compute=None, probes=rows, evals=[]))
     assert set(logged) == {"probes"} and logged["probes"].columns == ["probe", "rope", "learned"]

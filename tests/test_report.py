@@ -16,10 +16,10 @@ from matplotlib.container import ErrorbarContainer
 from PIL import Image
 from rich.console import Console
 
-from gptlab.compare.analysis import compare
-from gptlab.compare.plots import make_plots, x_at_evals
-from gptlab.compare.report import cells, html_report, markdown, print_table
-from gptlab.compare.runs import discover, load_run
+from gptlab.compare.reading.runs import discover, load_run
+from gptlab.compare.render.plots import make_plots, x_at_evals
+from gptlab.compare.render.report import cells, html_report, markdown, print_table
+from gptlab.compare.tables.analysis import compare
 from helpers.cli import cli_env, run_cli
 from helpers.compare import default_loss, write_sweep
 from helpers.paths import REPO
@@ -233,7 +233,7 @@ def test_headless_chromium_screenshot_shows_the_table_and_every_plot(report):
     _, _, _, out = report
     png = out / "shot.png"
     proc = run_cli(
-        "gptlab.compare.screenshot",
+        "gptlab.compare.render.screenshot",
         str(out / "comparison.html"),
         str(png),
         cwd=REPO,
@@ -260,7 +260,7 @@ def test_headless_chromium_screenshot_shows_the_table_and_every_plot(report):
 
 def test_screenshot_cli_bad_input_is_one_line(tmp_path):
     env = cli_env(PYTHONPATH=str(REPO))
-    screenshot = "gptlab.compare.screenshot"
+    screenshot = "gptlab.compare.render.screenshot"
     proc = run_cli(screenshot, str(tmp_path / "nope.html"), str(tmp_path / "x.png"), cwd=REPO, timeout=60, env=env)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert proc.stderr.startswith("screenshot: error: ") and "nope.html' is not a file" in proc.stderr

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from gptlab.compare.runs import load_run
+from gptlab.compare.reading.runs import load_run
 from helpers.cli import cli_env, run_cli
 from helpers.train import FAST, run_inprocess
 

@@ -1,4 +1,4 @@
-"""gptlab.compare.stats against values worked out by hand, and its edge cases (1 seed, zero variance, NaN)."""
+"""gptlab.compare.statistics.stats against values worked out by hand, and its edge cases (1 seed, zero variance, NaN)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gptlab.compare import stats
+from gptlab.compare.statistics import stats
 
 
 def test_welch_matches_a_hand_computed_example():

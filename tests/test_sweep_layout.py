@@ -197,7 +197,7 @@ def test_a_factorial_the_planner_writes_reads_back(tmp_path):
 
 
 def test_compare_reads_the_grid_the_planner_writes(tmp_path):
-    from gptlab.compare.lr_grid import read_grid
+    from gptlab.compare.studies.lr_grid import read_grid
 
     sweep_dir, runs = _planned(tmp_path, {"arms": {"wide": [], "base": []}, "seeds": [0, 2]}, lr_grid="3e-4,1e-3")
     for run in runs:

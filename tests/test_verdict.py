@@ -1,4 +1,4 @@
-"""One verdict type: gptlab/compare/verdict.py decides, gptlab/compare/words.py words, and no code reads words back.
+"""One verdict type: gptlab/compare/statistics/verdict.py decides, gptlab/compare/render/words.py words, and no code reads words back.
 
 The decisions are checked against scipy directly and by simulation (false decisions on A/A data stay at alpha; a
 floor only adds caution); the words for every status are pinned; an AST scan keeps verdict words out of every
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from gptlab.compare import words
-from gptlab.compare.verdict import Caveat, Status, Verdict, baseline, difference, from_json, ratio
+from gptlab.compare.render import words
+from gptlab.compare.statistics.verdict import Caveat, Status, Verdict, baseline, difference, from_json, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
-# Words only compare/words.py may produce; compared against anywhere else, a rewording would change a decision.
+# Words only compare/render/words.py may produce; compared against anywhere else, a rewording would change a decision.
 VERDICT_WORDS = (
     "faster", "slower", "within noise", "significant", "under outside load", "lower val loss",
     "higher val loss", "better", "worse", "n/a",
@@ -93,7 +93,7 @@ def test_false_decisions_on_aa_data_stay_at_alpha(kind):
 
 def test_no_verdict_word_is_compared_anywhere():
     """Code decides from the Verdict (status, direction, caveats), never from its words: a == / != / in against a
-    verdict word, or a startswith / endswith of one, outside compare/words.py is refused."""
+    verdict word, or a startswith / endswith of one, outside compare/render/words.py is refused."""
     found = []
     for path in [*sorted((ROOT / "gptlab").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
         if path.name == "words.py":

@@ -1,7 +1,7 @@
 """What gptlab-compare does with the paths it is given, as library calls: the main table (optionally split, with
 targets, thresholds, decode columns and factorial effects), a decode-only comparison, an lr grid and a scale ladder.
 
-Each mode reads runs through compare/runs.py and the like-with-like check, raises ConfigError (one line) on bad
+Each mode reads runs through compare/reading/runs.py and the like-with-like check, raises ConfigError (one line) on bad
 input before writing anything, writes its files, and returns what the CLI prints. gptlab/cli/compare.py only parses
 arguments, picks the mode, prints and chooses the exit code.
 """
@@ -14,15 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gptlab.compare import decode, noise_floor
-from gptlab.compare.analysis import Comparison, add_targets, compare
-from gptlab.compare.claims import load_claims
-from gptlab.compare.compute import equal_compute
-from gptlab.compare.like import Part, split
-from gptlab.compare.runs import RUN_MARKERS, Run, discover, expand_paths, load_run
-from gptlab.compare.stats import ALPHA
-from gptlab.compare.sweeps import check_one_sweep, finished_runs
-from gptlab.compare.target import parse_target
+from gptlab.compare.reading.claims import load_claims
+from gptlab.compare.reading.like import Part, split
+from gptlab.compare.reading.runs import RUN_MARKERS, Run, discover, expand_paths, load_run
+from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs
+from gptlab.compare.render import decode as decode_text
+from gptlab.compare.statistics import noise_floor
+from gptlab.compare.statistics.stats import ALPHA
+from gptlab.compare.tables import decode
+from gptlab.compare.tables.analysis import Comparison, add_targets, compare
+from gptlab.compare.tables.compute import equal_compute
+from gptlab.compare.tables.target import parse_target
 from gptlab.errors import ConfigError
 from gptlab.state.layout import check_output
 from gptlab.util.io import atomic_write_text, strict_json
@@ -89,15 +91,15 @@ def write_reports(
 ) -> dict[str, Path]:
     """Write PNGs, comparison.json/.md/.html into out (the --power table in md/html with power; `sections`: more
     (markdown, html) at the end, e.g. factorial effects); returns the PNGs by name."""
-    from gptlab.compare.plots import make_plots
-    from gptlab.compare.report import html_report, markdown
+    from gptlab.compare.render.plots import make_plots
+    from gptlab.compare.render.report import html_report, markdown
 
     out.mkdir(parents=True, exist_ok=True)
     images = make_plots(cmp, out)
     (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
-    extra = "\n".join(decode.markdown(cmp.decode)) + "\n" if cmp.decode else ""
+    extra = "\n".join(decode_text.markdown(cmp.decode)) + "\n" if cmp.decode else ""
     (out / "comparison.md").write_text(markdown(cmp, images, power) + extra + sections[0])
-    extra_html = (decode.html(cmp.decode) if cmp.decode else "") + sections[1]
+    extra_html = (decode_text.html(cmp.decode) if cmp.decode else "") + sections[1]
     (out / "comparison.html").write_text(html_report(cmp, images, extra_html, power))
     return images
 
@@ -181,7 +183,7 @@ def tables(req: Request) -> Tables | DecodeOnly:
 def _factorial(req: Request, runs: list[Run]) -> tuple[dict | None, list[str]]:
     """--factorial (or a factorial sweep dir): (the effects of its factors on these runs, or None when not one;
     warnings). An auto-detected factorial that cannot be analysed warns; an asked-for one is refused."""
-    from gptlab.compare import factorial
+    from gptlab.compare.studies import factorial
 
     sweep = one_sweep_dir(req)
     factors = factorial.sweep_factors(sweep) if sweep else []
@@ -213,19 +215,20 @@ def decode_only(runs: list[Run], req: Request, run_dirs: list[Path]) -> DecodeOn
     doc = {"baseline": baseline, "alpha": ALPHA, "decode": decode.to_json(rows)}
     (out / "comparison.json").write_text(json.dumps(strict_json(doc), indent=2) + "\n")
     (out / "comparison.md").write_text(
-        "\n".join([f"# Decode comparison (baseline: {baseline})", *decode.markdown(rows)[1:]]) + "\n"
+        "\n".join([f"# Decode comparison (baseline: {baseline})", *decode_text.markdown(rows)[1:]]) + "\n"
     )
     title = html.escape(f"Decode comparison (baseline: {baseline})")
     (out / "comparison.html").write_text(
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}'
-        f"</title></head><body>\n<h1>{title}</h1>\n{decode.html(rows)}</body></html>\n"
+        f"</title></head><body>\n<h1>{title}</h1>\n{decode_text.html(rows)}</body></html>\n"
     )
     return DecodeOnly(baseline, rows, out)
 
 
 def lr_grid(req: Request) -> tuple[str, Path]:
     """--lr-grid: the arm x lr x seed grid of one sweep dir; writes lr_grid.json and lr_curves.png; (table, out)."""
-    from gptlab.compare import lr_grid as grid
+    from gptlab.compare.render import lr_grid as grid_text
+    from gptlab.compare.studies import lr_grid as grid
 
     if len(req.paths) != 1:
         raise ConfigError("--lr-grid: give one sweep dir (gptlab-sweep NAME --lr-grid ... --out DIR)")
@@ -241,14 +244,15 @@ def lr_grid(req: Request) -> tuple[str, Path]:
     out = Path(req.out) if req.out else sweep / "comparison"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "lr_grid.json", json.dumps(grid.to_json(doc), indent=1) + "\n")
-    grid.plot_curves(curves, out / "lr_curves.png")
-    return grid.format_report(doc), out
+    grid_text.plot_curves(curves, out / "lr_curves.png")
+    return grid_text.format_report(doc), out
 
 
 def ladder(req: Request) -> tuple[str, Path]:
     """--ladder (or a ladder sweep dir): per-arm power-law fits, gap trends, rankings; writes ladder.json and
     ladder.png; (the terminal text, out)."""
-    from gptlab.compare import ladder as scale
+    from gptlab.compare.render import ladder as scale_text
+    from gptlab.compare.studies import ladder as scale
 
     if len(req.paths) != 1:
         raise ConfigError("--ladder: give one sweep dir (gptlab-sweep NAME --ladder KEY=V1,V2,... --out DIR)")
@@ -264,13 +268,13 @@ def ladder(req: Request) -> tuple[str, Path]:
     out = Path(req.out) if req.out else sweep / "comparison"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "ladder.json", json.dumps(strict_json(doc), indent=1) + "\n")
-    scale.plot(found, doc, out / "ladder.png")
-    return scale.format_report(doc), out
+    scale_text.plot(found, doc, out / "ladder.png")
+    return scale_text.format_report(doc), out
 
 
 def is_ladder(req: Request) -> bool:
     """True when the one path given is a ladder sweep dir (its sweep.yaml records `ladder:`)."""
-    from gptlab.compare.ladder import is_ladder as recorded
+    from gptlab.compare.studies.ladder import is_ladder as recorded
 
     sweep = one_sweep_dir(req)
     return sweep is not None and recorded(sweep)
@@ -279,7 +283,7 @@ def is_ladder(req: Request) -> bool:
 def workspace(runs: list[Run], out: Path, mode: str | None) -> str | None:
     """--workspace: the W&B view of the sweep; a failure is a warning line (returned), never a failed comparison."""
     try:
-        from gptlab.compare.workspace import publish
+        from gptlab.compare.render.workspace import publish
 
         publish(runs, out, mode or "auto")
     except Exception as exc:

@@ -3,7 +3,7 @@
 `gptlab-sweep NAME --aa [K]` (or `aa: K` / `aa: true` in a sweep file) keeps the sweep's shared overrides and its
 first arm (the baseline) and replaces the arms with aa0 ... aa<K-1>, each exactly the baseline's overrides. The runs
 go in the usual order (arm by arm), as a real sweep's do, so the drift between arms run one after another is part of
-what they measure. Once every run finished, gptlab/compare/noise_floor.py measures the floor from them.
+what they measure. Once every run finished, gptlab/compare/statistics/noise_floor.py measures the floor from them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 fingerprint, its no-op choices, and arms (or ladder rungs) that build the identical model.
 
 Which differing config keys still leave two arms one experiment is compare's rule (bookkeeping keys aside, only
-model config: gptlab/compare/identical.py); sweep/ sits below compare/, so the caller passes it in.
+model config: gptlab/compare/reading/identical.py); sweep/ sits below compare/, so the caller passes it in.
 """
 
 from __future__ import annotations

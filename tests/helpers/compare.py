@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from gptlab.compare import verdict, words
+from gptlab.compare.render import words
+from gptlab.compare.statistics import verdict
 
 DEFAULT_CHOICES = {
     "attention": "mha",

@@ -1,0 +1,68 @@
+"""Factorial effects in words: the terminal lines, the Markdown and HTML sections."""
+
+from __future__ import annotations
+
+import math
+
+from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT
+
+
+def _effect_line(e: dict, speed: bool) -> str:
+    if speed:  # log tokens/s: a ratio of speeds
+        return f"{e['term']:<22} ×{math.exp(e['effect']):.3f} [×{math.exp(e['lo']):.3f}, ×{math.exp(e['hi']):.3f}]  p={e['p']:.2g}"
+    return f"{e['term']:<22} {e['effect']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]  p={e['p']:.2g}"
+
+
+def additivity_line(fit: dict, speed: bool, factors: list[str]) -> str:
+    """One line: is the all-on arm's effect the sum (loss) / product (speed) of its parts?"""
+    add = fit["additivity"]
+    everything = "+".join(factors)
+    if speed:
+        c, p, d = (math.exp(add[k][0]) for k in ("combined", "sum_of_parts", "difference"))
+        lo, hi = math.exp(add["difference"][1]), math.exp(add["difference"][2])
+        head = (
+            f"speed: {everything} ×{c:.3f} vs the product of its parts ×{p:.3f}; ratio ×{d:.3f} [×{lo:.3f}, ×{hi:.3f}]"
+        )
+        what = "multiplicative (the parts compose)" if add["additive"] else "NOT multiplicative: the parts interact"
+    else:
+        c, p, d = (add[k][0] for k in ("combined", "sum_of_parts", "difference"))
+        lo, hi = add["difference"][1], add["difference"][2]
+        head = (
+            f"loss: {everything} {c:+.4f} vs the sum of its parts {p:+.4f}; difference {d:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        )
+        what = "additive (the parts compose)" if add["additive"] else "NOT additive: the parts interact"
+    return f"{head}: {what} (p={add['difference'][3]:.2g})"
+
+
+def lines(doc: dict) -> list[str]:
+    """The terminal / Markdown text: effects on loss, on speed, the additivity lines and the load flag."""
+    pct = f"{100 * (1 - doc['alpha']):.0f}%"
+    out = [f"factorial effects of {' x '.join(doc['factors'])} ({doc['runs']} runs; effect [{pct} CI], OLS t-test):"]
+    out.append(f"final val loss (residual df {doc['loss']['df_resid']}):")
+    out += ["  " + _effect_line(e, False) for e in doc["loss"]["effects"]]
+    out.append("  " + additivity_line(doc["loss"], False, doc["factors"]))
+    if "speed" in doc:
+        flag = (
+            f"  [under load: {', '.join(doc['speed_under_load'])} ran with > {100 * OUTSIDE_LOAD_LIMIT:.0f}% of cores "
+            "busy elsewhere: speed effects not to be trusted]"
+            if doc["speed_under_load"]
+            else ""
+        )
+        out.append(f"speed (tokens/s, effects as ratios){flag}:")
+        out += ["  " + _effect_line(e, True) for e in doc["speed"]["effects"]]
+        out.append("  " + additivity_line(doc["speed"], True, doc["factors"]))
+    else:
+        out.append("speed: not recorded in enough runs for effects")
+    return out
+
+
+def markdown(doc: dict) -> str:
+    """The factorial section of comparison.md."""
+    return "\n## Factorial effects\n\n```\n" + "\n".join(lines(doc)) + "\n```\n"
+
+
+def html(doc: dict) -> str:
+    """The factorial section of comparison.html."""
+    import html as escape
+
+    return "<h2>Factorial effects</h2>\n<pre>" + escape.escape("\n".join(lines(doc))) + "</pre>\n"

@@ -1,0 +1,97 @@
+"""The scale ladder in words and one figure: per-arm fits and gap trends, the ranking line; the fits and gaps plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gptlab.compare.render import words
+from gptlab.compare.statistics.verdict import Trend
+from gptlab.compare.studies.ladder import SIZE_LABEL, Ladder
+
+
+def _ci(t) -> str:
+    return f"{t[0]:+.4f} [{t[1]:+.4f}, {t[2]:+.4f}]"
+
+
+def format_report(doc: dict) -> str:
+    """The terminal text: per arm its fit and gap verdict, then the ranking line, notes and warnings."""
+    lines = [
+        f"scale ladder: {len(doc['arms'])} arms x {len(doc['rungs'])} rungs ({', '.join(doc['rungs'])}), baseline {doc['baseline']}"
+    ]
+    for arm in doc["arms"]:
+        fit = arm["power_law"]
+        span = f"N {arm['range'][0]:.3g}..{arm['range'][1]:.3g}" if arm["range"] else "no runs"
+        if fit.get("fitted"):
+            b = f"b = {fit['b']:.3f}" + (
+                f" [{fit['b_lo']:.3f}, {fit['b_hi']:.3f}]" if "b_lo" in fit else f" ({fit['why_no_interval']})"
+            )
+            law = f"L = {fit['a']:.3g}·N^-{fit['b']:.3f}, {b}"
+        else:
+            law = f"no fit ({fit['why']})"
+        off = arm["offset"]
+        c = f"c = {off['c']:.3f} ± {off['c_se']:.3f}" if off["identifiable"] else f"c not identifiable: {off['why']}"
+        lines.append(f"{arm['arm']:<14} {span}: {law}; {c}")
+        means = "  ".join(
+            f"{r['rung']} {r['mean']:.4f}" + (f" (gap {r['gap']:+.4f})" if "gap" in r else "") for r in arm["rungs"]
+        )
+        lines.append(f"{'':<14} {means}")
+        gap = arm.get("gap")
+        if gap and gap["trend"] is not Trend.NOT_MEASURED:
+            lines.append(
+                f"{'':<14} gap vs {doc['baseline']}: {words.trend(gap['trend'])}; slope/doubling {_ci(gap['slope_per_doubling'])}, "
+                f"smallest {_ci(gap['gap_at_smallest'])}, largest {_ci(gap['gap_at_largest'])}"
+            )
+        elif gap:
+            lines.append(f"{'':<14} gap vs {doc['baseline']}: n/a ({gap['why']})")
+    rank = doc["ranking"]
+    if rank["same_at_every_rung"]:
+        lines.append(f"ranking: the same at every rung ({' < '.join(next(iter(rank['per_rung'].values())))})")
+    else:
+        swaps = "; ".join(
+            f"{s['pair'][0]} vs {s['pair'][1]} between {s['rungs'][0]} and {s['rungs'][1]}"
+            + (" (decided)" if s["decided"] else " (within noise)")
+            for s in rank["swaps"]
+        )
+        lines.append(f"ranking CHANGES with size: {swaps}")
+        lines += [f"  {r}: {' < '.join(order)}" for r, order in rank["per_rung"].items()]
+    lines += [f"note: {n}" for n in doc["notes"]]
+    lines += doc["warnings"]
+    return "\n".join(lines)
+
+
+def plot(ladder: Ladder, doc: dict, path: Path) -> Path:
+    """Loss vs size per arm (log-log: seeds as dots, fits over each arm's measured range only) and the gaps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for arm in doc["arms"]:
+        own = [p for p in ladder.points if p.arm == arm["arm"]]
+        dots = left.scatter([p.size for p in own], [p.loss for p in own], s=12, alpha=0.6)
+        fit = arm["power_law"]
+        if fit.get("fitted"):
+            grid = np.geomspace(arm["range"][0], arm["range"][1], 50)
+            label = f"{arm['arm']}: b={fit['b']:.3f}"
+            left.plot(grid, fit["a"] * grid ** (-fit["b"]), color=dots.get_facecolor()[0], label=label)
+        gap = arm.get("gap")
+        if gap and "gap_at_smallest" in gap:
+            rows = [r for r in arm["rungs"] if r.get("gap_ci")]
+            xs = [ladder.size(doc["baseline"], r["rung"]) for r in rows]
+            ys = [r["gap"] for r in rows]
+            err = [[r["gap"] - r["gap_ci"][0] for r in rows], [r["gap_ci"][1] - r["gap"] for r in rows]]
+            right.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{arm['arm']}: {words.trend(gap['trend'])}")
+    left.set(xscale="log", yscale="log", xlabel=SIZE_LABEL[doc["x"]], ylabel="final val loss")
+    left.set_title("power-law fits, drawn over the measured sizes only", fontsize=9)
+    left.legend(fontsize=8)
+    right.axhline(0.0, color="grey", lw=0.8)
+    right.set(xscale="log", xlabel=f"{doc['baseline']}'s size at the rung", ylabel=f"Δ val loss vs {doc['baseline']}")
+    right.set_title(f"gap at equal rung, {100 * (1 - doc['alpha']):.0f}% Welch intervals", fontsize=9)
+    if doc["arms"][1:]:
+        right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

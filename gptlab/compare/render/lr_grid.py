@@ -1,0 +1,70 @@
+"""The lr grid in words and one plot: the per-arm table, warnings, the selection note and the lr curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gptlab.compare.render import words
+from gptlab.compare.statistics.stats import mean
+from gptlab.compare.statistics.verdict import Status, Verdict
+from gptlab.compare.studies.lr_grid import ArmCurve, finals_at
+
+
+def _verdict_text(v: Verdict) -> str:
+    if v.status is Status.NOT_MEASURED or v.interval is None or v.effect is None:
+        return "n/a (needs 2+ seeds each)"
+    return f"{v.effect:+.4f} [{v.interval[0]:+.4f}, {v.interval[1]:+.4f}] {words.side(v)}"
+
+
+def format_report(doc: dict) -> str:
+    """The terminal table: one line per arm, then the warnings and the selection note."""
+    lines = [
+        f"{'arm':<12} {'best lr':>8} {'val loss':>16} {'max stable lr':>13} {'diverged':>8} {'spikes':>6}  "
+        f"vs {doc['baseline']} at own best | at {doc['baseline']}'s lr"
+    ]
+    for r in doc["rows"]:
+        loss = "-" if r["val_loss_at_best"] is None else f"{r['val_loss_at_best']:.4f}"
+        loss += f" ± {r['val_loss_std']:.4f}" if r["val_loss_std"] is not None else ""
+        best = "-" if r["best_lr"] is None else f"{r['best_lr']:g}"
+        stable = "-" if r["max_stable_lr"] is None else f"{r['max_stable_lr']:g}"
+        if "vs_baseline_own_best" in r:
+            verdicts = f"{_verdict_text(r['vs_baseline_own_best'])} | {_verdict_text(r['vs_baseline_shared_lr'])}"
+        else:
+            verdicts = "baseline | "
+        lines.append(
+            f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {r['spikes_at_best']:>6}  {verdicts}"
+        )
+    lines += [f"warning: {w}" for w in doc["warnings"]]
+    lines.append(f"note: {doc['selection']}; diverged = non-finite or final val loss > {doc['diverge_factor']}x step 0")
+    return "\n".join(lines)
+
+
+def plot_curves(curves: dict[str, ArmCurve], path: Path) -> Path:
+    """Final val loss vs lr per arm (log x), mean with the seeds' min-max band; diverged lrs marked with an x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for curve in curves.values():
+        grid = sorted({r.lr for r in curve.runs})
+        lrs = [lr for lr in grid if finals_at(curve, lr, None)]
+        means = [mean(finals_at(curve, lr, None)) for lr in lrs]
+        line = ax.plot(lrs, means, marker="o", label=curve.arm)[0]
+        ax.fill_between(
+            lrs, [min(finals_at(curve, lr, None)) for lr in lrs], [max(finals_at(curve, lr, None)) for lr in lrs],
+            color=line.get_color(), alpha=0.2,
+        )  # fmt: skip
+        bad = [lr for lr in grid if any(r.diverged for r in curve.at(lr))]
+        if bad and means:
+            ax.scatter(bad, [max(means)] * len(bad), marker="x", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final val loss (seed mean, band: min-max)")
+    ax.set_title("each arm's lr curve (x: a seed diverged)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

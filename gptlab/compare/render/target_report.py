@@ -1,0 +1,178 @@
+"""Text cells, notes, Markdown and HTML for the steps-to-target tables and the threshold sentences."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from gptlab.compare.render import words
+from gptlab.compare.statistics.verdict import Status, Verdict
+from gptlab.compare.tables.target import TargetResult, TargetRow
+
+HEADERS = ["label", "seeds reached", "steps", "tokens", "wall time", "speed-up (steps)", "speed-up (wall)"]
+
+
+def _n(x: float) -> str:
+    """A step count: whole numbers without decimals, means with one."""
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-9 else f"{x:.1f}"
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def _pm(mean: float | None, std: float | None, fmt) -> str:
+    """`mean ± std` with fmt applied to both; std left out with one value, `–` when unknown."""
+    if mean is None:
+        return "–"
+    return fmt(mean) + (f" ± {fmt(std)}" if std is not None else "")
+
+
+def _wall_unit(seconds: float) -> tuple[str, float]:
+    return ("h", 3600.0) if seconds >= 7200 else ("min", 60.0) if seconds >= 120 else ("s", 1.0)
+
+
+def _wall(mean: float | None, std: float | None) -> str:
+    """Wall time in s, min or h (the unit the mean needs), e.g. `12.3 ± 0.4 s`."""
+    if mean is None:
+        return "–"
+    unit, scale = _wall_unit(mean)
+    return _pm(mean / scale, None if std is None else std / scale, lambda v: f"{v:.1f}") + f" {unit}"
+
+
+def _by(row: TargetRow) -> str:
+    steps = sorted(set(row.not_reached_by))
+    return f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps))
+
+
+def steps_cell(row: TargetRow) -> str:
+    """`340 ± 20 steps`, `2/3 reached: 340 ± 20 steps; 1 not reached by step 500` or `0/3 reached: ...`."""
+    k, n = row.n_reached, row.n_seeds
+    if k == 0:
+        return f"0/{n} reached: not reached by {_by(row)}"
+    steps = _pm(row.steps_mean, row.steps_std, _n) + " steps"
+    if k == n:
+        return steps
+    return f"{k}/{n} reached: {steps}; {n - k} not reached by {_by(row)}"
+
+
+def _partial(row: TargetRow, text: str) -> str:
+    """Tokens/wall cell: `not reached` for none, the seed count appended when only some reached it."""
+    if row.n_reached == 0:
+        return "not reached"
+    return text if row.all_reached or text == "–" else f"{text} ({row.n_reached}/{row.n_seeds} reached)"
+
+
+def _ratio(up: Verdict, loaded: bool = False) -> str:
+    """A speed-up to target with its noise: `1.86× [0.4, 8.1] within noise`, never a bare ratio."""
+    if up.effect is None:
+        return "–"
+    if up.status is Status.BASELINE:
+        return f"{up.effect:.2f}× (baseline)"
+    bounds = f" [{up.interval[0]:.2f}, {up.interval[1]:.2f}]" if up.interval else ""
+    return f"{up.effect:.2f}×{bounds} {words.speed(up)}" + (" (under load)" if loaded else "")
+
+
+def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]:
+    """Title, headers and one line per group (baseline first) for one target."""
+    body = []
+    for i, row in enumerate(result.rows):
+        body.append(
+            [
+                row.label,
+                f"{row.n_reached}/{row.n_seeds}",
+                steps_cell(row),
+                _partial(row, _pm(row.tokens_mean, row.tokens_std, _si)),
+                _partial(row, _wall(row.wall_s_mean, row.wall_s_std)),
+                _ratio(row.speedup_steps),
+                _ratio(row.speedup_wall, i > 0 and (row.under_load or result.rows[0].under_load)),
+            ]
+        )
+    return f"Steps to {result.target.text}", list(HEADERS), body
+
+
+def _every(result: TargetResult) -> str:
+    gaps = result.resolution
+    return "every " + " or ".join(map(str, gaps)) + " steps" if gaps else "at the steps it was logged"
+
+
+def target_notes(cmp: Any) -> list[str]:
+    """The rule behind the steps-to-target tables and the threshold sentences, in plain sentences."""
+    if not cmp.targets:
+        return []
+    out = [
+        "Steps to target: for each seed, the first step at which the metric was recorded at or past the target "
+        "(METRIC=X means ≤ X for a loss, ≥ X for an accuracy); mean ± std over the seeds that reached it, with "
+        "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
+        "— an unreached seed is never averaged away. Tokens and wall time are those of that step (interpolated "
+        "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
+        "extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or wall time) to "
+        "target and the arm's, with a 95% CI and a verdict (faster / slower / within noise: Welch's t-test on the "
+        "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed; wall-time speed-ups of "
+        "runs measured under outside load are marked so."
+    ]
+    out += [
+        f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
+        "a step count is exact only to that interval: the target was crossed after the previous record, at "
+        "or before the reported step."
+        for r in cmp.targets
+    ]
+    out += [f"Threshold: {t.sentence}." for t in cmp.thresholds]
+    return out
+
+
+def print_targets(cmp: Any, console) -> None:
+    """One rich table per target, then each threshold sentence."""
+    from rich.table import Table
+
+    for result in cmp.targets:
+        title, headers, body = target_cells(result)
+        table = Table(title=f"gptlab-compare: {title} (first eval at or past it; resolution {_every(result)})")
+        for h in headers:
+            table.add_column(h, justify="left" if h in ("label", "steps") else "right")
+        for line in body:
+            table.add_row(*line)
+        console.print(table)
+    if cmp.targets:
+        console.print(
+            "steps/tokens/wall: mean ± std over the seeds that reached the target, the others counted as "
+            "not reached; speed-up only where both arms reached it in every seed (rule: comparison.md)",
+            highlight=False,
+            markup=False,
+        )
+    for t in cmp.thresholds:
+        console.print(t.sentence, highlight=False, markup=False, soft_wrap=True)  # one line, never wrapped
+
+
+def markdown_targets(cmp: Any) -> list[str]:
+    """Markdown lines: a heading and table per target, then the threshold sentences."""
+    lines: list[str] = []
+    for result in cmp.targets:
+        title, headers, body = target_cells(result)
+        lines += ["", f"## {title}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+    if cmp.thresholds:
+        lines += ["", "## Threshold", ""] + [f"- {t.sentence}" for t in cmp.thresholds]
+    return lines
+
+
+def html_targets(cmp: Any) -> str:
+    """HTML: a heading and table per target, then the threshold sentences."""
+    esc = html.escape
+    out = []
+    for result in cmp.targets:
+        title, headers, body = target_cells(result)
+        rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in body)
+        out.append(
+            f'<h2>{esc(title)}</h2>\n<table class="target">\n<tr>'
+            + "".join(f"<th>{esc(h)}</th>" for h in headers)
+            + f"</tr>\n{rows}</table>\n"
+        )
+    if cmp.thresholds:
+        out.append(
+            "<h2>Threshold</h2>\n<ul>" + "".join(f"<li>{esc(t.sentence)}</li>" for t in cmp.thresholds) + "</ul>\n"
+        )
+    return "".join(out)

@@ -1,0 +1,296 @@
+"""This machine's noise floor: how far identical runs differ, measured by an A/A sweep, and how a comparison uses it.
+
+An A/A sweep (`gptlab-sweep NAME --aa K`) runs the baseline arm K times as K identical arms x seeds on the same data.
+Every difference between its runs is noise, so it measures:
+- speed: the standard deviation of log tokens/s (and of log step ms) over all its runs, arms pooled (so the drift
+  between arms run one after another is in it), and the largest speed-up between two identical arms' geometric
+  means: a "speed-up" this machine shows between identical arms;
+- loss: the seed standard deviation of val loss, and the largest |Δ val loss| between arms at one seed (0 where the
+  machine is deterministic);
+- peak memory: (max - min) / min of the identical runs' peak memory;
+- the outside load (other processes' share of the cores) the runs recorded.
+
+The floor is written to <sweep dir>/noise_floor.json and, when the A/A was quiet (outside load <= QUIET_LOAD in every
+run), to FLOOR_FILE in the user cache, keyed by the machine id (GPU model, else CPU model and the cores the runs
+had). A floor measured under load is recorded in the sweep dir only, flagged, and never used.
+
+gptlab-compare looks the floor up by the compared runs' own machine id (never another machine's, never when the runs
+name several machines) and, when one exists, uses it instead of the fixed outside-load heuristic:
+- speed-up verdicts test with each side's seed standard deviation at least the floor's, and a speed-up no larger
+  than the largest one seen between identical arms is "within noise floor";
+- a run is "under load" above the A/A's own worst outside load plus LOAD_SLACK (instead of speed.OUTSIDE_LOAD_LIMIT);
+- peak memory varying between seeds of one config by more than the A/A's spread is flagged (without a floor: more
+  than MEM_SPREAD_DEFAULT).
+Every change a floor makes is toward caution: it never turns a within-noise verdict into a decided one.
+Val-loss verdicts keep the seeds' own spread (seed noise belongs to the config, not to the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gptlab.compare.reading.runs import Run, discover, load_run
+from gptlab.compare.statistics import speed, stats
+from gptlab.errors import ConfigError
+from gptlab.util.io import write_json_atomic
+
+FLOOR_FILE = "noise_floors_v1.json"  # in the user cache (GPTLAB_CACHE): {machine id: floor}
+RECORD_FILE = "noise_floor.json"  # in the A/A sweep dir
+QUIET_LOAD = 0.10  # an A/A any of whose runs saw more outside load than this is not stored as the machine's floor
+LOAD_SLACK = 0.05  # with a floor, runs up to (the A/A's worst outside load + this) count as taken under its conditions
+MEM_SPREAD_DEFAULT = 0.05  # without a floor: peak memory varying more than this between seeds of one config is flagged
+MIN_ARMS, MIN_SEEDS = 2, 2  # an A/A needs identical arms to compare and seeds within each
+
+
+@dataclass(frozen=True)
+class Floor:
+    """One A/A measurement (the FLOOR_FILE entry and noise_floor.json); see the module docstring for each figure."""
+
+    machine: str
+    measured_at: str  # UTC, ISO 8601
+    sweep_dir: str
+    runs: int
+    arms: int
+    seeds: int
+    speed_sd: float  # sd of log tokens/s over all runs
+    step_sd: float | None  # sd of log step ms over all runs
+    max_speedup: float  # largest ratio of two identical arms' geometric-mean tokens/s (>= 1)
+    loss_sd: float | None  # sd of val loss over all runs (seed noise of this config)
+    same_seed_loss_gap: float | None  # largest |Δ val loss| between arms at one seed
+    mem_spread: float | None  # (max - min) / min of peak memory over all runs
+    outside_load: float | None  # the worst outside load any run recorded (None: not recorded)
+    quiet: bool  # every run recorded its load and none above QUIET_LOAD
+    conditions: dict[str, Any] = field(default_factory=dict)  # device, dtype, threads, torch, params, tokens/s
+
+    def load_limit(self) -> float:
+        """Outside load above which a run is outside the conditions this floor was measured under."""
+        return (self.outside_load or 0.0) + LOAD_SLACK
+
+    def measured(self) -> str:
+        """What the A/A measured, in words."""
+        mem = f", peak memory within {100 * self.mem_spread:.1f}%" if self.mem_spread is not None else ""
+        loss = (
+            f"; val loss: same seed gives {'the same loss' if not self.same_seed_loss_gap else f'|Δ| up to {self.same_seed_loss_gap:.2g}'}"
+            if self.same_seed_loss_gap is not None
+            else ""
+        )
+        load = "not recorded" if self.outside_load is None else f"≤ {100 * self.outside_load:.0f}%"
+        return (
+            f"measured on {self.measured_at[:10]} with {self.runs} runs ({self.arms} identical arms × {self.seeds} "
+            f"seeds, {self.sweep_dir}) on {self.machine} at outside load {load}: run-to-run sd "
+            f"{100 * self.speed_sd:.1f}% of tokens/s, identical arms up to {self.max_speedup:.3f}× apart{mem}{loss}"
+        )
+
+    def describe(self) -> str:
+        """The report's line: where the floor comes from and what it does."""
+        return (
+            f"Noise floor: {self.measured()}. Speed verdicts use sd ≥ the floor's per side and call no speed-up "
+            f"within {self.max_speedup:.3f}×; runs above {100 * self.load_limit():.0f}% outside load are 'under "
+            "load'; peak memory is flagged when seeds differ by more than the floor's spread."
+        )
+
+
+def cache_dir() -> Path:
+    """$GPTLAB_CACHE, else ~/.cache/gptlab: gptlab.data.default_cache_dir's folder (not imported: it loads torch,
+    which gptlab-compare never needs; a test checks the two agree)."""
+    return Path(os.environ.get("GPTLAB_CACHE", "~/.cache/gptlab")).expanduser()
+
+
+def default_note(reason: str) -> str:
+    """The report's line when no measured floor is used."""
+    return (
+        f"Noise floor: default heuristic ({reason}): runs above {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}% outside load "
+        f"are 'under load', speed verdicts from the seeds' own spread, peak memory flagged when seeds differ by more "
+        f"than {100 * MEM_SPREAD_DEFAULT:.0f}%. Measure this machine's floor with `gptlab-sweep aa`."
+    )
+
+
+def machine_id(run: Run) -> str | None:
+    """The machine a run timed its speed on: its GPU model, else its CPU model and the number of cores it had."""
+    hardware = run.provenance.get("hardware")
+    if not isinstance(hardware, dict):
+        return None
+    if hardware.get("gpu"):
+        return str(hardware["gpu"])
+    cores = hardware.get("cpu_cores")
+    if not hardware.get("cpu") or not isinstance(cores, list) or not cores:
+        return None
+    return f"{hardware['cpu']} | {len(cores)} cores"
+
+
+def _log_sd(values: Sequence[float]) -> float | None:
+    return stats.std([math.log(v) for v in values]) if len(values) > 1 else None
+
+
+def _final_loss(run: Run, step: int) -> float | None:
+    value = run.by_step.get(step, {}).get("val/loss")
+    return float(value) if value is not None else None
+
+
+def _loss_figures(runs: list[Run], arms: dict[str, list[Run]]) -> tuple[float | None, float | None]:
+    """(sd of val loss over all runs, largest gap between arms at one seed) at the last step every run evaluated."""
+    if not all(r.val_steps() for r in runs):
+        return None, None
+    step = min(r.val_steps()[-1] for r in runs)
+    losses = [loss for r in runs if (loss := _final_loss(r, step)) is not None]
+    by_seed: dict[Any, list[float]] = {}
+    for members in arms.values():
+        for r in members:
+            if (loss := _final_loss(r, step)) is not None:
+                by_seed.setdefault(r.config.get("seed"), []).append(loss)
+    gaps = [max(v) - min(v) for v in by_seed.values() if len(v) > 1]
+    return (stats.std(losses) if len(losses) > 1 else None), (max(gaps) if gaps else None)
+
+
+def _conditions(runs: list[Run], tps: list[float]) -> dict[str, Any]:
+    hardware = runs[0].provenance.get("hardware") or {}
+    packages = runs[0].provenance.get("packages") or {}
+    return {
+        "device": hardware.get("device"),
+        "dtype": hardware.get("dtype"),
+        "threads": hardware.get("cpu_threads"),
+        "torch": packages.get("torch"),
+        "params": runs[0].summary.get("params"),
+        "tokens_per_s": math.exp(stats.mean([math.log(v) for v in tps])),
+    }
+
+
+def _check_identical(runs: list[Run], sweep_dir: Path) -> None:
+    """ConfigError unless every run has one config (seed and bookkeeping keys such as arm aside)."""
+    from gptlab.compare.reading.group import is_bookkeeping
+    from gptlab.util.tree import flatten
+
+    def key(run: Run) -> dict:
+        flat = flatten(run.config, empty_as_leaf=True)
+        return {k: v for k, v in flat.items() if k != "seed" and not is_bookkeeping(k)}
+
+    first = key(runs[0])
+    for run in runs[1:]:
+        other = key(run)
+        differs = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+        if differs:
+            raise ConfigError(
+                f"{sweep_dir}: {run.path} differs from {runs[0].path} in {', '.join(differs[:3])}: an A/A's runs must "
+                "be one config"
+            )
+
+
+def measure(runs: list[Run], sweep_dir: Path, now: float | None = None) -> Floor:
+    """The floor of an A/A sweep's finished runs (grouped by their `arm`); ConfigError when they cannot give one."""
+    runs = [r for r in runs if r.status == "finished"]
+    machines = {machine_id(r) for r in runs}
+    if None in machines or len(machines) != 1:
+        raise ConfigError(
+            f"{sweep_dir}: the A/A runs must all record one machine in provenance.json (found {sorted(map(str, machines))})"
+        )
+    if runs:
+        _check_identical(runs, sweep_dir)
+    arms: dict[str, list[Run]] = {}
+    for r in runs:
+        arms.setdefault(str(r.config.get("arm")), []).append(r)
+    seeds = min((len(v) for v in arms.values()), default=0)
+    if len(arms) < MIN_ARMS or seeds < MIN_SEEDS:
+        raise ConfigError(
+            f"{sweep_dir}: a noise floor needs >= {MIN_ARMS} identical arms x {MIN_SEEDS} finished seeds "
+            f"(found {len(arms)} arms, {seeds} seeds in the smallest)"
+        )
+    per_arm = {a: speed.per_run(v, "tokens_per_s_median", "perf/tokens_per_s") for a, v in arms.items()}
+    if any(len(v) != len(arms[a]) for a, v in per_arm.items()):
+        raise ConfigError(f"{sweep_dir}: every A/A run must record its tokens/s")
+    tps = [v for values in per_arm.values() for v in values]
+    means = [stats.mean([math.log(v) for v in values]) for values in per_arm.values()]
+    loss_sd, gap = _loss_figures(runs, arms)
+    mems = [float(m) for r in runs if (m := r.summary.get("peak_mem_bytes")) is not None and m > 0]
+    loads = [speed.run_load(r) for r in runs]
+    worst = max((x for x in loads if x is not None), default=None)
+    return Floor(
+        machine=str(machines.pop()),
+        measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        sweep_dir=str(sweep_dir),
+        runs=len(runs),
+        arms=len(arms),
+        seeds=seeds,
+        speed_sd=float(_log_sd(tps) or 0.0),
+        step_sd=_log_sd(speed.per_run(runs, "step_ms_median", "perf/step_ms")),
+        max_speedup=math.exp(max(means) - min(means)),
+        loss_sd=loss_sd,
+        same_seed_loss_gap=gap,
+        mem_spread=(max(mems) - min(mems)) / min(mems) if len(mems) == len(runs) else None,
+        outside_load=worst,
+        quiet=None not in loads and worst is not None and worst <= QUIET_LOAD,
+        conditions=_conditions(runs, tps),
+    )
+
+
+def _table(path: Path) -> dict:
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def measure_sweep(sweep_dir: Path, cache_dir: Path) -> list[str]:
+    """Measure an A/A sweep dir's floor, write noise_floor.json there and, when quiet, store it for the machine;
+    the lines to print."""
+    floor = measure([load_run(p) for p in discover([str(sweep_dir)])], sweep_dir)
+    path = Path(cache_dir).expanduser() / FLOOR_FILE
+    doc = asdict(floor)
+    if floor.quiet:
+        table = _table(path)
+        table[floor.machine] = doc
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, table, sort_keys=True)
+        where = f"stored for {floor.machine} in {path}: gptlab-compare uses it for runs on this machine"
+    else:
+        load = "not recorded" if floor.outside_load is None else f"up to {100 * floor.outside_load:.0f}%"
+        where = (
+            f"NOT stored as this machine's floor: outside load {load} during the A/A (a floor needs <= "
+            f"{100 * QUIET_LOAD:.0f}% in every run); rerun it on a quiet machine"
+        )
+    write_json_atomic(
+        sweep_dir / RECORD_FILE, {**doc, "stored": floor.quiet, "stored_in": str(path) if floor.quiet else None}
+    )
+    return [f"noise floor: {floor.measured()}", f"noise floor {where}"]
+
+
+def _floor_of(doc: Any) -> Floor | None:
+    """A Floor from its JSON document; None when the document is not one (a damaged or older entry)."""
+    try:
+        return Floor(**{k: doc[k] for k in Floor.__dataclass_fields__ if k in doc})
+    except TypeError:
+        return None
+
+
+def lookup(runs: list[Run], cache_dir: Path | None) -> tuple[Floor | None, str]:
+    """(the stored floor of the machine every run timed its speed on, the report's line); (None, why) otherwise."""
+    machines = {machine_id(r) for r in runs}
+    if cache_dir is None:
+        return None, default_note("--noise-floor none")
+    if None in machines:
+        return None, default_note("a run did not record its machine")
+    if len(machines) != 1:
+        return None, default_note("the runs trained on different machines")
+    machine = str(next(iter(machines)))
+    doc = _table(Path(cache_dir).expanduser() / FLOOR_FILE).get(machine)
+    floor = _floor_of(doc) if isinstance(doc, dict) else None
+    if floor is None or not floor.quiet or floor.machine != machine:
+        return None, default_note(f"no floor measured for {machine}")
+    return floor, floor.describe()
+
+
+def load_limit(floor: Floor | None) -> float:
+    """Outside load above which a run's speed is 'under load': the floor's conditions, else the fixed heuristic."""
+    return floor.load_limit() if floor is not None else speed.OUTSIDE_LOAD_LIMIT
+
+
+def mem_limit(floor: Floor | None) -> float:
+    """Relative spread of peak memory between seeds of one config above which it is flagged."""
+    return floor.mem_spread if floor is not None and floor.mem_spread is not None else MEM_SPREAD_DEFAULT

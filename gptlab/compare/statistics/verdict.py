@@ -1,0 +1,190 @@
+"""One verdict type: what comparing an arm with its baseline decided, as a value.
+
+Every analysis of gptlab-compare (the main table's val loss and speed, equal compute, steps to a target, probes,
+downstream evals, decode, the lr grid) builds a Verdict here, from Welch's test on the seeds (on the logs for a
+ratio such as a speed-up). Only the rendering room words it (compare/render/words.py); nothing reads words back: code that
+needs to know whether a verdict was decided asks `status`, `direction` or `caveats`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from gptlab.compare.statistics import stats
+from gptlab.compare.statistics.stats import ALPHA
+
+
+class Status(str, Enum):
+    """What a comparison decided (the str value is the JSON spelling)."""
+
+    BASELINE = "baseline"  # the baseline against itself
+    NOT_MEASURED = "not_measured"  # a side has no value
+    NO_TEST = "no_test"  # fewer than 2 seeds on a side: an effect, no test
+    IDENTICAL = "identical"  # both sides build the same model: every difference is noise by construction
+    WITHIN_NOISE = "within_noise"  # p >= alpha (the interval holds the null)
+    BELOW_FLOOR = "below_floor"  # p < alpha, but no larger than identical arms differ on this machine
+    DECIDED = "decided"  # p < alpha and beyond the floor: `direction` says which way
+
+
+class Caveat(str, Enum):
+    """Why a verdict should be read with care (the str value is the JSON spelling)."""
+
+    UNDER_LOAD = "under_load"  # speed taken while other processes used the machine
+    OPTIMISTIC = "optimistic"  # lr picked on the same seeds it is reported on
+
+
+class Trend(str, Enum):
+    """How an arm's gap to the baseline moves over a scale ladder (compare/studies/ladder.py decides it)."""
+
+    NOT_MEASURED = "not_measured"  # fewer than 2 rungs with both arms, or no residual degrees of freedom
+    CROSSES_OVER = "crosses_over"  # the gap's intervals at the smallest and largest rung exclude 0, opposite signs
+    STEADY = "steady"  # the slope's interval holds 0
+    GROWS = "grows"  # |gap| widens with size beyond noise
+    SHRINKS = "shrinks"  # |gap| narrows with size beyond noise
+    SHRINKS_MAY_CROSS = "shrinks_may_cross"  # narrows, and the fitted gap changes sign within the measured range
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An arm against the baseline on one metric: the effect (arm - base, or arm / base for a ratio) with its
+    (1 - alpha) interval, Welch p, the smallest effect these seeds could detect, the floor used and the decision."""
+
+    metric: str
+    status: Status
+    effect: float | None = None
+    interval: tuple[float, float] | None = None
+    p: float | None = None
+    ratio: bool = False  # effect and interval are arm / base (null 1), else arm - base (null 0)
+    seeds: tuple[int, int] = (0, 0)  # seeds on the arm's side and the baseline's
+    mde: float | None = None  # smallest effect these seeds detect (compare/statistics/power.py), when computed
+    floor: float | None = None  # the largest ratio identical arms showed on this machine, when a floor was used
+    caveats: tuple[Caveat, ...] = ()
+
+    @property
+    def decided(self) -> bool:
+        return self.status is Status.DECIDED
+
+    @property
+    def direction(self) -> int:
+        """+1 when decided above the null (higher loss, faster), -1 when decided below it, else 0."""
+        if not self.decided or self.effect is None:
+            return 0
+        return 1 if self.effect > (1.0 if self.ratio else 0.0) else -1
+
+    def with_caveat(self, caveat: Caveat) -> Verdict:
+        return self if caveat in self.caveats else replace(self, caveats=(*self.caveats, caveat))
+
+    def with_mde(self, mde: float | None) -> Verdict:
+        return replace(self, mde=mde)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "status": self.status.value,
+            "direction": self.direction,
+            "effect": self.effect,
+            "interval": list(self.interval) if self.interval else None,
+            "p": self.p,
+            "ratio": self.ratio,
+            "seeds": list(self.seeds),
+            "mde": self.mde,
+            "floor": self.floor,
+            "caveats": [c.value for c in self.caveats],
+        }
+
+
+def from_json(doc: dict[str, Any]) -> Verdict:
+    """The Verdict a report's JSON holds (Verdict.to_json's document)."""
+    interval = doc.get("interval")
+    return Verdict(
+        str(doc["metric"]),
+        Status(doc["status"]),
+        doc.get("effect"),
+        (float(interval[0]), float(interval[1])) if interval else None,
+        doc.get("p"),
+        bool(doc.get("ratio")),
+        tuple(doc.get("seeds") or (0, 0)),
+        doc.get("mde"),
+        doc.get("floor"),
+        tuple(Caveat(c) for c in doc.get("caveats") or ()),
+    )
+
+
+def baseline(metric: str, ratio: bool = False) -> Verdict:
+    """The baseline's own cell."""
+    return Verdict(metric, Status.BASELINE, 1.0 if ratio else 0.0, ratio=ratio)
+
+
+def difference(
+    metric: str, arm: Sequence[float], base: Sequence[float], alpha: float = ALPHA, identical: bool = False
+) -> Verdict:
+    """mean(arm) - mean(base) with Welch's test and interval; IDENTICAL for two arms that build one model."""
+    seeds = (len(arm), len(base))
+    if not arm or not base:
+        return Verdict(metric, Status.NOT_MEASURED, seeds=seeds)
+    effect = stats.mean(arm) - stats.mean(base)
+    test, interval = stats.welch_test(arm, base), stats.welch_interval(arm, base, alpha)
+    span = (interval.lo, interval.hi) if interval else None
+    if identical:
+        return Verdict(metric, Status.IDENTICAL, effect, span, test.p if test else None, seeds=seeds)
+    if test is None or interval is None:
+        return Verdict(metric, Status.NO_TEST, effect, seeds=seeds)
+    status = Status.DECIDED if test.p < alpha else Status.WITHIN_NOISE
+    return Verdict(metric, status, effect, span, test.p, seeds=seeds)
+
+
+def ratio(
+    metric: str,
+    arm: Sequence[float],
+    base: Sequence[float],
+    alpha: float = ALPHA,
+    identical: bool = False,
+    floor_sd: float | None = None,
+    floor_ratio: float | None = None,
+) -> Verdict:
+    """Geometric mean(arm) / geometric mean(base): Welch's test on the logs (speed-ups are ratios). With a machine
+    floor (`floor_sd` of log values, `floor_ratio` the largest ratio identical arms showed), each side's sd is at
+    least the floor's and a ratio within `floor_ratio` is BELOW_FLOOR: a floor only ever adds caution."""
+    seeds = (len(arm), len(base))
+    if not arm or not base:
+        return Verdict(metric, Status.NOT_MEASURED, ratio=True, seeds=seeds)
+    la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
+    diff = stats.mean(la) - stats.mean(lb)
+    found = _floored(la, lb, floor_sd, alpha) if floor_sd is not None else None
+    if found is None:
+        test, interval = stats.welch_test(la, lb), stats.welch_interval(la, lb, alpha)
+        found = (test.p, interval.lo, interval.hi) if test and interval else None
+    if found is None:
+        return Verdict(metric, Status.NO_TEST, math.exp(diff), ratio=True, seeds=seeds)
+    p, lo, hi = found
+    span = (math.exp(lo), math.exp(hi))
+    if identical:
+        status = Status.IDENTICAL
+    elif p >= alpha:
+        status = Status.WITHIN_NOISE
+    elif floor_ratio is not None and abs(diff) <= math.log(floor_ratio):
+        status = Status.BELOW_FLOOR
+    else:
+        status = Status.DECIDED
+    return Verdict(metric, status, math.exp(diff), span, p, True, seeds, floor=floor_ratio)
+
+
+def _floored(la: list[float], lb: list[float], floor_sd: float, alpha: float) -> tuple[float, float, float] | None:
+    """(p, lo, hi) of Welch's test on logs with each side's sd at least `floor_sd` (scipy ttest_ind_from_stats);
+    None when a side has one value or both sds are 0 (the plain test's answer then stands)."""
+    if len(la) < 2 or len(lb) < 2:
+        return None
+    sa, sb = max(stats.std(la) or 0.0, floor_sd), max(stats.std(lb) or 0.0, floor_sd)
+    if sa == 0.0 and sb == 0.0:
+        return None
+    from scipy import stats as sps
+
+    diff = stats.mean(la) - stats.mean(lb)
+    p = float(sps.ttest_ind_from_stats(stats.mean(la), sa, len(la), stats.mean(lb), sb, len(lb), False).pvalue)
+    se = math.sqrt(sa * sa / len(la) + sb * sb / len(lb))
+    half = stats.t_critical(alpha, stats.welch_df_of(sa * sa, len(la), sb * sb, len(lb))) * se
+    return p, diff - half, diff + half

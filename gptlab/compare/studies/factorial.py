@@ -1,0 +1,164 @@
+"""Factorial effects: a 2^k sweep (`gptlab-sweep NAME --factorial`, arms `base`, `a`, `a+b`, ...) as main effects and
+interactions on final val loss and on speed, fitted by statsmodels.
+
+Each factor is coded -1/2 (off) and +1/2 (on), so a main effect's coefficient is the mean change when the factor is
+turned on, averaged over the other factors' levels, and a two-way interaction's is how much one factor's effect
+changes when the other is on (the difference of differences). The full model `y ~ f1 * f2 * ... * fk` is fitted by
+OLS over every seed's run (the seeds are the only residual); intervals and p-values are the OLS t-tests, and the ANOVA
+table is statsmodels' anova_lm (type II). Speed is log tokens/s, so its effects are ratios (exp of the coefficient).
+
+The additivity line asks of the arm with every factor on: is its effect vs `base` the sum (loss) or the product
+(speed) of the single-factor arms' effects? It is the cell-means contrast all - sum(singles) + (k - 1)·base, tested
+by OLS t_test; "additive" when its interval contains 0. Speed figures taken under outside load are flagged, as in
+every speed column of gptlab-compare.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from gptlab.compare.reading.runs import Run
+from gptlab.compare.statistics.speed import loaded, run_speed
+from gptlab.compare.statistics.stats import ALPHA, median
+from gptlab.errors import ConfigError
+from gptlab.sweep.layout import BASE_ARM, cell_factors, read_sweep
+
+
+def sweep_factors(sweep_dir: Path) -> list[str]:
+    """The factor names a factorial sweep dir's sweep.yaml records ([] when it is not a factorial sweep)."""
+    recorded = read_sweep(sweep_dir, strict=False)
+    return recorded.factors if recorded else []
+
+
+def arm_levels(arm: str, factors: list[str]) -> dict[str, int]:
+    """{factor: 0/1} of an arm named `base` or by its factors joined with '+'."""
+    on = set(cell_factors(arm))
+    if on - set(factors):
+        raise ConfigError(
+            f"arm '{arm}': {sorted(on - set(factors))[0]} is not a factor of this sweep ({', '.join(factors)})"
+        )
+    return {f: int(f in on) for f in factors}
+
+
+def _table(runs: list[Run], factors: list[str]):
+    """One row per run: the factor codes (±1/2), arm, loss, log tokens/s and whether its speed was under load."""
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        arm = run.config.get("arm")
+        if not isinstance(arm, str):
+            raise ConfigError(f"{run.path}: no `arm` in its config; a factorial needs gptlab-sweep's arm names")
+        levels = arm_levels(arm, factors)
+        speed = run_speed(run, "tokens_per_s_median", "perf/tokens_per_s", median)
+        rows.append(
+            {
+                **{f"f{i}": levels[f] - 0.5 for i, f in enumerate(factors)},
+                "arm": arm,
+                "loss": float(run.summary["final_val_loss"]),
+                "log_speed": math.log(speed) if speed and speed > 0 else math.nan,
+                "loaded": loaded(run),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _check_design(df, factors: list[str]) -> None:
+    """Every one of the 2^k arms present, and at least one residual degree of freedom (some arm with 2+ seeds)."""
+    wanted = 2 ** len(factors)
+    missing = wanted - df["arm"].nunique()
+    if missing:
+        raise ConfigError(
+            f"factorial: {missing} of the {wanted} arms of {' x '.join(factors)} have no finished run; "
+            "effects need every combination"
+        )
+    if len(df) <= wanted:
+        raise ConfigError("factorial: one run per arm leaves no seed noise to test effects against; run 2+ seeds")
+
+
+def _term(name: str, factors: list[str]) -> str:
+    """statsmodels' `f0:f2` -> `gqa×mlp3`."""
+    return "×".join(factors[int(part[1:])] for part in name.split(":"))
+
+
+def _fit(df, column: str, factors: list[str], alpha: float) -> dict:
+    """Effects (coefficient, interval, p) and the ANOVA table of the full factorial model of one response."""
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+
+    data = df[df[column].notna()]
+    formula = f"{column} ~ " + " * ".join(f"f{i}" for i in range(len(factors)))
+    model = smf.ols(formula, data=data).fit()
+    ci = model.conf_int(alpha)
+    effects = [
+        {
+            "term": _term(name, factors),
+            "order": name.count(":") + 1,
+            "effect": float(model.params[name]),
+            "lo": float(ci.loc[name, 0]),
+            "hi": float(ci.loc[name, 1]),
+            "p": float(model.pvalues[name]),
+        }
+        for name in model.params.index
+        if name != "Intercept"
+    ]
+    effects.sort(key=lambda e: e["order"])  # main effects, then two-way interactions, ... (stable within an order)
+    table = anova_lm(model, typ=2)
+    anova = [
+        {"term": "residual" if name == "Residual" else _term(name, factors), "df": float(row["df"]),
+         "sum_sq": float(row["sum_sq"]), "F": _num(row["F"]), "p": _num(row["PR(>F)"])}
+        for name, row in table.iterrows()
+    ]  # fmt: skip
+    return {
+        "effects": effects,
+        "anova": anova,
+        "df_resid": int(model.df_resid),
+        "additivity": _additivity(data, column, factors, alpha),
+    }
+
+
+def _num(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _additivity(df, column: str, factors: list[str], alpha: float) -> dict:
+    """The combined arm's effect, the sum of the single-factor effects, and their difference with its interval."""
+    import statsmodels.formula.api as smf
+
+    model = smf.ols(f"{column} ~ C(arm) - 1", data=df).fit()
+    names = list(model.params.index)
+    everything = "+".join(factors)
+
+    def weights(arms: dict[str, float]) -> list[list[float]]:
+        return [[arms.get(n.removeprefix("C(arm)[").removesuffix("]"), 0.0) for n in names]]
+
+    def test(arms: dict[str, float]) -> list[float]:
+        result = model.t_test(weights(arms))
+        lo, hi = (float(v) for v in result.conf_int(alpha)[0])
+        return [float(result.effect[0]), lo, hi, float(result.pvalue)]
+
+    k = len(factors)
+    combined = test({everything: 1.0, BASE_ARM: -1.0})
+    parts = test({**{f: 1.0 for f in factors}, BASE_ARM: -float(k)})
+    difference = test({everything: 1.0, **{f: -1.0 for f in factors}, BASE_ARM: float(k - 1)})
+    return {
+        "combined": combined,
+        "sum_of_parts": parts,
+        "difference": difference,
+        "additive": difference[1] <= 0 <= difference[2],
+    }
+
+
+def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA) -> dict:
+    """The JSON-ready factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags."""
+    if not factors:
+        raise ConfigError("factorial: no factors (the sweep's sweep.yaml has no `factors:`)")
+    df = _table(runs, factors)
+    _check_design(df, factors)
+    doc = {"factors": factors, "alpha": alpha, "runs": len(df), "loss": _fit(df, "loss", factors, alpha)}
+    if df["log_speed"].notna().sum() > 2 ** len(factors):
+        doc["speed"] = _fit(df, "log_speed", factors, alpha)
+    loaded_arms = sorted(set(df.loc[df["loaded"], "arm"]))
+    doc["speed_under_load"] = loaded_arms
+    return doc

@@ -1,0 +1,402 @@
+"""Compare like with like: drop copied runs, refuse runs scored on different validation sets, line the runs up at one
+point (equal step, or equal tokens), and compute the per-group rows with their verdicts and power (the
+comparison.json contract)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
+
+from gptlab.compare.reading.align import Point, align
+from gptlab.compare.reading.claims import attach_claims
+from gptlab.compare.reading.group import Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs
+from gptlab.compare.reading.identical import identical_groups, mixed_fingerprints, shared
+from gptlab.compare.reading.identity import dedupe
+from gptlab.compare.reading.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_notes, check_like, value
+from gptlab.compare.reading.runs import Run
+from gptlab.compare.statistics import speed, stats, verdict
+from gptlab.compare.statistics.noise_floor import Floor, load_limit, mem_limit
+from gptlab.compare.statistics.power import POWER, Power, arm_power
+from gptlab.compare.statistics.stats import ALPHA
+from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
+from gptlab.compare.tables.evals import eval_rows
+from gptlab.compare.tables.machine import Peak, common_peak, machine_warnings, peak_warnings, run_mfu
+from gptlab.compare.tables.probes import probe_rows
+
+LOSS, SPEED = "val/loss", "tokens_per_s"  # what the main table's two verdicts compare
+
+
+@dataclass
+class Row:
+    """One group's line of the table; keys up to `flops_per_token` are the comparison.json contract."""
+
+    label: str
+    choices: dict[str, str]
+    n_seeds: int
+    val_loss_mean: float
+    val_loss_std: float | None
+    delta_val_loss: float
+    tokens_per_s: float | None
+    step_ms: float | None
+    mfu: float | None
+    peak_mem_bytes: int | None
+    speedup: float | None
+    params: int | None
+    flops_per_token: float | None
+    val_acc_mean: float | None = None
+    differs: dict[str, str] = field(default_factory=dict)
+    seeds: list[Any] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    claimed: dict[str, float] | None = None
+    # Speed with its noise: mean ± std over seeds of each run's median; the verdicts on val loss and speed.
+    tokens_per_s_std: float | None = None
+    step_ms_std: float | None = None
+    tokens_per_s_seeds: list[float] = field(default_factory=list)
+    loss: Verdict = field(default_factory=lambda: Verdict(LOSS, Status.NOT_MEASURED))
+    speed: Verdict = field(default_factory=lambda: Verdict(SPEED, Status.NOT_MEASURED, ratio=True))
+    outside_load: float | None = None
+    under_load: bool = False
+    model_fingerprint: str | None = None
+    identical_to: list[str] = field(default_factory=list)
+    # Like with like: the step this group is compared at (arms differ only when compared at equal tokens), the
+    # budget, and the power vs the baseline.
+    at_step: int = 0
+    budget: dict[str, str] = field(default_factory=dict)
+    power: Power | None = None
+    # Peak memory's (max - min) / min over seeds; `mem_varies` when above the measurement's own spread (the noise
+    # floor's, else noise_floor.MEM_SPREAD_DEFAULT).
+    peak_mem_spread: float | None = None
+    mem_varies: bool = False
+    # What the table and the tokens/s plot show (one statistic beside the geometric-mean speed-up): the geometric
+    # mean over seeds and the geometric sd factor (×/÷).
+    tokens_per_s_gmean: float | None = None
+    tokens_per_s_gsd: float | None = None
+    step_ms_gmean: float | None = None
+    step_ms_gsd: float | None = None
+
+    @property
+    def significant(self) -> bool | None:
+        """Whether Δ val loss is beyond seed noise (None: 1 seed on a side, no test)."""
+        return None if self.loss.status in (Status.NO_TEST, Status.NOT_MEASURED) else self.loss.decided
+
+    @property
+    def p_value(self) -> float | None:
+        return 1.0 if self.loss.status is Status.BASELINE else self.loss.p
+
+    @property
+    def delta_ci(self) -> list[float] | None:
+        """The 95% Welch interval of delta_val_loss (None with 1 seed on a side)."""
+        return list(self.loss.interval) if self.loss.interval else None
+
+    @property
+    def speedup_ci(self) -> list[float] | None:
+        return list(self.speed.interval) if self.speed.interval else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The row of comparison.json: its fields, the two verdicts as values and their figures."""
+        doc = asdict(self)
+        doc.update(loss=self.loss.to_json(), speed=self.speed.to_json(), significant=self.significant)
+        doc.update(p_value=self.p_value, delta_ci=self.delta_ci, speedup_ci=self.speedup_ci, speedup_p=self.speed.p)
+        return doc
+
+
+@dataclass
+class Comparison:
+    """Everything the reports need: the step (the baseline's), the baseline label, rows (baseline first), warnings,
+    the point every run is compared at, the one MFU peak, notes (arm differences in budget) and, for one part of
+    --split-by, its key values."""
+
+    step: int
+    baseline: str
+    rows: list[Row]
+    groups: list[Group]
+    warnings: list[str]
+    targets: list[Any] = field(default_factory=list)  # target.TargetResult per --target / --threshold
+    thresholds: list[Any] = field(default_factory=list)  # threshold.Threshold per --threshold
+    decode: list[Any] = field(default_factory=list)  # decode.DecodeRow per group and point, when runs have decode.json
+    point: Point | None = None
+    peak: Peak | None = None
+    notes: list[str] = field(default_factory=list)
+    split: dict[str, str] = field(default_factory=dict)
+    validation_set: dict[str, str] = field(default_factory=dict)
+    compute: Any = None  # compute.EqualCompute: val loss at equal FLOPs and wall time, the matched arms
+    probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
+    evals: list[Any] = field(default_factory=list)  # evals.EvalRow per eval.json metric (gptlab-eval)
+    # The machine's measured noise floor used for speed verdicts (None: the default heuristic), the report's line
+    # on it, and the outside load above which a run's speed is 'under load'.
+    noise_floor: Floor | None = None
+    floor_note: str = ""
+    load_limit: float = speed.OUTSIDE_LOAD_LIMIT
+
+    def at(self) -> str:
+        """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
+        return self.point.describe() if self.point else f"step {self.step}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The comparison.json document (`targets`/`thresholds` only when asked for)."""
+        doc = {
+            "step": self.step,
+            "compared_at": {"by": self.point.by, "value": self.point.value} if self.point else None,
+            "baseline": self.baseline,
+            "alpha": ALPHA,
+            "power": POWER,
+            "validation_set": self.validation_set,
+            "peak_flops": self.peak.flops if self.peak else None,
+            "peak_flops_source": self.peak.source if self.peak else None,
+            "rows": [r.to_json() for r in self.rows],
+            "warnings": self.warnings,
+            "notes": self.notes,
+            "noise_floor": {
+                "measured": asdict(self.noise_floor) if self.noise_floor else None,
+                "load_limit": self.load_limit,
+                "note": self.floor_note,
+            },
+        }
+        if self.split:
+            doc["split"] = self.split
+        if self.compute is not None:
+            doc["equal_compute"] = self.compute.to_json()
+        doc.update(
+            {k: [x.to_json() for x in v] for k, v in (("targets", self.targets), ("thresholds", self.thresholds)) if v}
+        )
+        if self.probes:
+            from gptlab.compare.tables.probes import to_json as probes_json
+
+            doc["probes"] = probes_json(self.probes)
+        if self.evals:
+            from gptlab.compare.tables.evals import to_json as evals_json
+
+            doc["evals"] = evals_json(self.evals)
+        if self.decode:
+            from gptlab.compare.tables.decode import to_json
+
+            doc["decode"] = to_json(self.decode)
+        return doc
+
+
+def _budget_end(run: Run) -> bool:
+    """True when the run's last eval is at its own train.max_steps (it finished a shorter budget, not early)."""
+    steps = value(run, "train.max_steps")
+    return steps != UNSET and str(run.val_steps()[-1]) == steps
+
+
+def stop_warnings(runs: list[Run], point: Point) -> list[str]:
+    """One line per run that crashed, is unfinished or stopped before the others (a finished run of a shorter
+    budget is an arm difference, named by like.arm_notes instead)."""
+    reach = max(r.val_steps()[-1] for r in runs)
+    out = []
+    for run in runs:
+        last = run.val_steps()[-1]
+        if run.status == "finished" and _budget_end(run):
+            continue
+        if run.status != "finished":
+            out.append(
+                f"warning: {run.path}: status {run.status}, last val/loss at step {last} "
+                f"(others reach {reach}); compared at {point.describe()}"
+            )
+        elif last < reach:
+            out.append(
+                f"warning: {run.path}: stopped early, last val/loss at step {last} (others reach {reach}); "
+                f"compared at {point.describe()}"
+            )
+    return out
+
+
+def _first(runs: list[Run], key: str) -> Any:
+    return next((r.summary[key] for r in runs if r.summary.get(key) is not None), None)
+
+
+def _mem_spread(peaks: list[float | None]) -> float | None:
+    """(max - min) / min of the seeds' peak memory; None with fewer than 2 measured."""
+    values = [float(p) for p in peaks if p is not None and p > 0]
+    return (max(values) - min(values)) / min(values) if len(values) > 1 else None
+
+
+def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
+    runs = g.runs
+    losses = [float(r.by_step[point.step_of(r)]["val/loss"]) for r in runs]
+    evals = [r.by_step[point.step_of(r)] for r in runs]
+    accs = [float(e["val/acc"]) for e in evals if e.get("val/acc") is not None]
+    peaks = [speed.run_speed(r, "peak_mem_bytes", "mem/peak_bytes", max) for r in runs]
+    tps = speed.per_run(runs, "tokens_per_s_median", "perf/tokens_per_s")
+    ms = speed.per_run(runs, "step_ms_median", "perf/step_ms")
+    (tps_mean, tps_std), (ms_mean, ms_std) = speed.spread(tps), speed.spread(ms)
+    (tps_g, tps_gsd), (ms_g, ms_gsd) = speed.geometric(tps), speed.geometric(ms)
+    load = speed.outside_load(runs)
+    spread = _mem_spread(peaks)
+    return Row(
+        label=g.label,
+        choices=dict(runs[0].choices),
+        n_seeds=len(runs),
+        val_loss_mean=stats.mean(losses),
+        val_loss_std=stats.std(losses),
+        delta_val_loss=0.0,
+        tokens_per_s=tps_mean,
+        step_ms=ms_mean,
+        mfu=stats.median(cast(list[float], [run_mfu(r, peak) for r in runs])),
+        peak_mem_bytes=max((int(p) for p in peaks if p is not None), default=None),
+        speedup=None,
+        params=_first(runs, "params"),
+        flops_per_token=_first(runs, "flops_per_token"),
+        val_acc_mean=stats.mean(accs) if accs else None,
+        seeds=[r.config.get("seed") for r in runs],
+        val_losses=losses,
+        runs=[str(r.path) for r in runs],
+        tokens_per_s_std=tps_std,
+        step_ms_std=ms_std,
+        tokens_per_s_seeds=tps,
+        outside_load=load,
+        under_load=load is not None and load > load_limit(floor),
+        model_fingerprint=shared(g, "model_fingerprint"),
+        at_step=point.step_of(runs[0]),
+        budget={k: value(runs[0], k) for k in BUDGET_KEYS},
+        peak_mem_spread=spread,
+        mem_varies=spread is not None and spread > mem_limit(floor),
+        tokens_per_s_gmean=tps_g,
+        tokens_per_s_gsd=tps_gsd,
+        step_ms_gmean=ms_g,
+        step_ms_gsd=ms_gsd,
+    )
+
+
+def _speed_versus(row: Row, base: Row, floor: Floor | None = None) -> None:
+    """Speed-up of row over the baseline with its verdict (against the machine's noise floor when one is given);
+    identical models are noise by definition."""
+    if row is base:
+        row.speedup = 1.0 if row.tokens_per_s else None
+        row.speed = verdict.baseline(SPEED, ratio=True)
+        return
+    row.speed = verdict.ratio(
+        SPEED,
+        row.tokens_per_s_seeds,
+        base.tokens_per_s_seeds,
+        ALPHA,
+        identical=base.label in row.identical_to,
+        floor_sd=floor.speed_sd if floor else None,
+        floor_ratio=floor.max_speedup if floor else None,
+    )
+    row.speedup = row.speed.effect
+    if row.under_load or base.under_load:
+        row.speed = row.speed.with_caveat(Caveat.UNDER_LOAD)
+
+
+def _versus(row: Row, base: Row, floor: Floor | None = None) -> None:
+    """Fill delta, the val-loss verdict and the speed-up of row against the baseline row."""
+    row.delta_val_loss = row.val_loss_mean - base.val_loss_mean
+    _speed_versus(row, base, floor)
+    if row is base:
+        row.loss = verdict.baseline(LOSS)
+        return
+    identical = base.label in row.identical_to  # the same experiment twice: any gap is seed or load noise
+    row.loss = verdict.difference(LOSS, row.val_losses, base.val_losses, ALPHA, identical)
+    row.power = arm_power(
+        row.val_losses,
+        base.val_losses,
+        row.tokens_per_s_seeds,
+        base.tokens_per_s_seeds,
+        loss_decided=row.loss.decided,
+        speed_decided=row.speed.decided,
+        identical=identical,
+        speed_sd_floor=floor.speed_sd if floor else 0.0,
+        speed_min_ratio=floor.max_speedup if floor else 1.0,
+    )
+    row.loss = row.loss.with_mde(row.power.mde_val_loss)
+    row.speed = row.speed.with_mde(row.power.mde_speedup)
+
+
+def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[str]:
+    """One line per identical pair, per group with mixed fingerprints, per group timed under outside load (above
+    `limit`) and per group whose peak memory varies between seeds."""
+    out = [
+        f"warning: '{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) "
+        "and differ only in model config: every difference between them is noise"
+        for i, a in enumerate(rows)
+        for b in rows[i + 1 :]
+        if b.label in a.identical_to
+    ]
+    out += [
+        f"warning: '{g.label}': its runs recorded different model fingerprints (code changed between seeds?)"
+        for g in groups
+        if mixed_fingerprints(g)
+    ]
+    out += [
+        f"warning: '{row.label}': speed taken under outside load (other processes used up to "
+        f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * limit:.0f}%)"
+        for row in rows
+        if row.under_load
+    ]
+    out += [
+        f"warning: '{row.label}': peak memory varies by {100 * cast(float, row.peak_mem_spread):.1f}% between its "
+        f"seeds, more than the measurement's own spread; the table shows the largest"
+        for row in rows
+        if row.mem_varies
+    ]
+    return out
+
+
+def compare(
+    runs: list[Run],
+    baseline: str | None = None,
+    step: int | None = None,
+    claims: dict[str, dict[str, float]] | None = None,
+    peak_flops: float | None = None,
+    floor: Floor | None = None,
+    floor_note: str = "",
+) -> Comparison:
+    """Compare like with like: count copied runs once, refuse runs of different tasks or validation sets
+    (ConfigError), choose the baseline and the point (equal step, or equal tokens), and compute one row per group
+    (baseline first) with MFU against one machine peak (`peak_flops`, else the one most runs recorded); speed
+    verdicts and the load limit from the machine's measured noise `floor` when given (noise_floor.lookup)."""
+    runs, copies = dedupe(runs)
+    check_same_task(runs)
+    unchecked = check_like(runs)
+    point, unequal = align(runs, step)
+    groups = group_runs(runs)
+    base = find_baseline(groups, baseline)
+    assign_labels(groups, base)
+    ordered = [base] + [g for g in groups if g is not base]
+    peak = common_peak(runs, peak_flops)
+    rows = [_row(g, point, peak, floor) for g in ordered]
+    twins = identical_groups(ordered)
+    for g, row in zip(ordered, rows):
+        row.differs = dict(diff_items(g, base)) if g is not base else {}
+        row.identical_to = [h.label for h in twins.get(id(g), [])]
+    for row in rows:
+        _versus(row, rows[0], floor)
+    if claims:
+        attach_claims(rows, ordered, claims)
+    warnings = copies + unchecked + unequal + stop_warnings(runs, point)
+    warnings += identity_warnings(rows, ordered, load_limit(floor))
+    warnings += peak_warnings(runs, peak) + machine_warnings(runs)
+    notes = arm_notes(ordered, base)
+    if point.by == "tokens":
+        steps = ", ".join(f"'{r.label}' step {r.at_step}" for r in rows)
+        notes.append(
+            f"note: compared at equal tokens, {point.value:,}, since the arms differ in tokens per step ({steps})"
+        )
+    cmp = Comparison(point.step_of(base.runs[0]), base.label, rows, ordered, warnings, point=point, peak=peak)
+    cmp.notes = notes
+    cmp.noise_floor, cmp.floor_note, cmp.load_limit = floor, floor_note, load_limit(floor)
+    # check_like made every recorded value equal: the first run that recorded each key speaks for all
+    cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
+    cmp.probes, probe_warnings = probe_rows(ordered, [r.label for r in rows], point)
+    cmp.warnings += probe_warnings
+    cmp.evals, eval_warnings = eval_rows(ordered, [r.label for r in rows])
+    cmp.warnings += eval_warnings
+    return cmp
+
+
+def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: list, key: str | None) -> None:
+    """Steps-to-target rows for each --target and --threshold target (once each), then each threshold's answer."""
+    from gptlab.compare.tables.target import check_metric, steps_to_target
+    from gptlab.compare.tables.threshold import threshold
+
+    for flag, wanted in (("--target", targets), ("--threshold", thresholds)):
+        for t in wanted:
+            check_metric(t, runs, flag)
+    results: dict = {}
+    for t in [*targets, *thresholds]:
+        results.setdefault(t, steps_to_target(cmp.groups, t, cmp.load_limit))
+    cmp.targets = list(results.values())
+    cmp.thresholds = [threshold(cmp.groups, results[t], key) for t in thresholds]

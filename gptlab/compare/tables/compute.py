@@ -1,0 +1,158 @@
+"""Equal compute: val loss at equal training FLOPs and at equal wall time, and what each matched arm re-solved.
+
+Equal steps stay the comparison's contract; this is the cost view beside it. Every eval row of metrics.jsonl carries
+`flops`, the cumulative training FLOPs (tokens × the cost model's training FLOPs per token, the MFU numerator); a run
+written before that column has it rebuilt from its summary's `flops_per_token` × the row's `tokens`, and is "not
+available" without them. Each run's val loss is interpolated linearly between its eval points (step 0 at x = 0: no
+FLOPs, no training time yet) at the largest x every compared run reached, and each arm is held against the baseline
+there with a 95% Welch interval over seeds (scipy, gptlab.compare.statistics.stats). The wall-time verdict depends on speed, so
+it carries the table's under-load flag (the arm's or the baseline's row); an identical model is noise on both axes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gptlab.compare.reading.runs import Run
+from gptlab.compare.statistics import stats, verdict
+from gptlab.compare.statistics.stats import ALPHA
+from gptlab.compare.statistics.verdict import Caveat, Verdict
+from gptlab.compare.tables.analysis import Comparison
+
+AXES = {"flops": "training FLOPs", "wall_s": "wall time"}
+
+
+def fill_flops(run: Run) -> str | None:
+    """Give an older run's eval rows `flops` (= tokens × summary flops_per_token); the reason when it cannot."""
+    evals = [run.by_step[s] for s in run.val_steps()]
+    if all(rec.get("flops") is not None for rec in evals):
+        return None
+    per_token = run.summary.get("flops_per_token")
+    if not isinstance(per_token, (int, float)) or isinstance(per_token, bool) or not per_token > 0:
+        return f"{run.path}: no flops column and no flops_per_token in summary.json"
+    for step, rec in zip(run.val_steps(), evals):
+        tokens = 0 if step == 0 else rec.get("tokens")
+        if tokens is None:
+            return f"{run.path}: eval rows without tokens (step {step})"
+        rec.setdefault("flops", float(tokens) * float(per_token))
+    return None
+
+
+def curve(run: Run, axis: str) -> tuple[list[float], list[float]] | None:
+    """(x, val loss) at the run's eval points, x increasing; step 0 at x = 0; None when an eval lacks x."""
+    xs, ys = [], []
+    for step in run.val_steps():
+        rec = run.by_step[step]
+        x = 0.0 if step == 0 else rec.get(axis)
+        if x is None or not math.isfinite(float(x)):
+            return None
+        xs.append(float(x))
+        ys.append(float(rec["val/loss"]))
+    if not xs or any(b < a for a, b in zip(xs, xs[1:])):
+        return None
+    return xs, ys
+
+
+def loss_at(xs: list[float], ys: list[float], x: float) -> float:
+    """Val loss at x, linear between the two eval points around it (x within [xs[0], xs[-1]], never extrapolated)."""
+    if not xs[0] <= x <= xs[-1]:
+        raise ValueError(f"x={x} outside the run's evals [{xs[0]}, {xs[-1]}]")
+    return float(np.interp(x, xs, ys))
+
+
+@dataclass
+class ArmAt:
+    """One group at the common x: its seeds' interpolated losses, Δ vs the baseline with a 95% Welch CI, verdict."""
+
+    label: str
+    losses: list[float]
+    mean: float
+    delta: float
+    verdict: Verdict
+    under_load: bool = False
+
+    @property
+    def ci(self) -> list[float] | None:
+        """The 95% Welch interval of delta (None with 1 seed on a side, and for the baseline)."""
+        return list(self.verdict.interval) if self.verdict.interval else None
+
+
+@dataclass
+class AxisResult:
+    """Val loss at equal `axis` (flops or wall_s): the common x and one ArmAt per group (baseline first); or why not."""
+
+    axis: str
+    x: float | None
+    arms: list[ArmAt] = field(default_factory=list)
+    missing: str | None = None
+
+
+def at_equal(cmp: Comparison, axis: str) -> AxisResult:
+    """Every group's val loss at the largest `axis` value every run reached, against the baseline's."""
+    curves = [[(run, curve(run, axis)) for run in g.runs] for g in cmp.groups]
+    lacking = [str(run.path) for per in curves for run, c in per if c is None]
+    if lacking:
+        return AxisResult(axis, None, missing=f"not available: no {axis} at every eval in {lacking[0]}")
+    x = min(c[0][-1] for per in curves for _, c in per if c is not None)
+    if not x > 0:
+        return AxisResult(axis, None, missing=f"not available: a run has no {AXES[axis]} past its first eval")
+    result = AxisResult(axis, x)
+    base = [loss_at(*c, x) for _, c in curves[0] if c is not None]
+    for g, row, per in zip(cmp.groups, cmp.rows, curves):
+        losses = [loss_at(*c, x) for _, c in per if c is not None]
+        loaded = axis == "wall_s" and (row.under_load or cmp.rows[0].under_load)  # the table's own flags
+        if g is cmp.groups[0]:
+            found = verdict.baseline(f"val/loss@{axis}")
+        else:
+            identical = cmp.rows[0].label in row.identical_to
+            found = verdict.difference(f"val/loss@{axis}", losses, base, ALPHA, identical)
+        if loaded:
+            found = found.with_caveat(Caveat.UNDER_LOAD)
+        delta = stats.mean(losses) - stats.mean(base)
+        result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, found, loaded))
+    return result
+
+
+@dataclass
+class EqualCompute:
+    """Both equal-compute views and the matched arms' records (label -> summary.json `match`)."""
+
+    axes: list[AxisResult]
+    matched: dict[str, dict] = field(default_factory=dict)
+    rebuilt: list[str] = field(default_factory=list)  # runs whose flops column came from flops_per_token × tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alpha": ALPHA,
+            "axes": [
+                {**asdict(a), "arms": [{**asdict(arm), "verdict": arm.verdict.to_json()} for arm in a.arms]}
+                for a in self.axes
+            ],
+            "matched": self.matched,
+            "flops_rebuilt_from_summary": self.rebuilt,
+        }
+
+
+def equal_compute(cmp: Comparison) -> EqualCompute:
+    """The equal-FLOPs and equal-wall-time verdicts of a comparison (older runs get their flops column rebuilt)."""
+    rebuilt, why = [], []
+    for g in cmp.groups:
+        for run in g.runs:
+            had = all(run.by_step[s].get("flops") is not None for s in run.val_steps())
+            reason = fill_flops(run)
+            why += [reason] if reason else []
+            if not had and not reason:
+                rebuilt.append(str(run.path))
+    axes = [at_equal(cmp, axis) for axis in AXES]
+    if why:
+        axes[0] = AxisResult("flops", None, missing=f"not available: {why[0]}")
+    matched = {
+        g.label: rec
+        for g in cmp.groups
+        if isinstance(rec := next((r.summary.get("match") for r in g.runs if r.summary.get("match")), None), dict)
+    }
+    return EqualCompute(axes, matched, rebuilt)
