@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from gptlab.compare import decode, modes, wandb_log
-from gptlab.compare.analysis import Comparison
+from gptlab.compare import modes
+from gptlab.compare.render import decode, wandb_log
+from gptlab.compare.tables.analysis import Comparison
 from gptlab.errors import ConfigError
 from gptlab.util.extras import require
 from gptlab.util.io import atomic_write_text, strict_json
@@ -244,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_tables(found: modes.Tables, args: argparse.Namespace) -> None:
     """Print each part's table (and decode, factorial), write its reports, log W&B; then the files written."""
-    from gptlab.compare import factorial
-    from gptlab.compare.report import print_table
+    from gptlab.compare.render import factorial
+    from gptlab.compare.render.report import print_table
 
     for line in found.warnings + found.left_out:
         print(line, file=sys.stderr)

@@ -36,8 +36,8 @@ from gptlab.sweep.status import format_status, status_of
 
 def one_experiment(keys: list[str]) -> bool:
     """Arms that build one model and differ only in these config keys are one experiment (compare's rule)."""
-    from gptlab.compare.group import is_bookkeeping
-    from gptlab.compare.identical import model_only
+    from gptlab.compare.reading.group import is_bookkeeping
+    from gptlab.compare.reading.identical import model_only
 
     return model_only(k for k in keys if not is_bookkeeping(k))  # e.g. arm
 
@@ -111,7 +111,7 @@ def _launch(sweep: Sweep, todo: Pending, args) -> list[str]:
 
 def _measure_floor(name: str, sweep_dir: Path) -> None:
     """An A/A sweep's end: its noise floor into the sweep dir and, measured on a quiet machine, the user cache."""
-    from gptlab.compare.noise_floor import cache_dir, measure_sweep
+    from gptlab.compare.statistics.noise_floor import cache_dir, measure_sweep
 
     try:
         lines = measure_sweep(sweep_dir, cache_dir())
