@@ -1,5 +1,5 @@
 """Frozen comparison scenarios: each writes a fixed set of synthetic run or sweep dirs and returns the
-gptlab-compare arguments that report on them. The golden test (tests/test_compare_golden.py) keeps every report
+gptlab-compare arguments that report on them. The golden test (tests/compare/test_compare_golden.py) keeps every report
 (terminal, Markdown, JSON, HTML text) identical across refactors of gptlab/compare/; no randomness anywhere."""
 
 from __future__ import annotations

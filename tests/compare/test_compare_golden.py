@@ -1,5 +1,5 @@
 """Golden reports: every frozen scenario (tests/helpers/golden.py) gives, byte for byte, the terminal output,
-comparison.md, the JSON documents and the HTML text stored under tests/golden/compare/<scenario>/.
+comparison.md, the JSON documents and the HTML text stored under tests/compare/golden/<scenario>/.
 
 A change of wording made on purpose is regenerated with GPTLAB_GOLDEN_UPDATE=1 and shows in the diff; anything
 else that moves a report fails here. Floats in JSON are compared to 10 significant digits (the last bits of
@@ -18,7 +18,7 @@ import pytest
 from gptlab.cli.compare import main
 from helpers import golden
 
-GOLDEN = Path(__file__).parent / "golden" / "compare"
+GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("GPTLAB_GOLDEN_UPDATE") == "1"
 PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
 

@@ -15,7 +15,7 @@ from helpers.cli import cli_env, run_cli
 from helpers.compare import write_sweep
 from helpers.train import FAST
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def curve(

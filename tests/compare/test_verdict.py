@@ -17,7 +17,7 @@ from scipy import stats as sps
 from gptlab.compare.render import words
 from gptlab.compare.statistics.verdict import Caveat, Status, Verdict, baseline, difference, from_json, ratio
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Words only compare/render/words.py may produce; compared against anywhere else, a rewording would change a decision.
 VERDICT_WORDS = (
     "faster", "slower", "within noise", "significant", "under outside load", "lower val loss",
