@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import traceback
 from pathlib import Path
 
@@ -212,9 +213,12 @@ def _train_and_summarise(
     """The loop, then the summary every sink receives; the sinks are closed whatever happens."""
     model, ctx, data = run.model, run.ctx, run.data
     status = "failed"
+    started_at = time.time()  # wall clock (epoch s) of this process's training: compare checks run order against arms
     try:
         summary = train(run, sinks, progress, resumed=start.kind == "resume", stop=stop)
         summary |= {
+            "started_at": started_at,
+            "ended_at": time.time(),
             "params": model.num_params(),
             "params_non_embedding": model.num_params(non_embedding=True),
             "flops_per_token": ctx.flops_per_token,

@@ -113,7 +113,8 @@ def test_real_runs_write_the_flops_column_and_compare_reports_equal_compute(tmp_
     flops, wall = doc["axes"]
     ends = [s["tokens"] * s["flops_per_token"] for s in (base, arm)]
     assert flops["x"] == pytest.approx(min(ends))  # the most training FLOPs both runs reached
-    assert wall["x"] is not None and wall["arms"][1]["verdict"].startswith("n/a: 1 seed")
+    assert wall["x"] is not None and wall["arms"][1]["verdict"]["status"] == "no_test"  # words: "n/a: 1 seed"
+    assert wall["arms"][1]["verdict"]["seeds"] == [1, 1]
     assert [m["residual"] for m in doc["matched"].values()] == [arm["match"]["residual"]]  # the mqa arm only
     assert (out / "val_loss_vs_flops.png").is_file()
     md = (out / "comparison.md").read_text()

@@ -25,6 +25,7 @@ from gptlab.compare.reading.runs import Run  # noqa: E402
 from gptlab.compare.render.layers import layer_figures  # noqa: E402
 from gptlab.compare.render.report import BAND, BARS, GEO_BARS, LOADED, loaded_label  # noqa: E402
 from gptlab.compare.statistics import speed, stats  # noqa: E402
+from gptlab.compare.statistics.verdict import Caveat  # noqa: E402
 from gptlab.compare.tables import curves
 from gptlab.compare.tables.analysis import Comparison  # noqa: E402
 
@@ -160,6 +161,8 @@ def _loss_figure(cmp: Comparison, key: str):
     ax.set_xlabel(f"{name} ({unit}){where}" if unit else name)
     ax.set_ylabel("val loss")
     ax.set_title(f"val loss vs {name}: mean over seeds, band = {BAND}")
+    if timed and _confounded(cmp):
+        fig.suptitle(CONFOUNDED_NOTE, color="firebrick", fontsize=9)
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Patch(color="grey", alpha=0.3, label=f"band: {BAND}"))
@@ -263,9 +266,21 @@ def _speed_figure(cmp: Comparison):
     values = [[v for v, _ in p] for p in points]
     loaded = [[hot for _, hot in p] for p in points]
     labels = [r.label for r in cmp.rows]
-    return _bar_figure(
+    fig = _bar_figure(
         labels, values, "tokens/s", "tokens/s", EngFormatter(sep=""), loaded, loaded_label(cmp.load_limit), True
     )
+    if _confounded(cmp):
+        fig.suptitle(CONFOUNDED_NOTE, color="firebrick", fontsize=9)
+        fig.tight_layout()
+    return fig
+
+
+# What a speed-dependent plot says when the table's speed verdicts carry the run-order confound
+CONFOUNDED_NOTE = "speed confounded with run order (see the report's warning): no speed-up here is a finding"
+
+
+def _confounded(cmp: Comparison) -> bool:
+    return any(Caveat.CONFOUNDED in row.speed.caveats for row in cmp.rows)
 
 
 def _train_figure(cmp: Comparison):

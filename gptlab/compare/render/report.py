@@ -43,6 +43,11 @@ FLAGS = {
         f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores (or, with a measured noise "
         "floor, more than its A/A saw plus 5 points) while it trained: its speed figures are not to be trusted",
     ),
+    "order": (
+        "confounded",
+        "the arms ran one after another, or arm explains when the runs trained or the load they saw: the speed-up "
+        "may be the run order's, not the arm's",
+    ),
     "mem": (
         "peak mem varies",
         "peak memory differs between seeds of one config by more than the measurement's own spread (the noise "
@@ -54,6 +59,7 @@ FLAG_COLUMNS = {
     "identical": ("Δ val loss vs baseline", "identical model"),
     "noise": ("speed-up (95% CI)",),
     "load": ("tokens/s", "step ms"),
+    "order": ("speed-up (95% CI)",),
     "mem": ("peak mem",),
 }
 HEADERS = [
@@ -127,6 +133,7 @@ def row_flags(row: Row) -> list[str]:
         "identical": bool(row.identical_to),
         "noise": row.speed.status in (Status.WITHIN_NOISE, Status.BELOW_FLOOR, Status.IDENTICAL),
         "load": row.under_load,
+        "order": Caveat.CONFOUNDED in row.speed.caveats,
         "mem": row.mem_varies,
     }
     return [k for k in FLAGS if found[k]]
@@ -166,6 +173,8 @@ def _speed_clause(row: Row) -> str:
     if row.speedup is None:
         return "speed not measured"
     loaded = " (under outside load: not to be trusted)" if Caveat.UNDER_LOAD in row.speed.caveats else ""
+    if Caveat.CONFOUNDED in row.speed.caveats:  # never a headline: the order may have made it
+        return f"speed confounded with run order ({row.speedup:.2f}× measured, not a finding){loaded}"
     if row.speedup_ci is None:
         return f"{row.speedup:.2f}× (1 seed on a side: no speed verdict){loaded}"
     ci = f"[{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gptlab.compare.statistics.verdict import Caveat, Status, Trend, Verdict
 
 UNDER_LOAD = "under outside load"
+CONFOUNDED = "confounded with run order"
 IDENTICAL = "within noise (identical model)"
 
 
@@ -26,8 +27,11 @@ def _undecided(v: Verdict) -> str | None:
 
 
 def _loaded(v: Verdict, text: str) -> str:
-    shown = v.status not in (Status.BASELINE, Status.NOT_MEASURED)
-    return f"{text}, {UNDER_LOAD}" if shown and Caveat.UNDER_LOAD in v.caveats else text
+    """The verdict's word with its caveats about how the speed was taken (load, run order)."""
+    if v.status in (Status.BASELINE, Status.NOT_MEASURED):
+        return text
+    said = {Caveat.UNDER_LOAD: UNDER_LOAD, Caveat.CONFOUNDED: CONFOUNDED}
+    return ", ".join([text, *(said[c] for c in said if c in v.caveats)])
 
 
 def speed(v: Verdict, caveats: bool = True) -> str:

@@ -34,6 +34,7 @@ class Caveat(str, Enum):
     """Why a verdict should be read with care (the str value is the JSON spelling)."""
 
     UNDER_LOAD = "under_load"  # speed taken while other processes used the machine
+    CONFOUNDED = "confounded"  # arm is confounded with run order or load (compare/statistics/order.py)
     OPTIMISTIC = "optimistic"  # lr picked on the same seeds it is reported on
 
 

@@ -16,6 +16,7 @@ from gptlab.compare.reading.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_no
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics import speed, stats, verdict
 from gptlab.compare.statistics.noise_floor import Floor, load_limit, mem_limit
+from gptlab.compare.statistics.order import confounded
 from gptlab.compare.statistics.power import POWER, Power, arm_power
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
@@ -364,10 +365,19 @@ def compare(
         row.identical_to = [h.label for h in twins.get(id(g), [])]
     for row in rows:
         _versus(row, rows[0], floor)
+    order_why = confounded([g.runs for g in ordered])
+    if order_why:
+        for row in rows[1:]:
+            row.speed = row.speed.with_caveat(Caveat.CONFOUNDED)
     if claims:
         attach_claims(rows, ordered, claims)
     warnings = copies + unchecked + unequal + stop_warnings(runs, point)
     warnings += identity_warnings(rows, ordered, load_limit(floor))
+    if order_why:
+        warnings.append(
+            f"warning: speed is confounded with run order: {order_why}; no speed-up here is a finding (gptlab-sweep "
+            "launches arms interleaved; rerun the runs that way)"
+        )
     warnings += peak_warnings(runs, peak) + machine_warnings(runs)
     notes = arm_notes(ordered, base)
     if point.by == "tokens":

@@ -112,6 +112,8 @@ def at_equal(cmp: Comparison, axis: str) -> AxisResult:
             found = verdict.difference(f"val/loss@{axis}", losses, base, ALPHA, identical)
         if loaded:
             found = found.with_caveat(Caveat.UNDER_LOAD)
+        if axis == "wall_s" and Caveat.CONFOUNDED in row.speed.caveats:  # wall time is speed: the same confound
+            found = found.with_caveat(Caveat.CONFOUNDED)
         delta = stats.mean(losses) - stats.mean(base)
         result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, found, loaded))
     return result

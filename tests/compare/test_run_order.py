@@ -1,0 +1,100 @@
+"""Arm confounded with run order: an arm-major sweep under a load that falls while it runs makes a "speed-up" out of
+the order; compare names the confound, never headlines the speed-up, and an interleaved launch of the same runs
+passes (gptlab/compare/statistics/order.py, gptlab/sweep/plan.py `interleave`)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from gptlab.cli.compare import main
+from gptlab.compare.reading.runs import load_run
+from gptlab.compare.statistics.order import confounded
+from gptlab.sweep.plan import PlannedRun, interleave
+from helpers.compare import write_run
+
+ARMS = ("mha", "mqa")
+
+
+def _sweep(tmp_path, starts: dict[tuple[str, int], float], loads: dict | None = None):
+    """2 arms x 3 seeds of one model config; a run's speed falls with the machine's load at its start time: the
+    later it trained, the faster (load falling over the sweep), whatever its arm."""
+    root = tmp_path / "sweep"
+    for (arm, seed), t in starts.items():
+        run = write_run(
+            root / arm / f"seed{seed}", seed=seed, choices={"attention": arm}, tokens_per_s=1000.0 + 100.0 * t,
+            outside_load=(loads or {}).get((arm, seed), 0.02), data_fingerprint="d",
+        )  # fmt: skip
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "started_at": 1.8e9 + 60.0 * t}))
+    return root
+
+
+def _compare(root, tmp_path, capsys):
+    code = main([str(root), "--out", str(tmp_path / "out"), "--no-wandb", "--noise-floor", "none"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads((tmp_path / "out" / "comparison.json").read_text()), captured
+
+
+def test_an_arm_major_sweep_gets_no_speed_headline(tmp_path, capsys):
+    arm_major = {(arm, s): float(i * 3 + s) for i, arm in enumerate(ARMS) for s in range(3)}
+    doc, captured = _compare(_sweep(tmp_path, arm_major), tmp_path, capsys)
+    mqa = doc["rows"][1]
+    assert mqa["speed"]["status"] == "decided" and mqa["speed"]["effect"] > 1.2  # the order made a "speed-up"
+    assert mqa["speed"]["caveats"] == ["confounded"]
+    assert "speed is confounded with run order: each arm's runs ran one after another" in captured.err
+    sentence = next(line for line in captured.out.splitlines() if line.startswith("attention=mqa:"))
+    assert "speed confounded with run order" in sentence and "not a finding" in sentence and "faster" not in sentence
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert "confounded with run order" in md and "| confounded" in md  # the flag column says it too
+    wall = doc["equal_compute"]["axes"][1]["arms"][1]["verdict"]
+    assert "confounded" in wall["caveats"]  # val loss at equal wall time depends on speed: the same confound
+
+
+def test_the_same_runs_interleaved_pass(tmp_path, capsys):
+    order = interleave([PlannedRun(arm, s, ()) for arm in ARMS for s in range(3)], "sweep")
+    starts = {(r.arm, r.seed): float(i) for i, r in enumerate(order)}
+    doc, captured = _compare(_sweep(tmp_path, starts), tmp_path, capsys)
+    assert doc["rows"][1]["speed"]["caveats"] == [] and "confounded" not in captured.err
+
+
+def test_runs_without_a_recorded_start_are_not_tested(tmp_path):
+    runs = [load_run(write_run(tmp_path / arm / f"seed{s}", seed=s)) for arm in ARMS for s in range(2)]
+    assert confounded([runs[:2], runs[2:]]) is None
+
+
+def test_arm_explaining_the_load_is_a_confound(tmp_path):
+    order = interleave([PlannedRun(arm, s, ()) for arm in ARMS for s in range(4)], "x")
+    starts = {(r.arm, r.seed): float(i) for i, r in enumerate(order)}
+    loads = {(arm, s): (0.01 if arm == "mha" else 0.2) + 0.001 * s for arm in ARMS for s in range(4)}
+    root = _sweep(tmp_path, starts, loads)
+    arms = [[load_run(root / arm / f"seed{s}") for s in range(4)] for arm in ARMS]
+    assert confounded(arms).startswith("arm explains the outside load the runs saw (Kruskal-Wallis p=")
+
+
+def test_interleaved_designs_are_never_flagged_and_arm_major_ones_always_are(tmp_path):
+    """Over 300 random sweep names (3 or 4 arms x 3 to 5 seeds, start jitter): an interleaved launch order is flagged
+    in no sweep (each seed's block holds every arm), an arm-major one in every sweep."""
+    rng = random.Random(5)
+    flagged_interleaved = flagged_major = 0
+    for k in range(300):
+        arms, seeds = [f"a{i}" for i in range(rng.choice((3, 4)))], range(rng.choice((3, 4, 5)))
+        planned = [PlannedRun(a, s, ()) for a in arms for s in seeds]
+
+        flagged_interleaved += confounded(_runs_in(interleave(planned, f"sweep{k}"), rng)) is not None
+        flagged_major += confounded(_runs_in(planned, rng)) is not None
+    assert flagged_interleaved == 0 and flagged_major == 300
+
+
+def _runs_in(order: list[PlannedRun], rng: random.Random) -> list[list[_Fake]]:
+    """Per arm (first-seen order) its runs, each started at its place in `order` plus a little jitter."""
+    arms = list(dict.fromkeys(r.arm for r in order))
+    return [[_Fake(i + rng.uniform(0, 0.5)) for i, r in enumerate(order) if r.arm == a] for a in arms]
+
+
+class _Fake:
+    """A run that recorded only when it started."""
+
+    def __init__(self, t: float):
+        self.summary = {"started_at": t}
