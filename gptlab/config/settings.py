@@ -15,7 +15,7 @@ from typing import cast
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
-from gptlab.util.checks import Text, rule
+from gptlab.util.checks import Number, Seq, Text, rule
 
 _ABSENT = object()
 SEED_RANGE = "[0, 2**63)"  # torch.manual_seed takes < 2**64; negatives alias 2**64 - n, so non-negative int64
@@ -53,6 +53,9 @@ class TrainSettings:
     sample_temperature: float = field(metadata=rule(">= 0", note="0 = greedy", key="sample.temperature", curve=False))
     sample_top_k: int | None = field(metadata=rule(">= 1", key="sample.top_k", curve=False))
     profile: bool = field(metadata=rule(key="profile", curve=False))
+    # a sweep's shared FLOPs grid: also evaluate at the steps around each cumulative-FLOPs value, so every arm is read
+    # at the same FLOPs between evals one step apart (gptlab-compare's equal-FLOPs view), not across a long chord
+    eval_flops: list[float] | None = field(default=None, metadata=rule(check=Seq(Number("> 0"), null=True)))
 
 
 @dataclass

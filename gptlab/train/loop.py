@@ -53,13 +53,22 @@ def checks_each_step(settings) -> bool:
     return bool(settings.nan_skip > 0 or settings.detect_anomaly or settings.spike_factor)
 
 
-def _eval_due(p: Progress, settings, start_step: int, resumed: bool) -> bool:
-    """At 0, N, 2N, ..., the last step and the first step of a run. A resume already logged its start step's row, if
-    that step had one: a resume that ends where it starts evaluates there unless its checkpoint's step was evaluated
-    (else its final val loss would be an earlier step's)."""
+def _eval_due(p: Progress, settings, start_step: int, resumed: bool, planned: frozenset[int] = frozenset()) -> bool:
+    """At 0, N, 2N, ..., the last step, the `planned` steps and the first step of a run. A resume already logged its
+    start step's row, if that step had one: a resume that ends where it starts evaluates there unless its
+    checkpoint's step was evaluated (else its final val loss would be an earlier step's)."""
     if p.step == start_step:
         return not resumed or (p.step >= settings.max_steps and p.last_val_step != p.step)
-    return p.step % settings.eval_interval == 0 or p.step == settings.max_steps
+    return p.step % settings.eval_interval == 0 or p.step == settings.max_steps or p.step in planned
+
+
+def flops_eval_steps(eval_flops: list[float] | None, flops_per_step: float, max_steps: int) -> frozenset[int]:
+    """The steps around each cumulative-FLOPs value of train.eval_flops (the last step at or below it and the first
+    at or above it), within [1, max_steps]: evals a step apart, so a reading at that FLOPs value is all but measured."""
+    if not eval_flops or not flops_per_step > 0:
+        return frozenset()
+    steps = {f(x / flops_per_step) for x in eval_flops for f in (math.floor, math.ceil)}
+    return frozenset(s for s in steps if 1 <= s <= max_steps)
 
 
 class TrainingDiverged(RuntimeError):
@@ -266,6 +275,9 @@ class _Loop:
         self.micro_bs = settings.batch_size // settings.grad_accum // self.bundle.ctx.world
         self.val_set = self.bundle.data.val_samples(settings.eval_sequences)
         self.tokens_per_step = settings.batch_size * self.bundle.data.seq_len
+        self.planned_evals = flops_eval_steps(
+            settings.eval_flops, self.tokens_per_step * self.bundle.ctx.flops_per_token, settings.max_steps
+        )
         self.status, self.wall0, self.started = "finished", p.wall_s, time.perf_counter()
         # how busy the machine is besides this run
         self.load = job_sampler(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -291,7 +303,7 @@ class _Loop:
         p, settings, ctx = self.p, self.bundle.settings, self.bundle.ctx
         if p.step == max(self.start_step, settings.speed_warmup):
             self.load.start()  # measured over the timed steps only
-        if _eval_due(p, settings, self.start_step, self.resumed):
+        if _eval_due(p, settings, self.start_step, self.resumed, self.planned_evals):
             self.flush()  # no eval row after a step that went non-finite
             ev = evaluate(self.bundle.model, self.val_set, self.micro_bs, self.bundle.hardware, self.device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])

@@ -120,3 +120,35 @@ def test_real_runs_write_the_flops_column_and_compare_reports_equal_compute(tmp_
     md = (out / "comparison.md").read_text()
     assert "## Equal compute" in md and "params matched to the baseline" in md
     assert "Val loss at equal training FLOPs" in capsys.readouterr().out
+
+
+def _grid_runs(root, eval_interval: int, grid: list[float]) -> None:
+    for arm, extra in (("mha", []), ("mqa", ["attention=mqa"])):
+        for seed in (0, 1):
+            run_inprocess(
+                root / arm / f"seed{seed}", *extra, f"seed={seed}", f"train.eval_flops=[{','.join(map(str, grid))}]",
+                steps=20, eval_interval=eval_interval,
+            )  # fmt: skip
+
+
+def test_sparse_and_dense_evals_give_the_same_delta_on_a_shared_flops_grid(tmp_path):
+    """The same runs evaluated every 10 steps and every 2 steps, with one shared train.eval_flops grid: the val loss
+    at equal FLOPs is read on the grid, between evals a step apart, so the two schedules give the same Δ (1e-3);
+    a chord across 10 steps of a falling curve would not."""
+    per_step = {}
+    for arm, extra in (("mha", []), ("mqa", ["attention=mqa"])):
+        s = run_inprocess(tmp_path / "probe" / arm, *extra, steps=1, eval_interval=1)
+        per_step[arm] = s["flops_per_token"] * s["tokens"]  # one step's training FLOPs
+    cheapest_end = 20 * min(per_step.values())
+    grid = [round(cheapest_end * f) for f in (0.33, 0.57, 0.87)]  # between evals of every schedule
+    deltas = {}
+    for name, every in (("sparse", 10), ("dense", 2)):
+        _grid_runs(tmp_path / name, every, grid)
+        runs = [load_run(p) for p in sorted((tmp_path / name).glob("*/seed*"))]
+        ec = equal_compute(compare(runs, baseline="attention=mha"))
+        flops = ec.axes[0]
+        assert flops.planned and flops.x == grid[-1]
+        arm = flops.arms[1]
+        assert all(hi - lo < 0.05 for lo, hi in arm.brackets)  # a step apart: a narrow bracket
+        deltas[name] = arm.delta
+    assert deltas["sparse"] == pytest.approx(deltas["dense"], abs=1e-3)

@@ -226,7 +226,9 @@ def test_aa_repeats_the_baseline_arm(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     planned = [line for line in proc.stdout.splitlines() if "__seed" in line]
-    assert [line.split(":")[0] for line in planned] == [f"[attention] aa{a}__seed{s}" for a in range(3) for s in (0, 1)]
+    names = [line.split(":")[0] for line in planned]
+    assert sorted(names) == [f"[attention] aa{a}__seed{s}" for a in range(3) for s in (0, 1)]
+    assert [n.endswith("seed0") for n in names] == [True] * 3 + [False] * 3  # interleaved: seed-major
     assert all("attention=mha" in line and "identical model" not in line for line in planned)  # mha is the first arm
     assert "identical model" not in proc.stdout  # identical arms are the point of an A/A
 

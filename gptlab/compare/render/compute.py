@@ -40,7 +40,12 @@ def lines(ec: EqualCompute | None) -> list[str]:
         if ax.x is None:
             out.append(f"Val loss at equal {name}: {ax.missing}.")
             continue
-        where = f"Val loss at equal {name} ({_x_text(ax.axis, ax.x)}, the most every run reached; interpolated)"
+        how = (
+            "a point of the runs' shared train.eval_flops grid, read between evals a step apart"
+            if ax.planned
+            else "the most every run reached; interpolated"
+        )
+        where = f"Val loss at equal {name} ({_x_text(ax.axis, ax.x)}, {how})"
         out += [
             f"{where}: '{a.label}' {a.mean:.4f}, Δ {a.delta:+.4f}{_ci_text(a)}: {words.change(a.verdict, 'val loss')}."
             for a in ax.arms[1:]

@@ -23,6 +23,7 @@ def _undecided(v: Verdict) -> str | None:
         Status.IDENTICAL: IDENTICAL,
         Status.WITHIN_NOISE: "within noise",
         Status.BELOW_FLOOR: "within noise floor",
+        Status.UNRESOLVED: "undecided (the evals around the reading could flip it)",
     }.get(v.status)
 
 

@@ -27,6 +27,7 @@ class Status(str, Enum):
     IDENTICAL = "identical"  # both sides build the same model: every difference is noise by construction
     WITHIN_NOISE = "within_noise"  # p >= alpha (the interval holds the null)
     BELOW_FLOOR = "below_floor"  # p < alpha, but no larger than identical arms differ on this machine
+    UNRESOLVED = "unresolved"  # p < alpha at the interpolated reading, but the evals around it could flip it
     DECIDED = "decided"  # p < alpha and beyond the floor: `direction` says which way
 
 
@@ -113,6 +114,17 @@ def from_json(doc: dict[str, Any]) -> Verdict:
         doc.get("floor"),
         tuple(Caveat(c) for c in doc.get("caveats") or ()),
     )
+
+
+def bracketed(found: Verdict, arm: Sequence[tuple[float, float]], base: Sequence[tuple[float, float]]) -> Verdict:
+    """A decided difference read between eval points, held against the worst end of each seed's bracket (the two
+    evals around the reading, (low, high)): UNRESOLVED unless the arm is still decided the same way with its seeds
+    at the end nearest the baseline and the baseline's at the end nearest the arm. Only ever adds caution."""
+    if not found.decided:
+        return found
+    up = found.direction > 0
+    worst = difference(found.metric, [lo if up else hi for lo, hi in arm], [hi if up else lo for lo, hi in base])
+    return found if worst.direction == found.direction else replace(found, status=Status.UNRESOLVED)
 
 
 def baseline(metric: str, ratio: bool = False) -> Verdict:

@@ -4,9 +4,13 @@ Equal steps stay the comparison's contract; this is the cost view beside it. Eve
 `flops`, the cumulative training FLOPs (tokens × the cost model's training FLOPs per token, the MFU numerator); a run
 written before that column has it rebuilt from its summary's `flops_per_token` × the row's `tokens`, and is "not
 available" without them. Each run's val loss is interpolated linearly between its eval points (step 0 at x = 0: no
-FLOPs, no training time yet) at the largest x every compared run reached, and each arm is held against the baseline
-there with a 95% Welch interval over seeds (scipy, gptlab.compare.statistics.stats). The wall-time verdict depends on speed, so
-it carries the table's under-load flag (the arm's or the baseline's row); an identical model is noise on both axes.
+FLOPs, no training time yet) at the largest x every compared run reached — or, when the runs share a train.eval_flops
+grid (every run evaluated a step either side of each point), at the largest grid point they all reached, so the
+reading is all but measured. Each arm is held against the baseline there with a 95% Welch interval over seeds. A
+chord between two evals is not the curve (over a convex curve it sits above it, favouring the arm read nearer an
+eval), so a decided verdict is held against each seed's bracket (the two evals around its reading) and is
+"unresolved" when the bracket could flip it. The wall-time verdict depends on speed, so it carries the table's
+under-load and run-order caveats; an identical model is noise on both axes.
 """
 
 from __future__ import annotations
@@ -64,6 +68,16 @@ def loss_at(xs: list[float], ys: list[float], x: float) -> float:
     return float(np.interp(x, xs, ys))
 
 
+def bracket(xs: list[float], ys: list[float], x: float) -> tuple[float, float]:
+    """(low, high) of the two evals' val losses around x: where the truth may lie on a curve that is not a straight
+    line between them (the chord over a convex curve sits above it); (y, y) when x is an eval point."""
+    i = int(np.searchsorted(xs, x))
+    if i < len(xs) and xs[i] == x:
+        return ys[i], ys[i]
+    lo, hi = ys[i - 1], ys[i]
+    return min(lo, hi), max(lo, hi)
+
+
 @dataclass
 class ArmAt:
     """One group at the common x: its seeds' interpolated losses, Δ vs the baseline with a 95% Welch CI, verdict."""
@@ -74,6 +88,7 @@ class ArmAt:
     delta: float
     verdict: Verdict
     under_load: bool = False
+    brackets: list[tuple[float, float]] = field(default_factory=list)  # per seed: the evals' losses around x
 
     @property
     def ci(self) -> list[float] | None:
@@ -89,6 +104,18 @@ class AxisResult:
     x: float | None
     arms: list[ArmAt] = field(default_factory=list)
     missing: str | None = None
+    planned: bool = False  # x is a point of the runs' shared train.eval_flops grid, not only the most all reached
+
+
+def shared_grid(runs: list[Run]) -> list[float]:
+    """The cumulative-FLOPs grid every run evaluated around (train.eval_flops), when all share one; else []."""
+    grids = set()
+    for run in runs:
+        given = (run.config.get("train") or {}).get("eval_flops") if isinstance(run.config, dict) else None
+        if not isinstance(given, list) or not given:
+            return []
+        grids.add(tuple(sorted(float(f) for f in given)))
+    return list(grids.pop()) if len(grids) == 1 else []
 
 
 def at_equal(cmp: Comparison, axis: str) -> AxisResult:
@@ -100,22 +127,28 @@ def at_equal(cmp: Comparison, axis: str) -> AxisResult:
     x = min(c[0][-1] for per in curves for _, c in per if c is not None)
     if not x > 0:
         return AxisResult(axis, None, missing=f"not available: a run has no {AXES[axis]} past its first eval")
-    result = AxisResult(axis, x)
+    grid = shared_grid([run for g in cmp.groups for run in g.runs]) if axis == "flops" else []
+    on_grid = [f for f in grid if f <= x]
+    x = max(on_grid) if on_grid else x  # a planned point: every run evaluated a step either side of it
+    result = AxisResult(axis, x, planned=bool(on_grid))
     base = [loss_at(*c, x) for _, c in curves[0] if c is not None]
+    base_brackets = [bracket(*c, x) for _, c in curves[0] if c is not None]
     for g, row, per in zip(cmp.groups, cmp.rows, curves):
         losses = [loss_at(*c, x) for _, c in per if c is not None]
+        brackets = [bracket(*c, x) for _, c in per if c is not None]
         loaded = axis == "wall_s" and (row.under_load or cmp.rows[0].under_load)  # the table's own flags
         if g is cmp.groups[0]:
             found = verdict.baseline(f"val/loss@{axis}")
         else:
             identical = cmp.rows[0].label in row.identical_to
             found = verdict.difference(f"val/loss@{axis}", losses, base, ALPHA, identical)
+            found = verdict.bracketed(found, brackets, base_brackets)
         if loaded:
             found = found.with_caveat(Caveat.UNDER_LOAD)
         if axis == "wall_s" and Caveat.CONFOUNDED in row.speed.caveats:  # wall time is speed: the same confound
             found = found.with_caveat(Caveat.CONFOUNDED)
         delta = stats.mean(losses) - stats.mean(base)
-        result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, found, loaded))
+        result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, found, loaded, brackets))
     return result
 
 
