@@ -84,6 +84,22 @@ def _parser() -> argparse.ArgumentParser:
         "gptlab-compare (stored when the machine was quiet)",
     )
     parser.add_argument("--aa-arms", metavar="K", help="identical arms of an A/A sweep (implies --aa; default 3)")
+    parser.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="add seeds to the arms still undecided (val loss vs the first arm) until each is decided or --max-seeds "
+        "is reached, with a group-sequential design whose overall false-decision rate stays at alpha",
+    )
+    parser.add_argument("--max-seeds", type=int, metavar="N", help="with --until-decided: seeds per arm at most")
+    parser.add_argument(
+        "--seed-step", type=int, default=1, metavar="K", help="with --until-decided: seeds added per look (default 1)"
+    )
+    parser.add_argument(
+        "--spending",
+        choices=("obrien_fleming", "pocock"),
+        default="obrien_fleming",
+        help="with --until-decided: the alpha-spending function (default obrien_fleming: spends little early)",
+    )
     return parser
 
 
@@ -122,6 +138,60 @@ def _measure_floor(name: str, sweep_dir: Path) -> None:
         print(f"[{name}] {line}", flush=True)
 
 
+def _until_decided(sweep: Sweep, args) -> int:
+    """--until-decided: run the sweep's seeds, then at each look of the group-sequential plan add seeds only to the
+    arms still undecided (and the baseline, the first arm) until each is decided or the cap is reached."""
+    from gptlab.compare.render.until_decided import look_lines, plan_line
+    from gptlab.compare.statistics.sequential import plan
+    from gptlab.compare.studies.until_decided import look, write_record
+
+    if args.lr_grid or args.ladder or args.factorial or sweep.spec.get("aa") or args.detach:
+        fail("gptlab-sweep: --until-decided: a plain arms x seeds sweep, run in the foreground (not with --lr-grid, "
+             "--ladder, --factorial, --aa or --detach)")  # fmt: skip
+    if args.max_seeds is None:
+        fail("gptlab-sweep: --until-decided needs --max-seeds N (seeds per arm at most)")
+    arms = list(sweep.spec["arms"])
+    if len(arms) < 2:
+        fail("gptlab-sweep: --until-decided: the sweep needs a baseline (its first arm) and at least one other arm")
+    try:
+        design = plan(len(sweep.seeds), args.seed_step, args.max_seeds, spending=args.spending)
+    except ConfigError as err:
+        fail(f"gptlab-sweep: --until-decided: {err}")
+    name, base, todo_arms, taken = sweep.name, arms[0], arms[1:], []
+    extra = design.seeds[-1] - len(sweep.seeds)  # the next seeds after the sweep's own, in order
+    seeds = sweep.seeds + list(range(max(sweep.seeds) + 1, max(sweep.seeds) + 1 + extra))
+    print(f"[{name}] {plan_line(design, base)}", flush=True)
+    for k, n in enumerate(design.seeds):
+        spec = {**sweep.spec, "arms": {a: sweep.spec["arms"][a] for a in [base, *todo_arms]}}
+        try:
+            todo = pending(name, spec, seeds[:n], sweep.sweep_dir, sweep.extra)
+            if todo.runs and not args.dry_run:
+                write_plan(sweep.sweep_dir, todo.runs)
+        except ConfigError as err:
+            fail(err)
+        failures = _launch(sweep, todo, args)
+        if args.dry_run:
+            return 0  # the first look's runs; the rest depend on what it decides
+        if failures:
+            print(
+                f"[{name}] look {k + 1}: {len(failures)} runs failed; stopped (gptlab-sweep status {sweep.sweep_dir})"
+            )
+            return 1
+        try:
+            found = look(sweep.sweep_dir, design, k, base, todo_arms, seeds[:n])
+        except ConfigError as err:
+            fail(err)
+        taken.append(found)
+        for line in look_lines(found, base):
+            print(f"[{name}] {line}", flush=True)
+        todo_arms = [a for a in todo_arms if not found[a].stop]
+        if not todo_arms:
+            break
+    record = write_record(sweep.sweep_dir, design, base, taken)
+    print(f"[{name}] {len(taken)} look(s) taken, recorded in {record}; compare: gptlab-compare {sweep.sweep_dir}")
+    return 0
+
+
 def status_main(argv: list[str]) -> int:
     """gptlab-sweep status DIR: each run's state, read from the run dirs, the local queue and the scheduler."""
     parser = argparse.ArgumentParser(prog="gptlab-sweep status", description=status_main.__doc__)
@@ -151,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             record_definition(sweep.sweep_dir, sweep.spec, sweep.extra)
     except (ConfigError, ValueError) as err:
         fail(err)
+    if args.until_decided:
+        return _until_decided(sweep, args)
+    if args.max_seeds is not None:
+        fail("gptlab-sweep: --max-seeds needs --until-decided (without it the sweep runs exactly --seeds)")
     if args.detach and not args.dry_run:
         code, told = detach([*argv, "--out", str(sweep.sweep_dir)] if sweep.out is None else argv, sweep.sweep_dir)
         print(told)

@@ -19,8 +19,10 @@ from gptlab.compare.reading.like import Part, split
 from gptlab.compare.reading.runs import RUN_MARKERS, Run, discover, expand_paths, load_run
 from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs
 from gptlab.compare.render import decode as decode_text
+from gptlab.compare.render.until_decided import report_lines
 from gptlab.compare.statistics import noise_floor
 from gptlab.compare.statistics.stats import ALPHA
+from gptlab.compare.studies.until_decided import read_record
 from gptlab.compare.tables import decode
 from gptlab.compare.tables.analysis import Comparison, add_targets, compare
 from gptlab.compare.tables.compute import equal_compute
@@ -175,6 +177,11 @@ def tables(req: Request) -> Tables | DecodeOnly:
         cmp.split = part.values
         cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in part.runs) else []
         comparisons.append(cmp)
+    sweep = one_sweep_dir(req)
+    record = read_record(sweep) if sweep else None
+    if record:
+        for cmp in comparisons:
+            cmp.notes += report_lines(record)
     effects, warnings = _factorial(req, runs) if req.factorial or not req.split_by else (None, [])
     out = out_dir(req.out, req.paths[0], run_dirs)
     return Tables(runs, parts, comparisons, effects, out, left_out, warnings)

@@ -1,0 +1,51 @@
+"""Seeds until decided in words: the plan, each look's decisions, and the report's note on the looks taken."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from gptlab.compare.statistics.sequential import Look, Plan
+
+SPENDING = {"obrien_fleming": "O'Brien-Fleming", "pocock": "Pocock"}
+
+
+def plan_line(design: Plan, base: str) -> str:
+    """`until decided: up to 3 looks at 2, 3, 4 seeds per arm (O'Brien-Fleming spending, alpha 0.05 overall) ...`"""
+    at = ", ".join(str(n) for n in design.seeds)
+    thresholds = ", ".join(f"{p:.2g}" for p in design.thresholds)
+    return (
+        f"until decided: up to {design.looks} looks at {at} seeds per arm ({SPENDING[design.spending]} spending, "
+        f"alpha {design.alpha} overall), each arm's final val loss against '{base}'; an arm is decided at a look "
+        f"when Welch's p is below that look's threshold ({thresholds})"
+    )
+
+
+def _decision(f: dict[str, Any], base: str) -> str:
+    """One look's test of one arm (a Look as its JSON dict) in words."""
+    if f["decided"]:
+        side = "higher" if f["direction"] > 0 else "lower"
+        return f"decided: val loss {side} than '{base}' (Δ {f['diff']:+.4f}, p={f['p']:.2g} < {f['threshold']:.2g})"
+    if f["final"]:
+        return f"undecided at the cap of {f['seeds']} seeds (p={f['p']:.2g}, needed < {f['threshold']:.2g})"
+    return f"undecided (p={f['p']:.2g}, needs < {f['threshold']:.2g}): more seeds"
+
+
+def look_lines(found: dict[str, Look], base: str) -> list[str]:
+    """One line per open arm at this look."""
+    return [f"look {f.look + 1} ({f.seeds} seeds): {arm}: {_decision(asdict(f), base)}" for arm, f in found.items()]
+
+
+def report_lines(doc: dict[str, Any]) -> list[str]:
+    """The comparison's note on a sweep run until decided: looks taken and each arm's sequential decision."""
+    design, base = doc["plan"], doc["baseline"]
+    last: dict[str, dict[str, Any]] = {}
+    for taken in doc["looks"]:
+        last.update(taken)
+    arms = "; ".join(f"'{arm}' at look {f['look'] + 1}, {_decision(f, base)}" for arm, f in last.items())
+    return [
+        f"note: seeds were added until decided: {len(doc['looks'])} of up to {design['looks']} looks taken "
+        f"({SPENDING.get(design['spending'], design['spending'])} spending, alpha {design['alpha']} overall). The "
+        f"sequential decisions: {arms}. The table's Welch p on these seeds ignores the looks and overstates the "
+        "evidence: read the decisions here."
+    ]
