@@ -123,3 +123,39 @@ def test_a_multi_rank_job_counts_its_sibling_ranks_as_its_own():
     # The parent (this test process) tree holds the busy sibling: >= 0.25 s of its ticks count as ours.
     assert int(rank0.stdout) >= 0.25 * os.sysconf("SC_CLK_TCK")
     assert job_sampler(1)._own is own_ticks  # one rank: just this process tree
+
+
+def test_a_sweep_siblings_load_is_counted_apart_from_foreign_load():
+    # 2 cores, 200 ticks: 150 busy; this run 60, its whole sweep (queue + sibling runs) 110 -> sibling 50, foreign 40
+    readings = iter([(0, 0, 2, 0, 0), (150, 200, 2, 60, 110), (150, 200, 2, 60, 110)])
+    current = {}
+
+    def machine():
+        current["r"] = next(readings)
+        return current["r"][:3]
+
+    s = LoadSampler(machine=machine, own=lambda: current["r"][3], sweep=lambda: current["r"][4])
+    s.start()
+    s.sample()
+    assert (s.outside_ticks, s.sibling_ticks, s.own_ticks, s.total_ticks) == (40, 50, 60, 200)
+    assert s.mean() == pytest.approx(0.2) and s.sibling_share() == pytest.approx(0.25)
+    alone = _fake([(0, 0, 2, 0), (150, 200, 2, 60), (150, 200, 2, 60)])  # no sweep: everyone else is outside load, as before
+    alone.start()
+    assert alone.mean() == pytest.approx(90 / 200) and alone.sibling_share() == 0.0
+
+
+@linux_only
+def test_a_queued_run_counts_the_queues_other_runs_as_siblings(monkeypatch):
+    """GPTLAB_SWEEP_PID (set by the local queue) names the sweep's root: a busy sibling under it is not foreign."""
+    sibling = subprocess.Popen([sys.executable, "-c", BUSY.format(s=0.8)])  # the queue's other run: our child here
+    try:
+        monkeypatch.setenv(load.SWEEP_PID_ENV, str(os.getpid()))  # this test process plays the queue
+        root = str(load.Path(load.__file__).parents[2])
+        code = (
+            f"import sys, time; sys.path.insert(0, {root!r}); from gptlab.runtime.cpu_load import job_sampler; "
+            "s = job_sampler(1); s.start(); time.sleep(0.6); s.sample(force=True); print(s.sibling_ticks)"
+        )
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    finally:
+        sibling.wait()
+    assert int(run.stdout) >= 0.25 * os.sysconf("SC_CLK_TCK")  # the sibling's spin, not foreign load

@@ -59,7 +59,8 @@ def collect(overrides: list[str], hardware) -> dict:
             "dtype": hardware.dtype,
             "cpu": machine_name("cpu"),
             "cpu_threads": torch.get_num_threads(),
-            "cpu_cores": sorted(os.sched_getaffinity(0)),
+            "cpu_cores": sorted(os.sched_getaffinity(0)),  # this run's slot
+            "machine_cores": os.cpu_count(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "platform": platform.platform(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,

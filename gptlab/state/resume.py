@@ -50,6 +50,7 @@ class Progress:
     warmup_ms: list = field(default_factory=list)  # step times of the first train.speed_warmup steps (not timed ones)
     outside_ticks: int = 0  # CPU ticks other processes used while this run trained (after speed_warmup)...
     total_ticks: int = 0  # ...out of all cores' ticks: outside_load = outside_ticks / total_ticks
+    sibling_ticks: int = 0  # CPU ticks the same sweep's other runs used (gptlab-sweep's local queue), apart
     init_from: dict | None = None  # train.init_from's record (checkpoint, step, differences): kept across resumes
     last_probes: dict = field(default_factory=dict)  # the last eval's probe/* values (summary.json carries them)
     probe_s: float = 0.0  # seconds spent measuring probes (outside step time, like eval)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptlab.runtime.cpu_load import SWEEP_PID_ENV
 from gptlab.sweep.layout import PLAN_DIR, QUEUE_FILE
 from gptlab.sweep.plan import PlannedRun, single_command
 from gptlab.util.io import atomic_write_text
@@ -73,6 +74,7 @@ class Queue:
     def _start(self, run: PlannedRun, slot: int) -> subprocess.Popen:
         cores = self.slots.cores[slot]
         env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), GPTLAB_THREADS=str(self.threads))
+        env[SWEEP_PID_ENV] = str(os.getpid())  # siblings' load is counted apart from foreign load (cpu_load.py)
         if self.slots.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.slots.gpus[slot])
         cmd = [sys.executable, "-m", self.module, *single_command(run, self.sweep_dir)[1:]]

@@ -194,6 +194,7 @@ def summarise(p: Progress, status: str, ctx: Context) -> dict:
         "wall_s": p.wall_s,
         "status": status,
         "outside_load": p.outside_ticks / p.total_ticks if p.total_ticks else None,
+        "sibling_load": p.sibling_ticks / p.total_ticks if p.total_ticks else None,  # the sweep's other runs
         **({"probe_s": p.probe_s, **p.last_probes} if p.last_probes else {}),  # the last eval's probe/* values
     }
 
@@ -437,8 +438,9 @@ def _bank_load(load, p: Progress) -> None:
     """Move the sampler's closed intervals into the progress (so a resume keeps the whole run's outside load)."""
     load.sample(force=True)
     p.outside_ticks += load.outside_ticks
+    p.sibling_ticks += load.sibling_ticks
     p.total_ticks += load.total_ticks
-    load.outside_ticks = load.total_ticks = load.own_ticks = 0
+    load.outside_ticks = load.sibling_ticks = load.total_ticks = load.own_ticks = 0
 
 
 def _emit(sinks, ctx, row, step):

@@ -11,8 +11,10 @@ Every difference between its runs is noise, so it measures:
 - the outside load (other processes' share of the cores) the runs recorded.
 
 The floor is written to <sweep dir>/noise_floor.json and, when the A/A was quiet (outside load <= QUIET_LOAD in every
-run), to FLOOR_FILE in the user cache, keyed by the machine id (GPU model, else CPU model and the cores the runs
-had). A floor measured under load is recorded in the sweep dir only, flagged, and never used.
+run), to FLOOR_FILE in the user cache, keyed by the machine id (GPU model, else CPU model, the machine's cores and
+the cores of each run's slot: a packed sweep's floor is not a lone run's). Outside load is foreign load only: the
+local queue's sibling runs are recorded apart (`sibling_load`), so an A/A packed on a machine that held nothing
+else is quiet. A floor measured under load is recorded in the sweep dir only, flagged, and never used.
 
 gptlab-compare looks the floor up by the compared runs' own machine id (never another machine's, never when the runs
 name several machines) and, when one exists, uses it instead of the fixed outside-load heuristic:
@@ -113,7 +115,8 @@ def default_note(reason: str) -> str:
 
 
 def machine_id(run: Run) -> str | None:
-    """The machine a run timed its speed on: its GPU model, else its CPU model and the number of cores it had."""
+    """The machine a run timed its speed on and its slot: its GPU model, else its CPU model, the machine's cores and
+    the cores its slot had (`AMD EPYC | 2 cores, slots of 1`: a packed sweep's floor is not a lone run's)."""
     hardware = run.provenance.get("hardware")
     if not isinstance(hardware, dict):
         return None
@@ -122,7 +125,10 @@ def machine_id(run: Run) -> str | None:
     cores = hardware.get("cpu_cores")
     if not hardware.get("cpu") or not isinstance(cores, list) or not cores:
         return None
-    return f"{hardware['cpu']} | {len(cores)} cores"
+    machine = hardware.get("machine_cores")
+    if isinstance(machine, int) and not isinstance(machine, bool) and machine > 0:
+        return f"{hardware['cpu']} | {machine} cores, slots of {len(cores)}"
+    return f"{hardware['cpu']} | {len(cores)} cores"  # runs from before machine_cores was recorded
 
 
 def _log_sd(values: Sequence[float]) -> float | None:
