@@ -6,8 +6,10 @@
 - no arrow back up: every import goes to a room (a sub-package of gptlab, or errors.py) at or below the importer's in
   ROOMS, a declared order, bottom to top;
 - compare/ reads run directories and imports nothing of training: errors, util, sinks and the sweep layout only;
+- compare/'s own rooms keep their order too (COMPARE_ROOMS: reading, statistics, tables, studies, render, modes);
 - library code (and the benchmarks, which run a CLI in its own process as a user does) never imports a CLI module;
-- gptlab/ holds sub-packages by concept and only `__init__.py` and `errors.py` beside them.
+- gptlab/ holds sub-packages by concept and only `__init__.py` and `errors.py` beside them;
+- no verdict word is compared anywhere: code decides from a Verdict's status, never from compare/render/words.py.
 """
 
 from __future__ import annotations
@@ -273,3 +275,36 @@ def test_every_module_has_a_docstring_or_is_an_empty_package(module):
     path = MODULES[module]
     tree = ast.parse(path.read_text())
     assert ast.get_docstring(tree) or not tree.body, f"{path.relative_to(ROOT)} has no module docstring"
+
+
+# Words only compare/render/words.py may produce; compared against anywhere else, a rewording would change a decision.
+VERDICT_WORDS = (
+    "faster", "slower", "within noise", "significant", "under outside load", "lower val loss",
+    "higher val loss", "better", "worse", "n/a",
+)  # fmt: skip
+
+
+def test_no_verdict_word_is_compared_anywhere():
+    """Code decides from the Verdict (status, direction, caveats), never from its words: a == / != / in against a
+    verdict word, or a startswith / endswith of one, outside compare/render/words.py is refused."""
+    found = []
+    for path in [*sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
+        if path.name == "words.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            literals: list[ast.AST] = []
+            if isinstance(node, ast.Compare):
+                literals = [node.left, *node.comparators]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("startswith", "endswith"):
+                    literals = list(node.args)
+            texts = [
+                c.value
+                for lit in literals
+                for c in ([lit] if not isinstance(lit, ast.Tuple) else lit.elts)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            ]
+            hits = [t for t in texts if any(t == w or t.startswith(w) for w in VERDICT_WORDS)]
+            if hits:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {hits}")
+    assert found == []
