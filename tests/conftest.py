@@ -59,3 +59,29 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail a test outside the `slow` marker whose call takes longer than this (CI: 30); a slow test is marked "
+        "slow or made fast when it is written",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """--budget: a passing test outside `slow` over the budget fails, naming its time and the two ways out."""
+    outcome = yield
+    report = outcome.get_result()
+    budget = item.config.getoption("--budget")
+    if budget and report.when == "call" and report.passed and "slow" not in item.keywords:
+        if report.duration > budget:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{item.nodeid} took {report.duration:.1f} s, over the {budget:g} s budget of a test outside the "
+                "`slow` marker: mark it @pytest.mark.slow or make it fast"
+            )
