@@ -139,7 +139,9 @@ def test_a_sweep_siblings_load_is_counted_apart_from_foreign_load():
     s.sample()
     assert (s.outside_ticks, s.sibling_ticks, s.own_ticks, s.total_ticks) == (40, 50, 60, 200)
     assert s.mean() == pytest.approx(0.2) and s.sibling_share() == pytest.approx(0.25)
-    alone = _fake([(0, 0, 2, 0), (150, 200, 2, 60), (150, 200, 2, 60)])  # no sweep: everyone else is outside load, as before
+    alone = _fake(
+        [(0, 0, 2, 0), (150, 200, 2, 60), (150, 200, 2, 60)]
+    )  # no sweep: everyone else is outside load, as before
     alone.start()
     assert alone.mean() == pytest.approx(90 / 200) and alone.sibling_share() == 0.0
 

@@ -224,7 +224,7 @@ def test_a_real_run_logs_probes_and_compare_reports_them_with_seed_statistics(tm
         for a in ("rope", "alibi")
     }
     assert base["values"] == [e["probe/length/1x/loss"] for e in per_arm["rope"]]
-    assert other["p_value"] == pytest.approx(welch_test(other["values"], base["values"]).p)
+    assert other["verdict"]["p"] == pytest.approx(welch_test(other["values"], base["values"]).p)
     md = (tmp_path / "out" / "comparison.md").read_text()
     assert "## Probes" in md and "| probe/length/1x/loss |" in md and "Probe table:" in md
     assert "Probes</h2>" in (tmp_path / "out" / "comparison.html").read_text()

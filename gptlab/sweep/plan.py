@@ -247,6 +247,4 @@ def interleave(runs: list[PlannedRun], salt: str) -> list[PlannedRun]:
         order = arms[:]
         random.Random(f"{salt}|seed{seed}").shuffle(order)
         ranks[seed] = {arm: i for i, arm in enumerate(order)}
-    return sorted(
-        runs, key=lambda r: (seeds.index(r.seed), rungs.index(r.rung), lrs.index(r.lr), ranks[r.seed][r.arm])
-    )
+    return sorted(runs, key=lambda r: (seeds.index(r.seed), rungs.index(r.rung), lrs.index(r.lr), ranks[r.seed][r.arm]))
