@@ -204,9 +204,12 @@ def test_threshold_smallest_value_numeric_order(tmp_path, capsys):
     sentence = (
         "smallest model.n_layer reaching val/acc >= 0.9 in every seed (3/3): 3 (seeds that reached it: "
         "model.n_layer=2: 0/3, model.n_layer=3: 3/3, model.n_layer=4: 2/3, model.n_layer=10: 3/3; "
-        "larger but not in every seed: model.n_layer=4 (2/3))"
+        "larger but not in every seed: model.n_layer=4 (2/3)); caution: not monotone in model.n_layer, so the "
+        "answer may be the seeds' luck rather than a threshold (add seeds to the arms that missed it, e.g. "
+        "gptlab-sweep NAME --until-decided)"
     )
     assert th["answer"] == "3" and th["key"] == "model.n_layer" and th["sentence"] == sentence
+    assert th["monotone"] is False
     assert [a["value"] for a in th["arms"]] == ["2", "3", "4", "10"]  # numeric, not text, order
     assert doc["targets"][0]["text"] == "val/acc >= 0.9"
     assert f"\n{sentence}\n" in capsys.readouterr().out

@@ -63,6 +63,7 @@ class Threshold:
     numeric: bool
     arms: list[dict[str, Any]]
     sentence: str
+    monotone: bool = True  # False: a larger value than the answer misses the target in some seed
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json `thresholds` entry."""
@@ -73,6 +74,7 @@ class Threshold:
             "numeric": self.numeric,
             "arms": self.arms,
             "sentence": self.sentence,
+            "monotone": self.monotone,
         }
 
 
@@ -110,4 +112,9 @@ def threshold(groups: list[Group], result: TargetResult, key: str | None) -> Thr
         f"{what} reaching {text} in every seed ({win['n_reached']}/{win['n_seeds']}): {win['value']} "
         f"(seeds that reached it: {counts}{caveat})"
     )
-    return Threshold(result.target, key, win["value"], nums is not None, arms, sentence)
+    if above and nums:  # 2 passes, 3 fails, 4 passes: a threshold would not do that
+        sentence += (
+            f"; caution: not monotone in {key}, so the answer may be the seeds' luck rather than a threshold "
+            "(add seeds to the arms that missed it, e.g. gptlab-sweep NAME --until-decided)"
+        )
+    return Threshold(result.target, key, win["value"], nums is not None, arms, sentence, monotone=not above)
