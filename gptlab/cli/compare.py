@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         req = request(args)
-        if args.lr_grid:
+        if args.lr_grid or (modes.is_lr_grid(req) and not args.split_by):
             text, out = modes.lr_grid(req)
             print(text)
             print(f"wrote {out / 'lr_grid.json'} and {out / 'lr_curves.png'}")

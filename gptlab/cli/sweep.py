@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in failures:
         print(f"[{name}] FAILED {run}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
     if not args.dry_run and not failures:
-        print(f"[{name}] compare: gptlab-compare {sweep_dir}")
+        print(f"[{name}] compare: gptlab-compare {sweep_dir}{' --lr-grid' if sweep.lrs else ''}")
         if sweep.spec.get("aa"):
             _measure_floor(name, sweep_dir)
     return 1 if failures else 0

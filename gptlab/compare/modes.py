@@ -29,6 +29,7 @@ from gptlab.compare.tables.compute import equal_compute
 from gptlab.compare.tables.target import parse_target
 from gptlab.errors import ConfigError
 from gptlab.state.layout import check_output
+from gptlab.sweep.layout import read_sweep
 from gptlab.util.io import atomic_write_text, strict_json
 
 
@@ -277,6 +278,13 @@ def ladder(req: Request) -> tuple[str, Path]:
     atomic_write_text(out / "ladder.json", json.dumps(strict_json(doc), indent=1) + "\n")
     scale_text.plot(found, doc, out / "ladder.png")
     return scale_text.format_report(doc), out
+
+
+def is_lr_grid(req: Request) -> bool:
+    """True when the one path given is an lr-grid sweep dir (its sweep.yaml records `lr_grid:`)."""
+    sweep = one_sweep_dir(req)
+    recorded = read_sweep(sweep, strict=False) if sweep else None
+    return bool(recorded and recorded.lrs)
 
 
 def is_ladder(req: Request) -> bool:

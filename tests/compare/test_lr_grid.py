@@ -127,3 +127,30 @@ def test_a_two_arm_three_lr_two_seed_grid_end_to_end(tmp_path):
     shown = run_cli("gptlab.cli.compare", str(out), "--lr-grid", "--holdout-seeds", "1")
     assert shown.returncode == 0, shown.stderr
     assert "holdout seeds [1]" in shown.stdout and (out / "comparison" / "lr_grid.json").is_file()
+
+
+@pytest.mark.parametrize("factor, shown", [(None, "—"), (3.0, "2")])
+def test_spikes_are_a_dash_when_spike_detection_was_off(tmp_path, factor, shown):
+    """A run with train.spike_factor null never looked for spikes: '0 spikes' would claim it had; '—' says so."""
+    sweep = grid(tmp_path, {"base": {1e-3: [3.0, 3.1]}, "arm": {1e-3: [3.2, 3.3]}})
+    for run in sweep.glob("*/lr*/seed*"):
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"train": {"spike_factor": factor}}))
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        rows += [{"step": 7, "spike/loss": 9.0}] if factor else []
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    doc = report(read_grid(sweep))
+    assert doc["rows"][0]["spikes_at_best"] == (None if factor is None else 2)
+    line = next(row for row in format_report(doc).splitlines() if row.startswith("base"))
+    assert line.split()[7] == shown  # arm, best lr, loss ± std, max stable lr, diverged, spikes
+
+
+def test_compare_recognises_an_lr_grid_sweep_dir_by_itself(tmp_path, capsys):
+    from gptlab.cli.compare import main
+
+    sweep = grid(tmp_path / "s", {"base": {1e-3: [3.0, 3.1], 1e-2: [2.9, 2.95]}, "arm": {1e-3: [3.2, 3.3]}})
+    record = yaml.safe_load((sweep / "sweep.yaml").read_text())
+    (sweep / "sweep.yaml").write_text(yaml.safe_dump({**record, "lr_grid": [1e-3, 1e-2]}, sort_keys=False))
+    assert main([str(sweep)]) == 0  # no --lr-grid: sweep.yaml says it is one
+    out = capsys.readouterr().out
+    assert "best lr" in out and (sweep / "comparison" / "lr_grid.json").is_file()

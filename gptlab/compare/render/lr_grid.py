@@ -16,6 +16,11 @@ def _verdict_text(v: Verdict) -> str:
     return f"{v.effect:+.4f} [{v.interval[0]:+.4f}, {v.interval[1]:+.4f}] {words.side(v)}"
 
 
+def _count(n: int | None) -> str:
+    """A count, or '—' for one that was not measured (spike detection off)."""
+    return "—" if n is None else str(n)
+
+
 def format_report(doc: dict) -> str:
     """The terminal table: one line per arm, then the warnings and the selection note."""
     lines = [
@@ -32,7 +37,7 @@ def format_report(doc: dict) -> str:
         else:
             verdicts = "baseline | "
         lines.append(
-            f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {r['spikes_at_best']:>6}  {verdicts}"
+            f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {_count(r['spikes_at_best']):>6}  {verdicts}"
         )
     lines += [f"warning: {w}" for w in doc["warnings"]]
     lines.append(f"note: {doc['selection']}; diverged = non-finite or final val loss > {doc['diverge_factor']}x step 0")

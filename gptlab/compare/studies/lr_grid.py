@@ -42,7 +42,7 @@ class GridRun:
     seed: int
     final: float | None  # final val loss; None when the run diverged or never finished
     diverged: bool
-    spikes: int
+    spikes: int | None  # None: the run had spike detection off (train.spike_factor null), so none were counted
     max_logit: float | None
 
 
@@ -77,9 +77,21 @@ def _grid_run(arm: str, lr: float, seed: int, run: Run) -> GridRun:
         seed=seed,
         final=None if diverged else final,
         diverged=diverged,
-        spikes=sum(1 for r in rows if "spike/loss" in r),
+        spikes=sum(1 for r in rows if "spike/loss" in r) if _spikes_on(run) else None,
         max_logit=max(logits) if logits else None,
     )
+
+
+def _spikes_on(run: Run) -> bool:
+    """Whether the run looked for loss spikes (train.spike_factor set); a run without a config is taken as on."""
+    train = run.config.get("train") if isinstance(run.config, dict) else None
+    return not isinstance(train, dict) or "spike_factor" not in train or train["spike_factor"] is not None
+
+
+def _spike_total(runs: list[GridRun]) -> int | None:
+    """Spikes over the runs; None when any of them did not look for spikes (a 0 would claim it had)."""
+    counts = [r.spikes for r in runs]
+    return None if not counts or any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
 
 def read_grid(sweep_dir: Path) -> dict[str, ArmCurve]:
@@ -162,8 +174,8 @@ def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict
             "val_loss_std": std(finals) if len(finals) > 1 else None,
             "max_stable_lr": curve.max_stable_lr,
             "diverged_runs": sum(r.diverged for r in curve.runs),
-            "spikes_at_best": sum(r.spikes for r in best_runs),
-            "spikes_at_max_stable": sum(r.spikes for r in stable_runs),
+            "spikes_at_best": _spike_total(best_runs),
+            "spikes_at_max_stable": _spike_total(stable_runs),
             "max_logit_at_best": max((r.max_logit for r in best_runs if r.max_logit is not None), default=None),
             "max_logit_at_max_stable": max((r.max_logit for r in stable_runs if r.max_logit is not None), default=None),
             "curve": {f"{lr:g}": finals_at(curve, lr, None) for lr in curve.lrs},
