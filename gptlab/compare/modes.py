@@ -16,7 +16,7 @@ from typing import Any
 
 from gptlab.compare.reading.claims import load_claims
 from gptlab.compare.reading.like import Part, split
-from gptlab.compare.reading.runs import RUN_MARKERS, Run, discover, expand_paths, load_run
+from gptlab.compare.reading.runs import Run, discover, expand_paths, is_run_dir, load_run
 from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs
 from gptlab.compare.render import decode as decode_text
 from gptlab.compare.render.until_decided import report_lines
@@ -57,10 +57,6 @@ class Request:
         """The command-line flags among `names` (attribute names) that were given."""
         flags = {"targets": "--target", "thresholds": "--threshold"}
         return [flags.get(n, "--" + n.replace("_", "-")) for n in names if getattr(self, n) not in (None, [], False)]
-
-
-def is_run_dir(path: Path) -> bool:
-    return any((path / m).is_file() for m in RUN_MARKERS)
 
 
 def one_sweep_dir(req: Request) -> Path | None:

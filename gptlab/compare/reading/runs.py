@@ -53,13 +53,14 @@ class Run:
         return sorted(s for s, rec in self.by_step.items() if rec.get("val/loss") is not None)
 
 
-def _is_run_dir(path: Path) -> bool:
+def is_run_dir(path: Path) -> bool:
+    """True when the folder holds a run's files (summary.json, metrics.jsonl or decode.json)."""
     return any((path / m).is_file() for m in RUN_MARKERS)
 
 
 def _search(root: Path) -> list[Path]:
     """Run dirs at or below `root`; a run dir's own subfolders (checkpoints, wandb) are not searched."""
-    if _is_run_dir(root):
+    if is_run_dir(root):
         return [root]
     found: list[Path] = []
     for child in sorted((c for c in root.iterdir() if c.is_dir()), key=natural_key):

@@ -17,13 +17,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gptlab.compare.reading.runs import RUN_MARKERS, Run
+from gptlab.compare.reading.runs import Run, is_run_dir
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import PLAN_FILE, SWEEP_FILE, planned_subdir, read_plan
-
-
-def _is_run_dir(path: Path) -> bool:
-    return any((path / m).is_file() for m in RUN_MARKERS)
 
 
 def _under(run: Run, root: Path) -> list[Path]:
@@ -52,7 +48,7 @@ def check_one_sweep(paths: list[Path], runs: list[Run]) -> None:
     """Refuse a given folder that holds runs of several sweeps (one line listing them)."""
     for given in paths:
         root = given.resolve()
-        if not root.is_dir() or _is_run_dir(root):
+        if not root.is_dir() or is_run_dir(root):
             continue
         found: dict[str, tuple[str, list[Path]]] = {}
         for run in runs:
@@ -84,7 +80,7 @@ def finished_runs(paths: list[Path], runs: list[Run]) -> tuple[list[Run], list[s
     sweep_dirs: dict[Path, list[Run]] = {}
     for given in paths:
         root = given.resolve()
-        if not root.is_dir() or _is_run_dir(root):
+        if not root.is_dir() or is_run_dir(root):
             continue
         for run in runs:
             planned = next((p for p in _under(run, root) if (p / PLAN_FILE).is_file()), None)
