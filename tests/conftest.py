@@ -85,3 +85,12 @@ def pytest_runtest_makereport(item, call):
                 f"{item.nodeid} took {report.duration:.1f} s, over the {budget:g} s budget of a test outside the "
                 "`slow` marker: mark it @pytest.mark.slow or make it fast"
             )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n 2 --dist loadgroup`, as `make test` runs) the SLURM tests share one worker: the one-node
+    cluster has slots for one test's jobs at a time, and two tests queueing behind each other would run out their
+    deadlines. Without xdist the mark is inert."""
+    for item in items:
+        if "slurm" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("slurm"))

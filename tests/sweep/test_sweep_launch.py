@@ -124,6 +124,7 @@ def test_detach_returns_before_the_first_run_ends(tmp_path):
     assert returned_before_end
 
 
+@pytest.mark.slow  # ~95 s in CI: four arrays on one node, a requeue mid-run
 @pytest.mark.slurm
 def test_one_array_detach_status_requeue_and_relaunch_on_slurm(slurm_cluster, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("SLURM_PARTITION", slurm_cluster.partition)
