@@ -23,7 +23,7 @@ from gptlab.compare.render.until_decided import report_lines
 from gptlab.compare.statistics import noise_floor
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.studies.until_decided import read_record
-from gptlab.compare.tables import decode
+from gptlab.compare.tables import decode, matrix
 from gptlab.compare.tables.analysis import Comparison, add_targets, compare
 from gptlab.compare.tables.compute import equal_compute
 from gptlab.compare.tables.target import parse_target
@@ -52,6 +52,7 @@ class Request:
     factorial: bool = False
     holdout_seeds: str | None = None
     ladder_x: str = "params"
+    ladder: bool = False
 
     def used(self, *names: str) -> list[str]:
         """The command-line flags among `names` (attribute names) that were given."""
@@ -69,19 +70,21 @@ def one_sweep_dir(req: Request) -> Path | None:
 
 
 def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
-    """--out, else <first path>/comparison when it is a sweep dir, else ./comparison; never a run dir."""
+    """--out, else <first path>/comparison when it is a sweep dir, else ./comparison; never a run dir, never inside
+    a run but the compared ones (`run_dirs`), never on a run's own folders; returned resolved (symlinks, '..'), the
+    folder every mode writes into."""
     first_path = Path(first)
     if arg:
-        out = Path(arg)
+        given = Path(arg)
     elif first_path.is_dir() and not is_run_dir(first_path):
-        out = first_path / "comparison"
+        given = first_path / "comparison"
     else:
-        out = Path("comparison")
+        given = Path("comparison")
+    out = check_output(given / "comparison.json", "--out", own=run_dirs).parent  # resolved before any check
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out '{out}' exists and is not a directory")
-    if out.is_dir() and (is_run_dir(out) or out.resolve() in run_dirs):
-        raise ConfigError(f"--out '{out}' is a run directory; choose a directory that holds no run files")
-    check_output(out / "comparison.json", "--out")  # never inside a run's own folders (checkpoints/, .hydra/, ...)
+        raise ConfigError(f"--out '{given}' exists and is not a directory")
+    if out.is_dir() and (is_run_dir(out) or out in {p.resolve() for p in run_dirs}):
+        raise ConfigError(f"--out '{given}' is a run directory; choose a directory that holds no run files")
     return out
 
 
@@ -153,6 +156,8 @@ def tables(req: Request) -> Tables | DecodeOnly:
     thresholds = [parse_target(s, "--threshold") for s in req.thresholds]
     if req.threshold_key and not thresholds:
         raise ConfigError("--threshold-key needs --threshold METRIC=X (the target the key's arms must reach)")
+    if req.holdout_seeds is not None:
+        raise ConfigError("--holdout-seeds applies to an lr grid (--lr-grid with one gptlab-sweep --lr-grid sweep dir)")
     run_dirs = discover(req.paths)
     runs = [load_run(p) for p in run_dirs]
     if decode.decode_only(runs):
@@ -169,6 +174,7 @@ def tables(req: Request) -> Tables | DecodeOnly:
             cmp = compare(part.runs, req.baseline, req.step, claims, req.peak_flops, floor=floor, floor_note=floor_note)
             add_targets(cmp, part.runs, targets, thresholds, req.threshold_key)
             cmp.compute = equal_compute(cmp)
+            cmp.matrix = matrix.build(cmp)
         except ConfigError as exc:
             raise ConfigError(f"[{part.title}] {exc}" if req.split_by else str(exc)) from None
         cmp.split = part.values
@@ -236,18 +242,21 @@ def lr_grid(req: Request) -> tuple[str, Path]:
 
     if len(req.paths) != 1:
         raise ConfigError("--lr-grid: give one sweep dir (gptlab-sweep NAME --lr-grid ... --out DIR)")
-    holdout = None
-    if req.holdout_seeds:
-        try:
-            holdout = {int(s) for s in req.holdout_seeds.split(",")}
-        except ValueError:
-            raise ConfigError(f"--holdout-seeds {req.holdout_seeds!r}: allowed: seeds, e.g. 2 or 2,3") from None
+    flags = ("ladder", "baseline", "step", "targets", "thresholds", "threshold_key", "claims", "split_by", "power")
+    unused = req.used(*flags, "factorial")
+    if unused:
+        raise ConfigError(
+            f"{unused[0]} does not apply to an lr grid (final val loss per arm and lr, the first arm the baseline); "
+            "for one lr's table give its runs without --lr-grid"
+        )
+    holdout = grid.parse_holdout(req.holdout_seeds)
     sweep = Path(req.paths[0])
+    out = out_dir(req.out, str(sweep), [])  # the guards of every mode: never into or among a run's files
     curves = grid.read_grid(sweep)
+    grid.check_holdout(holdout, curves, req.holdout_seeds)
     doc = grid.report(curves, holdout)
-    out = Path(req.out) if req.out else sweep / "comparison"
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "lr_grid.json", json.dumps(grid.to_json(doc), indent=1) + "\n")
+    atomic_write_text(out / "lr_grid.json", json.dumps(strict_json(grid.to_json(doc)), indent=1) + "\n")
     grid_text.plot_curves(curves, out / "lr_curves.png")
     return grid_text.format_report(doc), out
 
@@ -267,9 +276,9 @@ def ladder(req: Request) -> tuple[str, Path]:
             "give its runs without --ladder"
         )
     sweep = Path(req.paths[0])
+    out = out_dir(req.out, str(sweep), [])  # the guards of every mode: never into or among a run's files
     found = scale.read_ladder(sweep, req.ladder_x, req.baseline)
     doc = scale.report(found)
-    out = Path(req.out) if req.out else sweep / "comparison"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "ladder.json", json.dumps(strict_json(doc), indent=1) + "\n")
     scale_text.plot(found, doc, out / "ladder.png")

@@ -6,7 +6,7 @@ import base64
 import html
 from pathlib import Path
 
-from gptlab.compare.render import compute, evals, extra_table, probes, words
+from gptlab.compare.render import compute, evals, extra_table, matrix, probes, words
 from gptlab.compare.render.layers import layer_notes
 from gptlab.compare.render.target_report import html_targets, markdown_targets, print_targets, target_notes
 from gptlab.compare.statistics.power import MAX_SEEDS, POWER
@@ -391,6 +391,7 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
         table.add_column(h, justify="left" if left else "right")
     for line in body:
         table.add_row(*(line[i] for i in keep))
+    matrix.print_matrix(cmp.matrix, console)
     for sentence in verdicts(cmp):
         console.print(sentence, highlight=False, markup=False)
     console.print(table, width=min(console.width, TERMINAL_WIDTH) if own else None)
@@ -421,7 +422,9 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
     """comparison.md: title, one verdict sentence per arm, the table, the --power table (with power), notes and
     warnings, and links to the PNGs next to it."""
     headers, body = cells(cmp)
-    lines = [f"# {_title(cmp)}", ""] + [f"- {v}" for v in verdicts(cmp)] + [""] * bool(verdicts(cmp))
+    lines = [f"# {_title(cmp)}", "", *matrix.markdown(cmp.matrix)]
+    lines += ["## At equal steps", ""] * bool(cmp.matrix and cmp.matrix.arms)
+    lines += [f"- {v}" for v in verdicts(cmp)] + [""] * bool(verdicts(cmp))
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in body]
     if power:
@@ -443,6 +446,7 @@ _CSS = (
     "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
     "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;display:block}"
     ".warn{color:#a40}.verdicts{font-size:15px;line-height:1.5}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:1em}"
+    ".matrix td,.matrix th{text-align:left}table.matrix tr:nth-child(2) td{background:none}"
     "figure{margin:0}figcaption{font-weight:bold;margin:.5em 0}"
     ".flag{padding:1px 6px;border-radius:3px;white-space:nowrap;display:inline-block;margin:1px}"
     + "".join(f"table tr td.flag-{k},.flag-{k}{{background:{c}}}" for k, c in _FLAG_COLORS.items())
@@ -573,6 +577,8 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>gptlab {esc(_title(cmp).lower())}</title><style>{_CSS}</style></head><body>\n"
         f"<h1>{esc(_title(cmp))} (baseline: {esc(cmp.baseline)})</h1>\n"
+        + matrix.html_matrix(cmp.matrix)
+        + ("<h2>At equal steps</h2>\n" if cmp.matrix and cmp.matrix.arms else "")
         + (f'<ul class="verdicts">{sentences}</ul>\n' if sentences else "")
         + "<table>\n<tr>"
         + "".join(f"<th>{esc(h)}</th>" for h in headers)

@@ -75,3 +75,59 @@ def trend(t: Trend) -> str:
         Trend.SHRINKS: "shrinks",
         Trend.SHRINKS_MAY_CROSS: "shrinks (may cross: the fitted gap changes sign in range)",
     }[t]
+
+
+LENSES = {  # a verdict-matrix column, and how a sentence names it
+    "equal_steps": "equal steps",
+    "equal_flops": "equal FLOPs",
+    "equal_wall_time": "equal wall time",
+    "own_best_lr": "own best lr",
+    "matched": "matched",
+}
+
+
+def lens(name: str, mode: str | None = None) -> str:
+    """A lens's name; the matched lens says what was held equal (`FLOP-matched`, `param-matched`)."""
+    if name == "matched":
+        return {"params": "param-matched"}.get(mode or "", "FLOP-matched")
+    return LENSES[name]
+
+
+def loss_cell(v: Verdict) -> str:
+    """A verdict-matrix cell on val loss: `+0.0360 [+0.0110, +0.0610] worse`, `-0.0020 [..] within noise`, ..."""
+    if v.status is Status.BASELINE:
+        return "baseline"
+    if v.status is Status.NOT_MEASURED or v.effect is None:
+        return "–"
+    span = f" [{v.interval[0]:+.4f}, {v.interval[1]:+.4f}]" if v.interval and v.status is not Status.IDENTICAL else ""
+    word = "undecided (evals too sparse)" if v.status is Status.UNRESOLVED else _undecided(v)
+    return f"{v.effect:+.4f}{span} {word or better_or_worse(v, 'lower')}"
+
+
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def reconciled(label: str, by_outcome: dict[str, list[str]], findings: list[str], speed: str) -> str:
+    """One arm's lenses in one sentence: where they agree, where they disagree, and what that means.
+
+    `by_outcome`: outcome value (better, worse, within_noise, undecided) -> the lens names with that outcome, in
+    column order; `findings`: matrix.Finding values; `speed`: the speed verdict in words."""
+    said = {"better": "better", "worse": "worse", "within_noise": "within noise", "undecided": "undecided"}
+    parts = [f"{said[o]} at {_join(names)}" for o, names in by_outcome.items() if o in said and names]
+    meaning = {
+        "agree": "every lens agrees",
+        "all_noise": "no lens tells it from the baseline",
+        "opposite": "the lenses disagree in direction, so no single verdict stands: report each lens",
+        "not_at_equal_flops": "at equal FLOPs the gap is not seen, and the arm's cost per step differs from the "
+        "baseline's: part of the gap may be compute, not architecture",
+        "not_at_own_lr": "at each arm's own best lr the gap is not seen: part of it may be the learning rate, not "
+        "the architecture",
+        "holds_matched": "matched in cost it holds, so it is not only compute",
+        "needs_seeds": "a lens with one seed on a side needs more seeds (gptlab-sweep NAME --until-decided)",
+        "needs_evals": "a lens read between evals needs denser evals to decide (a smaller train.eval_interval; "
+        "for FLOPs, one train.eval_flops grid for every run)",
+    }
+    why = [meaning[f] for f in findings if f in meaning]
+    text = f"{label}: {'; '.join(parts) or 'not measured'}"
+    return text + (f" — {'; '.join(why)}" if why else "") + f"; speed {speed}."

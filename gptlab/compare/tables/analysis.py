@@ -122,6 +122,7 @@ class Comparison:
     split: dict[str, str] = field(default_factory=dict)
     validation_set: dict[str, str] = field(default_factory=dict)
     compute: Any = None  # compute.EqualCompute: val loss at equal FLOPs and wall time, the matched arms
+    matrix: Any = None  # matrix.Matrix: every arm under every lens (equal steps, FLOPs, wall time, own lr, matched)
     probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
     evals: list[Any] = field(default_factory=list)  # evals.EvalRow per eval.json metric (gptlab-eval)
     # The machine's measured noise floor used for speed verdicts (None: the default heuristic), the report's line
@@ -158,6 +159,8 @@ class Comparison:
             doc["split"] = self.split
         if self.compute is not None:
             doc["equal_compute"] = self.compute.to_json()
+        if self.matrix is not None:
+            doc["verdict_matrix"] = self.matrix.to_json()
         doc.update(
             {k: [x.to_json() for x in v] for k, v in (("targets", self.targets), ("thresholds", self.thresholds)) if v}
         )

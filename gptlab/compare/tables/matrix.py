@@ -1,0 +1,197 @@
+"""One verdict matrix: every arm against the baseline under every lens the runs support, and what the lenses say
+together.
+
+A lens is a way of holding the comparison fair: equal steps (the main table's contract), equal training FLOPs and
+equal wall time (tables/compute.py), each arm at its own best lr (studies/lr_grid.py) and the arm re-solved to the
+baseline's FLOPs or params (`model.match`, folded into the row of the arm it was matched from). Each cell is the
+Verdict that lens already made; nothing is recomputed here. `reconcile` then names where the lenses agree and where
+they disagree — as values (Finding), worded only in compare/render/words.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from gptlab.compare.reading.group import diff_items
+from gptlab.compare.statistics.verdict import Status, Verdict
+from gptlab.compare.tables.analysis import Comparison
+
+COST_TOLERANCE = 0.01  # FLOPs per token within 1 % of the baseline's: equal FLOPs is equal steps, no new lens
+
+
+class Lens(str, Enum):
+    """How a cell holds the comparison fair (the str value is the JSON spelling; the order is the columns')."""
+
+    EQUAL_STEPS = "equal_steps"
+    EQUAL_FLOPS = "equal_flops"
+    EQUAL_WALL = "equal_wall_time"
+    OWN_BEST_LR = "own_best_lr"
+    MATCHED = "matched"  # the arm re-solved to the baseline's FLOPs/token or params (model.match), at equal steps
+
+
+class Outcome(str, Enum):
+    """A loss cell's answer, for reconciling: lower is better."""
+
+    BETTER = "better"
+    WORSE = "worse"
+    NOISE = "within_noise"  # within noise, below the floor, or the identical model
+    UNDECIDED = "undecided"  # one seed on a side, or a reading its bracket could flip
+    MISSING = "not_measured"
+
+
+class Finding(str, Enum):
+    """What the lenses say together (a row can have several)."""
+
+    AGREE = "agree"  # every measured lens decided the same way
+    ALL_NOISE = "all_noise"  # every measured lens within noise
+    OPPOSITE = "opposite"  # lenses decided in opposite directions: no single verdict
+    NOT_AT_EQUAL_FLOPS = "not_at_equal_flops"  # the equal-steps decision does not hold at equal FLOPs (costs differ)
+    NOT_AT_OWN_LR = "not_at_own_lr"  # the equal-steps decision does not hold at each arm's own best lr
+    HOLDS_MATCHED = "holds_matched"  # the equal-steps decision holds when the arm is matched in FLOPs/params
+    NEEDS_SEEDS = "needs_seeds"  # a lens has one seed on a side: no test
+    NEEDS_EVALS = "needs_evals"  # a lens read between evals, and the evals around the reading could flip it
+
+
+def outcome(v: Verdict) -> Outcome:
+    """The cell's answer on a loss (lower is better)."""
+    if v.status is Status.DECIDED:
+        return Outcome.WORSE if v.direction > 0 else Outcome.BETTER
+    if v.status in (Status.WITHIN_NOISE, Status.BELOW_FLOOR, Status.IDENTICAL):
+        return Outcome.NOISE
+    if v.status in (Status.NO_TEST, Status.UNRESOLVED):
+        return Outcome.UNDECIDED
+    return Outcome.MISSING
+
+
+@dataclass
+class ArmLenses:
+    """One arm's row: a Verdict per lens it was measured under, its speed-up, the matched arm folded in, findings."""
+
+    label: str
+    cells: dict[Lens, Verdict]
+    speed: Verdict
+    matched_arm: str | None = None  # the label of the arm whose equal-steps verdict fills the MATCHED cell
+    matched_mode: str | None = None  # "flops" | "params"
+    cost: float | None = None  # FLOPs per token / the baseline's
+    findings: list[Finding] = field(default_factory=list)
+
+    def by_outcome(self) -> dict[Outcome, list[Lens]]:
+        """The lenses of each outcome, in column order."""
+        out: dict[Outcome, list[Lens]] = {}
+        for lens in Lens:
+            if lens in self.cells:
+                out.setdefault(outcome(self.cells[lens]), []).append(lens)
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "cells": {lens.value: v.to_json() for lens, v in self.cells.items()},
+            "speed": self.speed.to_json(),
+            "matched_arm": self.matched_arm,
+            "matched_mode": self.matched_mode,
+            "cost": self.cost,
+            "findings": [f.value for f in self.findings],
+        }
+
+
+@dataclass
+class Matrix:
+    """The arms (baseline excluded) and the lenses any of them was measured under, in column order."""
+
+    baseline: str
+    arms: list[ArmLenses]
+    lenses: list[Lens]
+
+    def to_json(self) -> dict:
+        return {
+            "baseline": self.baseline,
+            "lenses": [x.value for x in self.lenses],
+            "arms": [a.to_json() for a in self.arms],
+        }
+
+
+def reconcile(arm: ArmLenses) -> list[Finding]:
+    """What the lenses say together, from the cells' outcomes alone."""
+    cells = {lens: outcome(v) for lens, v in arm.cells.items()}
+    measured = {lens: o for lens, o in cells.items() if o is not Outcome.MISSING}
+    decided = {o for o in measured.values() if o in (Outcome.BETTER, Outcome.WORSE)}
+    found: list[Finding] = []
+    if len(decided) == 2:
+        found.append(Finding.OPPOSITE)
+    elif measured and all(o is Outcome.NOISE for o in measured.values()):
+        found.append(Finding.ALL_NOISE)
+    elif decided and all(o in decided for o in measured.values()) and len(measured) > 1:
+        found.append(Finding.AGREE)
+    steps = cells.get(Lens.EQUAL_STEPS)
+    if steps in (Outcome.BETTER, Outcome.WORSE) and Finding.AGREE not in found:
+        costs_differ = arm.cost is not None and abs(arm.cost - 1.0) > COST_TOLERANCE
+        flops = cells.get(Lens.EQUAL_FLOPS)
+        if costs_differ and flops in (Outcome.NOISE, *({Outcome.BETTER, Outcome.WORSE} - {steps})):
+            found.append(Finding.NOT_AT_EQUAL_FLOPS)
+        if cells.get(Lens.OWN_BEST_LR) in (Outcome.NOISE, *({Outcome.BETTER, Outcome.WORSE} - {steps})):
+            found.append(Finding.NOT_AT_OWN_LR)
+        if cells.get(Lens.MATCHED) is steps:
+            found.append(Finding.HOLDS_MATCHED)
+    statuses = {v.status for v in arm.cells.values()}
+    if Status.NO_TEST in statuses:
+        found.append(Finding.NEEDS_SEEDS)
+    if Status.UNRESOLVED in statuses:
+        found.append(Finding.NEEDS_EVALS)
+    return found
+
+
+def _matched_from(cmp: Comparison) -> dict[int, tuple[int, str]]:
+    """{row index of an arm: (row index of the arm matched from it, mode)}: a matched arm (its runs carry a
+    `match` record) folds into the one arm that differs from it only in model.match* and the re-solved knob."""
+    records = cmp.compute.matched if cmp.compute is not None else {}
+    out: dict[int, tuple[int, str]] = {}
+    for j, g in enumerate(cmp.groups):
+        rec = records.get(g.label)
+        if j == 0 or not isinstance(rec, dict):
+            continue
+        knob = str(rec.get("key") or "")
+        sources = [
+            i
+            for i, h in enumerate(cmp.groups)
+            if i not in (0, j)
+            and h.label not in records
+            and all(k.startswith("model.match") or k == knob for k, _ in diff_items(g, h, hide_implied=False))
+        ]
+        if len(sources) == 1 and sources[0] not in out:
+            out[sources[0]] = (j, str(rec.get("mode") or "flops"))
+    return out
+
+
+def build(cmp: Comparison, own_best_lr: dict[str, Verdict] | None = None) -> Matrix:
+    """The matrix of one comparison: equal steps from its rows, equal FLOPs / wall time from its equal-compute
+    axes (where measured), each arm's own-best-lr verdict when an lr grid gave one (`own_best_lr`, by label)."""
+    axes = {ax.axis: ax for ax in (cmp.compute.axes if cmp.compute is not None else []) if ax.x is not None}
+    lens_of_axis = {"flops": Lens.EQUAL_FLOPS, "wall_s": Lens.EQUAL_WALL}
+    folded = _matched_from(cmp)
+    into = {j for j, _ in folded.values()}
+    arms = []
+    for i, row in enumerate(cmp.rows):
+        if i == 0 or i in into:
+            continue
+        cells = {Lens.EQUAL_STEPS: row.loss}
+        for axis, ax in axes.items():
+            cells[lens_of_axis[axis]] = ax.arms[i].verdict
+        if own_best_lr and row.label in own_best_lr:
+            cells[Lens.OWN_BEST_LR] = own_best_lr[row.label]
+        base_cost = cmp.rows[0].flops_per_token
+        cost = row.flops_per_token / base_cost if row.flops_per_token and base_cost else None
+        arm = ArmLenses(row.label, cells, row.speed, cost=cost)
+        record = cmp.compute.matched.get(row.label) if cmp.compute is not None else None
+        if isinstance(record, dict):  # matched with no unmatched sibling here: its own row, marked as matched
+            arm.matched_mode = str(record.get("mode") or "flops")
+        if i in folded:
+            j, mode = folded[i]
+            arm.cells[Lens.MATCHED] = cmp.rows[j].loss
+            arm.matched_arm, arm.matched_mode = cmp.rows[j].label, mode
+        arm.cells = {lens: arm.cells[lens] for lens in Lens if lens in arm.cells}
+        arm.findings = reconcile(arm)
+        arms.append(arm)
+    used = [lens for lens in Lens if any(lens in a.cells for a in arms)]
+    return Matrix(cmp.baseline, arms, used)
