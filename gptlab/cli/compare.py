@@ -197,7 +197,7 @@ def request(args: argparse.Namespace) -> modes.Request:
         paths=args.paths, baseline=args.baseline, step=args.step, out=args.out, claims=args.claims,
         split_by=args.split_by, power=args.power, peak_flops=parse_peak(args.peak_flops), noise_floor=args.noise_floor,
         targets=args.target, thresholds=args.threshold, threshold_key=args.threshold_key, factorial=args.factorial,
-        holdout_seeds=args.holdout_seeds, ladder_x=args.ladder_x,
+        holdout_seeds=args.holdout_seeds, ladder_x=args.ladder_x, ladder=args.ladder,
     )  # fmt: skip
 
 

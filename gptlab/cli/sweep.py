@@ -29,7 +29,7 @@ from gptlab.errors import ConfigError
 from gptlab.sweep.identity import identity_warnings
 from gptlab.sweep.launch import detach, hydra_launches, is_local, local_slots, run_hydra, run_local
 from gptlab.sweep.layout import PLAN_DIR
-from gptlab.sweep.plan import COMMANDS, Pending, pending, plain_command, write_plan
+from gptlab.sweep.plan import COMMANDS, Pending, pending, plain_command, write_plan, write_refused
 from gptlab.sweep.spec import Sweep, record_definition, resolve
 from gptlab.sweep.status import format_status, status_of
 
@@ -110,7 +110,8 @@ def _launch(sweep: Sweep, todo: Pending, args) -> list[str]:
         print(f"[{name}] {run.name}: {shlex.join(plain_command(run, sweep.sweep_dir, script))}", flush=True)
     if not runs:
         busy = f", {len(todo.in_flight)} in flight" if todo.in_flight else ""
-        print(f"[{name}] all {todo.skipped} runs finished{busy}, nothing to launch")
+        busy += f", {len(todo.refused)} refused (cannot start)" if todo.refused else ""
+        print(f"[{name}] {'' if busy else 'all '}{todo.skipped} runs finished{busy}, nothing to launch")
         return []
     if is_local(sweep.launch):
         slots, threads = local_slots(runs, sweep.command)
@@ -241,19 +242,24 @@ def main(argv: list[str] | None = None) -> int:
         todo = pending(name, sweep.spec, sweep.seeds, sweep_dir, sweep.extra, sweep.lrs, sweep.ladder)
         for run_name, state in todo.in_flight:
             print(f"[{name}] {run_name}: {state} already, not launched again", flush=True)
+        for run, why in todo.refused:
+            print(f"[{name}] REFUSED {run.name}: cannot start: {why}", file=sys.stderr, flush=True)
+        if sweep.lrs and not args.dry_run:
+            write_refused(sweep_dir, todo.refused)  # gptlab-compare --lr-grid shows them
         if todo.runs and not args.dry_run:
             write_plan(sweep_dir, todo.runs)
     except ConfigError as err:
         fail(err)
     failures = _launch(sweep, todo, args)
-    print(f"[{name}] sweep dir: {sweep_dir}  ({todo.skipped} finished runs skipped)")
+    refused = f", {len(todo.refused)} refused" if todo.refused else ""
+    print(f"[{name}] sweep dir: {sweep_dir}  ({todo.skipped} finished runs skipped{refused})")
     for run in failures:
         print(f"[{name}] FAILED {run}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
     if not args.dry_run and not failures:
         print(f"[{name}] compare: gptlab-compare {sweep_dir}{' --lr-grid' if sweep.lrs else ''}")
         if sweep.spec.get("aa"):
             _measure_floor(name, sweep_dir)
-    return 1 if failures else 0
+    return 1 if failures or todo.refused else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 <sweep dir>/<arm>/<rung>/seed<k>/       on a scale ladder (rung: d_model64, n_layer2-d_model64, gpt2, ...)
 <sweep dir>/.plan/plan.json             the latest launch: one entry per run with its `subdir` above
 <sweep dir>/.plan/queue.json            the local queue's record of each run's state
+<sweep dir>/.plan/refused.json          the latest plan's runs that cannot start: {subdir: the one-line reason}
 ```
 A factorial's cells are arms: `base` (every factor off) and the factors that are on joined with `+` (`gqa+sdpa`).
 In the plan a run is named `<arm>__seed<k>` (`<arm>__lr<v>__seed<k>`, `<arm>__<rung>__seed<k>`): its generated
@@ -32,6 +33,7 @@ SWEEP_FILE = "sweep.yaml"
 PLAN_DIR = ".plan"  # inside the sweep dir: the generated configs, the plan, the queue, the launch log
 PLAN_FILE = Path(PLAN_DIR) / "plan.json"  # relative to the sweep dir
 QUEUE_FILE = "queue.json"  # in PLAN_DIR
+REFUSED_FILE = Path(PLAN_DIR) / "refused.json"  # relative to the sweep dir
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # no '/', no leading '.' (.plan is not an arm)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a rung or factor name: no '+', no '/'
@@ -107,10 +109,17 @@ def _parts(arm: str, seed: int, lr: float | None, rung: str | None) -> list[str]
     return [arm, *middle, seed_part(seed)]
 
 
+GRID_HELP = "comma-separated numbers (3e-4,1e-3,3e-3) or LOW:HIGH:N (1e-4:1e-2:5, N >= 2)"
+
+
 def parse_lr_grid(text) -> list[float]:
-    """`3e-4,1e-3,3e-3`, `1e-4:1e-2:5` (5 log-spaced values, both ends included) or a list of numbers."""
+    """`3e-4,1e-3,3e-3`, `1e-4:1e-2:5` (5 log-spaced values, both ends included) or a list of numbers: at least two,
+    each positive, finite and run as given (optimizer.lr and the folder get `{lr:g}`, 6 significant digits, so two
+    values that format alike would train one lr into one folder)."""
     try:
         if isinstance(text, (list, tuple)):
+            if any(isinstance(v, bool) or not isinstance(v, (int, float, str)) for v in text):
+                raise ValueError
             values = [float(v) for v in text]
         elif ":" in str(text):
             low, high, count = str(text).split(":")
@@ -121,12 +130,25 @@ def parse_lr_grid(text) -> list[float]:
             values = [float(f"{10 ** (a + (b - a) * i / (n - 1)):.6g}") for i in range(n)]
         else:
             values = [float(v) for v in str(text).split(",")]
-    except ValueError:
-        raise ConfigError(
-            f"lr grid {text!r}: allowed: comma-separated numbers (3e-4,1e-3,3e-3) or LOW:HIGH:N (1e-4:1e-2:5, N >= 2)"
-        ) from None
-    if not values or any(not (v > 0 and math.isfinite(v)) for v in values) or len(set(values)) != len(values):
-        raise ConfigError(f"lr grid {text!r}: every learning rate must be a distinct number > 0")
+    except (ValueError, TypeError):
+        raise ConfigError(f"lr grid {text!r}: allowed: {GRID_HELP}") from None
+    bad = next((v for v in values if not (v > 0 and math.isfinite(v))), None)
+    if bad is not None:
+        raise ConfigError(f"lr grid {text!r}: {bad:g} is not a learning rate; allowed: numbers > 0 and finite")
+    if len(values) < 2:
+        raise ConfigError(f"lr grid {text!r}: one lr has no best lr to pick; allowed: {GRID_HELP}")
+    seen: dict[str, float] = {}
+    for value in values:
+        part = lr_part(value)
+        if part in seen:
+            same = "is given twice" if seen[part] == value else f"and {seen[part]!r} both run as {part}"
+            raise ConfigError(f"lr grid {text!r}: {value!r} {same}; allowed: distinct learning rates")
+        if float(part.removeprefix("lr")) != value:
+            raise ConfigError(
+                f"lr grid {text!r}: {value!r} would run as {part.removeprefix('lr')} ({part}); give at most 6 "
+                "significant digits"
+            )
+        seen[part] = value
     return values
 
 
@@ -207,3 +229,18 @@ def planned_subdir(entry) -> str | None:
     if "arm" in entry and "seed" in entry:
         return run_subdir(str(entry["arm"]), entry["seed"])
     return None
+
+
+def read_refused(sweep_dir: Path) -> dict[str, str]:
+    """refused.json of the sweep dir's latest plan: {run subdir: why it cannot start} ({} when none was written); a
+    damaged one is a ConfigError naming the file."""
+    path = sweep_dir / REFUSED_FILE
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{path}: cannot be read ({err}); re-run the sweep to plan it again") from None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+        raise ConfigError(f"{path}: not a mapping of run dirs to reasons; re-run the sweep to plan it again")
+    return doc

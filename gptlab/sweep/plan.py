@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -30,7 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from gptlab.config.build import SWEEP_RUN_GROUP
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import Rung
-from gptlab.sweep.layout import PLAN_DIR, PLAN_FILE, run_name, run_subdir
+from gptlab.sweep.layout import PLAN_DIR, PLAN_FILE, REFUSED_FILE, run_name, run_subdir
 from gptlab.sweep.status import sweep_status
 from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import CONF_DIR
@@ -141,6 +141,35 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
     return folder
 
 
+def write_refused(sweep_dir: Path, refused: list[tuple[PlannedRun, str]]) -> None:
+    """refused.json: the runs of this plan that cannot start, each with its reason (rewritten at every plan, so a
+    run that can start again is no longer listed)."""
+    (sweep_dir / PLAN_DIR).mkdir(parents=True, exist_ok=True)
+    doc = {run.subdir(): why for run, why in refused}
+    atomic_write_text(sweep_dir / REFUSED_FILE, json.dumps(doc, indent=1) + "\n")
+
+
+def cannot_start(overrides: list[str], seed: int, command: str = "train") -> str | None:
+    """Why gptlab-train would refuse a run of these overrides at start (every key's range and the rules between keys,
+    e.g. lr * weight_decay < 1), else None. Hardware and data are not checked: the launch may run elsewhere, and an
+    arm that does not compose is the arm check's (gptlab/sweep/identity.py)."""
+    from gptlab.config.build import compose
+    from gptlab.config.schema import check_schema
+    from gptlab.config.validate import CROSS_RULES
+
+    try:
+        cfg = compose([*overrides, f"seed={seed}"], COMMANDS[command][2])
+    except Exception:  # noqa: BLE001 - Hydra's composition errors: the arm check words them
+        return None
+    try:
+        check_schema(cfg)
+        for rule in CROSS_RULES:
+            rule(cfg)
+    except ConfigError as err:
+        return " ".join(str(err).split())
+    return None
+
+
 def launch_command(runs: list[PlannedRun], sweep_dir: Path, launch: list[str], script: str = "gptlab-train") -> list:
     """The one multirun command that runs `runs`: +sweep_run=<names> over the generated configs."""
     return [
@@ -197,6 +226,7 @@ class Pending:
     runs: list[PlannedRun]
     skipped: int  # finished with the same config
     in_flight: list[tuple[str, str]]  # (run name, its state)
+    refused: list[tuple[PlannedRun, str]] = field(default_factory=list)  # runs that cannot start, with the reason
 
 
 def pending(
@@ -209,7 +239,7 @@ def pending(
     ladder: list[Rung] | None = None,
 ) -> Pending:
     """The runs to launch: every arm x rung x lr x seed but the finished ones and those in flight (failed and never-run
-    runs are launched)."""
+    runs are launched); under an lr grid a run that cannot start at its lr is planned as refused, with the reason."""
     for arm, overrides in spec["arms"].items():
         if any(is_launch_setting(o) for o in overrides):
             raise ConfigError(f"arm '{arm}': launch settings (hydra.*, launcher=) belong in the sweep's overrides")
@@ -218,6 +248,7 @@ def pending(
     out = Pending([], 0, [])
     grid: list[float | None] = list(lrs) if lrs else [None]
     steps: list[Rung | None] = list(ladder) if ladder else [None]
+    why: dict[tuple, str | None] = {}  # (arm, lr, rung) -> why its runs cannot start; checked once per cell
     for arm in spec["arms"]:
         overrides = [o for o in planned_overrides(name, spec, arm, extra) if not is_launch_setting(o)]
         for seed, lr, rung in [(s, lr, r) for r in steps for lr in grid for s in seeds]:
@@ -227,10 +258,22 @@ def pending(
                 out.skipped += 1
             elif run.name in flight:
                 out.in_flight.append((run.name, flight[run.name]))
+            elif refusal := _refusal(why, run, given, command):
+                out.refused.append((run, refusal))
             else:
                 out.runs.append(run)
     out.runs = interleave(out.runs, name)
     return out
+
+
+def _refusal(cache: dict[tuple, str | None], run: PlannedRun, given: list[str], command: str) -> str | None:
+    """Why an lr grid's run cannot start (the lr is what varies: one check per arm, lr and rung), else None."""
+    if run.lr is None:
+        return None
+    key = (run.arm, run.lr, run.rung)
+    if key not in cache:
+        cache[key] = cannot_start(given, run.seed, command)
+    return cache[key]
 
 
 def interleave(runs: list[PlannedRun], salt: str) -> list[PlannedRun]:

@@ -164,6 +164,30 @@ def check_extra(extra: list[str], lr_grid: bool, spec: dict, word: Callable[[Bas
             raise ConfigError(f"extra override: {word(err)}") from None
 
 
+GRID_KEY = "optimizer.lr"  # the key an lr grid sets for each run
+
+
+def check_grid(name: str, spec: dict, note: Callable[[str], None] = print) -> None:
+    """An lr grid needs a sweep that trains, and no arm setting the lr the grid sets (the grid's value would replace
+    it silently; refused in one line, as a ladder refuses an arm that sets its size); the sweep's shared lr is
+    replaced at every lr, with a note."""
+    if spec.get("command", "train") != "train":
+        raise ConfigError(
+            f"lr grid: sweep '{name}' runs {COMMANDS[spec['command']][0]} (command: {spec['command']}), which trains "
+            "nothing: there is no learning rate to grid; drop --lr-grid / lr_grid:"
+        )
+    for arm, overrides in spec["arms"].items():
+        for override in overrides:
+            if override.lstrip("+~").split("=", 1)[0] == GRID_KEY:
+                raise ConfigError(
+                    f"lr grid: arm '{arm}' sets {override}, which the grid would replace at every lr; drop it from the "
+                    "arm (every arm runs at every lr of the grid)"
+                )
+    for override in spec.get("overrides", []):
+        if override.lstrip("+~").split("=", 1)[0] == GRID_KEY:
+            note(f"note: the lr grid's {GRID_KEY} replaces {override} (the sweep's own lr) at every lr")
+
+
 def _ladder(
     given: list[str] | None, lr_grid: str | None, spec: dict, extra: list[str], note: Callable[[str], None]
 ) -> dict[str, list[str]] | None:
@@ -238,6 +262,8 @@ def resolve(
     run_seeds = parse_seeds(seeds) if seeds else list(spec["seeds"])
     grid = lr_grid if lr_grid is not None else spec.get("lr_grid")
     lrs = parse_lr_grid(grid) if grid is not None else None
+    if lrs is not None:
+        check_grid(name, spec, note)
     check_extra(extra, lrs is not None, spec, word)
     copies = parse_aa(aa if aa is not None else spec.get("aa"))
     if copies is not None:  # the baseline as identical arms (gptlab/sweep/aa.py); its floor is measured at the end

@@ -161,7 +161,8 @@ def _read_back(sweep_dir: Path) -> set[tuple[str, float | str | None, int]]:
 
 def test_an_lr_grid_the_planner_writes_reads_back(tmp_path):
     arms = {"base": [], "wide": ["model.d_model=64"]}
-    sweep_dir, runs = _planned(tmp_path, {"arms": arms, "seeds": [0, 3]}, lr_grid="1e-3,3e-4,0.01,10")
+    doc = {"arms": arms, "seeds": [0, 3], "overrides": ["model=tiny", "optimizer.weight_decay=0"]}  # lr 10 can start
+    sweep_dir, runs = _planned(tmp_path, doc, lr_grid="1e-3,3e-4,0.01,10")
     recorded = read_sweep(sweep_dir)
     assert recorded is not None
     assert (recorded.arms, recorded.seeds, recorded.lrs) == (["base", "wide"], [0, 3], [1e-3, 3e-4, 0.01, 10.0])

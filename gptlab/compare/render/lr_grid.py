@@ -7,13 +7,26 @@ from pathlib import Path
 from gptlab.compare.render import words
 from gptlab.compare.statistics.stats import mean
 from gptlab.compare.statistics.verdict import Status, Verdict
-from gptlab.compare.studies.lr_grid import ArmCurve, finals_at
+from gptlab.compare.studies.lr_grid import FINISHED, ArmCurve, finals_at
 
 
-def _verdict_text(v: Verdict) -> str:
+def _verdict_text(v: Verdict, why: str | None = None) -> str:
+    """A verdict cell; `why`: what the arm or the baseline lacks there (no best lr, not run at that lr, ...)."""
     if v.status is Status.NOT_MEASURED or v.interval is None or v.effect is None:
-        return "n/a (needs 2+ seeds each)"
+        return f"n/a ({why or 'needs 2+ seeds each'})"
     return f"{v.effect:+.4f} [{v.interval[0]:+.4f}, {v.interval[1]:+.4f}] {words.side(v)}"
+
+
+def _why_not(row: dict, base: dict, shared: bool) -> str | None:
+    """Why a verdict cell has no verdict, in words: a missing best lr, or the arm's cells at the baseline's lr."""
+    if base["best_lr"] is None:
+        return f"{base['arm']} has no best lr"
+    if not shared:
+        return None if row["best_lr"] is not None else "no best lr"
+    at = row.get("at_baseline_lr") or {}
+    if at.get("states") and FINISHED not in at["states"]:
+        return f"{'/'.join(at['states'])} at {at['lr']:g}"
+    return None
 
 
 def _count(n: int | None) -> str:
@@ -24,23 +37,29 @@ def _count(n: int | None) -> str:
 def format_report(doc: dict) -> str:
     """The terminal table: one line per arm, then the warnings and the selection note."""
     lines = [
-        f"{'arm':<12} {'best lr':>8} {'val loss':>16} {'max stable lr':>13} {'diverged':>8} {'spikes':>6}  "
-        f"vs {doc['baseline']} at own best | at {doc['baseline']}'s lr"
+        f"{'arm':<12} {'best lr':>8} {'val loss':>16} {'max stable lr':>13} {'diverged':>8} {'spikes':>6} "
+        f"{'unfinished':>10} {'refused':>7} {'not run':>7}  vs {doc['baseline']} at own best | at {doc['baseline']}'s lr"
     ]
+    base = doc["rows"][0]
     for r in doc["rows"]:
         loss = "-" if r["val_loss_at_best"] is None else f"{r['val_loss_at_best']:.4f}"
         loss += f" ± {r['val_loss_std']:.4f}" if r["val_loss_std"] is not None else ""
         best = "-" if r["best_lr"] is None else f"{r['best_lr']:g}"
         stable = "-" if r["max_stable_lr"] is None else f"{r['max_stable_lr']:g}"
         if "vs_baseline_own_best" in r:
-            verdicts = f"{_verdict_text(r['vs_baseline_own_best'])} | {_verdict_text(r['vs_baseline_shared_lr'])}"
+            own = _verdict_text(r["vs_baseline_own_best"], _why_not(r, base, shared=False))
+            verdicts = f"{own} | {_verdict_text(r['vs_baseline_shared_lr'], _why_not(r, base, shared=True))}"
         else:
             verdicts = "baseline | "
         lines.append(
-            f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {_count(r['spikes_at_best']):>6}  {verdicts}"
+            f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {_count(r['spikes_at_best']):>6} "
+            f"{r['unfinished_runs']:>10} {r['refused_runs']:>7} {r['not_run']:>7}  {verdicts}"
         )
     lines += [f"warning: {w}" for w in doc["warnings"]]
-    lines.append(f"note: {doc['selection']}; diverged = non-finite or final val loss > {doc['diverge_factor']}x step 0")
+    lines.append(
+        f"note: {doc['selection']}; diverged = non-finite or final val loss > {doc['diverge_factor']}x step 0; "
+        "unfinished = started, never finished (neither picked nor counted as diverged)"
+    )
     return "\n".join(lines)
 
 

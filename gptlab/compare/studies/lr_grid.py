@@ -1,13 +1,22 @@
 """Each arm at its own best learning rate: the arm x lr x seed grid `gptlab-sweep NAME --lr-grid ...` writes.
 
-Run dirs are `<sweep>/<arm>/lr<value>/seed<k>`. Per arm: final val loss vs lr (mean and spread over seeds), the best
-lr (lowest mean final val loss; a diverged seed makes its lr ineligible), a warning when the best lr is the smallest
-or the largest tried (the optimum may lie outside the grid), and the stability margin: the largest lr at which every
-seed trained without diverging, with the spike events (train.spike_factor) and the largest attention logit
-(train.diagnostics) at the best and at that lr.
+Run dirs are `<sweep>/<arm>/lr<value>/seed<k>`, but each run's arm, lr and seed are read from its own config (the
+folder only where a run recorded none), a copied run dir counts once (compare/reading/identity.py), and the grid's
+design (sweep.yaml's arms, lrs and seeds) names every cell. Each cell is in one state:
 
-Diverged: the run stopped on a non-finite loss, a val loss is non-finite, or its final val loss is above
-DIVERGE_FACTOR x its step-0 val loss (it ended worse than it began).
+- finished: the run finished with a finite final val loss no worse than DIVERGE_FACTOR x its step-0 val loss;
+- diverged: a val or train loss is non-finite, the run stopped on a non-finite loss (its train.log says so: a
+  stopped run logs no non-finite row), or its final val loss is above DIVERGE_FACTOR x its step-0 val loss;
+- unfinished: it started and has not finished (killed, interrupted, preempted, failed otherwise, still running):
+  it says nothing about the lr, so it is neither picked nor counted as diverged;
+- refused: gptlab-sweep planned it and it cannot start (.plan/refused.json gives the reason);
+- not run: in the design, with no run dir.
+
+Per arm: final val loss vs lr (mean and spread over seeds), the best lr (lowest mean final val loss over the
+picking seeds that finished; an lr where one of them diverged is never picked), a warning when the best lr is the
+smallest or the largest that ran (the optimum may lie outside; with the lrs beyond it named when they were refused,
+not run or unfinished), and the stability margin: the largest lr at which a seed finished and none diverged, with the
+spike events (train.spike_factor) and the largest attention logit (train.diagnostics) at the best and at that lr.
 
 Two verdicts per arm against the baseline (the first arm): at each arm's own best lr (the headline) and at the
 baseline's best lr (the shared-lr comparison most ablations report). Selection bias: picking the minimum of a noisy
@@ -22,63 +31,113 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gptlab.compare.reading.identity import dedupe
 from gptlab.compare.reading.like import check_like
-from gptlab.compare.reading.runs import Run, load_run
+from gptlab.compare.reading.runs import Run, is_run_dir, load_run
 from gptlab.compare.statistics import verdict
 from gptlab.compare.statistics.stats import ALPHA, mean, std
 from gptlab.compare.statistics.verdict import Caveat, Verdict
 from gptlab.errors import ConfigError
-from gptlab.sweep.layout import parse_lr_part, parse_seed_part, read_sweep
+from gptlab.sweep.layout import parse_lr_part, parse_seed_part, read_refused, read_sweep
 
 DIVERGE_FACTOR = 1.5
+FINISHED, DIVERGED, UNFINISHED, REFUSED, NOT_RUN = "finished", "diverged", "unfinished", "refused", "not run"
+# what gptlab-train's one-line error says when a run stops on a non-finite loss (gptlab/train/loop.py's
+# diverged_message; compare imports nothing of training, so it is named here and a test ties the two)
+STOPPED_ON_NONFINITE = "non-finite steps, train.nan_skip="
+LOG_TAIL = 65536  # bytes of train.log read for that line (it is among the last)
 
 
 @dataclass
 class GridRun:
-    """One run of the grid, as read from its run dir."""
+    """One cell of the grid: a run as read from its run dir, or a cell with none (refused, not run)."""
 
     arm: str
     lr: float
     seed: int
-    final: float | None  # final val loss; None when the run diverged or never finished
-    diverged: bool
-    spikes: int | None  # None: the run had spike detection off (train.spike_factor null), so none were counted
-    max_logit: float | None
+    final: float | None  # final val loss of a finished run; None in every other state
+    state: str = FINISHED  # FINISHED | DIVERGED | UNFINISHED | REFUSED | NOT_RUN
+    spikes: int | None = None  # None: spike detection off (train.spike_factor null), or no run
+    max_logit: float | None = None
+    where: str = ""  # the run dir, relative to the sweep dir ("" for a cell without one)
+    reason: str = ""  # why it is refused, or what left it unfinished
+
+    @property
+    def diverged(self) -> bool:
+        return self.state == DIVERGED
 
 
 @dataclass
 class ArmCurve:
-    """One arm's runs by lr, its pick and its stability margin."""
+    """One arm's cells by lr, its pick and its stability margin."""
 
     arm: str
     runs: list[GridRun]
     lrs: list[float] = field(default_factory=list)
     best_lr: float | None = None
-    edge: str | None = None  # "smallest" | "largest": the best lr is at that end of the grid
+    edge: str | None = None  # "smallest" | "largest": the best lr is at that end of the lrs that ran
     max_stable_lr: float | None = None
 
     def at(self, lr: float, seeds: set[int] | None = None) -> list[GridRun]:
         return [r for r in self.runs if r.lr == lr and (seeds is None or r.seed in seeds)]
 
+    def ran(self) -> list[float]:
+        """The lrs where a run finished or diverged: the ones that say something about the lr."""
+        return sorted({r.lr for r in self.runs if r.state in (FINISHED, DIVERGED)})
 
-def _grid_run(arm: str, lr: float, seed: int, run: Run) -> GridRun:
-    """A grid run from the one run reader's Run: its final val loss, whether it diverged, spikes and max logit."""
-    rows, summary = run.records, run.summary
+
+class Grid(dict):
+    """{arm: its curve} in the sweep's order, with the design's lrs and seeds and what reading found on the way
+    (copies counted once, runs whose folder named another cell, stray dirs)."""
+
+    def __init__(self, curves: dict[str, ArmCurve], lrs: list[float], seeds: list[int], notes: list[str]):
+        super().__init__(curves)
+        self.lrs, self.seeds, self.notes = lrs, seeds, notes
+
+
+def _stopped_on_nonfinite(run: Run) -> bool:
+    """Whether the run's train.log ends with gptlab-train's line for a stop on a non-finite loss."""
+    log = run.path / "train.log"
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, log.stat().st_size - LOG_TAIL))
+            return STOPPED_ON_NONFINITE in handle.read().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def _grid_run(arm: str, lr: float, seed: int, run: Run, where: str) -> GridRun:
+    """A grid cell from the one run reader's Run: its state, final val loss, spikes and max logit."""
+    rows, summary, status = run.records, run.summary, run.status
     vals = [float(r["val/loss"]) for r in rows if "val/loss" in r and r["val/loss"] is not None]
     train = [float(r["train/loss"]) for r in rows if r.get("train/loss") is not None]
     nonfinite = any(not math.isfinite(v) for v in vals + train)
-    final = summary.get("final_val_loss") if summary.get("status") == "finished" else None
-    blew_up = final is not None and vals and math.isfinite(vals[0]) and final > DIVERGE_FACTOR * vals[0]
-    diverged = bool(nonfinite or blew_up or (final is None and rows))  # started, never finished: it stopped
+    final = summary.get("final_val_loss") if status == "finished" else None
+    final = float(final) if final is not None else None
+    blew_up = final is not None and bool(vals) and math.isfinite(vals[0]) and final > DIVERGE_FACTOR * vals[0]
+    reason = ""
+    if nonfinite or blew_up or (final is not None and not math.isfinite(final)):
+        state = DIVERGED
+    elif status == "failed" and _stopped_on_nonfinite(run):
+        state = DIVERGED
+    elif final is not None:
+        state = FINISHED
+    else:
+        state = UNFINISHED
+        reason = "finished without a final val loss" if status == "finished" else (
+            "no summary.json: killed, or still running" if status == "missing" else f"status {status}"
+        )  # fmt: skip
     logits = [float(v) for r in rows for k, v in r.items() if k.endswith("/max_logit") and v is not None]
     return GridRun(
         arm=arm,
         lr=lr,
         seed=seed,
-        final=None if diverged else final,
-        diverged=diverged,
+        final=final if state == FINISHED else None,
+        state=state,
         spikes=sum(1 for r in rows if "spike/loss" in r) if _spikes_on(run) else None,
         max_logit=max(logits) if logits else None,
+        where=where,
+        reason=reason,
     )
 
 
@@ -94,48 +153,139 @@ def _spike_total(runs: list[GridRun]) -> int | None:
     return None if not counts or any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
 
-def read_grid(sweep_dir: Path) -> dict[str, ArmCurve]:
-    """{arm: its curve} from `<sweep>/<arm>/lr<v>/seed<k>/` (arms in sweep.yaml's order when it lists them), each
-    run read by compare/reading/runs.py; runs scored on different validation sets are refused (check_like)."""
-    recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: arms in folder order
-    order = recorded.arms if recorded else []
-    curves: dict[str, ArmCurve] = {}
-    runs: list[Run] = []
-    for lr_dir in sorted(sweep_dir.glob("*/lr*")):
-        lr = parse_lr_part(lr_dir.name)
-        if lr is None or not lr_dir.is_dir():
-            continue
-        arm = lr_dir.parent.name
-        for seed_dir in sorted(lr_dir.iterdir()):
-            seed = parse_seed_part(seed_dir.name)
-            if seed is not None and ((seed_dir / "metrics.jsonl").exists() or (seed_dir / "summary.json").exists()):
-                runs.append(load_run(seed_dir))
-                curves.setdefault(arm, ArmCurve(arm, [])).runs.append(_grid_run(arm, lr, seed, runs[-1]))
-    if not curves:
+def _candidates(sweep_dir: Path) -> list[tuple[Path, str, float, int | None]]:
+    """(run dir, arm, lr, seed) as the folders name them, for every run dir at <arm>/lr<v>/<seed dir>."""
+    found = []
+    for arm_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for lr_dir in sorted(p for p in arm_dir.iterdir() if p.is_dir() and parse_lr_part(p.name) is not None):
+            lr = parse_lr_part(lr_dir.name)
+            for seed_dir in sorted(p for p in lr_dir.iterdir() if p.is_dir() and is_run_dir(p)):
+                found.append((seed_dir, arm_dir.name, float(lr or 0), parse_seed_part(seed_dir.name)))
+    return found
+
+
+def _own(run: Run, arm: str, lr: float, seed: int | None) -> tuple[str, float, int | None]:
+    """The run's arm, lr and seed from its own config; the folder's for a key it did not record."""
+    cfg = run.config if isinstance(run.config, dict) else {}
+    optimizer = cfg.get("optimizer")
+    own_lr = optimizer.get("lr") if isinstance(optimizer, dict) else None
+    own_seed, own_arm = cfg.get("seed"), cfg.get("arm")
+    return (
+        own_arm if isinstance(own_arm, str) and own_arm else arm,
+        float(own_lr) if isinstance(own_lr, (int, float)) and not isinstance(own_lr, bool) else lr,
+        own_seed if type(own_seed) is int else seed,
+    )
+
+
+def _refused_cells(sweep_dir: Path) -> dict[tuple[str, float, int], str]:
+    """(arm, lr, seed) -> why it cannot start, from the latest plan's refused.json."""
+    cells = {}
+    for subdir, why in read_refused(sweep_dir).items():
+        parts = subdir.split("/")
+        lr = parse_lr_part(parts[1]) if len(parts) == 3 else None
+        seed = parse_seed_part(parts[2]) if len(parts) == 3 else None
+        if lr is not None and seed is not None:
+            cells[parts[0], lr, seed] = why
+    return cells
+
+
+def read_grid(sweep_dir: Path) -> Grid:
+    """{arm: its curve} of an lr grid sweep dir (arms in sweep.yaml's order when it lists them): every cell of the
+    design with its state, each run read by compare/reading/runs.py; runs scored on different validation sets are
+    refused (check_like), so are two different runs of one cell."""
+    recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: the design is what the folders hold
+    refused = _refused_cells(sweep_dir)
+    found = _candidates(sweep_dir) if sweep_dir.is_dir() else []
+    if not found and not refused:
         raise ConfigError(
             f"{sweep_dir}: no lr grid runs (<arm>/lr<value>/seed<k>/); run gptlab-sweep NAME --lr-grid ..."
         )
-    check_like(runs)  # one sweep's runs share their data: only a mixed-in foreign run can differ
-    ranked = sorted(curves, key=lambda a: order.index(a) if a in order else len(order))
-    return {arm: curves[arm] for arm in ranked}
+    runs = [load_run(path) for path, _, _, _ in found]
+    folders = {id(run): (arm, lr, seed) for run, (_, arm, lr, seed) in zip(runs, found)}
+    kept, copies = dedupe(runs)
+    if kept:
+        check_like(kept)  # one sweep's runs share their data: only a mixed-in foreign run can differ
+    notes = [line.removeprefix("warning: ") for line in copies]
+    cells: dict[tuple[str, float, int], GridRun] = {}
+    for run in kept:
+        where = run.path.relative_to(sweep_dir).as_posix()
+        arm, lr, seed = _own(run, *folders[id(run)])
+        if seed is None:
+            notes.append(f"{where}: not a seed<k> folder and its config records no seed: left out")
+            continue
+        if (arm, lr, seed) != folders[id(run)]:
+            notes.append(f"{where}: its own config says arm {arm}, lr {lr:g}, seed {seed}: counted there")
+        if (arm, lr, seed) in cells:
+            raise ConfigError(
+                f"{sweep_dir}: {cells[arm, lr, seed].where} and {where} are two different runs of arm {arm} at lr "
+                f"{lr:g}, seed {seed}; leave one of them out"
+            )
+        cells[arm, lr, seed] = _grid_run(arm, lr, seed, run, where)
+    design = recorded.arms if recorded else []
+    arms = list(dict.fromkeys([*design, *(a for a, _, _ in [*cells, *refused])]))
+    lrs = sorted({*(recorded.lrs if recorded and recorded.lrs else []), *(lr for _, lr, _ in [*cells, *refused])})
+    given = recorded.seeds if recorded and "seeds" in recorded.record else []
+    seeds = sorted({*given, *(s for _, _, s in [*cells, *refused])})
+    for key in [(a, lr, s) for a in arms for lr in lrs for s in seeds if (a, lr, s) not in cells]:
+        state = REFUSED if key in refused else NOT_RUN
+        cells[key] = GridRun(*key, final=None, state=state, reason=refused.get(key, ""))
+    if all(r.state in (REFUSED, NOT_RUN) for r in cells.values()):
+        first = next(iter(refused.values()), "")
+        raise ConfigError(f"{sweep_dir}: none of the grid's {len(cells)} runs ran ({len(refused)} refused: {first})")
+    curves = {arm: ArmCurve(arm, sorted((r for r in cells.values() if r.arm == arm), key=lambda r: (r.lr, r.seed)))
+              for arm in arms}  # fmt: skip
+    return Grid(curves, lrs, seeds, notes)
+
+
+def parse_holdout(text: str | None) -> set[int] | None:
+    """--holdout-seeds as a set of seeds (None when not given); a ConfigError for anything else, empty included."""
+    if text is None:
+        return None
+    try:
+        seeds = {int(s) for s in text.split(",")}
+    except ValueError:
+        raise ConfigError(f"--holdout-seeds {text!r}: allowed: seeds of the sweep, e.g. 2 or 2,3") from None
+    return seeds
+
+
+def check_holdout(holdout: set[int] | None, grid: dict[str, ArmCurve], text: str | None = None) -> None:
+    """Holdout seeds must be seeds of the sweep, and leave at least one to pick the lr on: one line, else."""
+    if holdout is None:
+        return
+    seeds = getattr(grid, "seeds", None) or sorted({r.seed for c in grid.values() for r in c.runs})
+    given = text if text is not None else ",".join(str(s) for s in sorted(holdout))
+    listed = ", ".join(str(s) for s in seeds)
+    lacking = sorted(holdout - set(seeds))
+    if lacking:
+        raise ConfigError(f"--holdout-seeds {given!r}: the sweep has no seed {lacking[0]}; its seeds are {listed}")
+    if set(seeds) <= holdout:
+        raise ConfigError(
+            f"--holdout-seeds {given!r}: holds out every seed of the sweep ({listed}), leaving none to pick the lr "
+            "on; allowed: some of them"
+        )
 
 
 def analyse(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> None:
     """Fill each curve's lrs, best lr (picked on the non-holdout seeds), edge and max stable lr."""
     for curve in curves.values():
         curve.lrs = sorted({r.lr for r in curve.runs})
-        pick = [s for s in {r.seed for r in curve.runs} if not holdout or s not in holdout]
+        pick = {s for s in {r.seed for r in curve.runs} if not holdout or s not in holdout}
         scores = {}
         for lr in curve.lrs:
-            runs = curve.at(lr, set(pick))
-            if runs and not any(r.diverged for r in runs) and all(r.final is not None for r in runs):
-                scores[lr] = mean([r.final for r in runs if r.final is not None])
+            runs = curve.at(lr, pick)
+            done = [r.final for r in runs if r.state == FINISHED and r.final is not None]
+            if done and not any(r.diverged for r in runs):
+                scores[lr] = mean(done)
         curve.best_lr = min(scores, key=lambda lr: scores[lr]) if scores else None
-        if curve.best_lr is not None and len(curve.lrs) > 1:
-            curve.edge = (
-                "smallest" if curve.best_lr == curve.lrs[0] else "largest" if curve.best_lr == curve.lrs[-1] else None
-            )
-        stable = [lr for lr in curve.lrs if curve.at(lr) and not any(r.diverged for r in curve.at(lr))]
+        ran = curve.ran()
+        curve.edge = None
+        if curve.best_lr is not None and len(ran) > 1:
+            curve.edge = "smallest" if curve.best_lr == ran[0] else "largest" if curve.best_lr == ran[-1] else None
+        stable = [
+            lr
+            for lr in curve.lrs
+            if any(r.state == FINISHED for r in curve.at(lr)) and not any(r.diverged for r in curve.at(lr))
+        ]
         curve.max_stable_lr = max(stable) if stable else None
 
 
@@ -156,12 +306,68 @@ def to_json(doc: dict) -> dict:
     return {**doc, "rows": rows}
 
 
+def _cells(runs: list[GridRun]) -> str:
+    """`lr 0.01 seed 2 (status interrupted), lr 0.01 seed 3 (...)`: the cells, with what left each unfinished."""
+    return ", ".join(f"lr {r.lr:g} seed {r.seed}" + (f" ({r.reason})" if r.reason else "") for r in runs)
+
+
+def _seeds(runs: list[GridRun]) -> str:
+    return ", ".join(str(r.seed) for r in runs)
+
+
+def _arm_warnings(curve: ArmCurve) -> list[str]:
+    """The pick's edge (with the lrs beyond it that did not run) and the cells that are not finished or diverged."""
+    arm, best, ran, out = curve.arm, curve.best_lr, curve.ran(), []
+    unfinished = [r for r in curve.runs if r.state == UNFINISHED]
+    if best is None and not ran:
+        out.append(f"{arm}: no run finished or diverged: no lr to pick")
+    elif best is None and unfinished:
+        out.append(f"{arm}: no lr finished without diverging yet ({len(unfinished)} runs unfinished): finish them")
+    elif best is None:
+        out.append(f"{arm}: no lr trained every seed without diverging: widen the grid downwards")
+    elif len(curve.lrs) == 1:
+        out.append(f"{arm}: one lr ({best:g}) in the grid: it is not a pick; run the grid with 2+ lrs")
+    elif len(ran) == 1:
+        out.append(f"{arm}'s best lr {best:g} is the only lr that ran: it is not a pick")
+    elif curve.edge:
+        way = "larger" if curve.edge == "largest" else "smaller"
+        beyond = [lr for lr in curve.lrs if (lr > best if way == "larger" else lr < best) and lr not in ran]
+        if beyond:
+            near = beyond[0] if way == "larger" else beyond[-1]
+            states = ", ".join(f"{lr:g} {'/'.join(sorted({r.state for r in curve.at(lr)}))}" for lr in beyond)
+            out.append(
+                f"{arm}'s best lr {best:g} is the {curve.edge} that ran ({way} lrs of the grid did not: {states}): "
+                f"the optimum may lie between {best:g} and {near:g}"
+            )
+        else:
+            out.append(f"{arm}'s best lr {best:g} is the {curve.edge} tried: extend the grid to {way} lrs")
+    if unfinished:
+        out.append(
+            f"{arm}: {len(unfinished)} runs unfinished, neither picked nor counted as diverged: {_cells(unfinished)}"
+        )
+    for lr in curve.lrs:
+        refused = [r for r in curve.at(lr) if r.state == REFUSED]
+        for why in dict.fromkeys(r.reason for r in refused):
+            seeds = _seeds([r for r in refused if r.reason == why])
+            out.append(f"{arm}: lr {lr:g} refused at start (seeds {seeds}): {why}")
+        missing = [r for r in curve.at(lr) if r.state == NOT_RUN]
+        if missing:
+            out.append(f"{arm}: not run at lr {lr:g} (seeds {_seeds(missing)}): the sweep dir has no run there")
+    return out
+
+
+def _states_at(curve: ArmCurve, lr: float | None, seeds: set[int] | None) -> list[str]:
+    """The states of the arm's cells at lr (the seeds given), [] when the lr is None."""
+    return [] if lr is None else sorted({r.state for r in curve.at(lr, seeds)} or {NOT_RUN})
+
+
 def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict:
-    """The per-arm table (JSON-ready) and the warning lines: picks, edges, both verdicts, stability columns."""
+    """The per-arm table (JSON-ready) and the warning lines: picks, edges, both verdicts, stability columns, and the
+    cells that are unfinished, refused or not run."""
     analyse(curves, holdout)
     base = next(iter(curves.values()))
     verdict_seeds = holdout or None
-    rows, warnings = [], []
+    rows, warnings = [], list(getattr(curves, "notes", []))
     for curve in curves.values():
         best_runs = curve.at(curve.best_lr) if curve.best_lr is not None else []
         stable_runs = curve.at(curve.max_stable_lr) if curve.max_stable_lr is not None else []
@@ -173,26 +379,29 @@ def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict
             "val_loss_at_best": mean(finals) if finals else None,
             "val_loss_std": std(finals) if len(finals) > 1 else None,
             "max_stable_lr": curve.max_stable_lr,
-            "diverged_runs": sum(r.diverged for r in curve.runs),
+            "diverged_runs": sum(r.state == DIVERGED for r in curve.runs),
+            "unfinished_runs": sum(r.state == UNFINISHED for r in curve.runs),
+            "refused_runs": sum(r.state == REFUSED for r in curve.runs),
+            "not_run": sum(r.state == NOT_RUN for r in curve.runs),
             "spikes_at_best": _spike_total(best_runs),
             "spikes_at_max_stable": _spike_total(stable_runs),
             "max_logit_at_best": max((r.max_logit for r in best_runs if r.max_logit is not None), default=None),
             "max_logit_at_max_stable": max((r.max_logit for r in stable_runs if r.max_logit is not None), default=None),
             "curve": {f"{lr:g}": finals_at(curve, lr, None) for lr in curve.lrs},
+            "cells_not_finished": [
+                {"lr": r.lr, "seed": r.seed, "state": r.state, "reason": r.reason, "run_dir": r.where or None}
+                for r in curve.runs
+                if r.state != FINISHED
+            ],
         }
         if curve is not base:
             row["vs_baseline_own_best"] = _verdict(finals, finals_at(base, base.best_lr, verdict_seeds), not holdout)
             row["vs_baseline_shared_lr"] = _verdict(
                 finals_at(curve, base.best_lr, verdict_seeds), finals_at(base, base.best_lr, verdict_seeds), not holdout
             )
+            row["at_baseline_lr"] = {"lr": base.best_lr, "states": _states_at(curve, base.best_lr, verdict_seeds)}
         rows.append(row)
-        if curve.best_lr is None:
-            warnings.append(f"{curve.arm}: no lr trained every seed without diverging: widen the grid downwards")
-        elif curve.edge:
-            way = "larger" if curve.edge == "largest" else "smaller"
-            warnings.append(
-                f"{curve.arm}'s best lr {curve.best_lr:g} is the {curve.edge} tried: extend the grid to {way} lrs"
-            )
+        warnings += _arm_warnings(curve)
     if holdout:
         note = f"lr picked on seeds other than {sorted(holdout)}; verdicts on the holdout seeds {sorted(holdout)}"
     else:

@@ -1,0 +1,100 @@
+"""Grids gptlab-sweep accepts are grids it can run as asked (issue #44, class 2): values positive, finite, at least two
+and distinct after formatting (the folder and optimizer.lr get `{lr:g}`); no arm setting the lr the grid sets; no grid
+on a sweep that trains nothing; a run that cannot start is planned as refused with its reason, and the analysis
+shows it. Every refusal is one line, before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gptlab.compare.studies.lr_grid import read_grid, report
+from gptlab.errors import ConfigError
+from gptlab.sweep.layout import REFUSED_FILE, parse_lr_grid, read_refused
+from gptlab.sweep.plan import pending, write_plan, write_refused
+from gptlab.sweep.spec import record_definition, resolve
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        (
+            "1e-3,1.0000001e-3",
+            "0.0010000001 and 0.001 both run as lr0.001",
+        ),  # both lr0.001: one folder, one optimizer.lr
+        ("1e-3,1.23456789e-3", "would run as 0.00123457"),
+        ("1e-3", "one lr has no best lr to pick"),
+        ([1e-3], "one lr has no best lr to pick"),
+        ([[1e-3], 2e-3], "allowed: comma-separated numbers"),  # a nested list: was a TypeError traceback
+        ([True, 1e-3], "allowed: comma-separated numbers"),
+        ("1e-3,nan", "nan is not a learning rate"),
+        ("1e-3,inf", "inf is not a learning rate"),
+        ("0,1e-3", "0 is not a learning rate"),
+        ("1e-3,1e-3", "0.001 is given twice"),
+    ],
+)
+def test_grids_that_cannot_run_as_asked_are_refused_in_one_line(grid, message):
+    with pytest.raises(ConfigError) as err:
+        parse_lr_grid(grid)
+    assert str(err.value).startswith("lr grid ") and "\n" not in str(err.value)
+    assert message in str(err.value), str(err.value)
+
+
+def _file(tmp_path: Path, doc: dict) -> str:
+    path = tmp_path / "mini.yaml"
+    path.write_text(yaml.safe_dump({"overrides": ["model=tiny"], **doc}, sort_keys=False))
+    return str(path)
+
+
+def _resolve(tmp_path: Path, doc: dict, notes: list | None = None, **given):
+    seen = notes if notes is not None else []
+    return resolve(_file(tmp_path, doc), [], out=tmp_path / "out", note=seen.append, **given)
+
+
+def test_an_arm_setting_the_grids_lr_is_refused(tmp_path):
+    doc = {"arms": {"base": [], "fast": ["optimizer.lr=3e-3"]}}
+    with pytest.raises(ConfigError, match=r"^lr grid: arm 'fast' sets optimizer.lr=3e-3, which the grid would"):
+        _resolve(tmp_path, doc, lr_grid="1e-3,1e-2")
+    with pytest.raises(ConfigError, match=r"^lr grid: arm 'fast' sets optimizer.lr=3e-3"):
+        _resolve(tmp_path, {**doc, "lr_grid": [1e-3, 1e-2]})  # the file's own grid too
+    notes: list[str] = []
+    shared = {"arms": {"base": []}, "overrides": ["model=tiny", "optimizer.lr=3e-3"]}
+    assert _resolve(tmp_path, shared, notes, lr_grid="1e-3,1e-2").lrs == [1e-3, 1e-2]
+    assert notes == ["note: the lr grid's optimizer.lr replaces optimizer.lr=3e-3 (the sweep's own lr) at every lr"]
+
+
+def test_a_sweep_that_trains_nothing_takes_no_grid(tmp_path):
+    doc = {"command": "decode", "arms": {"a": [], "b": []}, "overrides": []}
+    with pytest.raises(ConfigError, match=r"^lr grid: sweep 'mini' runs gptlab-decode \(command: decode\)"):
+        _resolve(tmp_path, doc, lr_grid="1e-3,1e-2")
+
+
+def test_a_run_that_cannot_start_is_planned_as_refused_and_the_analysis_shows_it(tmp_path):
+    """lr 10 with the default weight decay 0.1 is refused by gptlab-train at start (lr * weight_decay >= 1)."""
+    sweep = _resolve(tmp_path, {"arms": {"base": [], "wide": []}, "seeds": [0, 1]}, lr_grid="1e-3,1e-2,10")
+    record_definition(sweep.sweep_dir, sweep.spec, sweep.extra)
+    todo = pending(sweep.name, sweep.spec, sweep.seeds, sweep.sweep_dir, sweep.extra, sweep.lrs)
+    assert sorted(r.name for r, _ in todo.refused) == [f"{a}__lr10__seed{s}" for a in ("base", "wide") for s in (0, 1)]
+    assert all("optimizer.weight_decay=0.1: with optimizer.lr=10" in why for _, why in todo.refused)
+    assert len(todo.runs) == 8 and all(r.lr != 10 for r in todo.runs)
+    write_plan(sweep.sweep_dir, todo.runs)
+    write_refused(sweep.sweep_dir, todo.refused)
+    assert set(read_refused(sweep.sweep_dir)) == {f"{a}/lr10/seed{s}" for a in ("base", "wide") for s in (0, 1)}
+    for run in todo.runs:  # every run that could start finished; the best is the largest that ran
+        folder = run.run_dir(sweep.sweep_dir)
+        folder.mkdir(parents=True)
+        final = 3.0 if run.lr == 1e-3 else 2.5
+        (folder / "summary.json").write_text(json.dumps({"status": "finished", "final_val_loss": final}))
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "val/loss": 4.0}) + "\n")
+    doc = report(read_grid(sweep.sweep_dir))
+    assert [r["refused_runs"] for r in doc["rows"]] == [2, 2]
+    assert not any("extend the grid to larger lrs" in w for w in doc["warnings"])
+    assert any(
+        w.startswith("base: lr 10 refused at start (seeds 0, 1): optimizer.weight_decay") for w in doc["warnings"]
+    )
+    (sweep.sweep_dir / REFUSED_FILE).write_text("[1, 2")
+    with pytest.raises(ConfigError, match=r"refused.json: cannot be read"):
+        read_refused(sweep.sweep_dir)
