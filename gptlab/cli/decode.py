@@ -30,11 +30,11 @@ from omegaconf.errors import OmegaConfBaseException
 from gptlab.cli import fail, hydra_raises
 from gptlab.cli.decode_table import progress, table
 from gptlab.cli.help import group_page, help_topic, key_rows
-from gptlab.cli.train import one_line
+from gptlab.cli.train import explicit_run_dir, one_line
 from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
 from gptlab.errors import ConfigError
 from gptlab.sinks.progress import console_log
-from gptlab.state.layout import check_output
+from gptlab.state.layout import check_output, check_run_path
 from gptlab.util.io import strict_json
 from gptlab.util.paths import CONF_DIR
 
@@ -220,8 +220,8 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
         )
     path = Path(str(out))
     path = path / OUT_NAME if path.is_dir() else path
-    check_output(path, "out")  # never over a training run's own files (summary.json, metrics.jsonl, ...)
-    return path
+    own = [run_dir, *([Path(str(cfg.run))] if cfg.get("run") else [])]  # this decode's own dir, the run it reads
+    return check_output(path, "out", own=own)  # resolved; never inside another run, never over a run's own files
 
 
 def _remove_refused(run_dir: Path) -> None:
@@ -290,6 +290,8 @@ def main() -> None:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return decode_app()
     try:
+        explicit = explicit_run_dir(sys.argv[1:])
+        check_run_path(explicit) if explicit else None  # before Hydra writes .hydra/: never inside another run
         with hydra_raises():
             return decode_app()
     except KeyboardInterrupt:

@@ -35,7 +35,7 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     if Path(out).resolve() == Path(run_dir).resolve():
         raise ConfigError(f"--out={out}: must not be the run dir itself (its checkpoints/ holds the sharded ones)")
     cfg = run_config(run_dir)
-    _check_out(Path(out), Path(run_dir))
+    out = _check_out(Path(out), Path(run_dir))  # resolved: the check and the writes see the same folder
     if source is not None and not (Path(source).is_file() or (Path(source) / ".metadata").is_file()):
         raise ConfigError(f"--checkpoint={source}: not a checkpoint file or .dcp dir; allowed: one of {run_dir}'s")
     state = checkpoint.load(source) if source is not None else checkpoint.load_latest(run_dir)
@@ -59,20 +59,21 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     return checkpoint.save(out, int(state["step"]), whole)
 
 
-def _check_out(out: Path, run_dir: Path) -> None:
-    """--out is new, empty, or an earlier export of this same run (same saved config): never another run's dir, a
-    folder of the user's own files, or a run's own files."""
-    check_output(out, "--out")
+def _check_out(out: Path, run_dir: Path) -> Path:
+    """--out is new, empty, or an earlier export of this same run (same saved config): never inside another run's
+    dir, a folder of the user's own files, or a run's own files; returns it resolved."""
+    given, out = out, check_output(out, "--out", own=[run_dir], folder=True)
     if not out.is_dir() or not any(out.iterdir()):
-        return
+        return out
     names = {p.name for p in out.iterdir()}
     saved = out / ".hydra" / "config.yaml"
     same = names <= {".hydra", "checkpoints", TOKENIZER_FILE} and saved.is_file()
     if not (same and saved.read_bytes() == (run_dir / ".hydra" / "config.yaml").read_bytes()):
         raise ConfigError(
-            f"--out={out}: holds other files ({', '.join(sorted(names)[:3])}); allowed: a new or empty dir, or an "
+            f"--out={given}: holds other files ({', '.join(sorted(names)[:3])}); allowed: a new or empty dir, or an "
             f"earlier export of {run_dir}"
         )
+    return out
 
 
 def _export_hf(args) -> int:

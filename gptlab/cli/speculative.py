@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("speculative.json"))
     args = parser.parse_args(argv)
     try:
-        check_output(args.out, "--out")  # never over a run's own files (summary.json, metrics.jsonl, ...)
+        # never inside another run, never over the target's or draft's own files (summary.json, metrics.jsonl, ...)
+        written = check_output(args.out, "--out", own=[args.target, args.draft])  # resolved: where the write goes
         check_args(args)
         torch.set_num_threads(args.threads or torch.get_num_threads())
         (target, data, t_step), (draft, d_data, d_step) = load_trained(args.target), load_trained(args.draft)
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         **result,
     }
     result = {key: None if isinstance(v, float) and v != v else v for key, v in result.items()}  # NaN -> null
-    atomic_write_text(args.out, json.dumps(result, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(written, json.dumps(result, indent=2, allow_nan=False) + "\n")
     print(report(result))
     print(f"# wrote {args.out}; sample: {data.tokenizer.decode(out[0, idx.size(1) :].tolist())!r}", file=sys.stderr)
     return 0

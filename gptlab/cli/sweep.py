@@ -27,7 +27,7 @@ from gptlab.cli import fail
 from gptlab.cli.train import one_line
 from gptlab.errors import ConfigError
 from gptlab.sweep.identity import identity_warnings
-from gptlab.sweep.launch import detach, hydra_launches, is_local, local_slots, run_hydra, run_local
+from gptlab.sweep.launch import check_paths, detach, hydra_launches, is_local, local_slots, run_hydra, run_local
 from gptlab.sweep.layout import PLAN_DIR
 from gptlab.sweep.plan import COMMANDS, Pending, pending, plain_command, write_plan, write_refused
 from gptlab.sweep.spec import Sweep, record_definition, resolve
@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             args.sweep, args.overrides, out=args.out, seeds=args.seeds, lr_grid=args.lr_grid, ladder=args.ladder,
             factorial=args.factorial, aa=aa, note=_note, word=one_line,
         )  # fmt: skip
+        check_paths(sweep.sweep_dir, list(sweep.spec["arms"]), sweep.seeds, sweep.lrs, sweep.ladder)
         if not args.dry_run:
             record_definition(sweep.sweep_dir, sweep.spec, sweep.extra)
     except (ConfigError, ValueError) as err:

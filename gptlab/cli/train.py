@@ -31,7 +31,7 @@ from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir re
 from gptlab.errors import ConfigError
 from gptlab.runtime.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
-from gptlab.state.layout import HYDRA_WRITES, LOCK_FILE, check_run_dir, lock_held
+from gptlab.state.layout import HYDRA_WRITES, LOCK_FILE, check_run_dir, check_run_path, lock_held
 from gptlab.state.rundir import run_dir_lock
 from gptlab.util.paths import CONF_DIR
 
@@ -142,6 +142,7 @@ def train_app(cfg: DictConfig) -> float | None:
         place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
     stop = StopFlag()  # SIGTERM/SIGUSR1/SIGUSR2/Ctrl-C: finish the step, checkpoint, then hand the signal on
     try:
+        check_run_path(run_dir)  # a dir given with an interpolation, or a multirun job's: never inside another run
         if not multirun:
             check_run_dir(run_dir, ignore=HYDRA_WRITES)
         with run_dir_lock(run_dir) if _writes_run_files(cfg) else contextlib.nullcontext():
@@ -182,12 +183,21 @@ def _remove_refused(run_dir: Path | None) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _explicit_run_dir(args: list[str]) -> Path | None:
-    """The run dir a single run was pointed at with hydra.run.dir=..., when it is known before Hydra starts."""
+def explicit_run_dir(args: list[str]) -> Path | None:
+    """The run dir a single run was pointed at with hydra.run.dir=..., when it is known before Hydra starts (quoted
+    values unquoted as Hydra reads them; an interpolation or an override Hydra cannot parse: None)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     if "-m" in args or "--multirun" in args:
         return None
-    given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("hydra.run.dir=")]
-    return Path(given[-1]) if given and "${" not in given[-1] else None
+    given = [a for a in args if a.lstrip("+").startswith("hydra.run.dir=")]
+    if not given:
+        return None
+    try:
+        value = OverridesParser.create().parse_override(given[-1]).value()
+    except HydraException:
+        return None  # Hydra's own one-line error follows
+    return Path(value) if isinstance(value, str) and "${" not in value else None
 
 
 def _hydra_files(run_dir: Path | None) -> tuple[Path, dict[str, bytes], int | None] | None:
@@ -271,9 +281,9 @@ def main() -> None:
         fail(one_line(err), 2)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return train_app()
-    explicit = _explicit_run_dir(sys.argv[1:])
-    try:
-        check_run_dir(explicit) if explicit else None  # before Hydra writes .hydra/ into someone's folder
+    explicit = explicit_run_dir(sys.argv[1:])
+    try:  # before Hydra writes .hydra/ and train.log: not into someone's folder, not inside another run
+        check_run_dir(check_run_path(explicit)) if explicit else None
     except ConfigError as err:
         fail(one_line(err), 2)
     saved = _hydra_files(explicit)

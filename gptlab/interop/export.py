@@ -23,13 +23,14 @@ RECORD = "gptlab_export.json"
 TOLERANCE = 1e-4  # fp32 logits, the run's model vs the folder read back
 
 
-def _check_out(out: Path, run_dir: Path) -> None:
-    """--out is new, empty, or an earlier HF export of this same run: never a run dir or the user's own files."""
-    check_output(out, "--out")
+def _check_out(out: Path, run_dir: Path) -> Path:
+    """--out is new, empty, or an earlier HF export of this same run: never inside another run, a run dir or the
+    user's own files; returns it resolved (symlinks, '..')."""
     if out.resolve() == run_dir.resolve():
         raise ConfigError(f"--out={out}: must not be the run dir itself; give a folder of its own")
+    given, out = out, check_output(out, "--out", own=[run_dir], folder=True)
     if not out.is_dir() or not any(out.iterdir()):
-        return
+        return out
     try:
         earlier = json.loads((out / RECORD).read_text()).get("run_dir")
     except (OSError, ValueError, AttributeError):
@@ -37,9 +38,10 @@ def _check_out(out: Path, run_dir: Path) -> None:
     if earlier != str(run_dir.resolve()):
         names = sorted(p.name for p in out.iterdir())[:3]
         raise ConfigError(
-            f"--out={out}: holds other files ({', '.join(names)}); allowed: a new or empty dir, or an earlier "
+            f"--out={given}: holds other files ({', '.join(names)}); allowed: a new or empty dir, or an earlier "
             f"--format hf export of {run_dir}"
         )
+    return out
 
 
 def _check_logits(model, folder: Path, vocab: int) -> float:
@@ -62,7 +64,7 @@ def export_hf(run_dir: Path, out: Path) -> dict:
     """Write run_dir's newest checkpoint to `out` as an HF GPT-2 folder; returns the record (also gptlab_export.json).
 
     Refused in one line, before anything is written, when the run's architecture is not one GPT-2 can express."""
-    _check_out(out, run_dir)
+    out = _check_out(Path(out), Path(run_dir))  # resolved: the check and the writes see the same folder
     model, text, step = load_trained(run_dir)
     tokenizer = text.tokenizer
     architecture = hf.hf_architecture(model)  # the refusal, before any file

@@ -104,8 +104,7 @@ def evaluate(
     require("transformers", "hf", "gptlab-eval")
     import lm_eval
 
-    path = run_dir / EVAL_FILE
-    check_output(path, "eval.json")
+    path = check_output(run_dir / EVAL_FILE, "eval.json", own=[run_dir])  # resolved; never another run's dir
     if lock_held(run_dir / LOCK_FILE):  # its checkpoint and W&B run are still being written
         raise ConfigError(f"{run_dir}: a gptlab-train is running in it; evaluate it once it has finished")
     manager = _task_manager(include_path, tasks)

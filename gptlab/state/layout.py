@@ -3,12 +3,16 @@ gptlab-compare and the sweep tools can ask them without loading the training sta
 
 A run dir's own files (RUN_OWN) are written only by that run: a logger file, a decode result, an export, a report or
 a dump never lands on them, on the lock, outside the dir it belongs in, or on a folder of the user's own files.
+Every path is resolved first (resolve_path: symlinks, '..', trailing separators, names over 255 bytes), so no
+spelling gets past a guard: check_output for a tool's output (never inside another run), check_run_path for a run's
+own dir (never inside another run, asked before Hydra writes there).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from gptlab.errors import ConfigError
@@ -68,12 +72,69 @@ def check_run_dir(run_dir: Path, ignore: set[str] | frozenset[str] = frozenset()
         )
 
 
+NAME_MAX = 255  # bytes in one file or folder name on Linux and macOS file systems: a longer one cannot be made
+RUN_EVIDENCE = ("checkpoints", "summary.json", "metrics.jsonl", "decode.json")  # beside .hydra/config.yaml: a run
+
+
+def shown(path: Path | str) -> str:
+    """A path as one line of a message: control characters (a newline in a name) written as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
+
+
+def resolve_path(path: Path | str, key: str) -> Path:
+    """`path` as a write finds it: absolute, symlinks followed, '.', '..' and trailing separators gone (the walk the
+    OS makes once the missing folders exist); a name over NAME_MAX bytes is refused in one line (nothing could be
+    written there, and a late OSError would leave half a result behind)."""
+    text = os.fspath(path)
+    for name in Path(text).parts:
+        size = len(os.fsencode(name))
+        if size > NAME_MAX:
+            short = shown(name[:40]) + "..."
+            raise ConfigError(
+                f"{key}: the name '{short}' is {size} bytes; the file system allows at most {NAME_MAX} bytes per "
+                f"file or folder name: choose a shorter one"
+            )
+    return Path(os.path.realpath(text))
+
+
+def is_run(folder: Path) -> bool:
+    """A gptlab run dir (a training run, a gptlab-decode run, an export): its lock or provenance, or Hydra's saved
+    config beside checkpoints or results. A folder of the user's that merely holds a `checkpoints/` is not one."""
+    if any((folder / name).exists() for name in (LOCK_FILE, "provenance.json")):
+        return True
+    return (folder / ".hydra" / "config.yaml").is_file() and any((folder / n).exists() for n in RUN_EVIDENCE)
+
+
 def enclosing_run(path: Path) -> Path | None:
-    """The gptlab run dir `path` lies in (the nearest of its parents, or itself, holding run markers), if any."""
-    for folder in [path, *path.parents] if path.is_dir() else list(path.parents):
-        if folder.is_dir() and any((folder / marker).exists() for marker in RUN_MARKERS):
+    """The gptlab run dir `path` lies in (the nearest of its existing parents, or itself, that is a run), if any;
+    give it resolved (resolve_path)."""
+    for folder in [path, *path.parents]:
+        if folder.is_dir() and is_run(folder):
             return folder
     return None
+
+
+def _same(a: Path, b: Path) -> bool:
+    """The same folder, however spelled (symlinks, '..', letter case on a case-insensitive file system)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(os.path.realpath(a)) == Path(os.path.realpath(b))
+
+
+def check_run_path(run_dir: Path | str, key: str = "hydra.run.dir") -> Path:
+    """Where a run (gptlab-train, gptlab-decode) may have its dir, asked before Hydra writes anything there: resolved
+    first; never inside another run's dir (its checkpoints/, .hydra/, lock, or beside its files); a run dir itself
+    (a resume) or a new folder is fine (what it may hold is check_run_dir's). Returns the resolved dir."""
+    real = resolve_path(run_dir, key)
+    outer = enclosing_run(real.parent) if real.parent != real else None
+    if outer is not None:
+        inside = real.relative_to(outer).parts[0]
+        raise ConfigError(
+            f"{key}={shown(run_dir)}: lies inside the run dir {shown(outer)} (its {shown(inside)}); a run gets a dir "
+            f"of its own, outside every other run's dir"
+        )
+    return real
 
 
 def check_inside(value: str, key: str) -> Path:
@@ -88,14 +149,28 @@ def check_inside(value: str, key: str) -> Path:
     return path
 
 
-def check_output(path: Path, key: str) -> None:
-    """A tool's output file (decode out=, an export) may not land on a run's own files or the lock."""
-    run = enclosing_run(path.resolve())
+def check_output(path: Path | str, key: str, own: Iterable[Path] = (), folder: bool = False) -> Path:
+    """The one guard of a tool's output (decode out=, an export, a report folder, eval.json): `path` resolved first
+    (symlinks, '..', trailing separators, long names), then refused inside any run dir but `own` (the runs the tool
+    reads), and inside those refused on the run's own files, its lock or the run dir itself. `folder`: the output is
+    a folder the tool makes a run-like dir of its own (an export), judged by where it lies; whether an existing one
+    may be replaced is the tool's call. Returns the resolved path: the write goes there, so the check and the write
+    see the same place."""
+    real = resolve_path(path, key)
+    run = enclosing_run(real.parent if folder else real)
     if run is None:
-        return
-    first = path.resolve().relative_to(run).parts[:1]
-    if first and first[0] in RUN_OWN:
+        return real
+    inside = real.relative_to(run).parts
+    if not inside:
+        raise ConfigError(f"{key}={shown(path)}: that is the run dir {shown(run)} itself; write into a new folder")
+    if not any(_same(run, mine) for mine in own):
         raise ConfigError(
-            f"{key}={path}: that is the run dir {run}'s own {first[0]}; write beside it under another name "
-            f"(the run's own files are {', '.join(RUN_OWN)})"
+            f"{key}={shown(path)}: lies inside the run dir {shown(run)}, another run's; write outside every run dir "
+            f"(or inside a run this command reads)"
         )
+    if inside[0].casefold() in {name.casefold() for name in RUN_OWN}:
+        raise ConfigError(
+            f"{key}={shown(path)}: that is the run dir {shown(run)}'s own {shown(inside[0])}; write beside it under "
+            f"another name (the run's own files are {', '.join(RUN_OWN)})"
+        )
+    return real

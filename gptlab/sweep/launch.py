@@ -6,6 +6,7 @@ job array each under launcher=slurm), and --detach (the sweep in its own session
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -14,8 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from gptlab.config.build import SWEEP_RUN_GROUP
 from gptlab.runtime.hardware import thread_choice
-from gptlab.sweep.layout import PLAN_DIR
+from gptlab.state.layout import check_output, resolve_path
+from gptlab.sweep.design import Rung
+from gptlab.sweep.layout import PLAN_DIR, run_name, run_subdir
 from gptlab.sweep.plan import COMMANDS, PlannedRun, launch_command, write_plan
 from gptlab.sweep.queue import Queue, Slots, plan_slots
 from gptlab.sweep.status import job_ids, sweep_status
@@ -23,6 +27,16 @@ from gptlab.util.io import atomic_write_text
 
 LAUNCHED = "launched.json"  # in PLAN_DIR: written once the runs are queued (what --detach waits for)
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node")  # hardware.* the launcher presets read
+
+
+def check_paths(sweep_dir: Path, arms: list[str], seeds: list[int], lrs=None, ladder: list[Rung] | None = None) -> None:
+    """Before anything is written: the sweep dir is neither a run dir nor inside one (resolved: symlinks, '..'), and
+    every run's dir and generated config name fits the file system's 255 bytes (else every run would fail)."""
+    check_output(sweep_dir, "--out")
+    steps: list[str | None] = [rung.name for rung in ladder] if ladder else [None]
+    for arm, seed, lr, step in itertools.product(arms, seeds, lrs or [None], steps):
+        resolve_path(sweep_dir / run_subdir(arm, seed, lr, step), "arm name")
+        resolve_path(sweep_dir / PLAN_DIR / SWEEP_RUN_GROUP / f"{run_name(arm, seed, lr, step)}.yaml", "arm name")
 
 
 def launcher(launch: list[str]) -> str | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -170,14 +171,27 @@ def cannot_start(overrides: list[str], seed: int, command: str = "train") -> str
     return None
 
 
+# a path Hydra reads back unquoted as this same string (the '/' keeps it from reading as a number, bool or null)
+PLAIN_VALUE = re.compile(r"(?=.*/)[\w/.:+@%-]+(?: [\w/.:+@%-]+)*", re.ASCII)
+
+
+def quoted(value: str) -> str:
+    """`value` as a Hydra override value read back exactly, whatever it holds: as it is when Hydra reads it so (a
+    plain path, inner spaces too), else single-quoted (commas, '=', brackets, quotes, outer spaces, non-ASCII), a
+    quote escaped and so the backslashes before a quote or the end."""
+    if PLAIN_VALUE.fullmatch(value):
+        return value
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value) + "'"
+
+
 def launch_command(runs: list[PlannedRun], sweep_dir: Path, launch: list[str], script: str = "gptlab-train") -> list:
     """The one multirun command that runs `runs`: +sweep_run=<names> over the generated configs."""
     return [
         script,
         "-m",
         f"+{SWEEP_RUN_GROUP}={','.join(r.name for r in runs)}",
-        f"hydra.searchpath=[file://{sweep_dir / PLAN_DIR}]",
-        f"hydra.sweep.dir={sweep_dir}",  # each run's hydra.sweep.subdir is in its generated config
+        f"hydra.searchpath=[{quoted(f'file://{sweep_dir / PLAN_DIR}')}]",
+        f"hydra.sweep.dir={quoted(str(sweep_dir))}",  # each run's hydra.sweep.subdir is in its generated config
         *launch,
     ]
 
@@ -187,14 +201,15 @@ def single_command(run: PlannedRun, sweep_dir: Path, script: str = "gptlab-train
     return [
         script,
         f"+{SWEEP_RUN_GROUP}={run.name}",
-        f"hydra.searchpath=[file://{sweep_dir / PLAN_DIR}]",
-        f"hydra.run.dir={run.run_dir(sweep_dir)}",
+        f"hydra.searchpath=[{quoted(f'file://{sweep_dir / PLAN_DIR}')}]",
+        f"hydra.run.dir={quoted(str(run.run_dir(sweep_dir)))}",
     ]
 
 
 def plain_command(run: PlannedRun, sweep_dir: Path, script: str = "gptlab-train") -> list[str]:
     """One run as a plain command, ready to paste: the config its generated file composes, in its own run dir."""
-    return [script, *run.overrides, f"hydra.run.dir={run.run_dir(sweep_dir)}"]
+    return [script, *run.overrides, f"hydra.run.dir={quoted(str(run.run_dir(sweep_dir)))}"]
+
 
 
 def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list[str]:
