@@ -211,7 +211,6 @@ def plain_command(run: PlannedRun, sweep_dir: Path, script: str = "gptlab-train"
     return [script, *run.overrides, f"hydra.run.dir={quoted(str(run.run_dir(sweep_dir)))}"]
 
 
-
 def planned_overrides(name: str, spec: dict, arm: str, extra: list[str]) -> list[str]:
     """The overrides shared by every seed of one arm (seed and Hydra dirs are added per call)."""
     return [*spec["overrides"], *spec["arms"][arm], *extra, f"sweep={name}", f"arm={arm}"]
