@@ -433,6 +433,8 @@ def test_broken_sweep_yaml_and_non_numeric_summary_are_one_line_errors(tmp_path)
     """A sweep file that is not YAML, and a summary whose val loss is text, end in one named line (exit 2)."""
     import json as _json
 
+    from gptlab.sinks.jsonl import SUMMARY_FIX
+
     bad = tmp_path / "broken.yaml"
     bad.write_text("arms: {a: [x=1]\nseeds: [0")
     out = run_cli("gptlab.cli.sweep", str(bad), "--dry-run", timeout=120)
@@ -445,6 +447,7 @@ def test_broken_sweep_yaml_and_non_numeric_summary_are_one_line_errors(tmp_path)
     out = run_cli("gptlab.cli.compare", str(tmp_path / "runs"), "--out", str(tmp_path / "cmp"), timeout=120)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
-        f"gptlab-compare: error: {run / 'summary.json'}: final_val_loss='abc' is not a number (a damaged or hand-edited file?)"
+        f"gptlab-compare: error: {run / 'summary.json'}: final_val_loss='abc' is not a number (a damaged or "
+        f"hand-edited file); {SUMMARY_FIX}"
     ]
     assert not (tmp_path / "cmp").exists()

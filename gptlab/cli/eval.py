@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.num_fewshot is not None and args.num_fewshot < 0:
             raise ConfigError(f"--num-fewshot={args.num_fewshot}: must be >= 0")
         require("lm_eval", "eval", "gptlab-eval")
-        from gptlab.interop.harness import EVAL_FILE, evaluate, flat_metrics
+        from gptlab.interop.harness import evaluate, flat_metrics
+        from gptlab.sinks.evals import EVAL_FILE
 
         record, done = evaluate(args.run_dir, tasks, args.include_path, args.limit, args.num_fewshot, args.batch_size)
     except ConfigError as err:

@@ -21,12 +21,10 @@ from gptlab.config.trained import load_trained
 from gptlab.errors import ConfigError
 from gptlab.interop.hf import to_hf_model
 from gptlab.interop.tokenizer import to_hf_tokenizer
+from gptlab.sinks.evals import EVAL_FILE, read_evals
 from gptlab.state.layout import LOCK_FILE, check_output, lock_held
 from gptlab.util.extras import require
 from gptlab.util.io import write_json_atomic
-
-EVAL_FILE = "eval.json"
-FORMAT = 1
 
 
 def _task_manager(include_path: Path | None, tasks: list[str]):
@@ -107,6 +105,7 @@ def evaluate(
     path = check_output(run_dir / EVAL_FILE, "eval.json", own=[run_dir])  # resolved; never another run's dir
     if lock_held(run_dir / LOCK_FILE):  # its checkpoint and W&B run are still being written
         raise ConfigError(f"{run_dir}: a gptlab-train is running in it; evaluate it once it has finished")
+    read_evals(path)  # a damaged eval.json is refused before the evaluation, never replaced
     manager = _task_manager(include_path, tasks)
     model, text, step = load_trained(run_dir)
     lm = _lm(model, text.tokenizer, batch_size)
@@ -121,7 +120,7 @@ def evaluate(
             f"--tasks {','.join(tasks)}: a dataset could not be loaded ({type(err).__name__}: {first}); tasks from the "
             f"Hugging Face Hub need a network (or a datasets cache holding them)"
         ) from None
-    record = _read(path)
+    record = read_evals(path)  # again: another gptlab-eval may have added its tasks meanwhile
     for task, values in out["results"].items():
         record["tasks"][task] = {
             "metrics": _metrics(values),
@@ -136,17 +135,6 @@ def evaluate(
         }
     write_json_atomic(path, record, indent=2)
     return record, list(out["results"])
-
-
-def _read(path: Path) -> dict:
-    """eval.json as written before (tasks evaluated earlier are kept), or a new one."""
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        record = None
-    if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("tasks"), dict):
-        return {"format": FORMAT, "tasks": {}}
-    return record
 
 
 def flat_metrics(record: dict, step: int | None = None) -> dict[str, float]:

@@ -323,6 +323,7 @@ def from_hf_state(hf_state: dict[str, torch.Tensor], model: GPT, key: str) -> di
 def load_pretrained(source: str, key: str):
     """A transformers GPT2LMHeadModel (fp32) from a local folder or a Hub name; one-line ConfigError otherwise."""
     require("transformers", "hf", key)
+    from safetensors import SafetensorError
     from transformers import AutoConfig, GPT2LMHeadModel
 
     if not Path(source).is_dir() and (source.startswith((".", "/", "~")) or Path(source).exists()):
@@ -334,6 +335,12 @@ def load_pretrained(source: str, key: str):
                 f"{key}: '{source}' is a {config.model_type} model; only GPT-2 (model_type gpt2) maps onto gptlab's GPT"
             )
         return GPT2LMHeadModel.from_pretrained(source, dtype=torch.float32).eval()
+    except SafetensorError as err:  # a truncated or damaged weights file (a copy cut short, a full disk)
+        first = " ".join(str(err).split())[:160]
+        raise ConfigError(
+            f"{key}: the weights in '{source}' cannot be read ({first}): a truncated or damaged model.safetensors; "
+            "save or download the model again"
+        ) from None
     except (OSError, ValueError) as err:
         first = " ".join(str(err).split())[:200]
         raise ConfigError(

@@ -48,10 +48,29 @@ def _best_time(fn, device: str, repeats: int, budget_s: float) -> float:
     return best
 
 
+PROBE_N = 512  # the matmul timed first, to size the measured one
+SLOW_CALL = 4.0  # a matmul estimated to take more than this many budgets is cut down to a third of one
+
+
+def _fitting_size(dtype: torch.dtype, device: str, n: int, call_s: float) -> int:
+    """n, or where an n matmul would take far longer than call_s (emulated fp16 on a CPU runs ~50x slower than fp32:
+    a 2048 one took minutes under load) the size (a multiple of 64, >= PROBE_N) that takes about a third of call_s
+    by a timed PROBE_N one (a larger emulated matmul runs slower per FLOP than the probe)."""
+    if n <= PROBE_N:
+        return n
+    a = torch.ones(PROBE_N, PROBE_N, device=device, dtype=dtype)
+    seconds = max(_best_time(lambda: torch.mm(a, a), device, repeats=3, budget_s=call_s), 1e-9)
+    if seconds * (n / PROBE_N) ** 3 <= SLOW_CALL * call_s:  # time grows as n³
+        return n
+    return int(max(PROBE_N, PROBE_N * (call_s / 3 / seconds) ** (1 / 3) // 64 * 64))
+
+
 def measure_matmul_peak(
     dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int = 2048, repeats: int = 8, budget_s: float = 1.5
 ) -> float:
-    """FLOP/s of the best of a few (n×n)·(n×n) matmuls in `dtype` on `device` (2·n³ FLOPs each)."""
+    """FLOP/s of the best of a few (n×n)·(n×n) matmuls in `dtype` on `device` (2·n³ FLOPs each); n is cut down
+    where one would take longer than budget_s (`_fitting_size`)."""
+    n = _fitting_size(dtype, device, n, budget_s)
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)

@@ -1,16 +1,60 @@
-"""The local source of truth: `metrics.jsonl` (one JSON object per logged row) and `summary.json`."""
+"""The local source of truth: `metrics.jsonl` (one JSON object per logged row) and `summary.json`, and the one reader
+of summary.json (`read_summary`: every figure range-checked, a damaged file refused in one line)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import IO
 
+from gptlab.errors import ConfigError
 from gptlab.util.io import append_whole, atomic_write_text, strict_json
+from gptlab.util.stored import Check, read_json
 
+log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+STATUSES = ("finished", "failed", "preempted", "interrupted", "running")  # what close(status) records
+# summary figures that are counts, sizes, times, rates or losses: never negative (null: measured, not finite)
+NON_NEGATIVE = (
+    "steps", "tokens", "params", "flops", "flops_per_token", "peak_mem_bytes", "wall_s", "tokens_per_s_median",
+    "step_ms_median", "data_ms_median", "mfu_median", "peak_flops", "seq_len", "batch_size", "final_val_loss",
+    "best_val_loss",
+)  # fmt: skip
+SUMMARY_FIX = (
+    "resume the run (gptlab-train with its config, train.resume=auto) to write it again from its checkpoint, or "
+    "leave the run out"
+)
+
+
+def read_summary(path: Path, fix: str = SUMMARY_FIX) -> dict:
+    """The summary.json at `path` ({} when there is none); not JSON, not an object, an unknown status or a figure
+    that is not a finite non-negative number is a one-line ConfigError naming the file and what to do (`fix`)."""
+    check = Check(Path(path), fix)
+    summary = read_json(path, check.fix, missing={})
+    if not isinstance(summary, dict):
+        raise check.fail(f"expected a JSON object, got {type(summary).__name__}")
+    if "status" in summary:
+        check.one_of("status", summary["status"], STATUSES)
+    for key in NON_NEGATIVE:
+        value = summary.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise check.fail(f"{key}={value!r} is not a number")
+        check.number(key, value, ">= 0", null=True)
+    check.number("outside_load", summary.get("outside_load"), "[0, 1]", null=True)  # a share of the cores
+    return summary
+
+
+def read_summary_or_warn(path: Path, logger: logging.Logger, what: str) -> dict:
+    """read_summary for a writer about to replace the file: a damaged one is logged (`what` happens to it instead)
+    and read as {}, never replaced without a word."""
+    try:
+        return read_summary(path, what)
+    except ConfigError as err:
+        logger.warning("%s", err)
+        return {}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -54,12 +98,8 @@ class JsonlSink:
         self._file: IO[str] | None = open(self.metrics_path, "a", encoding="utf-8")
 
     def _read_summary(self) -> dict:
-        """The existing summary.json, or {} when it is missing or unreadable."""
-        try:
-            data = json.loads(self.summary_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        """The existing summary.json, or {} when it is missing (damaged: {} with a warning; the run rewrites it)."""
+        return read_summary_or_warn(self.summary_path, log, "the resumed run writes it again")
 
     def _rewrite(self, rows: list[dict]) -> None:
         """Atomically replace metrics.jsonl with `rows`."""

@@ -13,7 +13,7 @@ A factorial's cells are arms: `base` (every factor off) and the factors that are
 In the plan a run is named `<arm>__seed<k>` (`<arm>__lr<v>__seed<k>`, `<arm>__<rung>__seed<k>`): its generated
 config and its log carry that name. Each part has a formatter (used to write) and a parser (used to read) here.
 
-compare/ imports this module, so it imports nothing beyond the standard library, yaml and gptlab.errors.
+compare/ imports this module, so it imports nothing beyond the standard library, yaml, gptlab.errors and gptlab.util.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from gptlab.errors import ConfigError
+from gptlab.util.stored import Check, read_json
 
 SWEEP_FILE = "sweep.yaml"
 PLAN_DIR = ".plan"  # inside the sweep dir: the generated configs, the plan, the queue, the launch log
@@ -211,12 +212,19 @@ def _record(path: Path) -> SweepRecord:
 
 
 def read_plan(sweep_dir: Path) -> list[dict]:
-    """plan.json of the sweep dir's latest launch ([] if it never launched)."""
-    try:
-        plan = json.loads((sweep_dir / PLAN_FILE).read_text())
-    except (OSError, ValueError):
-        return []
-    return plan if isinstance(plan, list) else []
+    """plan.json of the sweep dir's latest launch ([] if it never launched); a damaged one (not JSON, an entry
+    without its name, arm and integer seed) is a one-line ConfigError naming it and what to do."""
+    check = Check(sweep_dir / PLAN_FILE, "launch the sweep again: gptlab-sweep writes a new plan, finished runs kept")
+    plan = read_json(check.path, check.fix, missing=[])
+    if not isinstance(plan, list):
+        raise check.fail(f"expected a list of planned runs, got {type(plan).__name__}")
+    for i, entry in enumerate(plan):
+        entry = check.mapping(f"entry {i}", entry)
+        check.text(f"entry {i} name", entry.get("name"))
+        check.text(f"entry {i} arm", entry.get("arm"))
+        check.number(f"entry {i} seed", entry.get("seed"), "", int)
+        check.text(f"entry {i} subdir", entry.get("subdir"), null=True)
+    return plan
 
 
 def planned_subdir(entry) -> str | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gptlab.errors import ConfigError
+from gptlab.sinks.jsonl import SUMMARY_FILE, read_summary
 from gptlab.state.layout import LOCK_FILE, lock_held
 from gptlab.sweep.design import parse_ladder
 from gptlab.sweep.design import rungs as ladder_rungs
@@ -28,6 +29,7 @@ from gptlab.sweep.layout import (
     run_name,
     run_subdir,
 )
+from gptlab.util.stored import Check, read_json
 
 # sacct/squeue states -> ours
 SLURM_STATES = {
@@ -48,6 +50,28 @@ SLURM_STATES = {
     "DEADLINE": "failed",
     "CANCELLED": "cancelled",
 }
+
+
+QUEUE_STATES = ("pending", "running", "finished", "failed", "cancelled")  # what sweep/queue.py records
+
+
+def read_queue(sweep_dir: Path) -> dict[str, dict]:
+    """queue.json of the sweep dir's local queue (sweep/queue.py; {} where none ran): {run name: its state, pid, exit
+    code, ...}; a damaged one is a one-line ConfigError naming it and what to do."""
+    check = Check(sweep_dir / PLAN_DIR / QUEUE_FILE, "move it aside: status then reads each run's own dir")
+    queue = read_json(check.path, check.fix, missing={})
+    if not isinstance(queue, dict):
+        raise check.fail(f"expected a mapping of run names to their states, got {type(queue).__name__}")
+    for name, entry in queue.items():
+        entry = check.mapping(name, entry)
+        check.one_of(f"{name}: state", entry.get("state"), QUEUE_STATES)
+        check.text(f"{name}: arm", entry.get("arm"), null=True)
+        check.number(f"{name}: seed", entry.get("seed"), "", int, null=True)
+        check.number(f"{name}: pid", entry.get("pid"), "> 0", int, null=True)
+        check.number(f"{name}: returncode", entry.get("returncode"), "", int, null=True)
+        for key in ("started", "ended"):
+            check.number(f"{name}: {key}", entry.get(key), ">= 0", null=True)
+    return queue
 
 
 @dataclass
@@ -166,10 +190,7 @@ def sweep_status(
     """The status of every run of the sweep dir's plan (plus `arms`' runs, at every lr of `lrs` or every ladder rung
     of `rungs`, never launched)."""
     plan = read_plan(sweep_dir)
-    try:
-        queue = json.loads((sweep_dir / PLAN_DIR / QUEUE_FILE).read_text())
-    except (OSError, ValueError):
-        queue = {}
+    queue = read_queue(sweep_dir)
     ids = job_ids(sweep_dir) if not queue else {}
     sched = scheduler_states(list(ids.values()))
     out, seen = [], set()
@@ -203,10 +224,7 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
     run_dir = sweep_dir / (planned_subdir(entry) or "")
     status = RunStatus(entry["name"], entry["arm"], int(entry["seed"]), "never ran" if not launched else "pending")
     status.job_id = job
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        summary = {}
+    summary = read_summary(run_dir / SUMMARY_FILE)
     log = sweep_dir / PLAN_DIR / "logs" / f"{entry['name']}.log"
     err_logs = sorted((sweep_dir / ".submitit" / job).glob("*_log.err")) if job else []
     if summary.get("status") == "finished":

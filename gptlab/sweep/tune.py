@@ -39,7 +39,15 @@ def distribution(override):
     key, value = override.get_key_element(), override.value()
     if isinstance(value, IntervalSweep):
         log_scale = "log" in value.tags  # Hydra reads interval bounds as floats: ints are range()'s
-        return optuna.distributions.FloatDistribution(float(value.start), float(value.end), log=log_scale)
+        low, high = float(value.start), float(value.end)
+        shown = f"{'tag(log, ' if log_scale else ''}interval({low:g}, {high:g}){')' if log_scale else ''}"
+        if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+            raise ConfigError(
+                f"{key}: {shown} in a tune search: give finite bounds low to high, interval(a, b), a <= b"
+            )
+        if log_scale and low <= 0:
+            raise ConfigError(f"{key}: {shown} in a tune search: a log-scale interval needs both bounds > 0")
+        return optuna.distributions.FloatDistribution(low, high, log=log_scale)
     if isinstance(value, RangeSweep):
         step = int(value.step or 1)
         if not all(isinstance(v, int) for v in (value.start, value.stop, step)) or step <= 0:

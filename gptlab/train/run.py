@@ -21,7 +21,7 @@ from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
 from gptlab.runtime import distributed
 from gptlab.sinks import dashboard, provenance
-from gptlab.sinks.jsonl import JsonlSink
+from gptlab.sinks.jsonl import SUMMARY_FILE, JsonlSink, read_summary_or_warn
 from gptlab.sinks.progress import ProgressSink
 from gptlab.sinks.safe import SafeSink
 from gptlab.state import resume
@@ -72,11 +72,8 @@ def _finished_summary(run_dir: Path, start: resume.Start, progress: resume.Progr
     """The run dir's own summary when this resume has nothing left to train (re-reported, no file touched)."""
     if start.kind != "resume" or progress.step < settings.max_steps:
         return None
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None  # killed while writing it: the loop recomputes it from the checkpoint
-    done = isinstance(summary, dict) and summary.get("status") == "finished" and summary.get("steps") == progress.step
+    summary = read_summary_or_warn(run_dir / SUMMARY_FILE, log, "it is written again from the checkpoint")
+    done = summary.get("status") == "finished" and summary.get("steps") == progress.step
     return summary if done else None
 
 

@@ -40,6 +40,21 @@ def test_search_space_from_params_and_the_command_line():
             r"^optimizer.lr: a tune search dimension must be interval\(a,b\), .*got 'optimizer.lr=0.01'$",
         ),
         ({}, ["train.max_steps=5"], r"^hydra.sweeper.params: nothing to search; give e.g. "),
+        (  # an interval given high to low was Optuna's ValueError, a traceback
+            {"optimizer.lr": "interval(0.1, 0.01)"},
+            [],
+            r"^optimizer.lr: interval\(0.1, 0.01\) in a tune search: give finite bounds low to high",
+        ),
+        (  # so was a log interval reaching 0 or below
+            {},
+            ["optimizer.lr=tag(log, interval(0, 0.1))"],
+            r"^optimizer.lr: tag\(log, interval\(0, 0.1\)\) in a tune search: a log-scale interval needs both bounds > 0$",
+        ),
+        (
+            {"optimizer.lr": "tag(log, interval(-1e-3, 1e-2))"},
+            [],
+            r"^optimizer.lr: tag\(log, interval\(-0.001, 0.01\)\) .*needs both bounds > 0$",
+        ),
     ],
 )
 def test_search_space_refuses_what_it_cannot_search(params, args, message):

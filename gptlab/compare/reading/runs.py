@@ -12,6 +12,8 @@ from typing import Any, cast
 import yaml
 
 from gptlab.errors import ConfigError
+from gptlab.sinks.evals import EVAL_FILE, read_evals
+from gptlab.sinks.jsonl import SUMMARY_FILE, read_summary
 from gptlab.util.metric_names import canonical
 
 RUN_MARKERS = ("summary.json", "metrics.jsonl", "decode.json")  # decode.json: gptlab-decode's measurements
@@ -202,8 +204,8 @@ def _check_numbers(where: str, values: dict[str, Any]) -> None:
 def load_run(path: Path) -> Run:
     """Read one run directory; missing optional files become empty values."""
     records = _read_jsonl(path / "metrics.jsonl")
-    summary = _read_json(path / "summary.json")
-    _check_numbers(f"{path / 'summary.json'}", summary)
+    summary = read_summary(path / SUMMARY_FILE)  # range-checked there; probe/* and the rest below
+    _check_numbers(f"{path / SUMMARY_FILE}", summary)
     for rec in records:
         _check_numbers(f"{path / 'metrics.jsonl'} step {rec.get('step')}", rec)
     # provenance.json's copy is written by the run itself; .hydra/ is rewritten by any later launch into the dir,
@@ -233,22 +235,8 @@ def load_run(path: Path) -> Run:
         by_step,
         decode,
         provenance,
-        _evals(path / "eval.json"),
+        read_evals(path / EVAL_FILE) if (path / EVAL_FILE).exists() else {},
     )
-
-
-def _evals(path: Path) -> dict[str, Any]:
-    """eval.json (gptlab-eval's lm-evaluation-harness results), each metric checked to be a number or null."""
-    record = _read_json(path)
-    tasks = record.get("tasks")
-    for task, entry in (tasks if isinstance(tasks, dict) else {}).items():
-        metrics = entry.get("metrics") if isinstance(entry, dict) else None
-        for key, value in (metrics or {}).items() if isinstance(metrics, dict) else [("metrics", metrics)]:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ConfigError(
-                    f"{path}: task {task} {key}={value!r} is not a number (a damaged or hand-edited file?)"
-                )
-    return record
 
 
 # The file gptlab.sinks.wandb keeps a run's W&B id in (compare imports nothing of training, so named here too).

@@ -29,7 +29,6 @@ Val-loss verdicts keep the seeds' own spread (seed noise belongs to the config, 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -42,6 +41,7 @@ from gptlab.compare.reading.runs import Run, discover, load_run
 from gptlab.compare.statistics import speed, stats
 from gptlab.errors import ConfigError
 from gptlab.util.io import write_json_atomic
+from gptlab.util.stored import Check, read_json
 
 FLOOR_FILE = "noise_floors_v1.json"  # in the user cache (GPTLAB_CACHE): {machine id: floor}
 RECORD_FILE = "noise_floor.json"  # in the A/A sweep dir
@@ -235,25 +235,19 @@ def measure(runs: list[Run], sweep_dir: Path, now: float | None = None) -> Floor
     )
 
 
-def _table(path: Path) -> dict:
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return table if isinstance(table, dict) else {}
-
-
 def measure_sweep(sweep_dir: Path, cache_dir: Path) -> list[str]:
     """Measure an A/A sweep dir's floor, write noise_floor.json there and, when quiet, store it for the machine;
-    the lines to print."""
+    the lines to print. A damaged store is refused (read_floors) after noise_floor.json is written: nothing lost."""
     floor = measure([load_run(p) for p in discover([str(sweep_dir)])], sweep_dir)
     path = Path(cache_dir).expanduser() / FLOOR_FILE
     doc = asdict(floor)
+    write_json_atomic(sweep_dir / RECORD_FILE, {**doc, "stored": False, "stored_in": None})
     if floor.quiet:
-        table = _table(path)
+        table = {machine: asdict(stored) for machine, stored in read_floors(path).items()}
         table[floor.machine] = doc
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, table, sort_keys=True)
+        write_json_atomic(sweep_dir / RECORD_FILE, {**doc, "stored": True, "stored_in": str(path)})
         where = f"stored for {floor.machine} in {path}: gptlab-compare uses it for runs on this machine"
     else:
         load = "not recorded" if floor.outside_load is None else f"up to {100 * floor.outside_load:.0f}%"
@@ -261,22 +255,91 @@ def measure_sweep(sweep_dir: Path, cache_dir: Path) -> list[str]:
             f"NOT stored as this machine's floor: outside load {load} during the A/A (a floor needs <= "
             f"{100 * QUIET_LOAD:.0f}% in every run); rerun it on a quiet machine"
         )
-    write_json_atomic(
-        sweep_dir / RECORD_FILE, {**doc, "stored": floor.quiet, "stored_in": str(path) if floor.quiet else None}
-    )
     return [f"noise floor: {floor.measured()}", f"noise floor {where}"]
 
 
-def _floor_of(doc: Any) -> Floor | None:
-    """A Floor from its JSON document; None when the document is not one (a damaged or older entry)."""
-    try:
-        return Floor(**{k: doc[k] for k in Floor.__dataclass_fields__ if k in doc})
-    except TypeError:
-        return None
+def _fix(path: Path) -> str:
+    return (
+        f"move {path.name} aside and measure this machine's floor again (`gptlab-sweep NAME --aa`), or compare "
+        "with --noise-floor none"
+    )
+
+
+def _floor_of(doc: Any, machine: str, check: Check) -> Floor:
+    """The stored floor of `machine` from its JSON entry, every figure range-checked (`damaged` otherwise)."""
+    entry = check.mapping(machine, doc)
+    missing = [k for k in Floor.__dataclass_fields__ if k not in entry and k != "conditions"]
+    if missing:
+        raise check.fail(f"{machine}: no {', '.join(missing)}")
+    at = f"{machine}: "
+    if check.text(at + "machine", entry["machine"]) != machine:
+        raise check.fail(f"{machine}: its entry names machine {entry['machine']!r}")
+    check.text(at + "measured_at", entry["measured_at"])
+    check.text(at + "sweep_dir", entry["sweep_dir"])
+    check.number(at + "arms", entry["arms"], f">= {MIN_ARMS}", int)
+    check.number(at + "seeds", entry["seeds"], f">= {MIN_SEEDS}", int)
+    check.number(at + "runs", entry["runs"], f">= {MIN_ARMS * MIN_SEEDS}", int)
+    check.number(at + "speed_sd", entry["speed_sd"], ">= 0")
+    check.number(at + "max_speedup", entry["max_speedup"], ">= 1")  # the faster identical arm over the slower
+    for key in ("step_sd", "loss_sd", "same_seed_loss_gap", "mem_spread"):
+        check.number(at + key, entry[key], ">= 0", null=True)
+    check.number(at + "outside_load", entry["outside_load"], "[0, 1]", null=True)
+    check.flag(at + "quiet", entry["quiet"])
+    load = entry["outside_load"]
+    if not entry["quiet"] or load is None or load > QUIET_LOAD:
+        raise check.fail(
+            f"{at}quiet={str(entry['quiet']).lower()} at outside load {load}: only a floor measured at <= "
+            f"{100 * QUIET_LOAD:.0f}% outside load in every run is stored"
+        )
+    conditions = check.mapping(at + "conditions", entry.get("conditions", {}))
+    for key in ("params", "threads", "tokens_per_s"):
+        check.number(f"{at}conditions.{key}", conditions.get(key), "> 0", null=True)
+    return Floor(**{k: entry[k] for k in Floor.__dataclass_fields__ if k in entry})
+
+
+def read_floors(path: Path) -> dict[str, Floor]:
+    """The floor store (FLOOR_FILE): {machine id: Floor}, {} when none was measured; a damaged store (not JSON, a
+    figure out of range or NaN, a loaded floor marked quiet) is a one-line ConfigError naming it and what to do."""
+    check = Check(Path(path), _fix(Path(path)))
+    table = read_json(path, check.fix, missing={})
+    if not isinstance(table, dict):
+        raise check.fail(f"expected a mapping of machine ids to floors, got {type(table).__name__}")
+    return {str(machine): _floor_of(doc, str(machine), check) for machine, doc in table.items()}
+
+
+# the conditions a floor records (Floor.conditions) that runs record too: a run's own are run_conditions(run)
+CONDITIONS = ("device", "dtype", "threads", "torch", "params")
+
+
+def run_conditions(run: Run) -> dict[str, Any]:
+    """The CONDITIONS as one run recorded them (None where it did not)."""
+    hardware, packages = (run.provenance.get(k) for k in ("hardware", "packages"))
+    hardware, packages = (x if isinstance(x, dict) else {} for x in (hardware, packages))
+    return {
+        "device": hardware.get("device"),
+        "dtype": hardware.get("dtype"),
+        "threads": hardware.get("cpu_threads"),
+        "torch": packages.get("torch"),
+        "params": run.summary.get("params"),
+    }
+
+
+def differences(floor: Floor, runs: list[Run]) -> list[str]:
+    """Each condition the floor was measured under that a compared run recorded otherwise: 'params 120000 there,
+    250000 here'."""
+    out = []
+    for key in CONDITIONS:
+        there = floor.conditions.get(key)
+        here = sorted({str(v) for r in runs if (v := run_conditions(r)[key]) is not None and v != there})
+        if there is not None and here:
+            out.append(f"{key} {there} there, {' / '.join(here[:3])} here")
+    return out
 
 
 def lookup(runs: list[Run], cache_dir: Path | None) -> tuple[Floor | None, str]:
-    """(the stored floor of the machine every run timed its speed on, the report's line); (None, why) otherwise."""
+    """(the stored floor of the machine every run timed its speed on, the report's line); (None, why) otherwise. A
+    floor measured under other conditions (model size, dtype, threads, torch) is used, as it only adds caution, with
+    a warning naming each difference; a damaged store is a ConfigError (read_floors)."""
     machines = {machine_id(r) for r in runs}
     if cache_dir is None:
         return None, default_note("--noise-floor none")
@@ -285,11 +348,17 @@ def lookup(runs: list[Run], cache_dir: Path | None) -> tuple[Floor | None, str]:
     if len(machines) != 1:
         return None, default_note("the runs trained on different machines")
     machine = str(next(iter(machines)))
-    doc = _table(Path(cache_dir).expanduser() / FLOOR_FILE).get(machine)
-    floor = _floor_of(doc) if isinstance(doc, dict) else None
-    if floor is None or not floor.quiet or floor.machine != machine:
+    floor = read_floors(Path(cache_dir).expanduser() / FLOOR_FILE).get(machine)
+    if floor is None:
         return None, default_note(f"no floor measured for {machine}")
-    return floor, floor.describe()
+    differ = differences(floor, runs)
+    if not differ:
+        return floor, floor.describe()
+    return floor, (
+        f"{floor.describe()} Warning: the floor was measured under other conditions than these runs "
+        f"({'; '.join(differ)}): it only adds caution, but their noise may differ from it; measure it again on their "
+        "config (`gptlab-sweep NAME --aa`)."
+    )
 
 
 def load_limit(floor: Floor | None) -> float:
