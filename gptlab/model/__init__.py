@@ -13,8 +13,10 @@ a component that is not an instance of its family's base or lacks those attribut
   position hooks, the KV cache, the causal/window mask, dropout and `impl`'s kernel. Every nn.Linear inside
   is costed as applied once per token. Optional classmethod `layer_key(layer_idx, **choice_keys)`: layers
   with equal keys are identical, so the cost model builds one of each (default: every layer its own kind).
+  Optional `residual_projections()`: the nn.Linear(s) that write into the residual stream, which
+  `model.residual_init_std` re-draws (a choice without it is refused when that key is set).
 - mlp (`base.MLP`): `cls(d_model, *, bias, **choice_keys)`; `super().__init__(d_model, hidden, dropout)`;
-  `init_weights(n_layer, std)`; (B, T, d) -> (B, T, d), token by token.
+  `init_weights(n_layer, std)`; `residual_projections()` as for attention; (B, T, d) -> (B, T, d), token by token.
 - norm (`base.Norm`): the YAML names a factory `f(dim, **choice_keys) -> Norm`; `super().__init__(dim, eps,
   centered)`; `reset_parameters()`; (..., dim) -> (..., dim). Used for the blocks and for QK-norm.
 - position (`base.Position`): `cls(d_model, n_head, head_dim, block_size, **choice_keys)`, identity hooks

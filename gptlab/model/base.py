@@ -92,6 +92,10 @@ class Attention(nn.Module, abc.ABC):
     def init_weights(self, n_layer: int, std: float) -> None:
         """Initialise the weights (GPT-2: residual projections scaled by 1/√(2·n_layer))."""
 
+    def residual_projections(self) -> list[nn.Linear]:
+        """The matrices that write into the residual stream (model.residual_init_std re-draws them); [] = unknown."""
+        return []
+
     @abc.abstractmethod
     def forward(self, x: torch.Tensor, position: Position, cache: KVCache | None = None) -> torch.Tensor:
         """(B, T, d_model) -> (B, T, d_model), causal."""
@@ -135,6 +139,10 @@ class MLP(nn.Module, abc.ABC):
     @abc.abstractmethod
     def init_weights(self, n_layer: int, std: float) -> None:
         """Initialise the weights (GPT-2: the residual projection scaled by 1/√(2·n_layer))."""
+
+    def residual_projections(self) -> list[nn.Linear]:
+        """The matrices that write into the residual stream (model.residual_init_std re-draws them); [] = none."""
+        return []
 
     @abc.abstractmethod
     def forward(self, x: torch.Tensor) -> torch.Tensor:

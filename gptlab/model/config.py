@@ -30,6 +30,11 @@ class GPTConfig:
     bias: bool = False
     dropout: float = field(default=0.0, metadata=rule("[0, 1)", required=True))
     init_std: float = field(default=0.02, metadata=rule(">= 0", required=True))
+    # std of every matrix that writes into the residual stream (attention out, MLP down); null = GPT-2's
+    # init_std/√(2·n_layer); 0 = start each block as the identity (attention-only recall: docs/ASSOC_RECALL.md)
+    residual_init_std: float | None = field(
+        default=None, metadata=rule(check=Number(">= 0", float, null=True, note="null = init_std/√(2·n_layer)"))
+    )
 
     @property
     def head_dim(self) -> int:

@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from gptlab.errors import ConfigError
 from gptlab.model.base import KVCache, Norm, check_contract
 from gptlab.model.config import GPTConfig
 from gptlab.util.checks import OneOf, rule
@@ -123,6 +124,24 @@ def _pad_rows(module: nn.Embedding | nn.Linear, size_attr: str, rows: int) -> No
     setattr(module, size_attr, rows)
 
 
+def _redraw_residual(block: Block, std: float) -> None:
+    """model.residual_init_std: the block's residual projections drawn again from N(0, std), or zeroed (std 0).
+
+    Runs after the components' own init, so every other weight (and, at std 0, the RNG stream) is as without it."""
+    for part, name in ((block.attn, "attention"), (block.mlp, "mlp")):
+        projections = part.residual_projections()
+        if not projections and not (name == "mlp" and part.empty):
+            raise ConfigError(
+                f"model.residual_init_std: {type(part).__name__} names no residual projections "
+                f"(define residual_projections() on the {name} choice); allowed: null"
+            )
+        for lin in projections:
+            if std == 0:
+                nn.init.zeros_(lin.weight)
+            else:
+                nn.init.normal_(lin.weight, std=std)
+
+
 def check_components(model: GPT) -> None:
     """Every component honours its family's base class (gptlab.model.base); one-line ConfigError otherwise."""
     check_contract("position", model.position)
@@ -190,6 +209,8 @@ class GPT(nn.Module):
         for block in cast(list[Block], self.blocks):
             block.attn.init_weights(self.cfg.n_layer, std)
             block.mlp.init_weights(self.cfg.n_layer, std)
+            if self.cfg.residual_init_std is not None:
+                _redraw_residual(block, self.cfg.residual_init_std)
         for m in self.modules():
             if isinstance(m, Norm):
                 m.reset_parameters()

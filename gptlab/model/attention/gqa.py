@@ -78,6 +78,9 @@ class GroupedQueryAttention(Attention):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
 
+    def residual_projections(self) -> list[nn.Linear]:
+        return [self.proj]
+
     def forward(self, x: torch.Tensor, position: Position, cache: KVCache | None = None) -> torch.Tensor:
         B, T, _ = x.shape
         hd, H, Hkv = self.head_dim, self.n_head, self.n_kv_head

@@ -46,5 +46,8 @@ class TwoMatrixMLP(MLP):
     def init_weights(self, n_layer: int, std: float) -> None:
         init_mlp([self.up], self.down, n_layer, std)
 
+    def residual_projections(self) -> list[nn.Linear]:
+        return [self.down]
+
     def forward(self, x):
         return self.drop(self.down(self.activation(self.up(x))))  # (B, T, d) -> (B, T, hidden) -> (B, T, d)

@@ -52,5 +52,8 @@ class SwiGLU(MLP):
     def init_weights(self, n_layer: int, std: float) -> None:
         init_mlp([self.gate, self.up], self.down, n_layer, std)
 
+    def residual_projections(self) -> list[nn.Linear]:
+        return [self.down]
+
     def forward(self, x):
         return self.drop(self.down(F.silu(self.gate(x)) * self.up(x)))
