@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import time
 
 import numpy as np
@@ -268,6 +269,22 @@ def test_assoc_recall_errors():
     one_line_error(lambda: mk(num_keys=4, num_pairs=5), "data.num_pairs")
     one_line_error(lambda: mk(num_pairs=3, num_queries=4), "data.num_queries")
     one_line_error(lambda: mk(num_values=0), "data.num_values: got 0")
+
+
+def test_assoc_recall_default_needs_recall_and_queries_equal_to_pairs_warn(caplog):
+    """The shipped default asks fewer queries than pairs (no query answerable by elimination); asking every key
+    logs one warning that names both keys; fewer queries log none."""
+    cfg = OmegaConf.load(CONF_DIR / "data" / "assoc_recall.yaml")
+    assert (cfg.num_pairs, cfg.num_queries) == (16, 8)
+    with caplog.at_level(logging.WARNING, logger="gptlab.data.assoc_recall"):
+        instantiate(cfg)(seed=0, block_size=64)
+        AssocRecallData(seed=0, block_size=64)  # the class's own defaults agree with the YAML
+        assert caplog.records == []
+        AssocRecallData(seed=0, block_size=64, num_pairs=8, num_queries=8, seq_len=32)
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith("data.num_queries == data.num_pairs (8): every key is asked")
+    assert "data.num_queries=4" in record.getMessage()
 
 
 def test_hub_dataset_offline_fails_at_once(tmp_path):

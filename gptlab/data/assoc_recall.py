@@ -4,12 +4,15 @@ One sequence of length seq_len:
     k1 v1 k2 v2 ... kP vP | q1 a1 q2 a2 ... qQ aQ | pad ...
 keys are distinct within a sequence, values are drawn with replacement, each query q_j is one of the
 sequence's keys (distinct queries) and a_j is its value. Scored positions are the queries: y = a_j there,
--100 everywhere else, so loss and accuracy measure recall only.
+-100 everywhere else, so loss and accuracy measure recall only. With as many queries as pairs the last query is
+the one key not yet asked and can be answered by elimination, without recall: the default asks half the pairs,
+and num_queries == num_pairs logs a warning.
 Token ids: keys 0..num_keys-1, values num_keys..num_keys+num_values-1, pad = num_keys+num_values.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +22,8 @@ from gptlab.data.lm import check_positive_int
 from gptlab.data.streams import stream_generator
 from gptlab.errors import ConfigError
 from gptlab.util.checks import rule
+
+log = logging.getLogger(__name__)
 
 IGNORE = -100
 Count = Annotated[int, rule(">= 1")]  # each of the task's sizes
@@ -63,7 +68,7 @@ class AssocRecallData:
         num_keys: Count = 128,
         num_values: Count = 128,
         num_pairs: Count = 16,
-        num_queries: Count = 16,
+        num_queries: Count = 8,
         seq_len: Count = 64,
     ):
         for key, value in (
@@ -89,6 +94,13 @@ class AssocRecallData:
             raise ConfigError(
                 f"data.seq_len: got {seq_len} > model.block_size={block_size}; allowed: "
                 f"data.seq_len <= model.block_size"
+            )
+        if num_queries == num_pairs > 1:
+            log.warning(
+                "data.num_queries == data.num_pairs (%d): every key is asked, so the last query can be answered by "
+                "elimination without recall and val/acc overstates recall; ask fewer (e.g. data.num_queries=%d)",
+                num_pairs,
+                num_pairs // 2,
             )
         self.seed = int(seed)
         self.num_keys, self.num_values = num_keys, num_values
