@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = _launch(sweep, todo, args)
     refused = f", {len(todo.refused)} refused" if todo.refused else ""
     print(f"[{name}] sweep dir: {sweep_dir}  ({todo.skipped} finished runs skipped{refused})")
-    for run in failures:
-        print(f"[{name}] FAILED {run}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
+    for failed in failures:
+        print(f"[{name}] FAILED {failed}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
     if not args.dry_run and not failures:
         print(f"[{name}] compare: gptlab-compare {sweep_dir}{' --lr-grid' if sweep.lrs else ''}")
         if sweep.spec.get("aa"):

@@ -255,10 +255,51 @@ def lr_grid(req: Request) -> tuple[str, Path]:
     curves = grid.read_grid(sweep)
     grid.check_holdout(holdout, curves, req.holdout_seeds)
     doc = grid.report(curves, holdout)
+    at_best = _at_best_lr(sweep, curves, doc, holdout)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "lr_grid.json", json.dumps(strict_json(grid.to_json(doc)), indent=1) + "\n")
     grid_text.plot_curves(curves, out / "lr_curves.png")
-    return grid_text.format_report(doc), out
+    text = grid_text.format_report(doc)
+    if at_best is not None:
+        write_reports(at_best, out, sections=grid_text.sections(text, out / "lr_curves.png"))
+        text += f"\nreport (verdict matrix, each arm at its own best lr, the grid): {out / 'comparison.html'}"
+    return text, out
+
+
+def _at_best_lr(sweep: Path, curves: dict, doc: dict, holdout: set[int] | None) -> Comparison | None:
+    """The main comparison of an lr grid: each arm's finished runs at its own best lr (the verdict seeds), with its
+    verdict matrix (equal steps at the baseline's best lr, FLOPs and wall time at each own best, own best lr); None
+    when fewer than two arms have a best lr (the grid's table says why)."""
+    from gptlab.compare.studies.lr_grid import FINISHED
+
+    picked = {
+        arm: [sweep / r.where for r in c.at(c.best_lr, holdout) if r.state == FINISHED and r.where]
+        for arm, c in curves.items()
+        if c.best_lr is not None
+    }
+    base = next(iter(curves))
+    if base not in picked or len([arm for arm, dirs in picked.items() if dirs]) < 2:
+        return None
+    runs = [load_run(p) for dirs in picked.values() for p in dirs]
+    cmp = compare(runs, str(picked[base][0]))
+    if len(cmp.groups) != len([dirs for dirs in picked.values() if dirs]):  # runs that record no config (older)
+        return None
+    cmp.compute = equal_compute(cmp)
+    label_of = {
+        arm: next(g.label for g in cmp.groups if any(r.path == dirs[0].resolve() for r in g.runs))
+        for arm, dirs in picked.items()
+        if dirs
+    }
+    rows = {row["arm"]: row for row in doc["rows"]}
+    own = {label_of[a]: rows[a]["vs_baseline_own_best"] for a in label_of if "vs_baseline_own_best" in rows[a]}
+    shared = {label_of[a]: rows[a]["vs_baseline_shared_lr"] for a in label_of if "vs_baseline_shared_lr" in rows[a]}
+    cmp.matrix = matrix.build(cmp, own_best_lr=own, at_baseline_lr=shared)
+    cmp.notes.append(
+        "note: an lr grid: each arm's runs at its own best lr ("
+        + ", ".join(f"{a} {curves[a].best_lr:g}" for a in picked)
+        + f"); the grid's own table and curves follow. {doc['selection']}"
+    )
+    return cmp
 
 
 def ladder(req: Request) -> tuple[str, Path]:

@@ -213,17 +213,20 @@ def _record(path: Path) -> SweepRecord:
 
 def read_plan(sweep_dir: Path) -> list[dict]:
     """plan.json of the sweep dir's latest launch ([] if it never launched); a damaged one (not JSON, an entry
-    without its name, arm and integer seed) is a one-line ConfigError naming it and what to do."""
+    without its arm and integer seed) is a one-line ConfigError naming it and what to do; an entry without a name
+    gets the one gptlab-sweep gives it."""
     check = Check(sweep_dir / PLAN_FILE, "launch the sweep again: gptlab-sweep writes a new plan, finished runs kept")
     plan = read_json(check.path, check.fix, missing=[])
     if not isinstance(plan, list):
         raise check.fail(f"expected a list of planned runs, got {type(plan).__name__}")
     for i, entry in enumerate(plan):
         entry = check.mapping(f"entry {i}", entry)
-        check.text(f"entry {i} name", entry.get("name"))
+        check.text(f"entry {i} name", entry.get("name"), null=True)
         check.text(f"entry {i} arm", entry.get("arm"))
         check.number(f"entry {i} seed", entry.get("seed"), "", int)
         check.text(f"entry {i} subdir", entry.get("subdir"), null=True)
+        if entry.get("name") is None:  # a plan written before entries were named: the name gptlab-sweep gives
+            entry["name"] = run_name(entry["arm"], entry["seed"], entry.get("lr"), entry.get("rung"))
     return plan
 
 

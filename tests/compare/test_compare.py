@@ -92,10 +92,10 @@ def test_table_values_equal_what_the_files_say(tmp_path, capsys):
     assert doc["baseline"] == "attention=mha"
     summaries = {p: json.loads((p / "summary.json").read_text()) for p in runs}
     by_label = {r["label"]: r for r in doc["rows"]}
-    assert [r["label"] for r in doc["rows"]] == ["attention=mha", "attention=gqa"]
-    for label, members in (("attention=mha", runs[:2]), ("attention=gqa", runs[2:])):
+    assert [r["label"] for r in doc["rows"]] == ["attention=mha", "attention=gqa, attention.n_kv_head=2"]
+    for label, members in (("attention=mha", runs[:2]), ("attention=gqa, attention.n_kv_head=2", runs[2:])):
         row, losses = by_label[label], [evals[p][step] for p in members]
-        assert row["n_seeds"] == 2 and row["choices"]["attention"] == label.split("=")[1]
+        assert row["n_seeds"] == 2 and row["choices"]["attention"] == label.split("=")[1].split(",")[0]
         assert row["val_loss_mean"] == pytest.approx(statistics.mean(losses))
         assert row["val_loss_std"] == pytest.approx(statistics.stdev(losses))
         assert row["tokens_per_s"] == pytest.approx(
@@ -105,7 +105,7 @@ def test_table_values_equal_what_the_files_say(tmp_path, capsys):
         assert row["peak_mem_bytes"] == max(summaries[p]["peak_mem_bytes"] for p in members)
         assert row["params"] == summaries[members[0]]["params"]
         assert row["flops_per_token"] == summaries[members[0]]["flops_per_token"]
-    base, gqa = by_label["attention=mha"], by_label["attention=gqa"]
+    base, gqa = by_label["attention=mha"], by_label["attention=gqa, attention.n_kv_head=2"]
     assert base["speedup"] == 1.0 and base["delta_val_loss"] == 0.0
     assert gqa["speedup"] == pytest.approx(1.25)
     assert gqa["delta_val_loss"] == pytest.approx(gqa["val_loss_mean"] - base["val_loss_mean"])
@@ -200,7 +200,7 @@ def test_all_outputs_exist_pngs_are_valid_and_html_is_self_contained(tmp_path, c
     assert len(srcs) == len(pngs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert all(base64.b64decode(s.split(",", 1)[1])[:8] == PNG_MAGIC for s in srcs)
     md = (outdir / "comparison.md").read_text().splitlines()
-    assert sum(line.startswith("| attention=") for line in md) == 2
+    assert sum(line.startswith("| attention=") for line in md) == 3  # the table's 2 rows, the arm's matrix row
     assert {p: p.read_bytes() for p in before} == before  # inputs untouched
 
 
@@ -239,13 +239,13 @@ def test_labels_group_seeds_and_show_leaf_values(tmp_path, capsys):
         write_run(tmp_path / "runs" / f"base{s}", seed=s)
         write_run(tmp_path / "runs" / f"ratio{s}", seed=s, leaves={"mlp.ratio": 3})
     write_run(tmp_path / "runs" / "kv4", choices={"attention": "gqa"}, leaves={"attention.n_kv_head": 4})
-    write_run(tmp_path / "runs" / "gqa", choices={"attention": "gqa"})  # default n_kv_head: implied by the choice
+    write_run(tmp_path / "runs" / "gqa", choices={"attention": "gqa"})  # default n_kv_head: named all the same
     doc = _compare_json(tmp_path, capsys, str(tmp_path / "runs" / "*"))  # a glob
     labels = [(r["label"], r["n_seeds"]) for r in doc["rows"]]
     # The baseline is labelled by how it differs from the others; the rest by how they differ from it.
     assert labels == [
         ("attention=mha, mlp.ratio=4", 2),
-        ("attention=gqa", 1),
+        ("attention=gqa, attention.n_kv_head=2", 1),
         ("attention=gqa, attention.n_kv_head=4", 1),
         ("mlp.ratio=3", 2),
     ]
@@ -266,9 +266,12 @@ def test_labels_stay_distinct_without_overrides_yaml(tmp_path, capsys):
 def test_baseline_option_and_summary_fallback(tmp_path, capsys):
     sweep = _sweep(tmp_path)
     doc = _compare_json(tmp_path, capsys, sweep, "--baseline", "attention=gqa")
-    assert [r["label"] for r in doc["rows"]] == ["attention=gqa", "attention=mha"]
+    assert [r["label"] for r in doc["rows"]] == ["attention=gqa, attention.n_kv_head=2", "attention=mha"]
     assert doc["rows"][0]["speedup"] == 1.0 and doc["rows"][1]["speedup"] == pytest.approx(0.8)
-    assert _compare_json(tmp_path, capsys, sweep, "--baseline", sweep / "3")["baseline"] == "attention=gqa"
+    assert (
+        _compare_json(tmp_path, capsys, sweep, "--baseline", sweep / "3")["baseline"]
+        == "attention=gqa, attention.n_kv_head=2"
+    )
     (sweep / "0" / "summary.json").unlink()  # crashed before writing a summary: speeds come from metrics.jsonl
     write_run(sweep / "0", seed=0, tokens_per_s=900.0, summary=False)
     doc = _compare_json(tmp_path, capsys, sweep)
@@ -332,7 +335,7 @@ def test_wandb_offline_run_has_table_and_plots(tmp_path, capsys, monkeypatch):
     assert summary["comparison"]["_type"] == "table-file" and summary["comparison"]["nrows"] == 2
     assert summary["plots/val_loss_vs_step"]["_type"] == "image-file"
     table = json.loads((run_dir / "files" / summary["comparison"]["path"]).read_text())
-    assert [row[0] for row in table["data"]] == ["attention=mha", "attention=gqa"]
+    assert [row[0] for row in table["data"]] == ["attention=mha", "attention=gqa, attention.n_kv_head=2"]
     # the equal-compute verdicts, word for word as comparison.md gives them
     md = (tmp_path / "out" / "comparison.md").read_text()
     sentences = [line.removeprefix("- ") for line in md.splitlines() if line.startswith("- Val loss at equal ")]

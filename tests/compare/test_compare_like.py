@@ -296,7 +296,7 @@ def test_a_folder_holding_several_sweeps_lists_them_and_asks_which(tmp_path, cap
         "or give each folder on the command line to compare across sweeps on purpose"
     )
     doc, _, _ = _ok(tmp_path, capsys, root / "attn", "--baseline", "attention=mha")
-    assert [r["label"] for r in doc["rows"]] == ["attention=mha", "attention=gqa"]
+    assert [r["label"] for r in doc["rows"]] == ["attention=mha", "attention=gqa, attention.n_kv_head=2"]
     doc, _, _ = _ok(tmp_path, capsys, root / "attn", root / "mlp")  # on purpose: both named
     assert sum(r["n_seeds"] for r in doc["rows"]) == 8 and not doc["warnings"]
 
@@ -331,8 +331,8 @@ def test_a_partial_sweep_compares_what_finished_and_names_what_is_missing(tmp_pa
     assert doc["step"] == 100  # the unfinished run's step 50 does not hold the others back
     assert [(r["label"], r["n_seeds"]) for r in doc["rows"]] == [
         ("attention=mha", 2),
-        ("attention=gqa", 1),
-        ("attention=mqa", 1),
+        ("attention=gqa, attention.n_kv_head=2", 1),
+        ("attention=mqa, attention.n_kv_head=1", 1),
     ]
 
 
@@ -501,7 +501,7 @@ ARMS = {
 LOADS = {("mqa", 1): 0.6}
 LABELS = [
     "attention=mha",
-    "attention=mqa",
+    "attention=mqa, attention.n_kv_head=1",
     "attention=gqa, attention.n_kv_head=2",
     "attention=gqa, attention.n_kv_head=4",
 ]
@@ -577,7 +577,7 @@ def test_delta_figure_draws_that_data_with_a_zero_line_per_arm(verdicts):
         assert list(drawn.get_ydata()) == pytest.approx(curve.delta)
         band = next(c for c in ax.collections if isinstance(c, PolyCollection)).get_paths()[0].vertices[:, 1]
         assert (band.min(), band.max()) == pytest.approx((min(curve.lo), max(curve.hi)))
-    assert titles[0].startswith("attention=mqa: Δ +0.1000 [") and titles[0].endswith(
+    assert titles[0].startswith("attention=mqa, attention.n_kv_head=1: Δ +0.1000 [") and titles[0].endswith(
         "at step 100: higher than baseline"
     )
     assert titles[1].endswith("at step 100: within noise")
@@ -603,7 +603,9 @@ def test_speed_plots_mark_the_run_under_outside_load_as_the_table_does(verdicts)
     assert marked[0].get_xdata()[-1] == pytest.approx(100 * 128_000 / 1520.0 / 1000)  # its own wall time, in s
     hatched = [c for c in wall.collections if isinstance(c, PolyCollection) and c.get_hatch() == "//"]
     assert len(hatched) == 1  # the loaded group's seed band
-    assert "attention=mqa (n=3, under outside load)" in [t.get_text() for t in wall.get_legend().get_texts()]
+    assert "attention=mqa, attention.n_kv_head=1 (n=3, under outside load)" in [
+        t.get_text() for t in wall.get_legend().get_texts()
+    ]
     assert not any(line.get_label().startswith("one run") for line in figures["val_loss_vs_step"].axes[0].get_lines())
 
 
@@ -641,11 +643,16 @@ def test_each_arm_has_a_one_sentence_verdict_at_the_top_of_every_report(tmp_path
     sweep = _write_arms(tmp_path / "sw")
     doc, out, _ = _ok(tmp_path, capsys, sweep, "--baseline", "attention=mha")
     md = (tmp_path / "out" / "comparison.md").read_text().splitlines()
-    top = md[: md.index(next(line for line in md if line.startswith("| label")))]
-    sentences = [line[2:] for line in top if line.startswith("- ")]
+    table = md.index(next(line for line in md if line.startswith("| label")))
+    reconciled = [line[2:] for line in md[: md.index("## At equal steps")] if line.startswith("- ")]
+    assert [r.split(":", 1)[0] for r in reconciled] == LABELS[1:]  # the verdict matrix's sentence per arm first
+    sentences = [line[2:] for line in md[md.index("## At equal steps") : table] if line.startswith("- ")]
     assert len(sentences) == 3
     mqa, gqa2, gqa4 = sentences
-    assert mqa.startswith("attention=mqa: val loss +0.1000 ± ") and "(higher than the baseline beyond noise, p=" in mqa
+    assert (
+        mqa.startswith("attention=mqa, attention.n_kv_head=1: val loss +0.1000 ± ")
+        and "(higher than the baseline beyond noise, p=" in mqa
+    )
     assert mqa.endswith("(under outside load: not to be trusted).") and "faster [" in mqa
     assert gqa2 == _sentence_by_hand(LABELS[2], "gqa2")
     assert gqa4 == (

@@ -106,7 +106,7 @@ def test_wandb_without_key_logs_offline_links_runs_and_native_charts(tmp_path, c
     assert (run["job_type"], run["run_group"], run["project"]) == ("comparison", "attn", "abl")
 
     config = {**run["config"]["update"], **_merged(records, "config")}  # init config, then chart specs
-    labels = ["attention=mha", "attention=gqa", "attention=mqa"]
+    labels = ["attention=mha", "attention=gqa, attention.n_kv_head=2", "attention=mqa, attention.n_kv_head=1"]
     assert config["labels"] == labels and config["step"] == 100 and config["sweep"] == "attn"
     assert config["runs"] == [
         {
@@ -139,19 +139,23 @@ def test_wandb_without_key_logs_offline_links_runs_and_native_charts(tmp_path, c
     curves = _table(folder, summary, "charts/val_loss_vs_step_table")
     assert curves["columns"] == ["step", "lineKey", "lineVal"] and len(curves["data"]) == 3 * 3 * 4
     at_100 = {key: val for step, key, val in curves["data"] if step == 100}
-    assert at_100["attention=gqa mean"] == pytest.approx(default_loss(100) + 0.01)
-    assert at_100["attention=gqa max"] - at_100["attention=gqa min"] == pytest.approx(0.02)
+    gqa = "attention=gqa, attention.n_kv_head=2"
+    assert at_100[f"{gqa} mean"] == pytest.approx(default_loss(100) + 0.01)
+    assert at_100[f"{gqa} max"] - at_100[f"{gqa} min"] == pytest.approx(0.02)
 
     # bars: label / mean / std / min / max / n over seeds, and the error bars as mean ± std segments
     bars = _table(folder, summary, "charts/tokens_per_s_table")
     assert bars["columns"] == wandb_log.STAT_COLUMNS
     gqa = bars["data"][1]
-    assert gqa[0] == "attention=gqa" and gqa[1:4] == pytest.approx([1300.0, statistics.stdev([1250, 1350]), 1250.0])
+    assert gqa[0] == "attention=gqa, attention.n_kv_head=2" and gqa[1:4] == pytest.approx(
+        [1300.0, statistics.stdev([1250, 1350]), 1250.0]
+    )
     assert gqa[4:] == [1350.0, 2]
     errs = _table(folder, summary, "charts/tokens_per_s_error_bars_table")["data"]
-    assert [row for row in errs if row[1] == "2: attention=gqa"] == [
-        [2, "2: attention=gqa", pytest.approx(1300 - 70.7107, abs=1e-3)],
-        [2, "2: attention=gqa", pytest.approx(1300 + 70.7107, abs=1e-3)],
+    key = "2: attention=gqa, attention.n_kv_head=2"
+    assert [row for row in errs if row[1] == key] == [
+        [2, key, pytest.approx(1300 - 70.7107, abs=1e-3)],
+        [2, key, pytest.approx(1300 + 70.7107, abs=1e-3)],
     ]
     mem = _table(folder, summary, "charts/peak_mem_bytes_table")["data"]
     assert [r[3:5] for r in mem] == [[64 * 2**20, 72 * 2**20]] * 3

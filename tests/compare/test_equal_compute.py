@@ -73,7 +73,9 @@ def test_equal_flops_and_wall_time_on_curves_with_a_known_answer(tmp_path):
     assert wall.arms[1].under_load and wall.arms[1].verdict.direction == 1
     assert len(ec.rebuilt) == 6  # synthetic runs predate the column: rebuilt from flops_per_token x tokens
     text = lines(ec)
-    assert any("equal training FLOPs (1.28e+10 FLOPs" in t and "'attention=mqa'" in t for t in text)
+    assert any(
+        "equal training FLOPs (1.28e+10 FLOPs" in t and "'attention=mqa, attention.n_kv_head=1'" in t for t in text
+    )
 
 
 def test_equal_curves_are_within_noise(tmp_path):

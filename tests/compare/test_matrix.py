@@ -122,9 +122,16 @@ def test_a_matched_arm_folds_into_the_arm_it_was_matched_from(tmp_path):
     assert len(labels) == 3 and len(m.arms) == 1
     [mqa] = m.arms
     matched_label = next(x for x in labels if "model.match=flops" in x)
-    assert (mqa.label, mqa.matched_arm, mqa.matched_mode) == ("attention=mqa", matched_label, "flops")
+    assert (mqa.label, mqa.matched_arm, mqa.matched_mode) == (
+        "attention=mqa, attention.n_kv_head=1",
+        matched_label,
+        "flops",
+    )
     assert mqa.cells[Lens.MATCHED] == found.comparisons[0].rows[labels.index(matched_label)].loss
-    assert mqa.cells[Lens.EQUAL_STEPS] == found.comparisons[0].rows[labels.index("attention=mqa")].loss
+    assert (
+        mqa.cells[Lens.EQUAL_STEPS]
+        == found.comparisons[0].rows[labels.index("attention=mqa, attention.n_kv_head=1")].loss
+    )
     assert mqa.cost == pytest.approx(6.0 / 7.2)
     assert list(mqa.cells)[:2] == [Lens.EQUAL_STEPS, Lens.EQUAL_FLOPS]
     doc = found.comparisons[0].to_json()["verdict_matrix"]

@@ -32,7 +32,7 @@ ARMS = {
     "gqa": (0.01, (1010.0, 990.0, 1020.0), (64, 65, 66), dict(fingerprint="fp-mha", leaves={"attention.n_kv_head": 4})),
     "mqa": (0.2, (1500.0, 1520.0, 1480.0), (40, 41, 45), dict(fingerprint="fp-mqa", outside_load=0.6)),
 }
-LABELS = ["attention=mha", "attention=gqa, attention.n_kv_head=4", "attention=mqa"]
+LABELS = ["attention=mha", "attention=gqa, attention.n_kv_head=4", "attention=mqa, attention.n_kv_head=1"]
 
 
 def _loss(shift: float):

@@ -171,6 +171,34 @@ def lr_grid(tmp: Path) -> list[str]:
     return [str(root), "--lr-grid"]
 
 
+def lr_grid_report(tmp: Path) -> list[str]:
+    """An lr grid of real-looking runs (configs, speeds, FLOPs): mha x mqa at three lrs, three seeds. mqa is worse
+    at the baseline's best lr and within noise at its own, cheaper per token and faster: the verdict matrix's
+    'it may be the learning rate' case, with the grid's table and curves closing the report."""
+    root = tmp / "grid_report"
+    levels = {"mha": {1e-3: 1.60, 3e-3: 1.50, 1e-2: 1.55}, "mqa": {1e-3: 1.70, 3e-3: 1.62, 1e-2: 1.505}}
+    arms = {"mha": ({}, 1000.0, 7.2e5), "mqa": ({"attention": "mqa"}, 1150.0, 6.4e5)}
+    root.mkdir(parents=True)
+    sweep = {"arms": {a: [f"attention={c.get('attention', 'mha')}"] for a, (c, _, _) in arms.items()}}
+    sweep.update(seeds=[0, 1, 2], lr_grid=[1e-3, 3e-3, 1e-2])
+    (root / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+    for arm, (choices, tps, cost) in arms.items():
+        for lr, level in levels[arm].items():
+            for seed in range(3):
+                write_run(
+                    root / arm / f"lr{lr:g}" / f"seed{seed}",
+                    seed=seed,
+                    choices=choices,
+                    leaves={"optimizer.lr": lr, "arm": arm},
+                    loss_at=_curve(level, seed),
+                    tokens_per_s=tps * SPEED_NOISE[seed],
+                    step_ms=50.0 / SPEED_NOISE[seed] * 1000.0 / tps,
+                    flops_per_token=cost,
+                    data_fingerprint="data-1",
+                )
+    return [str(root), "--lr-grid", "--out", str(tmp / "out")]
+
+
 LADDER_SIZES = {"d_model32": 1e5, "d_model64": 4e5, "d_model128": 1.6e6, "d_model256": 6.4e6}
 
 
@@ -230,6 +258,7 @@ SCENARIOS: dict[str, Callable[..., list[str]]] = {
     "decode": decode,
     "threshold": threshold,
     "lr_grid": lr_grid,
+    "lr_grid_report": lr_grid_report,
     "ladder": ladder,
     "factorial": factorial,
     "mixed": mixed,

@@ -221,4 +221,7 @@ def test_the_layout_imports_nothing_heavy():
         "gptlab.errors",
         "gptlab.sweep",
         "gptlab.sweep.layout",
+        "gptlab.util",
+        "gptlab.util.checks",  # the stored files' validators (stdlib only)
+        "gptlab.util.stored",
     }

@@ -102,8 +102,10 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return list(groups.values())
 
 
-def diff_items(g: Group, base: Group, hide_implied: bool = True) -> list[tuple[str, str]]:
-    """(key, g's value) where g differs from base: choices first, then leaves not implied by a changed choice."""
+def diff_items(g: Group, base: Group, hide_implied: bool = True, name_values: bool = True) -> list[tuple[str, str]]:
+    """(key, g's value) where g differs from base: choices first, then leaves not implied by a changed choice
+    (`attention=gqa, attention.n_kv_head=2`: every value that differs is named; with name_values False every leaf
+    of a changed choice counts as implied: the choices alone, as the default baseline and --threshold count)."""
     out = [
         (k, g.choices.get(k, "none")) for k in {**g.choices, **base.choices} if g.choices.get(k) != base.choices.get(k)
     ]
@@ -112,11 +114,20 @@ def diff_items(g: Group, base: Group, hide_implied: bool = True) -> list[tuple[s
         mine, theirs = g.leaves.get(key, _MISSING), base.leaves.get(key, _MISSING)
         if _canon(mine) == _canon(theirs):
             continue
-        # A leaf that differs because its group's choice changed is implied by `group=choice`.
-        if hide_implied and key.split(".", 1)[0] in changed and key not in g.overridden:
+        # A leaf that differs because its group's choice changed is implied by `group=choice` when it is the
+        # choice's own (one side lacks it, e.g. swiglu's multiple_of), unset (mha's n_kv_head) or its bookkeeping;
+        # a value both choices set differently (gqa's n_kv_head=2 against mqa's 1) is shown.
+        implied = not name_values or _implied(key, mine, theirs)
+        if hide_implied and key.split(".", 1)[0] in changed and key not in g.overridden and implied:
             continue
         out.append((key, show(mine)))
     return out
+
+
+def _implied(key: str, mine: Any, theirs: Any) -> bool:
+    """True for a leaf of a changed choice that the choice's name already says (see diff_items)."""
+    leaf = key.rsplit(".", 1)[-1]
+    return mine is _MISSING or theirs is _MISSING or mine is None or leaf in ("_target_", "name") or leaf[0] == "_"
 
 
 def _fmt(items: list[tuple[str, str]]) -> str:
@@ -148,7 +159,7 @@ def default_baseline(groups: list[Group]) -> Group:
     """Group with the fewest differences from all others summed; ties go to the group of the first run."""
 
     def score(g: Group) -> int:
-        return sum(len(diff_items(g, h)) for h in groups if h is not g)
+        return sum(len(diff_items(g, h, name_values=False)) for h in groups if h is not g)
 
     return min(groups, key=score)  # min keeps the earliest on ties
 

@@ -92,3 +92,19 @@ def plot_curves(curves: dict[str, ArmCurve], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def sections(text: str, curves_png: Path) -> tuple[str, str]:
+    """The grid as the (Markdown, HTML) sections closing an lr grid's comparison report: its table as text and the
+    lr curves (embedded in the HTML, so the page stays one file)."""
+    import base64
+    import html
+
+    data = base64.b64encode(curves_png.read_bytes()).decode()
+    md = f"\n## The lr grid\n\n```\n{text}\n```\n\n![lr curves]({curves_png.name})\n"
+    page = (
+        f'<h2>The lr grid</h2>\n<pre class="grid">{html.escape(text)}</pre>\n'
+        f"<figure><figcaption>final val loss against lr, per arm</figcaption>"
+        f'<img alt="lr curves" src="data:image/png;base64,{data}"></figure>\n'
+    )
+    return md, page

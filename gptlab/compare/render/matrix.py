@@ -11,7 +11,7 @@ from gptlab.compare.tables.matrix import ArmLenses, Matrix
 def headers(m: Matrix) -> list[str]:
     """`arm`, one column per lens any arm was measured under, `speed`."""
     mode = next((a.matched_mode for a in m.arms if a.matched_arm), None)
-    return ["arm", *(f"Δ val loss at {words.lens(x.value, mode)}" for x in m.lenses), "speed-up"]
+    return ["arm", *(f"Δ val loss at {words.lens(x.value, mode, m.lr_grid)}" for x in m.lenses), "speed-up"]
 
 
 def _label(arm: ArmLenses) -> str:
@@ -40,13 +40,17 @@ def sentences(m: Matrix) -> list[str]:
     """The reconciled sentence of every arm: where its lenses agree and disagree, and what that means."""
     out = []
     for a in m.arms:
-        named = {o.value: [words.lens(x.value, a.matched_mode) for x in lenses] for o, lenses in a.by_outcome().items()}
-        out.append(words.reconciled(_label(a), named, [f.value for f in a.findings], words.speed(a.speed)))
+        named = {
+            o.value: [words.lens(x.value, a.matched_mode, m.lr_grid) for x in lenses]
+            for o, lenses in a.by_outcome().items()
+        }
+        out.append(words.reconciled(_label(a), named, [f.value for f in a.findings], words.speed_headline(a.speed)))
     return out
 
 
 def title(m: Matrix) -> str:
-    return f"Verdict matrix: each arm against {m.baseline} under every lens the runs support"
+    where = " (an lr grid: each arm at its own best lr, unless the column says otherwise)" if m.lr_grid else ""
+    return f"Verdict matrix: each arm against {m.baseline} under every lens the runs support{where}"
 
 
 def print_matrix(m: Matrix | None, console) -> None:

@@ -418,12 +418,17 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _steps_heading(cmp: Comparison) -> str:
+    """The heading over the per-arm equal-steps sentences (below the verdict matrix)."""
+    return "At equal steps, each arm at its own best lr" if cmp.matrix and cmp.matrix.lr_grid else "At equal steps"
+
+
 def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> str:
     """comparison.md: title, one verdict sentence per arm, the table, the --power table (with power), notes and
     warnings, and links to the PNGs next to it."""
     headers, body = cells(cmp)
     lines = [f"# {_title(cmp)}", "", *matrix.markdown(cmp.matrix)]
-    lines += ["## At equal steps", ""] * bool(cmp.matrix and cmp.matrix.arms)
+    lines += [f"## {_steps_heading(cmp)}", ""] * bool(cmp.matrix and cmp.matrix.arms)
     lines += [f"- {v}" for v in verdicts(cmp)] + [""] * bool(verdicts(cmp))
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in body]
@@ -578,7 +583,7 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         f"<title>gptlab {esc(_title(cmp).lower())}</title><style>{_CSS}</style></head><body>\n"
         f"<h1>{esc(_title(cmp))} (baseline: {esc(cmp.baseline)})</h1>\n"
         + matrix.html_matrix(cmp.matrix)
-        + ("<h2>At equal steps</h2>\n" if cmp.matrix and cmp.matrix.arms else "")
+        + (f"<h2>{esc(_steps_heading(cmp))}</h2>\n" if cmp.matrix and cmp.matrix.arms else "")
         + (f'<ul class="verdicts">{sentences}</ul>\n' if sentences else "")
         + "<table>\n<tr>"
         + "".join(f"<th>{esc(h)}</th>" for h in headers)

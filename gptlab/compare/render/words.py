@@ -42,6 +42,14 @@ def speed(v: Verdict, caveats: bool = True) -> str:
     return _loaded(v, word) if caveats else word
 
 
+def speed_headline(v: Verdict) -> str:
+    """A speed verdict where a sentence would lead with it: a speed-up confounded with run order is named as such,
+    never as faster or slower."""
+    if Caveat.CONFOUNDED in v.caveats:
+        return f"{CONFOUNDED} (not a finding)"
+    return speed(v)
+
+
 def change(v: Verdict, what: str) -> str:
     """A difference of `what` (e.g. "val loss"): `lower val loss`, `higher val loss`, `within noise`, ..."""
     word = _undecided(v) or f"{'higher' if v.direction > 0 else 'lower'} {what}"
@@ -86,10 +94,13 @@ LENSES = {  # a verdict-matrix column, and how a sentence names it
 }
 
 
-def lens(name: str, mode: str | None = None) -> str:
-    """A lens's name; the matched lens says what was held equal (`FLOP-matched`, `param-matched`)."""
+def lens(name: str, mode: str | None = None, lr_grid: bool = False) -> str:
+    """A lens's name; the matched lens says what was held equal (`FLOP-matched`, `param-matched`); in an lr grid's
+    matrix equal steps is read at the baseline's best lr."""
     if name == "matched":
         return {"params": "param-matched"}.get(mode or "", "FLOP-matched")
+    if lr_grid and name == "equal_steps":
+        return "the baseline's best lr"
     return LENSES[name]
 
 

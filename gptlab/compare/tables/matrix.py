@@ -103,12 +103,14 @@ class Matrix:
     baseline: str
     arms: list[ArmLenses]
     lenses: list[Lens]
+    lr_grid: bool = False  # an lr grid's: equal steps at the baseline's best lr, FLOPs and wall time at each own best
 
     def to_json(self) -> dict:
         return {
             "baseline": self.baseline,
             "lenses": [x.value for x in self.lenses],
             "arms": [a.to_json() for a in self.arms],
+            "lr_grid": self.lr_grid,
         }
 
 
@@ -164,9 +166,13 @@ def _matched_from(cmp: Comparison) -> dict[int, tuple[int, str]]:
     return out
 
 
-def build(cmp: Comparison, own_best_lr: dict[str, Verdict] | None = None) -> Matrix:
+def build(
+    cmp: Comparison, own_best_lr: dict[str, Verdict] | None = None, at_baseline_lr: dict[str, Verdict] | None = None
+) -> Matrix:
     """The matrix of one comparison: equal steps from its rows, equal FLOPs / wall time from its equal-compute
-    axes (where measured), each arm's own-best-lr verdict when an lr grid gave one (`own_best_lr`, by label)."""
+    axes (where measured). For an lr grid (`cmp` holds each arm at its own best lr): `own_best_lr` and
+    `at_baseline_lr` are the grid's verdicts by row label, the latter filling the equal-steps column (every arm at
+    the baseline's best lr: the comparison a plain ablation makes)."""
     axes = {ax.axis: ax for ax in (cmp.compute.axes if cmp.compute is not None else []) if ax.x is not None}
     lens_of_axis = {"flops": Lens.EQUAL_FLOPS, "wall_s": Lens.EQUAL_WALL}
     folded = _matched_from(cmp)
@@ -175,7 +181,8 @@ def build(cmp: Comparison, own_best_lr: dict[str, Verdict] | None = None) -> Mat
     for i, row in enumerate(cmp.rows):
         if i == 0 or i in into:
             continue
-        cells = {Lens.EQUAL_STEPS: row.loss}
+        steps = (at_baseline_lr or {}).get(row.label) if at_baseline_lr is not None else row.loss
+        cells = {Lens.EQUAL_STEPS: steps} if steps is not None else {}
         for axis, ax in axes.items():
             cells[lens_of_axis[axis]] = ax.arms[i].verdict
         if own_best_lr and row.label in own_best_lr:
@@ -194,4 +201,4 @@ def build(cmp: Comparison, own_best_lr: dict[str, Verdict] | None = None) -> Mat
         arm.findings = reconcile(arm)
         arms.append(arm)
     used = [lens for lens in Lens if any(lens in a.cells for a in arms)]
-    return Matrix(cmp.baseline, arms, used)
+    return Matrix(cmp.baseline, arms, used, lr_grid=at_baseline_lr is not None)

@@ -11,11 +11,12 @@ from gptlab.errors import ConfigError
 
 
 def varying_keys(groups: list[Group]) -> list[str]:
-    """Config keys (choices first, then leaves) on which some pair of groups differs."""
+    """Config keys (choices first, then leaves) on which some pair of groups differs; a leaf a varying choice sets
+    (attention=gqa's n_kv_head) varies with that choice, not as a key of its own, unless a run overrode it."""
     keys: dict[str, None] = {}
     for i, g in enumerate(groups):
         for h in groups[i + 1 :]:
-            for key, _ in diff_items(g, h) + diff_items(h, g):
+            for key, _ in diff_items(g, h, name_values=False) + diff_items(h, g, name_values=False):
                 keys.setdefault(key, None)
     return list(keys)
 
