@@ -262,7 +262,10 @@ def test_multirun_writes_one_decode_json_per_choice_and_compare_shows_them(tmp_p
     assert "decode tokens/s" in out and "attention=mqa" in out and "1.00× baseline" in out
     rows = json.loads((sweep / "comparison" / "comparison.json").read_text())["decode"]
     assert [(r["label"], r["context"], r["cache"]) for r in rows] == [
-        (label, c, k) for label in ("attention=mha", "attention=mqa") for c in (6, 30) for k in ("static", "none")
+        (label, c, k)
+        for label in ("attention=mha", "attention=mqa, attention.n_kv_head=1")
+        for c in (6, 30)
+        for k in ("static", "none")
     ]
     mqa_static = rows[4]
     assert mqa_static["kv_bytes_ratio"] == 1.0 and mqa_static["kv_bytes_measured"] * 4 == rows[0]["kv_bytes_measured"]
@@ -271,7 +274,9 @@ def test_multirun_writes_one_decode_json_per_choice_and_compare_shows_them(tmp_p
     assert "## Decode" in (sweep / "comparison" / "comparison.md").read_text()
     page = (sweep / "comparison" / "comparison.html").read_text()  # the same table in the HTML report
     assert (
-        "<h2>Decode</h2>" in page and page.count("<td>attention=mqa</td>") == 4 and "<th>decode tokens/s</th>" in page
+        "<h2>Decode</h2>" in page
+        and page.count("<td>attention=mqa, attention.n_kv_head=1</td>") == 4
+        and "<th>decode tokens/s</th>" in page
     )
 
 

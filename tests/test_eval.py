@@ -168,7 +168,7 @@ def test_compare_shows_eval_metrics_with_seed_statistics(tmp_path, capsys):
     (row,) = doc["evals"]  # acc only: the per-run stderr is not pooled
     assert row["metric"] == "eval/tiny_mc/acc"
     base, gqa = row["cells"]
-    assert base["label"] == "attention=mha" and gqa["label"] == "attention=gqa"
+    assert base["label"] == "attention=mha" and gqa["label"] == "attention=gqa, attention.n_kv_head=2"
     assert base["mean"] == pytest.approx(statistics.mean(accs["mha"]))
     assert base["std"] == pytest.approx(statistics.stdev(accs["mha"]))
     assert gqa["delta"] == pytest.approx(statistics.mean(accs["gqa"]) - statistics.mean(accs["mha"]))

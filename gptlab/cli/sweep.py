@@ -220,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         check_paths(sweep.sweep_dir, list(sweep.spec["arms"]), sweep.seeds, sweep.lrs, sweep.ladder)
         if not args.dry_run:
-            record_definition(sweep.sweep_dir, sweep.spec, sweep.extra)
+            added = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra)
+            if added:
+                lrs = ", ".join(f"{lr:g}" for lr in added)
+                print(f"[{sweep.name}] the lr grid grows by {lrs} in place: finished runs are reused", flush=True)
     except (ConfigError, ValueError) as err:
         fail(err)
     if args.until_decided:

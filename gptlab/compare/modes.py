@@ -273,20 +273,20 @@ def _at_best_lr(sweep: Path, curves: dict, doc: dict, holdout: set[int] | None) 
     from gptlab.compare.studies.lr_grid import FINISHED
 
     picked = {
-        arm: [sweep / r.where for r in c.at(c.best_lr, holdout) if r.state == FINISHED and r.where]
+        arm: [(sweep / r.where).resolve() for r in c.at(c.best_lr, holdout) if r.state == FINISHED and r.where]
         for arm, c in curves.items()
         if c.best_lr is not None
     }
     base = next(iter(curves))
-    if base not in picked or len([arm for arm, dirs in picked.items() if dirs]) < 2:
+    if not picked.get(base) or len([arm for arm, dirs in picked.items() if dirs]) < 2:
         return None
     runs = [load_run(p) for dirs in picked.values() for p in dirs]
-    cmp = compare(runs, str(picked[base][0]))
+    cmp = compare(runs, str(picked[base][0]))  # the baseline arm's group, named by one of its run dirs
     if len(cmp.groups) != len([dirs for dirs in picked.values() if dirs]):  # runs that record no config (older)
         return None
     cmp.compute = equal_compute(cmp)
     label_of = {
-        arm: next(g.label for g in cmp.groups if any(r.path == dirs[0].resolve() for r in g.runs))
+        arm: next(g.label for g in cmp.groups if any(r.path.resolve() == dirs[0] for r in g.runs))
         for arm, dirs in picked.items()
         if dirs
     }

@@ -20,6 +20,7 @@ from gptlab.sweep.design import Rung, factorial_arms, ladder_conflicts, parse_la
 from gptlab.sweep.identity import ladder_errors
 from gptlab.sweep.layout import SWEEP_FILE, is_arm_name, parse_lr_grid, read_sweep
 from gptlab.sweep.plan import COMMANDS, is_launch_setting
+from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import SWEEPS_DIR
 
 SPEC_KEYS = ("description", "seeds", "overrides", "arms", "command", "lr_grid", "ladder", "factors", "aa")
@@ -281,14 +282,32 @@ def resolve(
     return Sweep(name, spec, run_seeds, lrs, ladder_rungs, sweep_dir, extra, out)
 
 
-def record_definition(sweep_dir: Path, spec: dict, extra: list[str]) -> None:
-    """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir."""
+def record_definition(sweep_dir: Path, spec: dict, extra: list[str]) -> list[float]:
+    """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir. An lr grid is not
+    part of a sweep's identity: the same sweep with another grid extends the recorded one in place (sweep.yaml then
+    holds the union, so compare --lr-grid reads every lr, and finished runs are reused); returns the lrs it added."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     record = {**spec, "extra_overrides": extra}
     target = sweep_dir / SWEEP_FILE
-    if target.is_file():
-        existing = read_sweep(sweep_dir)
-        if existing is None or existing.record != record:
-            raise ConfigError(f"{target}: this sweep dir holds a different sweep definition; pass --out <new dir>")
-        return
-    target.write_text(yaml.safe_dump(record, sort_keys=False))
+    if not target.is_file():
+        target.write_text(yaml.safe_dump(record, sort_keys=False))
+        return []
+    existing = read_sweep(sweep_dir)
+
+    def identity(doc: dict) -> dict:
+        return {k: v for k, v in doc.items() if k != "lr_grid"}
+
+    if existing is None or identity(existing.record) != identity(record):
+        raise ConfigError(f"{target}: this sweep dir holds a different sweep definition; pass --out <new dir>")
+    if existing.lrs is None or record.get("lr_grid") is None:
+        if existing.record != record:  # a grid added to a sweep without one, or dropped from one with it
+            raise ConfigError(
+                f"{target}: this sweep dir holds the same sweep {'with' if existing.lrs else 'without'} an lr grid; "
+                "pass --out <new dir>"
+            )
+        return []
+    union = parse_lr_grid(sorted({*existing.lrs, *record["lr_grid"]}))  # distinct dir names checked again
+    added = [lr for lr in union if lr not in existing.lrs]
+    if added:
+        atomic_write_text(target, yaml.safe_dump({**existing.record, "lr_grid": union}, sort_keys=False))
+    return added

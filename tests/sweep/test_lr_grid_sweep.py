@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from gptlab.compare.studies.lr_grid import read_grid, report
+from gptlab.config.build import compose
 from gptlab.errors import ConfigError
-from gptlab.sweep.layout import REFUSED_FILE, parse_lr_grid, read_refused
+from gptlab.sweep.layout import REFUSED_FILE, parse_lr_grid, read_refused, read_sweep
 from gptlab.sweep.plan import pending, write_plan, write_refused
 from gptlab.sweep.spec import record_definition, resolve
 
@@ -98,3 +100,34 @@ def test_a_run_that_cannot_start_is_planned_as_refused_and_the_analysis_shows_it
     (sweep.sweep_dir / REFUSED_FILE).write_text("[1, 2")
     with pytest.raises(ConfigError, match=r"refused.json: cannot be read"):
         read_refused(sweep.sweep_dir)
+
+
+def test_a_wider_grid_extends_the_sweep_in_place_and_reuses_finished_runs(tmp_path):
+    """The grid is not part of a sweep's identity: the same sweep with a wider grid into its dir records the union
+    (compare --lr-grid reads every lr) and plans only the new lrs' runs; another definition is still refused."""
+    doc = {"arms": {"base": [], "wide": []}, "seeds": [0]}
+    first = _resolve(tmp_path, doc, lr_grid="1e-3,1e-2")
+    assert record_definition(first.sweep_dir, first.spec, first.extra) == []
+    for run in pending(first.name, first.spec, first.seeds, first.sweep_dir, first.extra, first.lrs).runs:
+        folder = run.run_dir(first.sweep_dir)  # every run of the first grid finished, with the config it composes
+        (folder / ".hydra").mkdir(parents=True)
+        cfg = OmegaConf.to_container(compose(list(run.overrides), "train"), resolve=False)
+        (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump({k: v for k, v in cfg.items() if k != "hydra"}))
+        (folder / "summary.json").write_text(json.dumps({"status": "finished", "final_val_loss": 3.0}))
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "val/loss": 4.0}) + "\n")
+    wider = _resolve(tmp_path, doc, lr_grid="1e-3,1e-2,1e-1")
+    assert record_definition(wider.sweep_dir, wider.spec, wider.extra) == [0.1]
+    assert read_sweep(wider.sweep_dir).lrs == [1e-3, 1e-2, 1e-1]
+    todo = pending(wider.name, wider.spec, wider.seeds, wider.sweep_dir, wider.extra, wider.lrs)
+    assert sorted(r.name for r in todo.runs) == ["base__lr0.1__seed0", "wide__lr0.1__seed0"] and todo.skipped == 4
+    between = _resolve(tmp_path, doc, lr_grid="1e-3,3e-3")  # a grid of its own: the record keeps every lr
+    assert record_definition(between.sweep_dir, between.spec, between.extra) == [3e-3]
+    assert read_sweep(between.sweep_dir).lrs == [1e-3, 3e-3, 1e-2, 1e-1]
+    again = _resolve(tmp_path, doc, lr_grid="1e-2,1e-1")
+    assert record_definition(again.sweep_dir, again.spec, again.extra) == []  # nothing new: the file is unchanged
+    other = _resolve(tmp_path, {**doc, "arms": {"base": [], "wide": [], "third": []}}, lr_grid="1e-3,1e-2")
+    with pytest.raises(ConfigError, match="holds a different sweep definition"):
+        record_definition(other.sweep_dir, other.spec, other.extra)
+    plain = _resolve(tmp_path, doc)
+    with pytest.raises(ConfigError, match="holds the same sweep with an lr grid"):
+        record_definition(plain.sweep_dir, plain.spec, plain.extra)
