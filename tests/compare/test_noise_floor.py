@@ -287,7 +287,16 @@ def test_html_lists_the_compared_runs_and_the_settings_they_share(tmp_path, caps
         ("attention=gqa, attention.n_kv_head=2", "1", "gqa/seed1", "run id abc123", "1%"),
     ]
     shared = re.findall(r"<li>([^<]*)</li>", runs[runs.index('<ul class="shared">') :])
-    assert shared[:3] == ["train.max_steps: 100", "train.batch_size: 4", "tokens_per_step: 128"]
+    # the model's size, the optimizer and its lr first (a reader asks "how big, at what lr?"), then the budget
+    assert shared[:6] == [
+        "model: tiny",
+        "model.n_layer: 2",
+        "model.d_model: 64",
+        "model.n_head: 4",
+        "optimizer: adamw",
+        "optimizer.lr: unset",  # these synthetic runs record no optimizer.lr: said so, not guessed
+    ]
+    assert "train.max_steps: 100" in shared and "train.batch_size: 4" in shared and "tokens_per_step: 128" in shared
     assert "data: shakespeare" in shared and "data_seed: 1234" in shared and "train.eval_sequences: 16" in shared
 
 

@@ -451,7 +451,7 @@ _CSS = (
     "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child"
     "{text-align:left}tr:nth-child(2) td{background:#f4f4f4}img{max-width:100%;display:block}"
     ".warn{color:#a40}.verdicts{font-size:15px;line-height:1.5}.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:1em}"
-    ".matrix td,.matrix th{text-align:left}table.matrix tr:nth-child(2) td{background:none}"
+    ".matrix td,.matrix th{text-align:left}table.matrix tr:nth-child(2) td{background:none}.shared{columns:3}"
     "figure{margin:0}figcaption{font-weight:bold;margin:.5em 0}"
     ".flag{padding:1px 6px;border-radius:3px;white-space:nowrap;display:inline-block;margin:1px}"
     + "".join(f"table tr td.flag-{k},.flag-{k}{{background:{c}}}" for k, c in _FLAG_COLORS.items())
@@ -514,6 +514,14 @@ def _html_compute(cmp: Comparison) -> str:
 
 
 SHARED_KEYS = (
+    "model",
+    "model.n_layer",
+    "model.d_model",
+    "model.n_head",
+    "optimizer",
+    "optimizer.lr",
+    "schedule",
+    "schedule.warmup_steps",
     "train.max_steps",
     "train.batch_size",
     "tokens_per_step",
