@@ -35,7 +35,7 @@ FLOOR_TESTS ?= tests
 test-floor:  ## the fast tests on pyproject's floor versions (torch, wandb, hydra-core, datasets) in .venv-floor
 	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install -q -c .ci/floors.txt -r .ci/floors.txt -e '.[optuna,gpt2,tensorboard]' \
-	  'pytest>=8' 'pytest-timeout>=2.2'
+	  'pytest>=8' 'pytest-timeout>=2.2' 'hypothesis>=6.100'
 	$(FLOOR_VENV)/bin/python -m pip check
 	$(FLOOR_VENV)/bin/pytest -q -m "not slow and not slurm" -p no:cacheprovider $(FLOOR_TESTS)
 
