@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTHON ?= python3
 
-.PHONY: help setup run test test-fast test-floor lint format bench gpu-check clean
+.PHONY: help setup run test test-fast test-floor lint format bench gpu-check gpu-wheels gpu-study clean
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
@@ -54,6 +54,16 @@ bench: setup  ## measure this machine, write docs/BENCHMARKS.md (ARGS="--quick")
 # small sizes); without CUDA it says so in one line and exits 0
 gpu-check: setup  ## every CUDA path on this machine's GPU(s), write docs/GPU.md
 	$(PY) -m benchmarks --gpu $(ARGS)
+
+# The GPU study for one short lent window (docs/DEVELOPMENT.md, "The GPU study"): `make gpu-wheels` here (a package
+# index), then on the GPU machine `scripts/gpu-study.sh --budget 420` with the image's own torch. `make gpu-study`
+# is that script for a GPU machine whose python3 already has gptlab's dependencies; ARGS="--dry-run --out DIR" runs
+# it on this CPU at tiny sizes
+gpu-wheels: setup  ## build .gpu-wheels/ (what a lent GPU machine lacks) from scripts/gpu-wheels.txt
+	PY=$(PY) scripts/gpu-wheelhouse.sh
+
+gpu-study:  ## the GPU study (scripts/gpu-study.sh): docs/GPU.md with the d12 table; ARGS="--budget 420"
+	scripts/gpu-study.sh $(ARGS)
 
 clean:  ## remove .venv and outputs/
 	rm -rf $(VENV) outputs/runs outputs/sweeps

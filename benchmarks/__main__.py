@@ -4,7 +4,8 @@ Sections: overhead (gptlab-train vs a bare loop), throughput (fp32/bf16, eager/c
 matmul peak), ablation (the seeds' arms via gptlab-sweep + gptlab-compare), quality (fast and attention
 sweeps at a fixed step budget), startup (command -> first step, imports, sweep overhead), scaling (T and
 batch, naive vs sdpa), minimal_gpt (gptlab-train vs an independent minimal GPT, same model and batches). The full run takes about 30 minutes on 2 cores; --quick (tiny sizes) about 3.
-`--gpu` instead checks the CUDA path on this machine's GPU and writes GPU.md (benchmarks/gpu.py).
+`--gpu` instead checks the CUDA path on this machine's GPU and writes GPU.md (benchmarks/gpu.py); `--gpu --study`
+runs the GPU study for a short lent window (benchmarks/gpu_study.py; `--dry-run` runs it on this CPU at tiny sizes).
 """
 
 from __future__ import annotations
@@ -37,6 +38,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="check the CUDA path on this machine's GPU and write GPU.md (make gpu-check); --only picks checks",
     )
+    p.add_argument(
+        "--study",
+        action="store_true",
+        help="with --gpu: the GPU study for one short window (make gpu-study); --only picks steps",
+    )
+    p.add_argument(
+        "--budget", type=float, help="with --study: seconds; a step whose estimate no longer fits is skipped, said"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --study: the same steps on this CPU at tiny sizes (needs --out)"
+    )
     return p.parse_args(argv)
 
 
@@ -68,6 +80,13 @@ def run_sections(bench: Bench, sections: list[str]) -> tuple[dict, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.study or args.dry_run or args.budget is not None:
+        if not (args.gpu and args.study):
+            print("error: --study, --budget and --dry-run go with --gpu --study", file=sys.stderr)
+            return 2
+        from benchmarks.gpu_study import main as gpu_study
+
+        return gpu_study(args)
     if args.gpu:
         from benchmarks.gpu import main as gpu_check
 

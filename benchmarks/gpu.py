@@ -40,7 +40,7 @@ CHECKS = [
 ]
 NOT_COVERED = [
     "SIGUSR2 then SIGTERM to one DDP rank",
-    "the d12 expected-results sweep at a short budget",
+    "the d12 study at its full budget (1,000 steps, 3 seeds; `make gpu-study` runs it window-sized)",
 ]
 
 
@@ -59,15 +59,47 @@ def run_check(name: str, module: str, bench: Bench, size: dict) -> dict:
         fn = getattr(importlib.import_module(f"benchmarks.{module}"), f"check_{name}")
         result = fn("cuda:0", size) if module == "gpu_kernels" else fn(bench, size)
     except Exception as err:  # noqa: BLE001 - a broken check is a result to report, not a reason to stop
-        bench.log(traceback.format_exc())
-        result = {"ok": False, "detail": f"{type(err).__name__}: {' '.join(str(err).split())[:400]}"}
+        result = failed_row(bench, err)
     result["seconds"] = time.perf_counter() - t0
     bench.log(f"{name}: {'ok' if result['ok'] else 'FAILED'} - {result['detail']}")
     return result
 
 
-def markdown(doc: dict) -> str:
-    """GPU.md: the device, the date, one row per check, and what the check does not cover."""
+def failed_row(bench: Bench, err: Exception) -> dict:
+    """The row of a check that raised: its traceback in the log, its message on one line."""
+    bench.log(traceback.format_exc())
+    return {"ok": False, "detail": f"{type(err).__name__}: {' '.join(str(err).split())[:400]}"}
+
+
+def stamp(meta: dict) -> dict:
+    """Where and when a row was measured (kept on the row, so rows of earlier runs stay attributed)."""
+    return {"device": meta["device"], "date": meta["date"], "torch": meta["torch"]}
+
+
+def read_previous(path: Path) -> dict:
+    """The rows of an earlier gpu.json, each with its stamp ({} when there is none); a damaged file is an error."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        old = stamp(doc["meta"])
+        return {name: {"measured": old} | row for name, row in doc["checks"].items()}
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"{path}: not a gpu.json this tool wrote ({type(err).__name__}); move it away to start a new page"
+        ) from None
+
+
+def _measured(row: dict, meta: dict) -> str:
+    m = row.get("measured")
+    if not m or m == stamp(meta):
+        return "this run"
+    return f"{m['device'].removeprefix('NVIDIA ')}, {m['date'][:10]}, torch {m['torch']}"
+
+
+def markdown(doc: dict, sections: list[str] = (), described: list[tuple[str, str]] = ()) -> str:
+    """GPU.md: the device, the date, one row per check (with where and when it was measured), what the checks do not
+    cover, then `sections` (the GPU study's tables) and what each check runs (plus the `described` study steps)."""
     meta = doc["meta"]
     lines = [
         "# GPU check",
@@ -75,15 +107,17 @@ def markdown(doc: dict) -> str:
         f"Measured by `{meta['command']}` on **{meta['device']}** ({meta['count']} visible), "
         f"{meta['date']}; torch {meta['torch']}, CUDA {meta['cuda']}. Raw figures: gpu.json.",
         "",
-        "| check | result | figures |",
-        "|---|---|---|",
+        "| check | result | figures | measured |",
+        "|---|---|---|---|",
     ]
     for name, r in doc["checks"].items():
         verdict = "skipped" if r.get("skipped") else ("ok" if r["ok"] else "**FAILED**")
-        lines.append(f"| {name} | {verdict} | {r['detail'].replace('|', '/')} |")
+        lines.append(f"| {name} | {verdict} | {r['detail'].replace('|', '/')} | {_measured(r, meta)} |")
     lines += ["", "Not covered by `make gpu-check` yet: " + "; ".join(NOT_COVERED) + ".", ""]
+    lines += list(sections)
     lines += ["## What each check runs", "", "| check | what it runs and when it passes |", "|---|---|"]
     lines += [f"| {name} | {what_it_checks(name, module)} |" for name, module in CHECKS]
+    lines += [f"| {name} | {' '.join(text.split()).replace('|', '/')} |" for name, text in described]
     return "\n".join(lines) + "\n"
 
 
@@ -93,15 +127,15 @@ def what_it_checks(name: str, module: str) -> str:
     return " ".join(doc.split()).replace("|", "/")
 
 
-def write(out: Path, meta: dict, checks: dict) -> None:
+def write(out: Path, meta: dict, checks: dict, page=markdown) -> None:
     """gpu.json and GPU.md as they stand: rewritten after every check, so a check-run cut short (a time limit, a
-    hung kernel) still leaves the rows it finished."""
+    hung kernel) still leaves the rows it finished. `page`: doc -> GPU.md's text (the GPU study adds its tables)."""
     from gptlab.util.io import strict_json
 
     doc = strict_json({"meta": meta, "checks": checks})
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "GPU.md").write_text(markdown(doc))
+    (out / "GPU.md").write_text(page(doc))
 
 
 def main(args) -> int:

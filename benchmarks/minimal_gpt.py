@@ -64,7 +64,7 @@ class MinimalGPT(nn.Module):
                 nn.init.normal_(p, std=std)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))  # (B, T, d)
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))  # (B, T, d)
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))  # (B, T, V)

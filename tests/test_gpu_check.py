@@ -57,8 +57,8 @@ def test_report_lists_every_check_with_device_and_date():
     }
     page = gpu.markdown(doc)
     assert "**NVIDIA H100 80GB HBM3**" in page and "2026-01-01 00:00 UTC" in page
-    assert "| device | ok | x |" in page and "| ddp | skipped | 1 GPU |" in page
-    assert "| tf32_mfu | **FAILED** | exit 1: a/b |" in page
+    assert "| device | ok | x | this run |" in page and "| ddp | skipped | 1 GPU | this run |" in page
+    assert "| tf32_mfu | **FAILED** | exit 1: a/b | this run |" in page
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
