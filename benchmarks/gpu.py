@@ -135,7 +135,16 @@ def write(out: Path, meta: dict, checks: dict, page=markdown) -> None:
     doc = strict_json({"meta": meta, "checks": checks})
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "GPU.md").write_text(page(doc))
+    (out / "GPU.md").write_text(page(doc) + kept_notes(out / "GPU.md"))
+
+
+NOTES = "<!-- notes: written by hand, kept as they are when the page above is rewritten -->"
+
+
+def kept_notes(path: Path) -> str:
+    """The hand-written part of an existing GPU.md (from the NOTES marker on): what a run found and why."""
+    text = path.read_text() if path.is_file() else ""
+    return "\n" + text[text.index(NOTES) :] if NOTES in text else ""
 
 
 def main(args) -> int:

@@ -120,6 +120,9 @@ def check_attention_matrix(device: str, sizes: dict) -> dict:
             loss, grads = loss_and_grads(naive, *xy)
             ref = (loss, grads, naive.state_dict(), xy)
             for impl in IMPLS:
+                # each model's flex is compiled afresh: past dynamo's recompile limit (8) flex falls back to its
+                # unfused eager path (seen on the H200, 2026-11-27), and the compiled kernel would go unchecked
+                torch._dynamo.reset()
                 rows[f"{att}/{pos}/{impl}"] = _combo(att, pos, impl, T, device, ref)
             del naive, ref
     bad = [k for k, r in rows.items() if not r["ok"]]

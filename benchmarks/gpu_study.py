@@ -22,6 +22,7 @@ stamped with the device, date and torch that measured it; `--only a,b` re-runs s
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import re
 import sys
@@ -239,6 +240,28 @@ def _peer_overrides(bench: Bench, target: Target, s: dict) -> list[str]:
     return [*shared, *target.hardware, *dtype, *data_overrides(bench)]
 
 
+def _one_step(fn, loss_of, optimizer, batch, autocast) -> None:
+    with autocast():
+        loss = loss_of(fn, *batch)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def top_ops(step, cuda: bool, n: int = 10) -> list[list]:
+    """The n ops (CUDA kernels on a GPU) that took the most time in one profiled call of `step`: [[name, ms]]."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+    attr = "self_device_time_total" if cuda else "self_cpu_time_total"
+    rows = [[e.key[:120], getattr(e, attr, 0) / 1e3] for e in prof.key_averages() if getattr(e, attr, 0) > 0]
+    return sorted(rows, key=lambda r: -r[1])[:n]
+
+
 def step_d12_peer(bench: Bench, target: Target) -> dict:
     """gptlab-train (the CLI, logging off) vs the independent minimal GPT (benchmarks/minimal_gpt.py) at d12, B 16,
     T 1024, bf16, both compiled, the same batches: ms per step after the warm-up (compile excluded), their ratio
@@ -261,18 +284,26 @@ def step_d12_peer(bench: Bench, target: Target) -> dict:
     gptlab_ms = minimal_gpt.per_step_ms([(r["step"], r["wall_s"]) for r in rows], s["warm"])
 
     built = build_platform(over)
-    device = built["hardware"].device
+    device, autocast = built["hardware"].device, built["hardware"].autocast
     data, B = built["data"], s["B"]
     batches = [tuple(t.to(device) for t in data.train_samples(i * B, B)) for i in range(s["steps"])]
-    del built["model"], built["optimizer"]
+    # gptlab's own model and optimizer, compiled in place as gptlab-train does, in the minimal GPT's plain loop:
+    # gptlab-train vs this side is the loop's cost, this side vs the minimal GPT the model's
+    model_side = built["hardware"].compiled(built["model"])
+    sides = {"gptlab_model": (model_side, built["optimizer"], lambda m, x, y: m(x, y)[1])}
     torch.manual_seed(0)
     net = minimal_gpt.MinimalGPT(data.vocab_size, s["d"], s["heads"], s["layers"], s["T"]).to(device)
-    optimizer = minimal_gpt.adamw(net, 6e-4)
-    step_fn = torch.compile(net) if target.cuda else net
-    marks = minimal_gpt.plain_loop(
-        step_fn, lambda m, x, y: m(x, y), optimizer, batches, built["hardware"].autocast, s["log"], 6e-4
+    sides["minimal"] = (
+        torch.compile(net) if target.cuda else net,
+        minimal_gpt.adamw(net, 6e-4),
+        lambda m, x, y: m(x, y),
     )
-    minimal_ms = minimal_gpt.per_step_ms([((i + 1) * s["log"], t) for i, t in enumerate(marks)], s["warm"])
+    side_ms, kernels = {}, {}
+    for name, (fn, optimizer, loss_of) in sides.items():
+        marks = minimal_gpt.plain_loop(fn, loss_of, optimizer, batches, autocast, s["log"], 6e-4)
+        side_ms[name] = minimal_gpt.per_step_ms([((i + 1) * s["log"], t) for i, t in enumerate(marks)], s["warm"])
+        kernels[name] = top_ops(functools.partial(_one_step, fn, loss_of, optimizer, batches[0], autocast), target.cuda)
+    minimal_ms = side_ms["minimal"]
     ratio = minimal_ms / gptlab_ms if minimal_ms and gptlab_ms else None
     if target.cuda:  # the same measurement MFU falls back to on a GPU without a datasheet entry
         measured = measure_gpu_matmul_peak(torch.bfloat16, target.device, tf32=True)
@@ -285,9 +316,13 @@ def step_d12_peer(bench: Bench, target: Target) -> dict:
     mfu_measured = flops_token * tokens_s / measured if flops_token and tokens_s and measured else None
     minimal_tokens_s = B * s["T"] * 1000 / minimal_ms if minimal_ms else None
     minimal_mfu = flops_token * minimal_tokens_s / datasheet if flops_token and minimal_tokens_s and datasheet else None
+    model_ms = side_ms["gptlab_model"]
     out = {
         "gptlab_step_ms": gptlab_ms,
+        "gptlab_model_step_ms": model_ms,
         "minimal_step_ms": minimal_ms,
+        "model_ratio": minimal_ms / model_ms if minimal_ms and model_ms else None,
+        "top_ops": kernels,
         "ratio": ratio,
         "mfu_datasheet": mfu,
         "mfu_measured_peak": mfu_measured,
@@ -305,7 +340,8 @@ def step_d12_peer(bench: Bench, target: Target) -> dict:
         "ok": ratio is not None and (goal or not target.cuda),  # the CPU dry run checks the plumbing, not the goal
         "goal_met": goal if target.cuda else None,
         "detail": f"{s['layers']} layers, d {s['d']}, B {B}, T {s['T']}: gptlab-train {gptlab_ms or 0:.1f} ms/step, "
-        f"minimal GPT {minimal_ms or 0:.1f} ms/step, ratio {ratio or 0:.3f} (goal >= 1.0); MFU {pct(mfu)} of the "
+        f"gptlab's model in the plain loop {model_ms or 0:.1f}, minimal GPT {minimal_ms or 0:.1f} ms/step, ratio "
+        f"{ratio or 0:.3f} (goal >= 1.0); MFU {pct(mfu)} of the "
         f"datasheet, {pct(mfu_measured)} of the measured matmul peak ({(measured or 0) / 1e12:.0f} TFLOP/s)",
     }
 

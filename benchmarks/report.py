@@ -27,6 +27,14 @@ TABLES = {
 }
 
 
+# This page is the CPU's; the GPU's figures (`make gpu-study`) live on their own pages.
+GPU_POINTER = (
+    "GPU figures (the d12 table, gptlab-train vs the minimal GPT, MFU, host syncs, CUDA graphs; `make gpu-study`) "
+    "are in [GPU.md](GPU.md) and [STUDIES.md](STUDIES.md#the-d12-study-on-a-gpu-window-sized-measured-2026-11-27-one-h200); "
+    "this page is the CPU's."
+)
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -211,6 +219,8 @@ def header(meta: dict) -> str:
             f"Measured by `{meta['command']}` on {meta['date']}"
             f"{' (**--quick**: tiny sizes, not figures to quote)' if meta['quick'] else ''}, "
             f"in {meta['wall_s'] / 60:.1f} min. Raw figures: `benchmarks.json` next to this file.",
+            "",
+            GPU_POINTER,
             "",
             "| machine | |",
             "|---|---|",
