@@ -156,3 +156,14 @@ def gpu_study_arms() -> list[str]:
     import yaml
 
     return list(yaml.safe_load(gpu_study.STUDY_SWEEP.read_text())["arms"])
+
+
+def test_hand_written_notes_below_the_marker_survive_a_rewrite(tmp_path):
+    meta = OLD_META | {"device": "NVIDIA H200"}
+    gpu.write(tmp_path, meta, {"device": {"ok": True, "detail": "x"}}, page=gpu_study.page)
+    notes = f"\n{gpu.NOTES}\n\n## What the run found\n\nthe peer is 0.75x: the loss made four passes\n"
+    (tmp_path / "GPU.md").write_text((tmp_path / "GPU.md").read_text() + notes)
+    gpu.write(tmp_path, meta, {"device": {"ok": False, "detail": "y"}}, page=gpu_study.page)
+    page = (tmp_path / "GPU.md").read_text()
+    assert "| device | **FAILED** | y | this run |" in page and page.endswith(notes)
+    assert page.count(gpu.NOTES) == 1

@@ -545,14 +545,16 @@ def _wandb_text(run) -> str:
 
 
 def shared_settings(cmp: Comparison) -> list[tuple[str, str]]:
-    """(key, value) of SHARED_KEYS over every compared run: the value, or 'differs between arms'."""
-    from gptlab.compare.reading.like import value
+    """(key, value) of SHARED_KEYS over every compared run: the value, 'not recorded' where no run's files hold
+    the key (an older run, a key that arrived later), or 'differs between arms'."""
+    from gptlab.compare.reading.like import UNSET, value
 
     runs = [r for g in cmp.groups for r in g.runs]
     out = []
     for key in SHARED_KEYS:
         seen = {value(r, key) for r in runs}
-        out.append((key, seen.pop() if len(seen) == 1 else "differs between arms (see the notes)"))
+        one = seen.pop() if len(seen) == 1 else "differs between arms (see the notes)"
+        out.append((key, "not recorded" if one == UNSET else one))
     return out
 
 
