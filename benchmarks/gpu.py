@@ -147,6 +147,26 @@ def kept_notes(path: Path) -> str:
     return "\n" + text[text.index(NOTES) :] if NOTES in text else ""
 
 
+def session(args, quick: bool, prefix: str, cuda: bool) -> tuple[Bench, dict]:
+    """The work dir (--work, else a temp dir), the hermetic Bench every command runs in (its environment also this
+    process's), and the page's meta: command, date, device, torch (`cuda`: the GPU's name; else a CPU dry run)."""
+    import torch
+
+    work = (args.work or Path(tempfile.mkdtemp(prefix=prefix))).resolve()
+    bench = Bench(quick=quick, work=work, env=hermetic_env(work))
+    os.environ.update(bench.env)
+    meta = {
+        "command": "python -m benchmarks " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "device": torch.cuda.get_device_name(0) if cuda else "CPU (dry run)",
+        "count": torch.cuda.device_count() if cuda else 0,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "quick": quick,
+    }
+    return bench, meta
+
+
 def main(args) -> int:
     import torch
 
@@ -161,18 +181,8 @@ def main(args) -> int:
             file=sys.stderr,
         )
         return 2
-    work = (args.work or Path(tempfile.mkdtemp(prefix="gptlab-gpu-check-"))).resolve()
-    bench = Bench(quick=args.quick, work=work, env=hermetic_env(work))
-    os.environ.update(bench.env)
-    meta = {
-        "command": "python -m benchmarks " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-        "device": torch.cuda.get_device_name(0),
-        "count": torch.cuda.device_count(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "quick": args.quick,
-    }
+    bench, meta = session(args, args.quick, "gptlab-gpu-check-", cuda=True)
+    work = bench.work
     size, checks = sizes(args.quick), {}
     for name, module in CHECKS:
         if not only or name in only:

@@ -88,3 +88,22 @@ def _finished_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
+
+
+def test_a_cache_path_that_is_a_file_is_refused_in_one_line_by_every_reader(tmp_path, monkeypatch):
+    """GPTLAB_CACHE pointing at a file listed as an empty cache ("0 entries") and failed at the first write."""
+    from gptlab.compare.statistics.noise_floor import cache_dir
+    from gptlab.errors import ConfigError
+
+    file = tmp_path / "not-a-folder"
+    file.write_text("x")
+    monkeypatch.setenv("GPTLAB_CACHE", str(file))
+    done = run_cli("gptlab.cli.cache", "list")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and done.stdout == ""
+    assert lines[0].endswith(f"GPTLAB_CACHE={file} is not a folder; point it at a folder (created when missing)")
+    for reader in (default_cache_dir, cache_dir):  # the data cache and the noise-floor store
+        with pytest.raises(ConfigError, match="is not a folder"):
+            reader()
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "new"))
+    assert default_cache_dir() == cache_dir() == tmp_path / "new"  # a missing folder is fine: created on first write

@@ -206,6 +206,36 @@ def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert list(table.values()) == [1.5e12] and "bfloat16" in next(iter(table))
 
 
+@pytest.mark.parametrize(
+    "stored, warned",
+    [
+        ("{not json", "is damaged (JSONDecodeError)"),
+        ("[1, 2]", "is damaged (a JSON list, not a table)"),
+        (None, "is -1.0, not FLOP/s > 0: measured again"),  # a table whose entry for this key is negative
+        ("nan", "is nan, not FLOP/s > 0: measured again"),
+        ("'fast'", "is 'fast', not FLOP/s > 0: measured again"),
+    ],
+)
+def test_a_damaged_peak_store_is_said_and_measured_again_never_used(tmp_path, monkeypatch, caplog, stored, warned):
+    """A damaged hardware_peaks file read as "nothing cached" without a word; a negative, NaN or text entry was used
+    as the peak (MFU from it is nonsense) or was a traceback."""
+    from gptlab.runtime import peak
+
+    key = peak._cache_key("cpu", "matmul bfloat16")
+    path = tmp_path / peak.CACHE_FILE
+    if stored in ("nan", "'fast'") or stored is None:
+        value = {"nan": float("nan"), "'fast'": "fast", None: -1.0}[stored]
+        path.write_text(json.dumps({key: value, "other | matmul float32": 5e11}))
+    else:
+        path.write_text(stored)
+    monkeypatch.setattr(peak, "measure_matmul_peak", lambda dtype, device: 1.5e12)
+    monkeypatch.setattr(peak.LoadSampler, "mean", lambda self: 0.0)
+    with caplog.at_level("WARNING"):
+        assert peak.cached_peak("cpu", torch.bfloat16, tmp_path) == 1.5e12
+    assert warned in caplog.text
+    assert json.loads(path.read_text())[key] == 1.5e12  # stored again, now usable
+
+
 def test_a_peak_measured_on_a_busy_machine_is_used_but_not_cached(tmp_path, monkeypatch, caplog):
     from gptlab.runtime import peak
 
@@ -306,3 +336,31 @@ def test_a_peak_measured_under_outside_load_is_not_cached(tmp_path, monkeypatch)
     monkeypatch.setattr(peak.LoadSampler, "mean", lambda self: 0.05)
     assert peak._cached(tmp_path, "k", measure) == 1e11
     assert peak._cached(tmp_path, "k", measure) == 1e11 and len(calls) == 3  # quiet: cached after one measurement
+
+
+def test_flops_of_a_run_dir_costs_the_run_as_it_trained(tmp_path):
+    """gptlab-flops with a run's overrides alone costs GPT-2's 50,257-token vocabulary where the run used its
+    corpus's 65 characters (3.3M params against 100k); `gptlab-flops RUN_DIR` costs its saved config, vocabulary
+    and sequence length: the run's own params and FLOPs per token, exactly."""
+    from helpers.train import run_inprocess
+
+    run = tmp_path / "run"
+    summary = run_inprocess(run, steps=2, eval_interval=2)
+    env = cli_env(OMP_NUM_THREADS="1")
+    out = run_cli("gptlab.cli.flops", str(run), "format=json", cwd=tmp_path, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["params"]["total"] == summary["params"]
+    assert report["flops"]["train_per_token"] == summary["flops_per_token"]
+    assert report["seq_len"] == summary["seq_len"]
+    table = run_cli("gptlab.cli.flops", str(run), "mode=decode", cwd=tmp_path, env=env, timeout=120)
+    assert table.returncode == 0 and table.stderr.startswith(f"costing {run} as it trained: its .hydra/config.yaml")
+    refused = run_cli("gptlab.cli.flops", str(run), "model.n_layer=4", cwd=tmp_path, env=env, timeout=120)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert (
+        "model.n_layer=4: gptlab-flops RUN_DIR costs the run as it trained; allowed: its own keys (mode,"
+        in refused.stderr
+    )
+    plain = run_cli("gptlab.cli.flops", "model=tiny", "format=json", cwd=tmp_path, env=env, timeout=120)
+    assert plain.returncode == 0 and "costed at GPT-2's 50,257-token vocabulary (model.vocab_size=null)" in plain.stderr
+    assert json.loads(plain.stdout)["params"]["total"] != summary["params"]  # the assumption it now names

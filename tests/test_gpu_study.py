@@ -41,7 +41,7 @@ def test_a_step_the_budget_cannot_cover_is_skipped_and_says_how_to_rerun(tmp_pat
         "skipped": True,
         "detail": "not run: 40 s of --budget left, needs ~130 s (rerun: --only d12_table)",
     }
-    cuda_only = gpu_study.Step("flex_compile", lambda b, t: pytest.fail("must not run"), 10, cuda_only=True)
+    cuda_only = gpu_study.Step("flex_compile", lambda b, t: pytest.fail("must not run"), 10, not_on_cpu="needs CUDA")
     assert gpu_study.run_step(cuda_only, bench, gpu_study.CPU, left=None)["detail"] == (
         "not run in the CPU dry run: needs CUDA"
     )
@@ -130,18 +130,18 @@ def test_the_whole_study_dry_runs_on_this_cpu(tmp_path):
     args = ("benchmarks", "--gpu", "--study", "--dry-run", "--out", str(out), "--work", str(tmp_path / "work"))
     proc = run_cli(*args, cwd=REPO, timeout=1500, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert re.search(r"wrote .*GPU.md: 7 of 9 steps ok in \d+ s; skipped: device, flex_compile", proc.stdout)
+    skipped = "device, flex_compile, d12_seed_setting"
+    assert re.search(rf"wrote .*GPU.md: 6 of 9 steps ok in \d+ s; skipped: {skipped}", proc.stdout)
     doc = json.loads((out / "gpu.json").read_text())
     assert list(doc["checks"]) == [s.name for s in gpu_study.STEPS]
     assert all(r["measured"]["device"] == "CPU (dry run)" for r in doc["checks"].values())
-    for name in ("d12_table", "d12_seed_setting"):
-        arms = doc["checks"][name]["arms"]
-        assert sorted(arms) == sorted(gpu_study_arms()) and all(a["status"] == "finished" for a in arms.values())
-        assert arms["d12"]["speedup"] == 1.0 and arms["d12_gqa"]["claim"] == {"speedup": 1.25, "delta_val_loss": 0.01}
+    arms = doc["checks"]["d12_table"]["arms"]
+    assert sorted(arms) == sorted(gpu_study_arms()) and all(a["status"] == "finished" for a in arms.values())
+    assert arms["d12"]["speedup"] == 1.0 and arms["d12_gqa"]["claim"] == {"speedup": 1.25, "delta_val_loss": 0.01}
     page = (out / "GPU.md").read_text()
-    assert "## The d12 study, window-sized" in page and page.count("| d12_swiglu |") == 2
-    assert "claimed vs measured" in (out / "gpu_d12_compare.md").read_text()
-    assert (out / "gpu_d12_seed_compare.md").is_file()
+    assert "## The d12 study, window-sized" in page and page.count("| d12_swiglu |") == 1
+    report = (out / "gpu_d12_compare.md").read_text()
+    assert "claimed vs measured" in report and ".png)" not in report  # figure links dropped: the PNGs stay behind
     peer = doc["checks"]["d12_peer"]
     assert peer["gptlab_step_ms"] > 0 and peer["minimal_step_ms"] > 0 and peer["goal_met"] is None
     syncs = doc["checks"]["host_syncs"]

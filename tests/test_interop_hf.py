@@ -186,6 +186,12 @@ def test_import_refuses_a_different_architecture():
     rope = build_model(compose([*GPT2, *SMALL, "position=rope"]), vocab_size=97, device="meta")
     with pytest.raises(ConfigError, match=r"position=rope; HF GPT-2's positions are learned"):
         hf.check_config(exact.config, rope, "k")
+    # a width mismatch names the width as a width and the ratio that would match, never a width as mlp.ratio=<width>
+    wide = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=97, n_inner=192, n_positions=64))
+    with pytest.raises(
+        ConfigError, match=r"n_inner=192 there, an MLP hidden width of 256 \(mlp.ratio=4; 3 would match\) here"
+    ):
+        hf.check_config(wide.config, ours, "k")
 
 
 def test_import_refuses_weights_the_run_cannot_hold():
@@ -398,3 +404,16 @@ def test_a_llama_shaped_run_exports_as_llama(tmp_path):
     assert back.config.model_type == "llama" and back.config.num_key_value_heads == 2
     model, _, _ = load_trained(run)
     _assert_same(model, back, 256)
+
+
+def test_a_local_folder_that_does_not_load_is_not_blamed_on_the_hub(tmp_path):
+    """A local folder whose files are wrong (here a config.json with no model type) never went to the Hub; its
+    refusal named the Hub's absence first."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"hidden_size": 64}')
+    with pytest.raises(ConfigError) as err:
+        hf.load_pretrained(str(folder), "train.init_from")
+    message = str(err.value)
+    assert message.startswith(f"train.init_from: the folder '{folder}' is not a loadable save_pretrained model (")
+    assert "Hub" not in message and "\n" not in message

@@ -304,3 +304,21 @@ def test_the_cpu_fp16_peak_is_measured_quickly(monkeypatch):
     monkeypatch.setattr(peak, "_fitting_size", lambda dtype, device, n, call_s: 64)
     flops = peak.measure_matmul_peak(torch.float16, "cpu")
     assert math.isfinite(flops) and flops > 0  # the measurement runs at the size it was given
+
+
+def test_a_reader_of_a_run_with_no_readable_checkpoint_is_not_told_to_resume(tmp_path):
+    """gptlab-eval / decode / export on a run whose checkpoints are all damaged were told to "pass
+    train.resume=never", a training flag; a reader is told the run has no weights to load. Training keeps its advice."""
+    from gptlab.state import checkpoint
+
+    folder = checkpoint.ckpt_dir(tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "step_0000006.pt").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(ConfigError) as read:
+        checkpoint.load_latest(tmp_path, resume=False)
+    assert str(read.value) == (
+        f"{tmp_path}: none of the 1 checkpoints in {folder} is readable, so this run has no weights to load; "
+        "train it again or give another run"
+    )
+    with pytest.raises(ConfigError, match=r"pass train.resume=never$"):
+        checkpoint.load_latest(tmp_path)

@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     prune.add_argument("--older-than", required=True, help="e.g. 30d, 12h")
     prune.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
     args = parser.parse_args(argv)
-    cache, now = default_cache_dir(), time.time()
     try:
+        cache, now = default_cache_dir(), time.time()
         found = entries(cache)
         if args.command == "list":
             print(format_list(found, now))

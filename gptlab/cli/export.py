@@ -38,7 +38,9 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     out = _check_out(Path(out), Path(run_dir))  # resolved: the check and the writes see the same folder
     if source is not None and not (Path(source).is_file() or (Path(source) / ".metadata").is_file()):
         raise ConfigError(f"--checkpoint={source}: not a checkpoint file or .dcp dir; allowed: one of {run_dir}'s")
-    state = checkpoint.load(source) if source is not None else checkpoint.load_latest(run_dir)
+    state = (
+        checkpoint.load(source, "--checkpoint") if source is not None else checkpoint.load_latest(run_dir, resume=False)
+    )
     if state is None:
         raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
     text = trained_text(run_dir, cfg, state)  # the tokenizer the run saved (an older run: its data, unchanged)

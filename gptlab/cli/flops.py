@@ -4,7 +4,8 @@ Takes the same overrides as gptlab-train plus `mode=train|prefill|decode batch_s
 format=table|json dtype=fp32|bf16|fp16|fp8`, the accounting switches `mask_pass elementwise blocks_only` and
 per-rank memory over N ranks `strategy=ddp|fsdp world_size=N gpu=NAME` (conf/flops.yaml, docs/COSTS.md).
 Touches no data and writes no files: the model is built on the meta device, one block per distinct layer kind,
-and vocab_size comes from model.vocab_size, or 50257 (GPT-2's) when null.
+and vocab_size comes from model.vocab_size, or 50257 (GPT-2's) when null, said in one note on stderr.
+`gptlab-flops RUN_DIR` costs a run as it trained: its saved config, its tokenizer's vocabulary, its sequence length.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -118,8 +120,9 @@ def _dtype(dtype: str, device: str) -> str:
     return native_low_precision(device)
 
 
-def run(cfg: DictConfig):
-    """The CostReport the composed flops config asks for (raises ConfigError on bad input)."""
+def run(cfg: DictConfig, vocab_size: int = DEFAULT_VOCAB, seq_default: int | None = None):
+    """The CostReport the composed flops config asks for (raises ConfigError on bad input); `vocab_size` where
+    model.vocab_size is null, `seq_default` for seq_len=null (a run's own sequence length, else model.block_size)."""
     from gptlab.config.build import build_cost_model, build_optimizer
     from gptlab.costs.memory import optimizer_state_bytes_per_param
     from gptlab.costs.report import MODES, analyze
@@ -130,7 +133,11 @@ def run(cfg: DictConfig):
     if fmt not in FORMATS:
         raise ConfigError(f"format={fmt}: not allowed; allowed: {', '.join(FORMATS)}")
     batch = _int_key(cfg, "batch_size", "train.batch_size")
-    seq = _int_key(cfg, "seq_len", "model.block_size")
+    seq = (
+        seq_default
+        if OmegaConf.select(cfg, "seq_len") is None and seq_default
+        else _int_key(cfg, "seq_len", "model.block_size")
+    )
     if seq > cfg.model.block_size:
         raise ConfigError(f"seq_len={seq}: exceeds model.block_size={cfg.model.block_size}; use seq_len <= block_size")
     accounting = _accounting(cfg)
@@ -138,7 +145,7 @@ def run(cfg: DictConfig):
     peak, bw, dtype = _roofs(cfg)
     # build.cost_report with the accounting switches: one block per distinct layer kind, times its layers
     # (model.n_layer=100000 costs seconds, not a build of each)
-    model = build_cost_model(cfg, DEFAULT_VOCAB)
+    model = build_cost_model(cfg, vocab_size)
     state = optimizer_state_bytes_per_param(model, build_optimizer(cfg, model))
     report = analyze(
         model,
@@ -176,6 +183,81 @@ def unread_warning(cfg: DictConfig, overrides: list[str]) -> str | None:
     )
 
 
+def own_keys() -> DictConfig:
+    """conf/flops.yaml's own keys (mode, batch_size, seq_len, format, ...) with their defaults."""
+    own = OmegaConf.load(CONF_DIR / "flops.yaml")
+    for key in ("defaults", "hydra"):
+        own.pop(key, None)
+    return own
+
+
+def run_dir_config(run_dir: Path, keys: list[str]) -> tuple[DictConfig, int, int | None]:
+    """`gptlab-flops RUN_DIR [KEY=VALUE ...]`: (the run's own composed config, as it trained, with conf/flops.yaml's
+    keys and `keys` applied; the vocabulary it trained with; its sequence length). Only gptlab-flops' own keys may
+    be given: the run is costed as it ran, never re-composed from today's config files."""
+    from gptlab.state.rundir import run_config, saved_tokenizer
+
+    saved = run_config(run_dir)
+    own = own_keys()
+    for item in keys:
+        if "=" not in item or item.split("=", 1)[0] not in own:
+            raise ConfigError(
+                f"{item}: gptlab-flops RUN_DIR costs the run as it trained; allowed: its own keys "
+                f"({', '.join(str(k) for k in own)}); to cost a changed config give overrides without RUN_DIR"
+            )
+    cfg = OmegaConf.merge(saved, own, OmegaConf.from_dotlist(keys))
+    tokenizer = saved_tokenizer(run_dir, None)
+    vocab = OmegaConf.select(cfg, "model.vocab_size") or (tokenizer.vocab_size if tokenizer is not None else None)
+    if vocab is None:
+        raise ConfigError(
+            f"{run_dir}: no tokenizer.json (a run from before runs kept their tokenizer), so the vocabulary it trained "
+            "with is unknown; give overrides without RUN_DIR and model.vocab_size=<its vocabulary>"
+        )
+    try:
+        seq = json.loads((run_dir / "summary.json").read_text()).get("seq_len")
+    except (OSError, ValueError, AttributeError):
+        seq = None
+    return cfg, int(vocab), seq if isinstance(seq, int) and seq > 0 else None
+
+
+def _emit(report, fmt: str) -> None:
+    try:
+        if fmt == "json":
+            print(json.dumps(report.to_dict()), flush=True)
+        else:
+            render_table(report.to_dict())
+    except BrokenPipeError:  # e.g. piped into `head`
+        sys.stderr.close()
+
+
+def run_dir_main(run_dir: Path, keys: list[str]) -> int:
+    """Cost a run dir as it trained; a one-line error for a folder that is not a run or a key that is not ours."""
+    try:
+        cfg, vocab, seq = run_dir_config(run_dir, keys)
+        check_schema(cfg)
+        report = run(cfg, vocab, seq)
+    except ConfigError as err:
+        fail(err)
+    if str(cfg.format) != "json":
+        print(
+            f"costing {run_dir} as it trained: its .hydra/config.yaml, vocabulary {vocab:,} (its tokenizer), "
+            f"sequence length {report.seq_len}",
+            file=sys.stderr,
+        )
+    _emit(report, str(cfg.format))
+    return 0
+
+
+def vocab_note(cfg: DictConfig) -> str | None:
+    """One line saying which vocabulary a config without model.vocab_size was costed at (it changes the params)."""
+    if OmegaConf.select(cfg, "model.vocab_size") is not None:
+        return None
+    return (
+        f"note: costed at GPT-2's {DEFAULT_VOCAB:,}-token vocabulary (model.vocab_size=null); give "
+        "model.vocab_size=<N> for another, or gptlab-flops RUN_DIR to cost a run as it trained"
+    )
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="flops", version_base=None)
 def flops_app(cfg: DictConfig) -> None:
     """Print the cost report for the composed config (table or one JSON object)."""
@@ -187,15 +269,10 @@ def flops_app(cfg: DictConfig) -> None:
     except ConfigError as err:
         fail(err)
     unread = unread_warning(cfg, list(HydraConfig.get().overrides.task))
-    if unread:
-        print(unread, file=sys.stderr)
-    try:
-        if str(cfg.format) == "json":
-            print(json.dumps(report.to_dict()), flush=True)
-        else:
-            render_table(report.to_dict())
-    except BrokenPipeError:  # e.g. piped into `head`
-        sys.stderr.close()
+    for line in (unread, vocab_note(cfg)):
+        if line:
+            print(line, file=sys.stderr)
+    _emit(report, str(cfg.format))
 
 
 def help_page() -> str:
@@ -207,6 +284,7 @@ def help_page() -> str:
             "",
             "usage:",
             "  gptlab-flops [gptlab-train overrides] [KEY=VALUE ...]",
+            "  gptlab-flops RUN_DIR [KEY=VALUE ...]   a run as it trained (its config and vocabulary); keys below only",
             "  gptlab-flops --help GROUP        a config group's options (as gptlab-train --help GROUP)",
             "  gptlab-flops --help train        the run keys (any section of conf/train.yaml)",
             "",
@@ -222,6 +300,11 @@ def help_page() -> str:
 def main():
     """The gptlab-flops command: --help [GROUP] is ours, the rest is Hydra's (its errors one line too)."""
     topic = help_topic(sys.argv[1:])
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    if topic is None and first and "=" not in first and not first.startswith("-"):
+        if not Path(first).is_dir():
+            fail(f"{first}: not a folder; allowed: a run dir (gptlab-flops RUN_DIR) or KEY=VALUE overrides")
+        return run_dir_main(Path(first), sys.argv[2:])
     if topic is None and os.environ.get("HYDRA_FULL_ERROR") == "1":
         return flops_app()
     if topic is None:

@@ -6,7 +6,8 @@ import shutil
 
 
 def _si(x: float | None, unit: str = "") -> str:
-    """1.23G-style number (binary prefixes for bytes)."""
+    """1.23G-style number: binary prefixes for a size in bytes ("B": KiB, GiB), decimal ones for everything else,
+    rates included ("B/s": GB/s, as datasheets and hardware.mem_bandwidth state bandwidth)."""
     if x is None:
         return "-"
     base, prefixes = (
@@ -34,7 +35,7 @@ def _summary_lines(d: dict) -> list[str]:
         f"({d['dtype_bytes']} bytes/element, attention {d['attention_path']})",
         f"params        total {p['total']:,}   non-embedding {p['non_embedding']:,}   ({comps})",
         f"FLOPs/token   forward {_si(f['forward_per_token'])}   train {_si(f['train_per_token'])}   "
-        f"(useful; step total incl. backward/kernels {_si(f['step_total_kernel'])})",
+        f"(useful causal FLOPs, what MFU counts; the step's kernel FLOPs incl. backward {_si(f['step_total_kernel'])})",
         f"attention     kernel {_si(f['attention_kernel'])}   useful {_si(f['attention_useful'])} FLOPs (forward)",
         f"bytes (fwd)   naive {_si(b['naive_total'], 'B')}   fused {_si(b['fused_total'], 'B')}   "
         f"score-matrix traffic {_si(b['score_matrix_traffic'], 'B')}",
@@ -46,7 +47,7 @@ def _summary_lines(d: dict) -> list[str]:
         f"{_si(mem['grads_bytes'], 'B')} + optimizer {_si(mem['optimizer_bytes'], 'B')} + activations "
         f"{_si(mem['activations_bytes'], 'B')} (naive {_si(mem['activations_naive_bytes'], 'B')}, fused "
         f"{_si(mem['activations_fused_bytes'], 'B')}, checkpointed {_si(mem['activations_checkpointed_bytes'], 'B')})",
-        f"roofline      peak {_si(hw['peak_flops'], 'FLOP/s')}   bandwidth {_si(hw['mem_bandwidth'], 'B')}/s   "
+        f"roofline      peak {_si(hw['peak_flops'], 'FLOP/s')}   bandwidth {_si(hw['mem_bandwidth'], 'B/s')}   "
         f"ridge {hw['ridge_point']:.0f} FLOP/byte",
         f"verdict       [bold]{d['bound']}-bound[/]: step >= {_secs(t['lower_bound_s'])} "
         f"(compute {_secs(t['compute_s'])}, memory {_secs(t['memory_s'])})",
@@ -184,7 +185,7 @@ def render_table(d: dict) -> None:
     for col in (
         "op",
         "layers",
-        "FLOPs",
+        "kernel FLOPs",
         "useful",
         "bytes naive",
         "bytes fused",

@@ -219,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
             factorial=args.factorial, aa=aa, note=_note, word=one_line,
         )  # fmt: skip
         check_paths(sweep.sweep_dir, list(sweep.spec["arms"]), sweep.seeds, sweep.lrs, sweep.ladder)
-        if not args.dry_run:
-            added = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra)
-            if added:
-                lrs = ", ".join(f"{lr:g}" for lr in added)
-                print(f"[{sweep.name}] the lr grid grows by {lrs} in place: finished runs are reused", flush=True)
+        # a dry run answers as the launch would (a dir holding another sweep is refused), writing nothing
+        added = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra, write=not args.dry_run)
+        if added:
+            lrs = ", ".join(f"{lr:g}" for lr in added)
+            grows = "would grow" if args.dry_run else "grows"
+            print(f"[{sweep.name}] the lr grid {grows} by {lrs} in place: finished runs are reused", flush=True)
     except (ConfigError, ValueError) as err:
         fail(err)
     if args.until_decided:

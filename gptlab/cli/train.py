@@ -57,7 +57,12 @@ def one_line(err: BaseException) -> str:
         hint = f" (did you mean {group}={near[0]}?)" if near else ""
         return f"{group}={choice}: no such option{hint}; available: {', '.join(err.options)}"
     if isinstance(err, OverrideParseException):
-        return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
+        text = f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
+        value = str(err.override).partition("=")[2]
+        if not value.isascii() and not value.startswith(("'", '"')):  # Hydra's lexer takes unquoted ASCII only
+            key = str(err.override).partition("=")[0]
+            text += f"; a value with non-ASCII characters needs quotes: {key}='{value}'"
+        return text
     cause: Any = err.__cause__  # an OmegaConf key error when it has full_key
     if isinstance(err, ConfigCompositionException) and getattr(cause, "full_key", None):
         parent = cause.parent_node if OmegaConf.is_dict(cause.parent_node) else {}

@@ -90,7 +90,9 @@ def _unmatched(cfg: DictConfig) -> DictConfig:
 
 
 def check_match_to(overrides: list[str]) -> None:
-    """Each model.match_to item overrides one of the four component groups (a choice or a key of it)."""
+    """Each model.match_to item overrides one of the four component groups (a choice or a key of it), each key once
+    (two values for one key would leave the baseline to whichever came last)."""
+    seen: dict[str, str] = {}
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if "=" not in item or key.split(".", 1)[0] not in COMPONENTS or key.startswith(("+", "~")):
@@ -98,6 +100,9 @@ def check_match_to(overrides: list[str]) -> None:
                 f"model.match_to: {item!r} is not allowed; allowed: overrides of the baseline's "
                 f"{', '.join(COMPONENTS)} (e.g. norm=layernorm, mlp.ratio=4)"
             )
+        if key in seen:
+            raise ConfigError(f"model.match_to: {key} is given twice ({seen[key]!r}, {item!r}); give each key once")
+        seen[key] = item
 
 
 def baseline(cfg: DictConfig, s: MatchSettings, defaults: Defaults) -> DictConfig:

@@ -3,7 +3,7 @@
 Two kinds. A choice whose values make it another (GQA with n_kv_head == n_head is MHA, a window that covers the whole
 context): a warning. A key that cannot act under the other keys (`INERT`: a global-layer knob without a window, a
 spike dump without spike detection, sampling knobs when nothing is sampled, BPE sizes under another tokenizer, FSDP
-knobs without FSDP): a warning, and a refusal (`check_inert`, called by validate) when the key was given on the
+knobs without FSDP, match knobs without model.match): a warning, and a refusal (`check_inert`, called by validate) when the key was given on the
 command line, where nothing else can have meant it. A key a choice's constructor does not take at all (wsd's
 decay_fraction under schedule=cosine, min_lr_ratio under schedule=constant) is refused by its signature
 (gptlab/config/build.py `_check_keys`), not listed here.
@@ -203,7 +203,15 @@ def _hardware(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
     return out
 
 
-INERT = (_window_knobs, _spikes, _sampling, _bpe, _hardware)
+def _match_knobs(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """model.match_knob and model.match_to say how to match: with model.match=null nothing is matched."""
+    if _get(cfg, "model.match") is not None:
+        return []
+    keys = tuple(f"model.{k}" for k in ("match_knob", "match_to") if _get(cfg, f"model.{k}") is not None)
+    return [(keys, "with model.match=null (nothing is matched); set model.match=params or flops")] if keys else []
+
+
+INERT = (_window_knobs, _spikes, _sampling, _bpe, _hardware, _match_knobs)
 # keys every config carries a value for: named only when someone chose them (the command line), never by default
 _ALWAYS_SET = {
     "train.spike_window",

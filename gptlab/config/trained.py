@@ -63,7 +63,7 @@ def load_trained(run_dir: Path):
     rebuilds its data from the config, refused when the corpus changed since training. A sharded (hardware=fsdp)
     checkpoint is read into this one process (DCP gathers every rank's shards).
     """
-    cfg, state = run_config(run_dir), checkpoint.load_latest(run_dir)
+    cfg, state = run_config(run_dir), checkpoint.load_latest(run_dir, resume=False)
     if state is None:
         raise ConfigError(f"{run_dir}: no readable checkpoint in {checkpoint.ckpt_dir(run_dir)}")
     text = trained_text(run_dir, cfg, state)

@@ -15,8 +15,10 @@ import torch
 
 
 def default_cache_dir() -> Path:
-    """$GPTLAB_CACHE, else ~/.cache/gptlab: where tokenizers and token arrays are cached."""
-    return Path(os.environ.get("GPTLAB_CACHE", "~/.cache/gptlab")).expanduser()
+    """$GPTLAB_CACHE, else ~/.cache/gptlab: where tokenizers and token arrays are cached (a file there: refused)."""
+    from gptlab.util.paths import user_cache
+
+    return user_cache(os.environ.get("GPTLAB_CACHE"))
 
 
 @runtime_checkable

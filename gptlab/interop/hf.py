@@ -54,7 +54,7 @@ KEYS = {
     "n_head": "model.n_head",
     "n_embd": "model.d_model",
     "vocab_size": "model.vocab_size (the tokenizer's)",
-    "n_inner": "mlp.ratio",
+    "n_inner": "mlp.ratio (the MLP hidden width over model.d_model)",
     "layer_norm_epsilon": "norm.eps",
     "activation_function": "mlp",
 }
@@ -266,7 +266,13 @@ def check_config(config, model: GPT, key: str) -> None:
     diffs = []
     for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_inner", "layer_norm_epsilon"):
         if _hf_field(config, name) != want[name]:
-            diffs.append(f"{name}={_hf_field(config, name)} there, {KEYS[name]}={want[name]} here")
+            here = f"{KEYS[name]}={want[name]}"
+            if (
+                name == "n_inner"
+            ):  # a width, which gptlab sets as a ratio of d_model: name both, never a width as a ratio
+                ratio = _hf_field(config, name) / model.cfg.d_model
+                here = f"an MLP hidden width of {want[name]} (mlp.ratio={want[name] / model.cfg.d_model:g}; {ratio:g} would match)"
+            diffs.append(f"{name}={_hf_field(config, name)} there, {here} here")
     hf_act = ACTIVATION_IN.get(config.activation_function)
     if hf_act is None or ACTIVATION[hf_act] != want["activation_function"]:
         diffs.append(f"activation_function={config.activation_function} there, mlp={want['activation_function']} here")
@@ -343,6 +349,10 @@ def load_pretrained(source: str, key: str):
         ) from None
     except (OSError, ValueError) as err:
         first = " ".join(str(err).split())[:200]
+        if Path(source).is_dir():  # a local folder never went to the Hub: its own files are what failed
+            raise ConfigError(
+                f"{key}: the folder '{source}' is not a loadable save_pretrained model ({first})"
+            ) from None
         raise ConfigError(
             f"{key}: cannot load '{source}' (not a local model folder, and the Hugging Face Hub "
             f"could not provide it: offline, HF_HUB_OFFLINE=1 or no network, only local folders work; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import platform
 import time
 from pathlib import Path
@@ -161,11 +162,28 @@ def _cache_key(device: str, what: str) -> str:
 
 
 def _table(path: Path) -> dict:
-    """The cache file's {key: value}; {} when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+    """The cache file's {key: value}; {} when it is missing, and {} with one warning when it is damaged (it is
+    rewritten with the next measurement: a peak is re-measurable, never guessed)."""
+    if not path.is_file():
         return {}
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        table = err
+    if not isinstance(table, dict):
+        why = type(table).__name__ if isinstance(table, Exception) else f"a JSON {type(table).__name__}, not a table"
+        log.warning("%s is damaged (%s): the peaks it held are measured again and the file rewritten", path, why)
+        return {}
+    return table
+
+
+def _usable(value) -> float | None:
+    """A stored peak as FLOP/s: a finite number > 0, else None (a damaged or hand-edited entry)."""
+    try:
+        flops = float(value)
+    except (TypeError, ValueError):
+        return None
+    return flops if math.isfinite(flops) and flops > 0 else None
 
 
 def _store(path: Path, key: str, value: float) -> None:
@@ -181,7 +199,10 @@ def _cached(cache_dir, key: str, measure) -> float:
     path = Path(cache_dir).expanduser() / CACHE_FILE
     table = _table(path)
     if key in table:
-        return float(table[key])
+        stored = _usable(table[key])
+        if stored is not None:
+            return stored
+        log.warning("%s: the peak stored for '%s' is %r, not FLOP/s > 0: measured again", path, key, table[key])
     load = LoadSampler()
     load.start()
     value = float(measure())
@@ -218,8 +239,8 @@ def cached_gpu_peak(device: str, dtype: torch.dtype, tf32: bool, cache_dir) -> t
     idle first (a busy GPU gives a low peak and an MFU that reads high). cache_dir None: measured, never cached."""
     key = gpu_peak_key(device, dtype, tf32)
     path = None if cache_dir is None else Path(cache_dir).expanduser() / CACHE_FILE
-    if path is not None and key in (table := _table(path)):
-        return float(table[key]), f"cached in {path}"
+    if path is not None and (stored := _usable(_table(path).get(key))) is not None:
+        return stored, f"cached in {path}"
     busy = gpu_busy(device)
     value = float(measure_gpu_matmul_peak(dtype, device, tf32))
     if path is None:

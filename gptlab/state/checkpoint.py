@@ -196,7 +196,7 @@ def latest_path(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def load(path: Path) -> dict:
+def load(path: Path, key: str = "train.resume") -> dict:
     """Load one checkpoint with weights_only=True (no code runs from a single file).
 
     A DCP dir gives its STATE_FILE plus {"dcp": dir}; its model and optimizer tensors are read later, by
@@ -205,33 +205,34 @@ def load(path: Path) -> dict:
     """
     path = Path(path)
     if path.is_dir():
-        return _load_sharded(path)
-    state = _read(path, path)
+        return _load_sharded(path, key)
+    state = _read(path, path, key)
     if "model" not in state:
-        raise ConfigError(f"train.resume: '{path}' is not a gptlab checkpoint (no model/step entries)")
+        raise ConfigError(f"{key}: '{path}' is not a gptlab checkpoint (no model/step entries)")
     return state
 
 
-def _read(path: Path, shown: Path) -> dict:
-    """torch.load(path, weights_only=True) as a dict with a step; failures name the checkpoint `shown`."""
+def _read(path: Path, shown: Path, key: str) -> dict:
+    """torch.load(path, weights_only=True) as a dict with a step; failures name the checkpoint `shown` and `key`, what
+    asked for it (train.resume, or a reader of a finished run)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         what = "does not exist" if path == shown else f"has no {path.name}"
-        raise ConfigError(f"train.resume: checkpoint '{shown}' {what}") from None
+        raise ConfigError(f"{key}: checkpoint '{shown}' {what}") from None
     except Exception as err:  # truncated zip, bad pickle opcodes, a pickled call weights_only refuses, ...
-        raise ConfigError(f"train.resume: checkpoint '{shown}' is unreadable ({_reason(err)})") from None
+        raise ConfigError(f"{key}: checkpoint '{shown}' is unreadable ({_reason(err)})") from None
     if not isinstance(state, dict) or "step" not in state:
-        raise ConfigError(f"train.resume: '{shown}' is not a gptlab checkpoint (no model/step entries)")
+        raise ConfigError(f"{key}: '{shown}' is not a gptlab checkpoint (no model/step entries)")
     return state
 
 
-def _load_sharded(path: Path) -> dict:
+def _load_sharded(path: Path, key: str) -> dict:
     """A DCP dir's STATE_FILE, after checking that every shard file its metadata names is there in full."""
     missing = _incomplete_shards(path)
     if missing:
         raise ConfigError(f"train.resume: checkpoint '{path}' is unreadable ({missing})")
-    return _read(path / STATE_FILE, path) | {"dcp": str(path)}
+    return _read(path / STATE_FILE, path, key) | {"dcp": str(path)}
 
 
 def _incomplete_shards(path: Path) -> str | None:
@@ -262,20 +263,27 @@ def _reason(err: Exception) -> str:
     return f"{type(err).__name__}: {text.split('. ')[0][:160]}"
 
 
-def load_latest(run_dir: Path) -> dict | None:
+def load_latest(run_dir: Path, resume: bool = True) -> dict | None:
     """The newest readable checkpoint of a run dir (skipping corrupt ones with a warning), or None if there is none.
 
-    If checkpoints exist but none is readable, refuse: starting over would silently replace the run.
+    If checkpoints exist but none is readable, refuse: starting over would silently replace the run. resume=False:
+    a reader of a finished run (eval, decode, export), told what it can do instead, not how to train afresh.
     """
     found = sorted(_listed(ckpt_dir(run_dir)), reverse=True)
+    key = "train.resume" if resume else "checkpoint"
     for _, path in found:
         try:
-            return load(path)
+            return load(path, key)
         except ConfigError as err:
             log.warning("skipping %s", err)
-    if found:
+    if found and resume:
         raise ConfigError(
             f"train.resume=auto: none of the {len(found)} checkpoints in {ckpt_dir(run_dir)} is readable; "
             f"move them away to start over, or pass train.resume=never"
+        )
+    if found:
+        raise ConfigError(
+            f"{run_dir}: none of the {len(found)} checkpoints in {ckpt_dir(run_dir)} is readable, so this run has no "
+            "weights to load; train it again or give another run"
         )
     return None

@@ -178,9 +178,11 @@ PLAIN_VALUE = re.compile(r"(?=.*/)[\w/.:+@%-]+(?: [\w/.:+@%-]+)*", re.ASCII)
 def quoted(value: str) -> str:
     """`value` as a Hydra override value read back exactly, whatever it holds: as it is when Hydra reads it so (a
     plain path, inner spaces too), else single-quoted (commas, '=', brackets, quotes, outer spaces, non-ASCII), a
-    quote escaped and so the backslashes before a quote or the end."""
+    quote escaped and so the backslashes before a quote or the end; `${` escaped (`\\${`), which OmegaConf would
+    otherwise resolve as an interpolation (a folder named `a${x}` would name another key's value)."""
     if PLAIN_VALUE.fullmatch(value):
         return value
+    value = value.replace("${", "\\${")
     return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value) + "'"
 
 

@@ -282,15 +282,17 @@ def resolve(
     return Sweep(name, spec, run_seeds, lrs, ladder_rungs, sweep_dir, extra, out)
 
 
-def record_definition(sweep_dir: Path, spec: dict, extra: list[str]) -> list[float]:
+def record_definition(sweep_dir: Path, spec: dict, extra: list[str], write: bool = True) -> list[float]:
     """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir. An lr grid is not
     part of a sweep's identity: the same sweep with another grid extends the recorded one in place (sweep.yaml then
-    holds the union, so compare --lr-grid reads every lr, and finished runs are reused); returns the lrs it added."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    holds the union, so compare --lr-grid reads every lr, and finished runs are reused); returns the lrs it added.
+    write=False (a dry run): the same checks and answer, nothing written."""
     record = {**spec, "extra_overrides": extra}
     target = sweep_dir / SWEEP_FILE
     if not target.is_file():
-        target.write_text(yaml.safe_dump(record, sort_keys=False))
+        if write:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            target.write_text(yaml.safe_dump(record, sort_keys=False))
         return []
     existing = read_sweep(sweep_dir)
 
@@ -308,6 +310,6 @@ def record_definition(sweep_dir: Path, spec: dict, extra: list[str]) -> list[flo
         return []
     union = parse_lr_grid(sorted({*existing.lrs, *record["lr_grid"]}))  # distinct dir names checked again
     added = [lr for lr in union if lr not in existing.lrs]
-    if added:
+    if added and write:
         atomic_write_text(target, yaml.safe_dump({**existing.record, "lr_grid": union}, sort_keys=False))
     return added

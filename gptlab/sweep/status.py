@@ -3,13 +3,15 @@ scheduler (sacct / squeue), never from a process that must stay alive.
 
 States: finished; running (its step and last val loss); pending (queued, nothing written yet); requeued (SLURM put
 it back in the queue: preempted or timed out, it resumes from its checkpoint); failed (with the last line of its
-log); cancelled; never ran (in the sweep file, never launched).
+log); cancelled; refused (the sweep could not start it, with the reason it gave); never ran (in the sweep file,
+never launched).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from gptlab.sweep.layout import (
     SWEEP_FILE,
     planned_subdir,
     read_plan,
+    read_refused,
     read_sweep,
     run_name,
     run_subdir,
@@ -193,6 +196,7 @@ def sweep_status(
     queue = read_queue(sweep_dir)
     ids = job_ids(sweep_dir) if not queue else {}
     sched = scheduler_states(list(ids.values()))
+    refused = read_refused(sweep_dir)  # runs the last plan could not start: named as such, not as "never ran"
     out, seen = [], set()
     for index, entry in enumerate(plan):
         job = ids.get(index)
@@ -206,7 +210,10 @@ def sweep_status(
                 name = run_name(arm, seed, lr, rung)
                 if name not in seen:
                     entry = {"name": name, "arm": arm, "seed": seed, "subdir": run_subdir(arm, seed, lr, rung)}
-                    out.append(_one(sweep_dir, entry, {}, None, None, launched=False))
+                    status = _one(sweep_dir, entry, {}, None, None, launched=False)
+                    if status.state == "never ran" and entry["subdir"] in refused:
+                        status.state, status.detail = "refused", f"cannot start: {refused[entry['subdir']]}"
+                    out.append(status)
     return out
 
 
@@ -249,14 +256,25 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
         status.state, status.detail = "requeued", "queued again at " + _progress(run_dir)  # it ran, and waits again
     if status.state == "failed" and not status.detail:
         status.detail = _last_line(log, *err_logs, run_dir / "train.log")
+    code = queued.get("returncode")
+    if status.state == "failed" and isinstance(code, int) and code < 0:  # a signal ended it: it wrote no error line
+        said = f"; its last output: {status.detail}" if status.detail else ""
+        status.detail = f"killed by {_signal_name(-code)} at {_progress(run_dir)}{said}"[:300]
     return status
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def format_status(rows: list[RunStatus]) -> str:
     """One line per run, then the counts per state."""
     width = max((len(r.name) for r in rows), default=4)
     lines = [f"{r.name:<{width}}  {r.state:<9}  {r.detail}" + (f"  [job {r.job_id}]" if r.job_id else "") for r in rows]
-    order = ("finished", "running", "requeued", "pending", "failed", "cancelled", "never ran")
+    order = ("finished", "running", "requeued", "pending", "failed", "cancelled", "refused", "never ran")
     counts = [(sum(r.state == state for r in rows), state) for state in order]
     lines.append(", ".join(f"{n} {state}" for n, state in counts if n))
     return "\n".join(lines)

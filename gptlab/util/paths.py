@@ -18,3 +18,14 @@ def _shipped(name: str) -> Path:
 CONF_DIR = _shipped("conf")
 SWEEPS_DIR = _shipped("sweeps")
 ASSETS_DIR = PACKAGE_DIR / "data" / "assets"
+
+
+def user_cache(env: str | None) -> Path:
+    """The user cache folder: $GPTLAB_CACHE (`env`), else ~/.cache/gptlab. A path that exists and is not a folder is
+    refused in one line (as a file it would list as an empty cache and fail at the first write)."""
+    from gptlab.errors import ConfigError
+
+    path = Path(env or "~/.cache/gptlab").expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"GPTLAB_CACHE={path} is not a folder; point it at a folder (created when missing)")
+    return path

@@ -84,6 +84,23 @@ def test_a_crossing_gap_and_a_ranking_change_are_found(tmp_path):
     assert plot(read_ladder(tmp_path), doc, tmp_path / "ladder.png").stat().st_size > 5000
 
 
+def test_an_arm_missing_at_one_rung_is_not_a_ranking_change(tmp_path):
+    """The order of every pair is the same wherever both ran; one arm's absence at a rung was reported as
+    "ranking CHANGES with size" with no swap to name."""
+    import shutil
+
+    laws = {"base": base_law, "worse": lambda n: base_law(n) + 0.05}
+    root = fake_ladder(tmp_path, laws)
+    shutil.rmtree(root / "worse" / "d_model64")
+    doc = report(read_ladder(root))
+    rank = doc["ranking"]
+    assert rank["same_at_every_rung"] and rank["swaps"] == [] and rank["missing"] == {"d_model64": ["worse"]}
+    line = next(x for x in format_report(doc).splitlines() if x.startswith("ranking"))
+    assert (
+        line == "ranking: the same at every rung (base < worse), where both arms of a pair ran (worse not at d_model64)"
+    )
+
+
 def test_a_shrinking_gap(tmp_path):
     laws = {"base": base_law, "close": lambda n: base_law(n) + 0.2 - 0.02 * math.log2(n / 1e5)}
     doc = report(read_ladder(fake_ladder(tmp_path, laws)))

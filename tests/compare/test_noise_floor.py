@@ -294,7 +294,7 @@ def test_html_lists_the_compared_runs_and_the_settings_they_share(tmp_path, caps
         "model.d_model: 64",
         "model.n_head: 4",
         "optimizer: adamw",
-        "optimizer.lr: unset",  # these synthetic runs record no optimizer.lr: said so, not guessed
+        "optimizer.lr: not recorded",  # these synthetic runs record no optimizer.lr: said so, not guessed
     ]
     assert "train.max_steps: 100" in shared and "train.batch_size: 4" in shared and "tokens_per_step: 128" in shared
     assert "data: shakespeare" in shared and "data_seed: 1234" in shared and "train.eval_sequences: 16" in shared

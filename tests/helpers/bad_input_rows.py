@@ -87,6 +87,12 @@ TABLE = [
     Row("removed-profile", ["~profile"], 2, "profile: missing from the config (removed with ~?); it is required"),
     Row("ambiguous-sweep-value", ["model=tiny,gpt2"], 2, "Ambiguous value for argument 'model=tiny,gpt2'"),
     Row("override-syntax", ["train.max_steps=["], 2, "cannot parse override 'train.max_steps=['"),
+    Row(
+        "override-non-ascii-unquoted",
+        ["hydra.run.dir=/tmp/runé"],
+        2,
+        "a value with non-ASCII characters needs quotes: hydra.run.dir='/tmp/runé'",
+    ),
     Row("removed-key", ["~seed"], 2, "seed: missing from the config"),
     Row("bad-interpolation", ["model.n_layer=${nope}"], 2, "Interpolation key 'nope' not found"),
     # wrong types and values
@@ -300,6 +306,19 @@ TABLE = [
         "model.match_to: 'train.seed=1'",
     ),
     Row("match-knob-typo", ["model.match=params", "model.match_knob=width"], 2, "model.match_knob: 'width' is not"),
+    Row(
+        "match-knob-without-match",
+        ["model.match_knob=d_model"],
+        2,
+        "model.match_knob=d_model has no effect with model.match=null (nothing is matched); set model.match=params or "
+        "flops; or drop model.match_knob",
+    ),
+    Row(
+        "match-to-twice",
+        ["model.match=params", 'model.match_to=["norm=layernorm","norm=rmsnorm"]'],
+        2,
+        "model.match_to: norm is given twice ('norm=layernorm', 'norm=rmsnorm'); give each key once",
+    ),
     Row("min-lr-ratio-negative", ["schedule.min_lr_ratio=-3"], 2, "schedule.min_lr_ratio=-3: must be in [0, 1]"),
     Row("min-lr-ratio-above-one", ["schedule.min_lr_ratio=1.5"], 2, "schedule.min_lr_ratio=1.5: must be in [0, 1]"),
     Row("warmup-negative", ["schedule.warmup_steps=-10"], 2, "schedule.warmup_steps=-10: must be >= 0"),

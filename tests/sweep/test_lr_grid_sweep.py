@@ -97,6 +97,13 @@ def test_a_run_that_cannot_start_is_planned_as_refused_and_the_analysis_shows_it
     assert any(
         w.startswith("base: lr 10 refused at start (seeds 0, 1): optimizer.weight_decay") for w in doc["warnings"]
     )
+    # gptlab-sweep status names them refused, with the reason, not "never ran"
+    from gptlab.sweep.status import format_status, status_of
+
+    rows = {r.name: r for r in status_of(sweep.sweep_dir)}
+    assert rows["base__lr10__seed0"].state == "refused"
+    assert rows["base__lr10__seed0"].detail.startswith("cannot start: optimizer.weight_decay=0.1: with optimizer.lr=10")
+    assert format_status(list(rows.values())).splitlines()[-1] == "8 finished, 4 refused"
     (sweep.sweep_dir / REFUSED_FILE).write_text("[1, 2")
     with pytest.raises(ConfigError, match=r"refused.json: cannot be read"):
         read_refused(sweep.sweep_dir)

@@ -183,3 +183,24 @@ def test_the_launch_asks_each_arms_own_resources(tmp_path):
 
     assert runs(by_cpus[True]) == {"one__seed0", "also1__seed0"} and "hardware.cpus_per_task=1" in by_cpus[True]
     assert runs(by_cpus[False]) == {"two__seed0"} and "hardware.cpus_per_task=2" in by_cpus[False]
+
+
+def test_status_names_the_signal_that_killed_a_run_and_where_it_stopped(tmp_path):
+    """A SIGKILLed run writes no error line: status said "failed" with whatever it printed last (a step row), or
+    nothing; now it names the signal, the run's last step and what it last said."""
+    import json
+
+    from gptlab.sweep.status import _one
+
+    run = tmp_path / "mha" / "seed0"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 40, "train/loss": 2.6}) + "\n")
+    (run / "train.log").write_text("step 40/100 | loss 2.600\n")
+    entry = {"name": "mha__seed0", "arm": "mha", "seed": 0, "subdir": "mha/seed0"}
+    killed = _one(tmp_path, entry, {"state": "failed", "returncode": -9}, None, None)
+    assert (killed.state, killed.detail) == (
+        "failed",
+        "killed by SIGKILL at step 40; its last output: step 40/100 | loss 2.600",
+    )
+    exited = _one(tmp_path, entry, {"state": "failed", "returncode": 1}, None, None)
+    assert exited.detail == "step 40/100 | loss 2.600"  # an exit code is the run's own: its last line is its error

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import factorial_arms, parse_ladder, rungs
@@ -225,3 +227,22 @@ def test_the_layout_imports_nothing_heavy():
         "gptlab.util.checks",  # the stored files' validators (stdlib only)
         "gptlab.util.stored",
     }
+
+
+_PATH_TEXT = st.text(
+    alphabet=st.sampled_from(list("ab/ .,=:'\"\\[]{}$()-_é漢") + ["${", "${x}", "\\'", "/a b/"]),
+    min_size=1,
+    max_size=24,
+).map(lambda s: "/tmp/" + s)
+
+
+@settings(max_examples=120, deadline=None)
+@given(value=_PATH_TEXT)
+def test_every_path_the_sweep_writes_reads_back_through_hydra_exactly(value):
+    """The sweep writes its dirs into overrides (hydra.run.dir, hydra.sweep.dir, hydra.searchpath) through `quoted`:
+    whatever the folder is called (spaces, quotes, commas, backslashes, non-ASCII, `${x}` that OmegaConf would
+    resolve as an interpolation), Hydra must hand the run back the same string."""
+    from gptlab.config.build import compose
+    from gptlab.sweep.plan import quoted
+
+    assert compose([f"hydra.run.dir={quoted(value)}"]).hydra.run.dir == value

@@ -225,3 +225,16 @@ def test_optuna_sweeper_minimises_final_val_loss(tmp_path):
     best_cfg = yaml.safe_load((losses[min(losses)] / ".hydra" / "config.yaml").read_text())
     assert best_cfg["optimizer"]["lr"] == pytest.approx(result["best_params"]["optimizer.lr"])
     assert 3e-4 <= best_cfg["optimizer"]["lr"] <= 3e-2 and best_cfg["sweep"] == "tune-lr"
+
+
+def test_dry_run_into_a_dir_holding_another_sweep_is_refused_as_the_launch_is(tmp_path):
+    """The dry run planned every run into a dir that the launch then refused; now it answers as the launch would,
+    and writes nothing (a fresh dir stays empty)."""
+    env, out = cli_env(OMP_NUM_THREADS="1"), tmp_path / "sweep"
+    fresh = run_cli("gptlab.cli.sweep", "attention", "--dry-run", "--out", str(out), cwd=tmp_path, env=env)
+    assert fresh.returncode == 0 and not out.exists()
+    out.mkdir()
+    (out / "sweep.yaml").write_text("description: another\nseeds: [0]\narms:\n  a: [mlp.ratio=2]\n")
+    other = run_cli("gptlab.cli.sweep", "attention", "--dry-run", "--out", str(out), cwd=tmp_path, env=env)
+    assert other.returncode == 2 and ": gptlab-train " not in other.stdout
+    assert other.stderr.strip().endswith("holds a different sweep definition; pass --out <new dir>")

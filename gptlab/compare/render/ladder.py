@@ -44,15 +44,21 @@ def format_report(doc: dict) -> str:
         elif gap:
             lines.append(f"{'':<14} gap vs {doc['baseline']}: n/a ({gap['why']})")
     rank = doc["ranking"]
+    gaps = rank.get("missing") or {}
+    absent = "; ".join(f"{', '.join(arms)} not at {r}" for r, arms in gaps.items())
     if rank["same_at_every_rung"]:
-        lines.append(f"ranking: the same at every rung ({' < '.join(next(iter(rank['per_rung'].values())))})")
+        fullest = max(rank["per_rung"].values(), key=len)
+        lines.append(
+            f"ranking: the same at every rung ({' < '.join(fullest)})"
+            + (f", where both arms of a pair ran ({absent})" if absent else "")
+        )
     else:
         swaps = "; ".join(
             f"{s['pair'][0]} vs {s['pair'][1]} between {s['rungs'][0]} and {s['rungs'][1]}"
             + (" (decided)" if s["decided"] else " (within noise)")
             for s in rank["swaps"]
         )
-        lines.append(f"ranking CHANGES with size: {swaps}")
+        lines.append(f"ranking CHANGES with size: {swaps}" + (f" ({absent})" if absent else ""))
         lines += [f"  {r}: {' < '.join(order)}" for r, order in rank["per_rung"].items()]
     lines += [f"note: {n}" for n in doc["notes"]]
     lines += doc["warnings"]

@@ -102,7 +102,9 @@ class Floor:
 def cache_dir() -> Path:
     """$GPTLAB_CACHE, else ~/.cache/gptlab: gptlab.data.default_cache_dir's folder (not imported: it loads torch,
     which gptlab-compare never needs; a test checks the two agree)."""
-    return Path(os.environ.get("GPTLAB_CACHE", "~/.cache/gptlab")).expanduser()
+    from gptlab.util.paths import user_cache
+
+    return user_cache(os.environ.get("GPTLAB_CACHE"))
 
 
 def default_note(reason: str) -> str:

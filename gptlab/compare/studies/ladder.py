@@ -294,8 +294,14 @@ def _rankings(ladder: Ladder, alpha: float) -> dict:
             if flips:  # the order at the smallest rung this pair has, against the first rung where it turns
                 decided = signs[ordered[0]][1] and any(signs[r][1] for r in flips)
                 swaps.append({"pair": [a, b], "rungs": [ordered[0], flips[0]], "decided": bool(decided)})
-    orders = {tuple(v) for v in per_rung.values()}
-    return {"per_rung": per_rung, "same_at_every_rung": len(orders) == 1 and not swaps, "swaps": swaps}
+    # an arm missing at a rung (not run, or no finished seed) makes that rung's list shorter, not the order different
+    missing = {r: [a for a in ladder.arms if a not in per_rung[r]] for r in ladder.rungs}
+    return {
+        "per_rung": per_rung,
+        "same_at_every_rung": not swaps,
+        "swaps": swaps,
+        "missing": {r: arms for r, arms in missing.items() if arms},
+    }
 
 
 def report(ladder: Ladder, alpha: float = ALPHA) -> dict:
