@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
-test: setup  ## the whole test suite (~41 min on 2 cores; the 15 slowest tests listed at the end)
+test: setup  ## the whole test suite (~45-50 min on 2 cores; the 15 slowest tests listed at the end)
 	$(VENV)/bin/pytest -q --durations=15 $(ARGS)
 
 test-fast: setup  ## the suite without slow and SLURM tests (~9 min)

@@ -342,11 +342,13 @@ def test_flops_of_a_run_dir_costs_the_run_as_it_trained(tmp_path):
     """gptlab-flops with a run's overrides alone costs GPT-2's 50,257-token vocabulary where the run used its
     corpus's 65 characters (3.3M params against 100k); `gptlab-flops RUN_DIR` costs its saved config, vocabulary
     and sequence length: the run's own params and FLOPs per token, exactly."""
-    from helpers.train import run_inprocess
+    from helpers.train import FAST
 
-    run = tmp_path / "run"
-    summary = run_inprocess(run, steps=2, eval_interval=2)
-    env = cli_env(OMP_NUM_THREADS="1")
+    run, env = tmp_path / "run", cli_env(OMP_NUM_THREADS="1")
+    args = [*FAST, "train.max_steps=2", "train.eval_interval=2", f"hydra.run.dir={run}"]
+    trained = run_cli("gptlab.cli.train", *args, cwd=tmp_path, env=env, timeout=300)  # Hydra saves its config
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
     out = run_cli("gptlab.cli.flops", str(run), "format=json", cwd=tmp_path, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)

@@ -186,6 +186,7 @@ def unread_warning(cfg: DictConfig, overrides: list[str]) -> str | None:
 def own_keys() -> DictConfig:
     """conf/flops.yaml's own keys (mode, batch_size, seq_len, format, ...) with their defaults."""
     own = OmegaConf.load(CONF_DIR / "flops.yaml")
+    assert isinstance(own, DictConfig)
     for key in ("defaults", "hydra"):
         own.pop(key, None)
     return own
@@ -206,6 +207,7 @@ def run_dir_config(run_dir: Path, keys: list[str]) -> tuple[DictConfig, int, int
                 f"({', '.join(str(k) for k in own)}); to cost a changed config give overrides without RUN_DIR"
             )
     cfg = OmegaConf.merge(saved, own, OmegaConf.from_dotlist(keys))
+    assert isinstance(cfg, DictConfig)
     tokenizer = saved_tokenizer(run_dir, None)
     vocab = OmegaConf.select(cfg, "model.vocab_size") or (tokenizer.vocab_size if tokenizer is not None else None)
     if vocab is None:
@@ -233,8 +235,7 @@ def _emit(report, fmt: str) -> None:
 def run_dir_main(run_dir: Path, keys: list[str]) -> int:
     """Cost a run dir as it trained; a one-line error for a folder that is not a run or a key that is not ours."""
     try:
-        cfg, vocab, seq = run_dir_config(run_dir, keys)
-        check_schema(cfg)
+        cfg, vocab, seq = run_dir_config(run_dir, keys)  # the run's config was checked when it trained
         report = run(cfg, vocab, seq)
     except ConfigError as err:
         fail(err)

@@ -182,7 +182,8 @@ def quoted(value: str) -> str:
     otherwise resolve as an interpolation (a folder named `a${x}` would name another key's value)."""
     if PLAIN_VALUE.fullmatch(value):
         return value
-    value = value.replace("${", "\\${")
+    # OmegaConf reads `\${` as a literal `${`, and `\\` before `${` as one backslash: double those, then escape
+    value = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
     return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value) + "'"
 
 
