@@ -104,13 +104,14 @@ def test_multirun_groups_by_choice_and_plots_against_step_tokens_and_wall_time(t
         assert run["display_name"] == f"{cfg['choice/attention']} s{cfg['seed']}"
         assert cfg["params"] > 0 and cfg["flops_per_token"] > 0 and len(cfg["git_commit"]) == 40
         rows = history(records)
-        assert rows and all({"step", "tokens", "wall_s"} <= set(r) for r in rows)  # every row has all x-axes
+        assert rows and all({"step", "tokens", "wall_s", "flops"} <= set(r) for r in rows)  # every row: all x-axes
+        assert all(r["flops"] == r["tokens"] * cfg["flops_per_token"] for r in rows)  # loss against compute
         evals = [r for r in rows if "val/loss" in r]
         assert [r["step"] for r in evals] == [0, 2, 4] and [r["tokens"] for r in evals] == [0, 2 * 128, 4 * 128]
         walls = [r["wall_s"] for r in rows]
         assert walls == sorted(walls) and walls[0] >= 0
         declared = {m.get("name") for m in of_type(records, "metric")}
-        assert {"step", "tokens", "wall_s"} <= declared
+        assert {"step", "tokens", "wall_s", "flops"} <= declared
         saved = {f["path"] for r in of_type(records, "files") for f in r["files"]}
         assert {"provenance.json", ".hydra/config.yaml", ".hydra/overrides.yaml"} <= saved
     assert {k: sorted(v) for k, v in by_choice.items()} == {"mha": [0, 1, 2], "gqa": [0, 1, 2], "mqa": [0, 1, 2]}

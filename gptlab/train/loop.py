@@ -425,13 +425,20 @@ class _Loop:
                 "perf/mfu": step_mfu,
                 "mem/peak_bytes": max(p.peak_mem_bytes, self.peak.read()),
                 "wall_s": self.wall(),
+                "flops": d.tokens * self.bundle.ctx.flops_per_token,  # an x-axis: loss against compute
                 **d.extra,
                 **({"perf/diag_ms": d.diag_s * 1000} if self.monitor.diag is not None else {}),
             }
             _emit(self.sinks, self.bundle.ctx, row, d.step)
             self.load.sample()
         elif d.extra:  # a spike between log steps: its own row
-            _emit(self.sinks, self.bundle.ctx, {**d.extra, "tokens": d.tokens, "wall_s": self.wall()}, d.step)
+            flops = d.tokens * self.bundle.ctx.flops_per_token
+            _emit(
+                self.sinks,
+                self.bundle.ctx,
+                {**d.extra, "tokens": d.tokens, "wall_s": self.wall(), "flops": flops},
+                d.step,
+            )
 
 
 def _bank_load(load, p: Progress) -> None:
