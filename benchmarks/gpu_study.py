@@ -526,7 +526,7 @@ STEPS = [
 ]
 
 
-def plan(only: list[str], budget: float | None) -> list[Step]:
+def plan(only: list[str]) -> list[Step]:
     """The steps to run, in order; a one-line error (ValueError) for an unknown name."""
     names = [s.name for s in STEPS]
     unknown = [n for n in only if n not in names]
@@ -659,7 +659,7 @@ def main(args) -> int:
         print("error: --dry-run writes a CPU page: give --out DIR (not docs/, which holds the GPU's)", file=sys.stderr)
         return 2
     try:
-        steps = plan([s.strip() for s in (args.only or "").split(",") if s.strip()], args.budget)
+        steps = plan([s.strip() for s in (args.only or "").split(",") if s.strip()])
         previous = gpu.read_previous(out / "gpu.json")  # rows this run does not redo stay, with their stamps
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
