@@ -107,3 +107,19 @@ def test_a_cache_path_that_is_a_file_is_refused_in_one_line_by_every_reader(tmp_
             reader()
     monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "new"))
     assert default_cache_dir() == cache_dir() == tmp_path / "new"  # a missing folder is fine: created on first write
+
+
+def test_the_stored_noise_floors_are_listed_and_help_is_whole(tmp_path, monkeypatch):
+    """gptlab-cache list left out the noise floors gptlab-sweep --aa stores, and --help stopped mid-sentence."""
+    from gptlab.compare.statistics.noise_floor import FLOOR_FILE
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / FLOOR_FILE).write_text("{}")
+    monkeypatch.setenv("GPTLAB_CACHE", str(cache))
+    done = run_cli("gptlab.cli.cache", "list")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert any(row[:2] == [FLOOR_FILE[:14], "floors"] for row in rows), done.stdout  # keys show 14 characters
+    page = run_cli("gptlab.cli.cache", "--help").stdout
+    assert "cache ($GPTLAB_CACHE, else ~/.cache/gptlab), and removing it." in " ".join(page.split())

@@ -2,9 +2,9 @@
 ~/.cache/gptlab), and removing it.
 
 Entries: token caches (`tokens/<key>/`: the corpus, tokenizer, tokens, bytes and last use of each), unfinished
-token builds (`tokens/<key>.partial`), cached hub-source descriptions (`sources/`) and the measured machine peaks
-(`hardware_peaks_*.json`), and the Arrow scratch copies of local dataset folders a killed `data=hf` run left
-(`hf-scratch/<pid>-<hash>`). An entry another process is building (its lock is held) is never removed.
+token builds (`tokens/<key>.partial`), cached hub-source descriptions (`sources/`), the measured machine peaks
+(`hardware_peaks_*.json`), the noise floors `gptlab-sweep --aa` stored (`noise_floors_*.json`), and the Arrow
+scratch copies of local dataset folders a killed `data=hf` run left (`hf-scratch/<pid>-<hash>`). An entry another process is building (its lock is held) is never removed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 @dataclass
 class Entry:
     key: str
-    kind: str  # tokens | stale (an older cache format: never read again) | partial | source | peaks | scratch
+    kind: str  # tokens | stale (an older cache format: never read again) | partial | source | peaks | floors | scratch
     path: Path
     bytes: int
     last_used: float
@@ -86,6 +86,8 @@ def entries(cache: Path) -> list[Entry]:
         found.append(Entry(path.stem, "source", path, path.stat().st_size, path.stat().st_mtime))
     for path in sorted(cache.glob("hardware_peaks_*.json")):
         found.append(Entry(path.stem, "peaks", path, path.stat().st_size, path.stat().st_mtime))
+    for path in sorted(cache.glob("noise_floors_*.json")):  # gptlab-sweep --aa's stored floors, per machine
+        found.append(Entry(path.stem, "floors", path, path.stat().st_size, path.stat().st_mtime))
     for folder in sorted((cache / "hf-scratch").glob("*")) if (cache / "hf-scratch").is_dir() else []:
         # a local dataset folder's Arrow copy while its tokens are built; one left here is a killed run's
         found.append(Entry(folder.name, "scratch", folder, _size(folder), folder.stat().st_mtime))
@@ -148,7 +150,7 @@ def parse_age(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gptlab-cache", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gptlab-cache", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.error = lambda message: fail(f"gptlab-cache: {message}")  # type: ignore[method-assign]
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="every entry: kind, tokenizer, tokens, size, last use, corpus")
