@@ -4,7 +4,8 @@
 Entries: token caches (`tokens/<key>/`: the corpus, tokenizer, tokens, bytes and last use of each), unfinished
 token builds (`tokens/<key>.partial`), cached hub-source descriptions (`sources/`), the measured machine peaks
 (`hardware_peaks_*.json`), the noise floors `gptlab-sweep --aa` stored (`noise_floors_*.json`), and the Arrow
-scratch copies of local dataset folders a killed `data=hf` run left (`hf-scratch/<pid>-<hash>`). An entry another process is building (its lock is held) is never removed.
+scratch copies of local dataset folders a killed `data=hf` run left (`hf-scratch/<pid>-<hash>`). An entry another
+process is building (its lock is held) is never removed.
 """
 
 from __future__ import annotations

@@ -196,6 +196,7 @@ def run_dir_config(run_dir: Path, keys: list[str]) -> tuple[DictConfig, int, int
     """`gptlab-flops RUN_DIR [KEY=VALUE ...]`: (the run's own composed config, as it trained, with conf/flops.yaml's
     keys and `keys` applied; the vocabulary it trained with; its sequence length). Only gptlab-flops' own keys may
     be given: the run is costed as it ran, never re-composed from today's config files."""
+    from gptlab.sinks.jsonl import read_summary
     from gptlab.state.rundir import run_config, saved_tokenizer
 
     saved = run_config(run_dir)
@@ -215,10 +216,7 @@ def run_dir_config(run_dir: Path, keys: list[str]) -> tuple[DictConfig, int, int
             f"{run_dir}: no tokenizer.json (a run from before runs kept their tokenizer), so the vocabulary it trained "
             "with is unknown; give overrides without RUN_DIR and model.vocab_size=<its vocabulary>"
         )
-    try:
-        seq = json.loads((run_dir / "summary.json").read_text()).get("seq_len")
-    except (OSError, ValueError, AttributeError):
-        seq = None
+    seq = read_summary(run_dir / "summary.json").get("seq_len")  # the shared reader: a damaged file is one line
     return cfg, int(vocab), seq if isinstance(seq, int) and seq > 0 else None
 
 

@@ -3,8 +3,8 @@
 Two kinds. A choice whose values make it another (GQA with n_kv_head == n_head is MHA, a window that covers the whole
 context): a warning. A key that cannot act under the other keys (`INERT`: a global-layer knob without a window, a
 spike dump without spike detection, sampling knobs when nothing is sampled, BPE sizes under another tokenizer, FSDP
-knobs without FSDP, match knobs without model.match): a warning, and a refusal (`check_inert`, called by validate) when the key was given on the
-command line, where nothing else can have meant it. A key a choice's constructor does not take at all (wsd's
+knobs without FSDP, match knobs without model.match): a warning, and a refusal (`check_inert`, called by validate)
+when the key was given on the command line, where nothing else can have meant it. A key a choice's constructor does not take at all (wsd's
 decay_fraction under schedule=cosine, min_lr_ratio under schedule=constant) is refused by its signature
 (gptlab/config/build.py `_check_keys`), not listed here.
 

@@ -267,11 +267,9 @@ def check_config(config, model: GPT, key: str) -> None:
     for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_inner", "layer_norm_epsilon"):
         if _hf_field(config, name) != want[name]:
             here = f"{KEYS[name]}={want[name]}"
-            if (
-                name == "n_inner"
-            ):  # a width, which gptlab sets as a ratio of d_model: name both, never a width as a ratio
-                ratio = _hf_field(config, name) / model.cfg.d_model
-                here = f"an MLP hidden width of {want[name]} (mlp.ratio={want[name] / model.cfg.d_model:g}; {ratio:g} would match)"
+            if name == "n_inner":  # a width gptlab sets as a ratio of d_model: say both, never a width as a ratio
+                ratio, have = _hf_field(config, name) / model.cfg.d_model, want[name] / model.cfg.d_model
+                here = f"an MLP hidden width of {want[name]} (mlp.ratio={have:g}; {ratio:g} would match)"
             diffs.append(f"{name}={_hf_field(config, name)} there, {here} here")
     hf_act = ACTIVATION_IN.get(config.activation_function)
     if hf_act is None or ACTIVATION[hf_act] != want["activation_function"]:
