@@ -4,6 +4,9 @@ PY    := $(VENV)/bin/python
 # The CPU build of torch; on a GPU machine install your CUDA build into .venv first (pip skips it then).
 TORCH ?= torch==2.13.0
 PYTHON ?= python3
+# pytest-xdist: a worker per core, the SLURM tests on one worker, each file on one worker, the files with slow tests
+# handed out first (tests/conftest.py). XDIST= runs the suite serially in this process.
+XDIST ?= -n auto --dist loadgroup --no-loadscope-reorder
 
 .PHONY: help setup run test test-fast test-floor lint format bench gpu-check gpu-wheels gpu-study clean
 help:  ## this list
@@ -20,11 +23,11 @@ $(VENV)/.installed: pyproject.toml
 run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
-test: setup  ## the whole test suite (~45-50 min on 2 cores; the 15 slowest tests listed at the end)
-	$(VENV)/bin/pytest -q --durations=15 $(ARGS)
+test: setup  ## the whole test suite (XXX on 2 cores; the 15 slowest tests listed at the end)
+	$(VENV)/bin/pytest -q $(XDIST) --durations=15 $(ARGS)
 
-test-fast: setup  ## the suite without slow and SLURM tests (~9 min)
-	$(VENV)/bin/pytest -q -m "not slow and not slurm" $(ARGS)
+test-fast: setup  ## the suite without slow and SLURM tests (YYY on 2 cores)
+	$(VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm" $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,
 # omegaconf, wandb, datasets): a floor the code does not run on fails here. torch 2.9.0 exists on PyPI only as its
@@ -35,9 +38,9 @@ FLOOR_TESTS ?= tests
 test-floor:  ## the fast tests on pyproject's floor versions (torch, wandb, hydra-core, datasets) in .venv-floor
 	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install -q -c .ci/floors.txt -r .ci/floors.txt -e '.[optuna,gpt2,tensorboard]' \
-	  'pytest>=8' 'pytest-timeout>=2.2' 'hypothesis>=6.100'
+	  'pytest>=8' 'pytest-timeout>=2.2' 'pytest-xdist>=3.5' 'hypothesis>=6.100'
 	$(FLOOR_VENV)/bin/python -m pip check
-	$(FLOOR_VENV)/bin/pytest -q -m "not slow and not slurm" -p no:cacheprovider $(FLOOR_TESTS)
+	$(FLOOR_VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm" -p no:cacheprovider $(FLOOR_TESTS)
 
 # ruff lint and format check (pyproject.toml [tool.ruff]) and mypy type checks (pyproject.toml [tool.mypy]); CI runs it before the tests
 lint: setup  ## ruff check + ruff format --check (gptlab, benchmarks, tests) and mypy
