@@ -118,8 +118,8 @@ def _add_wandb_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lr-grid",
         action="store_true",
-        help="a gptlab-sweep --lr-grid sweep dir: each arm at its own best lr (lr curves, edge warnings, verdicts at "
-        "each arm's best and at the baseline's lr, stability margin)",
+        help="a gptlab-sweep --lr-grid sweep dir, or several read as one grid: each arm at its own best lr (lr "
+        "curves, edge warnings, verdicts at each arm's best and at the baseline's lr, stability margin)",
     )
     p.add_argument(
         "--ladder",
@@ -223,9 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
             if args.wandb or args.workspace:
                 print("note: W&B logging covers training comparisons; the ladder is in the local files")
-            print(
-                f"wrote {out / 'ladder.json'} and {out / 'ladder.png'} (per-rung tables: --split-by <the ladder's key>)"
-            )
+            both = f"{out / 'ladder_lr.json'}, " * modes.is_ladder_lr(req) + str(out / "ladder.json")
+            print(f"wrote {both} and {out / 'ladder.png'} (per-rung tables: --split-by <the ladder's key>)")
             return 0
         wandb_log.check_mode(args.wandb_mode)
         if args.workspace:

@@ -65,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
         help="every arm at every lr: 3e-4,1e-3,3e-3 or 1e-4:1e-2:5 (log-spaced); run dirs <arm>/lr<v>/seed<k>",
     )
     parser.add_argument(
+        "--equal-flops",
+        metavar="N",
+        help="evaluate every arm at N shared points of cumulative training FLOPs up to the cheapest arm's budget "
+        "(train.eval_flops, planned from each arm's cost): gptlab-compare then reads equal FLOPs where it measured",
+    )
+    parser.add_argument(
         "--ladder",
         action="append",
         metavar="KEY=V1,V2,...",
@@ -216,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweep = resolve(
             args.sweep, args.overrides, out=args.out, seeds=args.seeds, lr_grid=args.lr_grid, ladder=args.ladder,
-            factorial=args.factorial, aa=aa, note=_note, word=one_line,
+            factorial=args.factorial, aa=aa, equal_flops=args.equal_flops, note=_note, word=one_line,
         )  # fmt: skip
         check_paths(sweep.sweep_dir, list(sweep.spec["arms"]), sweep.seeds, sweep.lrs, sweep.ladder)
         # a dry run answers as the launch would (a dir holding another sweep is refused), writing nothing

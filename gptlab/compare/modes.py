@@ -236,12 +236,13 @@ def decode_only(runs: list[Run], req: Request, run_dirs: list[Path]) -> DecodeOn
 
 
 def lr_grid(req: Request) -> tuple[str, Path]:
-    """--lr-grid: the arm x lr x seed grid of one sweep dir; writes lr_grid.json and lr_curves.png; (table, out)."""
+    """--lr-grid: the arm x lr x seed grid of one sweep dir, or of several read as one grid (a wider grid run into
+    a second dir); writes lr_grid.json and lr_curves.png; (table, out)."""
     from gptlab.compare.render import lr_grid as grid_text
     from gptlab.compare.studies import lr_grid as grid
 
-    if len(req.paths) != 1:
-        raise ConfigError("--lr-grid: give one sweep dir (gptlab-sweep NAME --lr-grid ... --out DIR)")
+    if not req.paths:
+        raise ConfigError("--lr-grid: give a sweep dir (gptlab-sweep NAME --lr-grid ... --out DIR), or several")
     flags = ("ladder", "baseline", "step", "targets", "thresholds", "threshold_key", "claims", "split_by", "power")
     unused = req.used(*flags, "factorial")
     if unused:
@@ -249,10 +250,19 @@ def lr_grid(req: Request) -> tuple[str, Path]:
             f"{unused[0]} does not apply to an lr grid (final val loss per arm and lr, the first arm the baseline); "
             "for one lr's table give its runs without --lr-grid"
         )
+    if is_ladder_lr(req):
+        raise ConfigError(
+            f"--lr-grid: {req.paths[0]} is a ladder with an lr grid at every rung; compare it with --ladder (or no "
+            "flag): each arm at its own best lr per rung, and how the best lr moves with size"
+        )
     holdout = grid.parse_holdout(req.holdout_seeds)
-    sweep = Path(req.paths[0])
-    out = out_dir(req.out, str(sweep), [])  # the guards of every mode: never into or among a run's files
-    curves = grid.read_grid(sweep)
+    dirs = [Path(p) for p in req.paths]
+    for given in dirs:
+        if not given.is_dir() or is_run_dir(given):
+            raise ConfigError(f"--lr-grid: '{given}' is not a sweep dir (gptlab-sweep NAME --lr-grid ... --out DIR)")
+    sweep = grid.grid_root(dirs)  # each cell's `where` is relative to it
+    out = out_dir(req.out, str(dirs[0]), [])  # the guards of every mode: never into or among a run's files
+    curves = grid.read_grid(*dirs)
     grid.check_holdout(holdout, curves, req.holdout_seeds)
     doc = grid.report(curves, holdout)
     at_best = _at_best_lr(sweep, curves, doc, holdout)
@@ -307,6 +317,7 @@ def ladder(req: Request) -> tuple[str, Path]:
     ladder.png; (the terminal text, out)."""
     from gptlab.compare.render import ladder as scale_text
     from gptlab.compare.studies import ladder as scale
+    from gptlab.compare.studies import ladder_lr
 
     if len(req.paths) != 1:
         raise ConfigError("--ladder: give one sweep dir (gptlab-sweep NAME --ladder KEY=V1,V2,... --out DIR)")
@@ -318,6 +329,14 @@ def ladder(req: Request) -> tuple[str, Path]:
         )
     sweep = Path(req.paths[0])
     out = out_dir(req.out, str(sweep), [])  # the guards of every mode: never into or among a run's files
+    if ladder_lr.is_ladder_lr(sweep):  # an lr grid at every rung: each arm at its own best lr
+        grids, found = ladder_lr.read(sweep, req.ladder_x, req.baseline)
+        both = ladder_lr.report(grids, found)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "ladder.json", json.dumps(strict_json(both["ladder"]), indent=1) + "\n")
+        atomic_write_text(out / "ladder_lr.json", json.dumps(strict_json(both), indent=1) + "\n")
+        scale_text.plot(found, both["ladder"], out / "ladder.png")
+        return scale_text.format_lr_trend(both), out
     found = scale.read_ladder(sweep, req.ladder_x, req.baseline)
     doc = scale.report(found)
     out.mkdir(parents=True, exist_ok=True)
@@ -327,10 +346,19 @@ def ladder(req: Request) -> tuple[str, Path]:
 
 
 def is_lr_grid(req: Request) -> bool:
-    """True when the one path given is an lr-grid sweep dir (its sweep.yaml records `lr_grid:`)."""
+    """True when the one path given is an lr-grid sweep dir (its sweep.yaml records `lr_grid:` and no ladder: a
+    ladder with an lr grid at every rung is a ladder's)."""
     sweep = one_sweep_dir(req)
     recorded = read_sweep(sweep, strict=False) if sweep else None
-    return bool(recorded and recorded.lrs)
+    return bool(recorded and recorded.lrs and recorded.ladder is None)
+
+
+def is_ladder_lr(req: Request) -> bool:
+    """True when the one path given is a ladder sweep dir with an lr grid at every rung."""
+    from gptlab.compare.studies.ladder_lr import is_ladder_lr as recorded
+
+    sweep = one_sweep_dir(req)
+    return sweep is not None and recorded(sweep)
 
 
 def is_ladder(req: Request) -> bool:

@@ -5,12 +5,14 @@
 <sweep dir>/<arm>/seed<k>/              one run
 <sweep dir>/<arm>/lr<v>/seed<k>/        under an lr grid (v as `{lr:g}`: lr0.001, lr0.0003, lr1e-05)
 <sweep dir>/<arm>/<rung>/seed<k>/       on a scale ladder (rung: d_model64, n_layer2-d_model64, gpt2, ...)
+<sweep dir>/<arm>/<rung>/lr<v>/seed<k>/ a ladder with an lr grid at every rung
 <sweep dir>/.plan/plan.json             the latest launch: one entry per run with its `subdir` above
 <sweep dir>/.plan/queue.json            the local queue's record of each run's state
 <sweep dir>/.plan/refused.json          the latest plan's runs that cannot start: {subdir: the one-line reason}
 ```
 A factorial's cells are arms: `base` (every factor off) and the factors that are on joined with `+` (`gqa+sdpa`).
-In the plan a run is named `<arm>__seed<k>` (`<arm>__lr<v>__seed<k>`, `<arm>__<rung>__seed<k>`): its generated
+In the plan a run is named `<arm>__seed<k>` (`<arm>__lr<v>__seed<k>`, `<arm>__<rung>__seed<k>`,
+`<arm>__<rung>__lr<v>__seed<k>`): its generated
 config and its log carry that name. Each part has a formatter (used to write) and a parser (used to read) here.
 
 compare/ imports this module, so it imports nothing beyond the standard library, yaml, gptlab.errors and gptlab.util.
@@ -96,7 +98,8 @@ def cell_factors(arm: str) -> list[str]:
 
 
 def run_subdir(arm: str, seed: int, lr: float | None = None, rung: str | None = None) -> str:
-    """Where a run lives under the sweep dir: <arm>/seed<k>, <arm>/lr<v>/seed<k> or <arm>/<rung>/seed<k>."""
+    """Where a run lives under the sweep dir: <arm>/seed<k>, <arm>/lr<v>/seed<k>, <arm>/<rung>/seed<k> or
+    <arm>/<rung>/lr<v>/seed<k>."""
     return "/".join(_parts(arm, seed, lr, rung))
 
 
@@ -106,8 +109,7 @@ def run_name(arm: str, seed: int, lr: float | None = None, rung: str | None = No
 
 
 def _parts(arm: str, seed: int, lr: float | None, rung: str | None) -> list[str]:
-    middle = [lr_part(lr)] if lr is not None else [rung] if rung is not None else []
-    return [arm, *middle, seed_part(seed)]
+    return [arm, *([rung] if rung is not None else []), *([lr_part(lr)] if lr is not None else []), seed_part(seed)]
 
 
 GRID_HELP = "comma-separated numbers (3e-4,1e-3,3e-3) or LOW:HIGH:N (1e-4:1e-2:5, N >= 2)"

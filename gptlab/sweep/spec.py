@@ -17,13 +17,26 @@ import yaml
 from gptlab.errors import ConfigError
 from gptlab.sweep.aa import aa_spec, parse_aa
 from gptlab.sweep.design import Rung, factorial_arms, ladder_conflicts, parse_ladder, rungs
+from gptlab.sweep.equal_flops import parse_points
+from gptlab.sweep.equal_flops import plan as plan_flops_grid
 from gptlab.sweep.identity import ladder_errors
 from gptlab.sweep.layout import SWEEP_FILE, is_arm_name, parse_lr_grid, read_sweep
-from gptlab.sweep.plan import COMMANDS, is_launch_setting
+from gptlab.sweep.plan import COMMANDS, is_launch_setting, planned_overrides
 from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import SWEEPS_DIR
 
-SPEC_KEYS = ("description", "seeds", "overrides", "arms", "command", "lr_grid", "ladder", "factors", "aa")
+SPEC_KEYS = (
+    "description",
+    "seeds",
+    "overrides",
+    "arms",
+    "command",
+    "lr_grid",
+    "ladder",
+    "factors",
+    "aa",
+    "equal_flops",
+)
 HYDRA_DIR = re.compile(r"^\+{0,2}hydra\.sweep\.(dir|subdir)=(.*)$")
 
 # keys gptlab-sweep sets for each run itself (an extra override of one would be silently replaced): why, what to do
@@ -190,15 +203,14 @@ def check_grid(name: str, spec: dict, note: Callable[[str], None] = print) -> No
 
 
 def _ladder(
-    given: list[str] | None, lr_grid: str | None, spec: dict, extra: list[str], note: Callable[[str], None]
+    given: list[str] | None, spec: dict, extra: list[str], note: Callable[[str], None]
 ) -> dict[str, list[str]] | None:
-    """The ladder of --ladder (else the file's `ladder:`), checked against the lr grid and every override."""
+    """The ladder of --ladder (else the file's `ladder:`), checked against every override (an lr grid runs at every
+    rung: <arm>/<rung>/lr<v>/seed<k>)."""
     given = given if given else spec.get("ladder")
     if given is None:
         return None
     ladder = parse_ladder(given)
-    if lr_grid is not None or spec.get("lr_grid") is not None:
-        raise ConfigError("--ladder with --lr-grid is not supported yet; run the lr grid at one size, then the ladder")
     for arm, overrides in spec["arms"].items():
         clash = ladder_conflicts(ladder, overrides)
         if clash:
@@ -248,17 +260,18 @@ def resolve(
     ladder: list[str] | None = None,
     factorial: bool = False,
     aa: str | bool | None = None,
+    equal_flops: str | None = None,
     note: Callable[[str], None] = print,
     word: Callable[[BaseException], str] = str,
 ) -> Sweep:
-    """The sweep `gptlab-sweep SWEEP EXTRA... --seeds --lr-grid --ladder --factorial --aa` runs (aa: --aa-arms's
+    """The sweep `gptlab-sweep SWEEP EXTRA... --seeds --lr-grid --ladder --factorial --aa --equal-flops` runs (aa: --aa-arms's
     value, True for --aa, None for the file's); ConfigError for anything it refuses. `note` gets the notes on the
     way, `word` words a Hydra composition error."""
     out, extra = take_sweep_dir(out, extra)
     name, spec, _ = load_sweep(sweep)
     if factorial and "factors" not in spec:
         raise ConfigError(f"--factorial: sweep '{name}' has no 'factors:' (name -> overrides of one binary change)")
-    sizes = _ladder(ladder, lr_grid, spec, extra, note)
+    sizes = _ladder(ladder, spec, extra, note)
     ladder_rungs = rungs(sizes) if sizes else None
     run_seeds = parse_seeds(seeds) if seeds else list(spec["seeds"])
     grid = lr_grid if lr_grid is not None else spec.get("lr_grid")
@@ -279,7 +292,29 @@ def resolve(
         bad = ladder_errors(name, spec, extra, run_seeds[0], ladder_rungs or [])
         if bad:
             raise ConfigError(bad[0].removeprefix(f"[{name}] "))
+    points = equal_flops if equal_flops is not None else spec.get("equal_flops")
+    if points is not None:  # one cumulative-FLOPs eval grid for every arm (gptlab/sweep/equal_flops.py)
+        spec = _equal_flops(name, spec, extra, parse_points(points), sizes is not None, note)
     return Sweep(name, spec, run_seeds, lrs, ladder_rungs, sweep_dir, extra, out)
+
+
+def _equal_flops(
+    name: str, spec: dict, extra: list[str], points: int, ladder: bool, note: Callable[[str], None]
+) -> dict:
+    """The spec with train.eval_flops=[the shared grid] among its overrides (recorded, so a re-run plans the same)."""
+    if ladder:
+        raise ConfigError(
+            "--equal-flops: a ladder's rungs differ in size by design and are compared rung by rung; one FLOPs grid "
+            "across them would lie beyond the small rungs' reach: drop one of the two"
+        )
+    if spec.get("command", "train") != "train":
+        raise ConfigError("--equal-flops: a decode sweep trains nothing; drop --equal-flops / equal_flops:")
+    arms = {
+        arm: [o for o in planned_overrides(name, spec, arm, extra) if not is_launch_setting(o)] for arm in spec["arms"]
+    }
+    override, said = plan_flops_grid(arms, points)
+    note(said)
+    return {**spec, "overrides": [*spec["overrides"], override], "equal_flops": points}
 
 
 def record_definition(sweep_dir: Path, spec: dict, extra: list[str], write: bool = True) -> list[float]:

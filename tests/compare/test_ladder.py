@@ -183,7 +183,6 @@ def test_dry_run_plans_every_arm_at_every_rung_in_one_launch(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, arms, extra, words",
     [
-        (["--ladder", "model.d_model=32,64", "--lr-grid", "1e-3,1e-2"], {"a": []}, {}, "--ladder with --lr-grid"),
         (["--ladder", "model.d_model=32,64"], {"a": ["model.d_model=128"]}, {}, "arm 'a' sets model.d_model=128"),
         (["--ladder", "model.seq=1,2"], {"a": []}, {}, "not a size key"),
         (["--factorial"], {"a": []}, {}, "has no 'factors:'"),

@@ -183,3 +183,32 @@ def test_a_malformed_layout_is_read_cell_by_cell_or_refused_in_one_line(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "base/lr0.01/seed0/metrics.jsonl:2: not a JSON object line" in err
     assert not (root / "comparison").exists()
+
+
+def test_two_sweep_dirs_are_read_as_one_grid_and_an_arm_that_differs_between_them_is_refused(tmp_path):
+    """A narrow grid, then a wider one run into a second dir: one grid of the union of their lrs; the best lr found
+    past the first grid's edge; a run of one cell in both dirs refused; an arm trained longer in one dir refused."""
+    first = sweep(tmp_path / "first", {"base": BASE, "wide": {1e-3: [3.1, 3.1, 3.1], 1e-2: [2.6, 2.6, 2.6]}})
+    wider = {"base": {3e-2: [2.3, 2.31, 2.29]}, "wide": {3e-2: [2.2, 2.21, 2.19]}}
+    second = sweep(tmp_path / "second", wider)
+    alone = report(read_grid(first))
+    assert alone["rows"][0]["best_lr"] == 1e-2 and "largest" in format_report(alone)  # at the edge of one grid
+    grid = read_grid(first, second)
+    assert grid.lrs == [1e-3, 1e-2, 3e-2]
+    assert grid["wide"].at(3e-2)[0].where == "second/wide/lr0.03/seed0"
+    doc = report(grid)
+    assert [rows(doc)[a]["best_lr"] for a in ("base", "wide")] == [3e-2, 3e-2]
+    assert any("one grid read from 2 sweep dirs" in n for n in grid.notes)
+    out = tmp_path / "cmp"
+    assert main([str(first), str(second), "--lr-grid", "--out", str(out)]) == 0
+    assert json.loads((out / "lr_grid.json").read_text())["rows"][0]["best_lr"] == 3e-2
+
+    clash = sweep(tmp_path / "clash", {"base": {1e-2: [2.9, 2.9, 2.9]}})
+    with pytest.raises(ConfigError, match=r"two different runs of arm base at lr 0\.01, seed 0"):
+        read_grid(first, clash)
+
+    longer = sweep(tmp_path / "longer", {"wide": {3e-2: [2.2, 2.2, 2.2]}})
+    for cfg in longer.rglob("config.yaml"):
+        cfg.write_text(cfg.read_text().replace("spike_factor: 3.0", "spike_factor: 3.0\n  max_steps: 20"))
+    with pytest.raises(ConfigError, match=r"^arm wide: .* has train\.max_steps=None and .* has train\.max_steps=20; "):
+        read_grid(first, longer)

@@ -101,3 +101,56 @@ def plot(ladder: Ladder, doc: dict, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _lr(lr: float | None) -> str:
+    return "—" if lr is None else f"{lr:g}"
+
+
+def format_lr_trend(doc: dict) -> str:
+    """A ladder with an lr grid at every rung: each arm's best lr by rung, the slope of log10 best lr on log10 size
+    with its interval and, against the baseline, whether it moves differently; then the ladder at own best lr."""
+    lines = [
+        f"ladder x lr grid: {len(doc['lr_trend'])} arms x {len(doc['rungs'])} rungs ({', '.join(doc['rungs'])}), "
+        f"each arm at its own best lr at every rung; baseline {doc['baseline']}"
+    ]
+    for entry in doc["lr_trend"]:
+        picks = " -> ".join(f"{_lr(entry['best_lr'].get(r))} ({r})" for r in doc["rungs"])
+        lines.append(f"{entry['arm']:<14} best lr {picks}")
+        slope = entry["slope"]
+        ci = entry["slope_ci"]
+        shown = (
+            "n/a (fewer than 2 rungs with a best lr)"
+            if slope is None
+            else f"{slope:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else " (no interval: 1 seed per cell)")
+        )
+        lines.append(f"{'':<14} decades of best lr per decade of size: {shown}")
+        if entry["at_grid_edge"]:
+            lines.append(
+                f"{'':<14} best lr at the grid's edge at {', '.join(entry['at_grid_edge'])}: the slope is a bound "
+                "(widen the grid: the same sweep with a wider --lr-grid extends it in place)"
+            )
+        vs = entry.get("vs_baseline")
+        if vs and vs["difference"] is not None:
+            ci = vs["ci"]
+            where = f"{vs['difference']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else " (no interval)")
+            if vs["moves_differently"]:
+                said = (
+                    f"its best lr MOVES DIFFERENTLY with size from {doc['baseline']}'s: a transferred lr would be off"
+                )
+            elif vs["moves_differently"] is None:
+                said = f"undecided whether its best lr moves like {doc['baseline']}'s"
+            else:
+                said = f"its best lr moves like {doc['baseline']}'s (the interval holds 0)"
+            lines.append(f"{'':<14} vs {doc['baseline']}: slope difference {where}: {said}")
+    for rung, found in doc["grids"].items():  # each rung's grid: unfinished, refused or diverged cells, edges
+        lines += [f"{rung}: {w}" for w in found["warnings"]]
+    boot = doc["bootstrap"]
+    lines.append(
+        f"note: slope intervals: {100 * (1 - boot['alpha']):.0f}% percentile intervals of {boot['draws']} seed-bootstrap "
+        "draws (each cell's seeds resampled, the best lr re-picked at every rung); the best lr lies on the grid, so "
+        "slopes move in the grid's steps"
+    )
+    lines.append("the ladder, each arm at its own best lr at every rung:")
+    lines.append(format_report(doc["ladder"]))
+    return "\n".join(lines)

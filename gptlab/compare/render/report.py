@@ -412,6 +412,16 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
         console.print(sentence, highlight=False, markup=False)
     extra_table.print_table(probes.extra_table(cmp.probes), console)
     extra_table.print_table(evals.extra_table(cmp.evals), console)
+    for line in logged_lines(cmp):
+        console.print(line, highlight=False, markup=False)
+
+
+LOGGED_HEADING = "What the runs logged while training (train.log warnings, beside each arm)"
+
+
+def logged_lines(cmp: Comparison) -> list[str]:
+    """The arms' train.log warnings, one line each (the terminal and comparison.md list them all)."""
+    return [f"logged: {x.describe()}" for x in cmp.logged]
 
 
 def _md_escape(text: str) -> str:
@@ -441,6 +451,8 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
     lines += extra_table.markdown(probes.extra_table(cmp.probes))
     lines += extra_table.markdown(evals.extra_table(cmp.evals))
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
+    if cmp.logged:
+        lines += [f"## {LOGGED_HEADING}", ""] + [f"- {_md_escape(x.describe())}" for x in cmp.logged] + [""]
     lines += [f"![{name}]({p.name})" for name, p in images.items()]
     return "\n".join(lines) + "\n"
 
@@ -558,6 +570,22 @@ def shared_settings(cmp: Comparison) -> list[tuple[str, str]]:
     return out
 
 
+def _html_logged(cmp: Comparison) -> str:
+    """The arms' train.log warnings: a table of arm, runs, level and message ('' when none)."""
+    if not cmp.logged:
+        return ""
+    esc = html.escape
+    rows = "".join(
+        f'<tr><td>{esc(x.arm)}</td><td>{x.runs} of {x.of}</td><td class="warn">{esc(x.level.lower())}</td>'
+        f'<td style="text-align:left">{esc(x.message)}</td></tr>\n'
+        for x in cmp.logged
+    )
+    return (
+        f'<h2>{esc(LOGGED_HEADING)}</h2>\n<table class="logged">\n<tr><th>arm</th><th>runs</th><th>level</th>'
+        f"<th>message</th></tr>\n{rows}</table>\n"
+    )
+
+
 def _html_runs(cmp: Comparison) -> str:
     """The compared runs (label, seed, dir, W&B run, outside load) and the settings every run shares."""
     import os
@@ -599,5 +627,5 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
         + (_html_power(cmp) if power else "")
-        + f"{_legend(cmp)}{html_targets(cmp)}{_html_compute(cmp)}{extra_table.html_table(probes.extra_table(cmp.probes))}{extra_table.html_table(evals.extra_table(cmp.evals))}<ul>{note_items}</ul>\n{extra}{_figures(images)}{_html_runs(cmp)}</body></html>\n"
+        + f"{_legend(cmp)}{html_targets(cmp)}{_html_compute(cmp)}{extra_table.html_table(probes.extra_table(cmp.probes))}{extra_table.html_table(evals.extra_table(cmp.evals))}<ul>{note_items}</ul>\n{_html_logged(cmp)}{extra}{_figures(images)}{_html_runs(cmp)}</body></html>\n"
     )

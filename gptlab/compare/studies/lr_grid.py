@@ -27,10 +27,12 @@ seeds and the verdicts use only the holdout seeds; without, the report says the 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gptlab.compare.reading.group import SEED_KEYS, is_bookkeeping
 from gptlab.compare.reading.identity import dedupe
 from gptlab.compare.reading.like import check_like
 from gptlab.compare.reading.runs import Run, is_run_dir, load_run
@@ -39,6 +41,7 @@ from gptlab.compare.statistics.stats import ALPHA, mean, std
 from gptlab.compare.statistics.verdict import Caveat, Verdict
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import parse_lr_part, parse_seed_part, read_refused, read_sweep
+from gptlab.util.tree import flatten
 
 DIVERGE_FACTOR = 1.5
 FINISHED, DIVERGED, UNFINISHED, REFUSED, NOT_RUN = "finished", "diverged", "unfinished", "refused", "not run"
@@ -153,11 +156,15 @@ def _spike_total(runs: list[GridRun]) -> int | None:
     return None if not counts or any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
 
-def _candidates(sweep_dir: Path) -> list[tuple[Path, str, float, int | None]]:
-    """(run dir, arm, lr, seed) as the folders name them, for every run dir at <arm>/lr<v>/<seed dir>."""
+def _candidates(sweep_dir: Path, rung: str | None = None) -> list[tuple[Path, str, float, int | None]]:
+    """(run dir, arm, lr, seed) as the folders name them, for every run dir at <arm>/lr<v>/<seed dir> (with a rung:
+    <arm>/<rung>/lr<v>/<seed dir>, one rung of a ladder with an lr grid)."""
     found = []
     for arm_dir in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for lr_dir in sorted(p for p in arm_dir.iterdir() if p.is_dir() and parse_lr_part(p.name) is not None):
+        parent = arm_dir / rung if rung is not None else arm_dir
+        if not parent.is_dir():
+            continue
+        for lr_dir in sorted(p for p in parent.iterdir() if p.is_dir() and parse_lr_part(p.name) is not None):
             lr = parse_lr_part(lr_dir.name)
             for seed_dir in sorted(p for p in lr_dir.iterdir() if p.is_dir() and is_run_dir(p)):
                 found.append((seed_dir, arm_dir.name, float(lr or 0), parse_seed_part(seed_dir.name)))
@@ -177,11 +184,15 @@ def _own(run: Run, arm: str, lr: float, seed: int | None) -> tuple[str, float, i
     )
 
 
-def _refused_cells(sweep_dir: Path) -> dict[tuple[str, float, int], str]:
-    """(arm, lr, seed) -> why it cannot start, from the latest plan's refused.json."""
+def _refused_cells(sweep_dir: Path, rung: str | None = None) -> dict[tuple[str, float, int], str]:
+    """(arm, lr, seed) -> why it cannot start, from the latest plan's refused.json (of one rung, with a rung)."""
     cells = {}
     for subdir, why in read_refused(sweep_dir).items():
         parts = subdir.split("/")
+        if rung is not None:
+            if len(parts) != 4 or parts[1] != rung:
+                continue
+            parts = [parts[0], *parts[2:]]
         lr = parse_lr_part(parts[1]) if len(parts) == 3 else None
         seed = parse_seed_part(parts[2]) if len(parts) == 3 else None
         if lr is not None and seed is not None:
@@ -189,26 +200,44 @@ def _refused_cells(sweep_dir: Path) -> dict[tuple[str, float, int], str]:
     return cells
 
 
-def read_grid(sweep_dir: Path) -> Grid:
-    """{arm: its curve} of an lr grid sweep dir (arms in sweep.yaml's order when it lists them): every cell of the
-    design with its state, each run read by compare/reading/runs.py; runs scored on different validation sets are
-    refused (check_like), so are two different runs of one cell."""
-    recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: the design is what the folders hold
-    refused = _refused_cells(sweep_dir)
-    found = _candidates(sweep_dir) if sweep_dir.is_dir() else []
+def grid_root(sweep_dirs: list[Path]) -> Path:
+    """The folder every cell's `where` is relative to: the sweep dir, or the common folder of several."""
+    if len(sweep_dirs) == 1:
+        return sweep_dirs[0]
+    return Path(os.path.commonpath([str(d.resolve()) for d in sweep_dirs]))
+
+
+def read_grid(*sweep_dirs: Path, rung: str | None = None) -> Grid:
+    """{arm: its curve} of one lr grid sweep dir, or of several read as one grid (arms in sweep.yaml's order when
+    it lists them): every cell of the design with its state, each run read by compare/reading/runs.py; runs scored
+    on different validation sets are refused (check_like), so are two different runs of one cell and, across
+    several dirs, an arm whose runs differ in more than lr and seed. With `rung`, the grid of that rung of a ladder
+    with an lr grid (<arm>/<rung>/lr<v>/seed<k>)."""
+    root = grid_root(list(sweep_dirs))
+    found, refused, design, given_lrs, given = [], {}, [], [], []
+    for sweep_dir in sweep_dirs:
+        recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: the design is what the folders hold
+        refused |= _refused_cells(sweep_dir, rung)
+        found += _candidates(sweep_dir, rung) if sweep_dir.is_dir() else []
+        design += recorded.arms if recorded else []
+        given_lrs += recorded.lrs if recorded and recorded.lrs else []
+        given += recorded.seeds if recorded and "seeds" in recorded.record else []
+    where_given = " ".join(str(d) for d in sweep_dirs)
     if not found and not refused:
         raise ConfigError(
-            f"{sweep_dir}: no lr grid runs (<arm>/lr<value>/seed<k>/); run gptlab-sweep NAME --lr-grid ..."
+            f"{where_given}: no lr grid runs (<arm>/lr<value>/seed<k>/); run gptlab-sweep NAME --lr-grid ..."
         )
     runs = [load_run(path) for path, _, _, _ in found]
     folders = {id(run): (arm, lr, seed) for run, (_, arm, lr, seed) in zip(runs, found)}
     kept, copies = dedupe(runs)
     if kept:
         check_like(kept)  # one sweep's runs share their data: only a mixed-in foreign run can differ
+    if len(sweep_dirs) > 1:
+        _check_arms_agree(kept, folders, root)
     notes = [line.removeprefix("warning: ") for line in copies]
     cells: dict[tuple[str, float, int], GridRun] = {}
     for run in kept:
-        where = run.path.relative_to(sweep_dir).as_posix()
+        where = os.path.relpath(run.path, root).replace(os.sep, "/")
         arm, lr, seed = _own(run, *folders[id(run)])
         if seed is None:
             notes.append(f"{where}: not a seed<k> folder and its config records no seed: left out")
@@ -217,24 +246,55 @@ def read_grid(sweep_dir: Path) -> Grid:
             notes.append(f"{where}: its own config says arm {arm}, lr {lr:g}, seed {seed}: counted there")
         if (arm, lr, seed) in cells:
             raise ConfigError(
-                f"{sweep_dir}: {cells[arm, lr, seed].where} and {where} are two different runs of arm {arm} at lr "
+                f"{root}: {cells[arm, lr, seed].where} and {where} are two different runs of arm {arm} at lr "
                 f"{lr:g}, seed {seed}; leave one of them out"
             )
         cells[arm, lr, seed] = _grid_run(arm, lr, seed, run, where)
-    design = recorded.arms if recorded else []
     arms = list(dict.fromkeys([*design, *(a for a, _, _ in [*cells, *refused])]))
-    lrs = sorted({*(recorded.lrs if recorded and recorded.lrs else []), *(lr for _, lr, _ in [*cells, *refused])})
-    given = recorded.seeds if recorded and "seeds" in recorded.record else []
+    lrs = sorted({*given_lrs, *(lr for _, lr, _ in [*cells, *refused])})
     seeds = sorted({*given, *(s for _, _, s in [*cells, *refused])})
     for key in [(a, lr, s) for a in arms for lr in lrs for s in seeds if (a, lr, s) not in cells]:
         state = REFUSED if key in refused else NOT_RUN
         cells[key] = GridRun(*key, final=None, state=state, reason=refused.get(key, ""))
     if all(r.state in (REFUSED, NOT_RUN) for r in cells.values()):
         first = next(iter(refused.values()), "")
-        raise ConfigError(f"{sweep_dir}: none of the grid's {len(cells)} runs ran ({len(refused)} refused: {first})")
+        raise ConfigError(f"{where_given}: none of the grid's {len(cells)} runs ran ({len(refused)} refused: {first})")
+    if len(sweep_dirs) > 1:
+        notes.append(f"one grid read from {len(sweep_dirs)} sweep dirs: " + ", ".join(str(d) for d in sweep_dirs))
     curves = {arm: ArmCurve(arm, sorted((r for r in cells.values() if r.arm == arm), key=lambda r: (r.lr, r.seed)))
               for arm in arms}  # fmt: skip
     return Grid(curves, lrs, seeds, notes)
+
+
+def _check_arms_agree(runs: list[Run], folders: dict[int, tuple], root: Path) -> None:
+    """Across several sweep dirs, one arm's runs may differ only in lr and seed (the grid's axes): an arm trained
+    longer, on another model or data in one dir is another arm, and pooling it would bias its curve."""
+    seen: dict[str, tuple[dict, Run]] = {}
+    for run in runs:
+        arm = _own(run, *folders[id(run)])[0]
+        setting = _setting(run)
+        if arm not in seen:
+            seen[arm] = (setting, run)
+            continue
+        first, other = seen[arm]
+        differ = sorted(k for k in first.keys() | setting.keys() if first.get(k) != setting.get(k))
+        if differ:
+            key = differ[0]
+            raise ConfigError(
+                f"arm {arm}: {os.path.relpath(other.path, root)} has {key}={first.get(key)!r} and "
+                f"{os.path.relpath(run.path, root)} has {key}={setting.get(key)!r}; the runs of one arm may differ "
+                "only in optimizer.lr and seed across the sweep dirs of one grid (compare them separately)"
+            )
+
+
+def _setting(run: Run) -> dict:
+    """A run's config as flat keys, less its lr, seeds and bookkeeping (paths, names, the sweep's own keys)."""
+    cfg = run.config if isinstance(run.config, dict) else {}
+    skip = {"optimizer.lr", "sweep", "arm"}
+    return {
+        k: v for k, v in flatten(cfg, empty_as_leaf=True).items()
+        if k not in SEED_KEYS and k not in skip and not is_bookkeeping(k)
+    }  # fmt: skip
 
 
 def parse_holdout(text: str | None) -> set[int] | None:

@@ -13,6 +13,7 @@ from gptlab.compare.reading.group import Group, assign_labels, check_same_task, 
 from gptlab.compare.reading.identical import identical_groups, mixed_fingerprints, shared
 from gptlab.compare.reading.identity import dedupe
 from gptlab.compare.reading.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_notes, check_like, value
+from gptlab.compare.reading.logged import Logged, by_arm
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics import speed, stats, verdict
 from gptlab.compare.statistics.noise_floor import Floor, load_limit, mem_limit
@@ -125,6 +126,7 @@ class Comparison:
     matrix: Any = None  # matrix.Matrix: every arm under every lens (equal steps, FLOPs, wall time, own lr, matched)
     probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
     evals: list[Any] = field(default_factory=list)  # evals.EvalRow per eval.json metric (gptlab-eval)
+    logged: list[Logged] = field(default_factory=list)  # what each arm's runs logged as warnings (train.log)
     # The machine's measured noise floor used for speed verdicts (None: the default heuristic), the report's line
     # on it, and the outside load above which a run's speed is 'under load'.
     noise_floor: Floor | None = None
@@ -149,6 +151,7 @@ class Comparison:
             "rows": [r.to_json() for r in self.rows],
             "warnings": self.warnings,
             "notes": self.notes,
+            "logged": [x.to_json() for x in self.logged],
             "noise_floor": {
                 "measured": asdict(self.noise_floor) if self.noise_floor else None,
                 "load_limit": self.load_limit,
@@ -397,6 +400,7 @@ def compare(
     cmp.warnings += probe_warnings
     cmp.evals, eval_warnings = eval_rows(ordered, [r.label for r in rows])
     cmp.warnings += eval_warnings
+    cmp.logged = by_arm([(g.label, [r.path for r in g.runs]) for g in ordered])
     return cmp
 
 
