@@ -412,8 +412,8 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
         console.print(sentence, highlight=False, markup=False)
     extra_table.print_table(probes.extra_table(cmp.probes), console)
     extra_table.print_table(evals.extra_table(cmp.evals), console)
-    for line in logged_lines(cmp):
-        console.print(line, highlight=False, markup=False)
+    for said in logged_lines(cmp):
+        console.print(said, highlight=False, markup=False)
 
 
 LOGGED_HEADING = "What the runs logged while training (train.log warnings, beside each arm)"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +135,12 @@ def lr_trend(grids: dict[str, grid.Grid], ladder: scale.Ladder, alpha: float = A
     from the baseline's with its interval and whether it excludes 0."""
     rng = random.Random(RNG_SEED)
     cells = {(arm, rung): _finals(g, arm) for rung, g in grids.items() for arm in ladder.arms if arm in g}
-    sizes = {(arm, rung): ladder.size(arm, rung) for arm, rung in cells}
-    usable = {k: v for k, v in cells.items() if sizes[k] is not None}
+    sizes: dict[tuple[str, str], float] = {}
+    for arm, rung in cells:
+        size = ladder.size(arm, rung)
+        if size is not None:
+            sizes[arm, rung] = size
+    usable = {k: v for k, v in cells.items() if k in sizes}
 
     def slope_of(arm: str, resample: bool) -> float | None:
         picked, at = [], []
@@ -154,7 +159,7 @@ def lr_trend(grids: dict[str, grid.Grid], ladder: scale.Ladder, alpha: float = A
     seeds = max((len(v) for c in usable.values() for v, _ in c.values()), default=0)
     draws = {arm: [slope_of(arm, True) for _ in range(BOOTSTRAP)] if seeds > 1 else [] for arm in ladder.arms}
     base = ladder.arms[0]
-    out = []
+    out: list[dict[str, Any]] = []
     for arm in ladder.arms:
         best = {rung: grids[rung][arm].best_lr for rung in ladder.rungs if arm in grids[rung]}
         edges = [rung for rung in ladder.rungs if arm in grids[rung] and grids[rung][arm].edge is not None]
@@ -179,7 +184,7 @@ def lr_trend(grids: dict[str, grid.Grid], ladder: scale.Ladder, alpha: float = A
     return out
 
 
-def _interval(draws: list[float | None], alpha: float) -> list[float] | None:
+def _interval(draws: Sequence[float | None], alpha: float) -> list[float] | None:
     """The percentile interval of bootstrap draws; None without draws or when a draw had no slope."""
     if not draws or any(d is None for d in draws):
         return None

@@ -214,7 +214,11 @@ def read_grid(*sweep_dirs: Path, rung: str | None = None) -> Grid:
     several dirs, an arm whose runs differ in more than lr and seed. With `rung`, the grid of that rung of a ladder
     with an lr grid (<arm>/<rung>/lr<v>/seed<k>)."""
     root = grid_root(list(sweep_dirs))
-    found, refused, design, given_lrs, given = [], {}, [], [], []
+    found: list[tuple[Path, str, float, int | None]] = []
+    refused: dict[tuple[str, float, int], str] = {}
+    design: list[str] = []
+    given_lrs: list[float] = []
+    given: list[int] = []
     for sweep_dir in sweep_dirs:
         recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: the design is what the folders hold
         refused |= _refused_cells(sweep_dir, rung)
