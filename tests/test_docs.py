@@ -331,7 +331,9 @@ def test_runnable_block(block: Block, tmp_path):
     report += done.stderr[-3000:]
     assert done.returncode == 0, report
     assert not killed, f"detached sweeps still running after the block: {killed}"
-    if "gptlab-compare" in block.text and "--lr-grid" in block.text:
+    if "gptlab-compare" in block.text and "--ladder" in block.text and "--lr-grid" in block.text:
+        assert "ladder x lr grid:" in done.stdout and "ladder_lr.json" in done.stdout, report  # best lr per rung
+    elif "gptlab-compare" in block.text and "--lr-grid" in block.text:
         assert "lr_grid.json" in done.stdout and "best lr" in done.stdout, report  # the lr-grid table
     elif "gptlab-compare" in block.text:
         assert "Compared at step" in done.stdout, report
