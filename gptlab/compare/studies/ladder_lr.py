@@ -99,18 +99,7 @@ def read(sweep_dir: Path, x: str = "params", baseline: str | None = None) -> tup
 
 def _finals(g: grid.Grid, arm: str) -> dict[float, tuple[list[float], bool]]:
     """lr -> (the finished seeds' final val losses, whether a seed diverged there) of one arm at one rung."""
-    curve = g[arm]
-    return {
-        lr: ([r.final for r in curve.at(lr) if r.state == grid.FINISHED and r.final is not None],
-             any(r.diverged for r in curve.at(lr)))
-        for lr in curve.lrs
-    }  # fmt: skip
-
-
-def _pick(cells: dict[float, tuple[list[float], bool]]) -> float | None:
-    """The best lr of one arm at one rung: lowest mean final, never an lr where a seed diverged."""
-    scores = {lr: sum(v) / len(v) for lr, (v, diverged) in cells.items() if v and not diverged}
-    return min(scores, key=lambda lr: scores[lr]) if scores else None
+    return {lr: grid.finals_and_diverged(g[arm].at(lr)) for lr in g[arm].lrs}
 
 
 def _slope(sizes: list[float], lrs: list[float]) -> float | None:
@@ -150,7 +139,7 @@ def lr_trend(grids: dict[str, grid.Grid], ladder: scale.Ladder, alpha: float = A
                 continue
             if resample:
                 found = {lr: ([rng.choice(v) for _ in v], d) for lr, (v, d) in found.items()}
-            best = _pick(found)
+            best = grid.best_lr(found)
             if best is not None:
                 picked.append(best)
                 at.append(sizes[arm, rung])

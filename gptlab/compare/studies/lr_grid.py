@@ -334,13 +334,7 @@ def analyse(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> Non
     for curve in curves.values():
         curve.lrs = sorted({r.lr for r in curve.runs})
         pick = {s for s in {r.seed for r in curve.runs} if not holdout or s not in holdout}
-        scores = {}
-        for lr in curve.lrs:
-            runs = curve.at(lr, pick)
-            done = [r.final for r in runs if r.state == FINISHED and r.final is not None]
-            if done and not any(r.diverged for r in runs):
-                scores[lr] = mean(done)
-        curve.best_lr = min(scores, key=lambda lr: scores[lr]) if scores else None
+        curve.best_lr = best_lr({lr: finals_and_diverged(curve.at(lr, pick)) for lr in curve.lrs})
         ran = curve.ran()
         curve.edge = None
         if curve.best_lr is not None and len(ran) > 1:
@@ -351,6 +345,17 @@ def analyse(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> Non
             if any(r.state == FINISHED for r in curve.at(lr)) and not any(r.diverged for r in curve.at(lr))
         ]
         curve.max_stable_lr = max(stable) if stable else None
+
+
+def finals_and_diverged(runs: list[GridRun]) -> tuple[list[float], bool]:
+    """The finished runs' final val losses of one cell, and whether a run there diverged."""
+    return [r.final for r in runs if r.state == FINISHED and r.final is not None], any(r.diverged for r in runs)
+
+
+def best_lr(cells: dict[float, tuple[list[float], bool]]) -> float | None:
+    """The pick: the lr with the lowest mean final val loss over its finished runs, never one where a run diverged."""
+    scores = {lr: mean(done) for lr, (done, diverged) in cells.items() if done and not diverged}
+    return min(scores, key=lambda lr: scores[lr]) if scores else None
 
 
 def finals_at(curve: ArmCurve, lr: float | None, seeds: set[int] | None) -> list[float]:
