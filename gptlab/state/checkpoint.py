@@ -130,9 +130,9 @@ def save_sharded(run_dir: Path, step: int, tensors: dict, state: dict, rank: int
         # Rank 0's folder for all: the default hydra.run.dir holds the second each rank started, on its own node's
         # clock, so ranks started a second apart name different run dirs. Also the barrier: nobody writes into a
         # temp dir rank 0 is still sweeping.
-        shared = [str(folder)]
-        dist.broadcast_object_list(shared, src=0)
-        folder = Path(shared[0])
+        where = [str(folder)]
+        dist.broadcast_object_list(where, src=0)
+        folder = Path(where[0])
     final, tmp = folder / f"step_{step:07d}.dcp", folder / f".step_{step:07d}.dcp.tmp"
     error = None
     try:
