@@ -5,6 +5,7 @@ same text; kept on disk and reused while their spec is unchanged."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -22,17 +23,21 @@ TABLE = [w + " " for w in WORDS] + [w + "\n" for w in WORDS]  # the last word of
 WORDS_PER_LINE, BLOCK_LINES, DOC_BYTES, SEED = 12, 20_000, 4096, 0
 
 
-def generate(folder: Path, label: str, nbytes: int) -> dict:
-    """<label>.txt and <label>.jsonl with the same text, the .txt nbytes long (to the end of a line); kept if there."""
+def generate(folder: Path, label: str, nbytes: int, jsonl_too: bool = True) -> dict:
+    """<label>.txt and (jsonl_too) <label>.jsonl with the same text, the .txt nbytes long (to the end of a line);
+    kept if there."""
     txt, jsonl, stamp = folder / f"{label}.txt", folder / f"{label}.jsonl", folder / f"{label}.json"
     spec = {"bytes": nbytes, "seed": SEED, "words": len(WORDS), "words_per_line": WORDS_PER_LINE, "v": 1}
-    if stamp.is_file() and txt.is_file() and jsonl.is_file() and json.loads(stamp.read_text())["spec"] == spec:
+    if not jsonl_too:
+        spec["jsonl"] = False
+    kept = stamp.is_file() and txt.is_file() and (jsonl.is_file() or not jsonl_too)
+    if kept and json.loads(stamp.read_text())["spec"] == spec:
         return json.loads(stamp.read_text())
     rng = np.random.default_rng(SEED)
     p = 1 / np.arange(1, len(WORDS) + 1)  # Zipf: "the" is the commonest word
     p /= p.sum()
     t0, written, docs, per_doc = time.perf_counter(), 0, 0, None
-    with open(txt, "w") as ft, open(jsonl, "w") as fj:
+    with open(txt, "w") as ft, open(jsonl if jsonl_too else os.devnull, "w") as fj:
         while written < nbytes:
             idx = rng.choice(len(WORDS), size=(BLOCK_LINES, WORDS_PER_LINE), p=p)  # (lines, words)
             idx[:, -1] += len(WORDS)
@@ -53,9 +58,9 @@ def generate(folder: Path, label: str, nbytes: int) -> dict:
     info = {
         "spec": spec,
         "txt": str(txt),
-        "jsonl": str(jsonl),
+        "jsonl": str(jsonl) if jsonl_too else None,
         "txt_bytes": txt.stat().st_size,
-        "jsonl_bytes": jsonl.stat().st_size,
+        "jsonl_bytes": jsonl.stat().st_size if jsonl_too else None,
         "jsonl_docs": docs,
         "generate_s": time.perf_counter() - t0,
     }

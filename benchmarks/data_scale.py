@@ -49,13 +49,14 @@ def measure(
     wait_s: float,
     train: bool = True,
     pinned: bool = False,
+    formats: tuple[str, ...] = ("txt", "jsonl"),
 ) -> dict:
     corpora, rows = [], []
     for label, nbytes in sizes:
         bench.log(f"generating {label} corpora")
-        info = generate(bench.dir("corpora"), label, nbytes)
+        info = generate(bench.dir("corpora"), label, nbytes, jsonl_too="jsonl" in formats)
         corpora.append({"label": label, **info})
-        for fmt in ("txt", "jsonl"):
+        for fmt in formats:
             pin = [None] if pinned and fmt == "txt" else []
             rows += [tokenize(bench, info[fmt], fmt, label, info[f"{fmt}_bytes"], n, wait_s) for n in nprocs + pin]
     cache = bench.work / "cache" / f"{sizes[-1][0]}-txt-np{max(nprocs)}"
@@ -82,6 +83,7 @@ def parse(argv):
     p.add_argument("--repeats", type=int, default=3, help="gptlab-train first-step runs per corpus (median)")
     p.add_argument("--steps", type=int, default=30, help="steps of the data-share runs (medians skip 5)")
     p.add_argument("--wait", type=float, default=20, help="wait up to this many s for a quiet machine per figure")
+    p.add_argument("--formats", default="txt,jsonl", help="corpus formats to tokenize: txt, jsonl or both (default)")
     p.add_argument("--pinned", action="store_true", help="also tokenize each .txt pinned to one core (num_proc null)")
     p.add_argument("--no-train", action="store_true", help="tokenize only (skip the gptlab-train runs)")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -98,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         nprocs = sorted({int(n) for n in args.num_proc.split(",")})
         if not sizes or min(nprocs) < 1:
             raise BenchError("--sizes and --num-proc need at least one value each (num_proc >= 1)")
+        formats = tuple(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
+        if not formats or not set(formats) <= {"txt", "jsonl"} or (not args.no_train and "txt" not in formats):
+            raise BenchError(
+                f"--formats {args.formats!r}: allowed: txt, jsonl or txt,jsonl (the training runs read the .txt)"
+            )
     except (BenchError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         res = measure(
-            bench, sizes, nprocs, args.repeats, args.steps, args.wait, train=not args.no_train, pinned=args.pinned
+            bench, sizes, nprocs, args.repeats, args.steps, args.wait, not args.no_train, args.pinned, formats
         )
     except BenchError as err:
         print(f"error: {err} (work files kept in {work})", file=sys.stderr)

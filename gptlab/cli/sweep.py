@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         check_paths(sweep.sweep_dir, list(sweep.spec["arms"]), sweep.seeds, sweep.lrs, sweep.ladder)
         # a dry run answers as the launch would (a dir holding another sweep is refused), writing nothing
-        added = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra, write=not args.dry_run)
+        added = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra, sweep.seeds, write=not args.dry_run)
         if added:
             lrs = ", ".join(f"{lr:g}" for lr in added)
             grows = "would grow" if args.dry_run else "grows"

@@ -317,12 +317,16 @@ def _equal_flops(
     return {**spec, "overrides": [*spec["overrides"], override], "equal_flops": points}
 
 
-def record_definition(sweep_dir: Path, spec: dict, extra: list[str], write: bool = True) -> list[float]:
-    """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir. An lr grid is not
-    part of a sweep's identity: the same sweep with another grid extends the recorded one in place (sweep.yaml then
-    holds the union, so compare --lr-grid reads every lr, and finished runs are reused); returns the lrs it added.
-    write=False (a dry run): the same checks and answer, nothing written."""
-    record = {**spec, "extra_overrides": extra}
+def record_definition(
+    sweep_dir: Path, spec: dict, extra: list[str], seeds: list[int] | None = None, write: bool = True
+) -> list[float]:
+    """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir. Neither the lr grid
+    nor the seeds are part of a sweep's identity: the same sweep with another grid or other `--seeds` extends the
+    recorded one in place (sweep.yaml then holds the union of the lrs and of the seeds that were launched, so
+    compare --lr-grid and status expect exactly the runs launched, and finished runs are reused); returns the lrs it
+    added. `seeds`: the seeds this launch runs (default: the spec's). write=False (a dry run): the same checks and
+    answer, nothing written."""
+    record = {**spec, "seeds": list(spec.get("seeds", [0]) if seeds is None else seeds), "extra_overrides": extra}
     target = sweep_dir / SWEEP_FILE
     if not target.is_file():
         if write:
@@ -331,20 +335,23 @@ def record_definition(sweep_dir: Path, spec: dict, extra: list[str], write: bool
         return []
     existing = read_sweep(sweep_dir)
 
-    def identity(doc: dict) -> dict:
-        return {k: v for k, v in doc.items() if k != "lr_grid"}
+    def identity(doc: dict, drop: tuple[str, ...] = ("lr_grid", "seeds")) -> dict:
+        return {k: v for k, v in doc.items() if k not in drop}
 
     if existing is None or identity(existing.record) != identity(record):
         raise ConfigError(f"{target}: this sweep dir holds a different sweep definition; pass --out <new dir>")
+    grown = {"seeds": [*existing.seeds, *(s for s in record["seeds"] if s not in existing.seeds)]}
+    added: list[float] = []
     if existing.lrs is None or record.get("lr_grid") is None:
-        if existing.record != record:  # a grid added to a sweep without one, or dropped from one with it
+        if identity(existing.record, ("seeds",)) != identity(record, ("seeds",)):  # a grid added, or one dropped
             raise ConfigError(
                 f"{target}: this sweep dir holds the same sweep {'with' if existing.lrs else 'without'} an lr grid; "
                 "pass --out <new dir>"
             )
-        return []
-    union = parse_lr_grid(sorted({*existing.lrs, *record["lr_grid"]}))  # distinct dir names checked again
-    added = [lr for lr in union if lr not in existing.lrs]
-    if added and write:
-        atomic_write_text(target, yaml.safe_dump({**existing.record, "lr_grid": union}, sort_keys=False))
+    else:
+        union = parse_lr_grid(sorted({*existing.lrs, *record["lr_grid"]}))  # distinct dir names checked again
+        added = [lr for lr in union if lr not in existing.lrs]
+        grown["lr_grid"] = union
+    if write and {**existing.record, **grown} != existing.record:
+        atomic_write_text(target, yaml.safe_dump({**existing.record, **grown}, sort_keys=False))
     return added

@@ -301,6 +301,18 @@ def test_a_folder_holding_several_sweeps_lists_them_and_asks_which(tmp_path, cap
     assert sum(r["n_seeds"] for r in doc["rows"]) == 8 and not doc["warnings"]
 
 
+def test_two_named_sweep_dirs_given_on_purpose_are_compared(tmp_path, capsys):
+    """Runs gptlab-sweep wrote carry their sweep's name: one folder's check must not count the other folder's runs
+    (it refused `gptlab-compare A B` as "A holds 2 sweeps", asking for what was done)."""
+    first = _gptlab_sweep(tmp_path / "first", {"mha": dict(leaves={"sweep": "first"})})
+    second = _gptlab_sweep(tmp_path / "second", {"mqa": dict(choices={"attention": "mqa"}, leaves={"sweep": "second"})})
+    doc, _, _ = _ok(tmp_path, capsys, first, second)
+    assert [(r["label"], r["n_seeds"]) for r in doc["rows"]] == [
+        ("attention=mha", 2),
+        ("attention=mqa, attention.n_kv_head=1", 2),
+    ]
+
+
 def test_runs_of_several_sweep_names_in_one_folder_are_not_pooled(tmp_path, capsys):
     write_run(tmp_path / "runs" / "a", seed=0, leaves={"sweep": "attn"})
     write_run(tmp_path / "runs" / "b", seed=1, leaves={"sweep": "lr"})

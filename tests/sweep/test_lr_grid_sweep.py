@@ -109,6 +109,34 @@ def test_a_run_that_cannot_start_is_planned_as_refused_and_the_analysis_shows_it
         read_refused(sweep.sweep_dir)
 
 
+def _finish(sweep) -> None:
+    """Every planned run of `sweep` finished, with the config it composes (a tiny final val loss per lr)."""
+    for run in pending(sweep.name, sweep.spec, sweep.seeds, sweep.sweep_dir, sweep.extra, sweep.lrs).runs:
+        folder = run.run_dir(sweep.sweep_dir)
+        (folder / ".hydra").mkdir(parents=True)
+        cfg = OmegaConf.to_container(compose(list(run.overrides), "train"), resolve=False)
+        (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump({k: v for k, v in cfg.items() if k != "hydra"}))
+        (folder / "summary.json").write_text(json.dumps({"status": "finished", "final_val_loss": 3.0}))
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "val/loss": 4.0}) + "\n")
+
+
+def test_the_seeds_launched_are_recorded_not_the_files(tmp_path):
+    """`--seeds 0,1` on a 3-seed file records seeds [0, 1]: the grid expects the runs launched (it said "not run
+    (seeds 2)" for a seed nobody asked for); a later `--seeds 2` into the same dir grows the record, as a grid does."""
+    doc = {"arms": {"base": [], "wide": []}, "seeds": [0, 1, 2]}
+    two = _resolve(tmp_path, doc, lr_grid="1e-3,1e-2", seeds="0,1")
+    record_definition(two.sweep_dir, two.spec, two.extra, two.seeds)
+    assert read_sweep(two.sweep_dir).seeds == [0, 1]
+    _finish(two)
+    grid = read_grid(two.sweep_dir)
+    assert grid.seeds == [0, 1] and not [n for n in grid.notes if "not run" in n]
+    assert all(r.state != "not run" for c in grid.values() for r in c.runs)
+    third = _resolve(tmp_path, doc, lr_grid="1e-3,1e-2", seeds="2")
+    assert record_definition(third.sweep_dir, third.spec, third.extra, third.seeds) == []
+    assert read_sweep(third.sweep_dir).seeds == [0, 1, 2]  # the union, in launch order
+    assert read_grid(third.sweep_dir).seeds == [0, 1, 2]  # seed 2 launched, not finished: expected, so named
+
+
 def test_a_wider_grid_extends_the_sweep_in_place_and_reuses_finished_runs(tmp_path):
     """The grid is not part of a sweep's identity: the same sweep with a wider grid into its dir records the union
     (compare --lr-grid reads every lr) and plans only the new lrs' runs; another definition is still refused."""

@@ -54,6 +54,8 @@ def check_one_sweep(paths: list[Path], runs: list[Run]) -> None:
             continue
         found: dict[str, tuple[str, list[Path]]] = {}
         for run in runs:
+            if root not in run.path.resolve().parents:  # another folder's run: that folder is checked on its own
+                continue
             sweep = _sweep_of(run, root)
             if sweep is not None:
                 found.setdefault(sweep[0], (sweep[1], []))[1].append(run.path)
