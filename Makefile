@@ -30,14 +30,15 @@ test-fast: setup  ## the suite without slow and SLURM tests (~11 min on 2 cores)
 	$(VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm" $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,
-# omegaconf, wandb, datasets): a floor the code does not run on fails here. torch 2.9.0 exists on PyPI only as its
-# CUDA build (~6.7 GB venv with the nvidia wheels; it runs on CPU). The dev extras but `workspaces` (wandb-workspaces
-# needs wandb >= 0.28.2; its tests skip here). FLOOR_TESTS narrows the tests (default: all fast).
+# omegaconf, wandb, datasets, statsmodels, and the hf/eval extras' transformers and lm-eval): a floor the code does not
+# run on fails here. torch 2.9.0 exists on PyPI only as its CUDA build (~6.7 GB venv with the nvidia wheels; it runs
+# on CPU). The dev extras but `workspaces` (wandb-workspaces needs wandb >= 0.28.2; its tests skip here), plus hf and
+# eval (~1 min more to install). FLOOR_TESTS narrows the tests (default: all fast).
 FLOOR_VENV ?= .venv-floor
 FLOOR_TESTS ?= tests
-test-floor:  ## the fast tests on pyproject's floor versions (torch, wandb, hydra-core, datasets) in .venv-floor
+test-floor:  ## the fast tests on pyproject's floor versions (torch, wandb, transformers, lm-eval, ...) in .venv-floor
 	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
-	$(FLOOR_VENV)/bin/python -m pip install -q -c .ci/floors.txt -r .ci/floors.txt -e '.[optuna,gpt2,tensorboard]' \
+	$(FLOOR_VENV)/bin/python -m pip install -q -c .ci/floors.txt -r .ci/floors.txt -e '.[optuna,gpt2,tensorboard,hf,eval]' \
 	  'pytest>=8' 'pytest-timeout>=2.2' 'pytest-xdist>=3.5' 'hypothesis>=6.100'
 	$(FLOOR_VENV)/bin/python -m pip check
 	$(FLOOR_VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm" -p no:cacheprovider $(FLOOR_TESTS)

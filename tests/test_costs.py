@@ -248,6 +248,18 @@ def test_a_peak_measured_on_a_busy_machine_is_used_but_not_cached(tmp_path, monk
     assert "not cached" in caplog.text
 
 
+def test_the_cpu_bandwidth_roof_is_measured_once_on_a_quiet_machine(tmp_path, monkeypatch):
+    """hardware.mem_bandwidth=auto (gptlab-flops' roofline): measured on the first call, read from the cache after
+    (it was re-measured on every gptlab-flops call: 7.0-11.7 GB/s over seven calls)."""
+    from gptlab.runtime import peak
+
+    calls = []
+    monkeypatch.setattr(peak, "measure_bandwidth", lambda device: calls.append(device) or 9.5e9)
+    monkeypatch.setattr(peak.LoadSampler, "mean", lambda self: 0.0)
+    assert [peak.cached_bandwidth("cpu", tmp_path) for _ in range(3)] == [9.5e9] * 3
+    assert calls == ["cpu"] and list(json.loads((tmp_path / peak.CACHE_FILE).read_text()).values()) == [9.5e9]
+
+
 def test_a_run_beating_the_cached_peak_drops_it(tmp_path, monkeypatch, caplog):
     """A peak cached while the machine was busy is too low (MFU > 100 %): the run drops it for re-measurement."""
     import logging

@@ -1,4 +1,5 @@
-"""The floor versions CI tests (`make test-floor`, called by .ci/run) are pyproject's own floors, pin for pin."""
+"""The floor versions CI tests (`make test-floor`, called by .ci/run) are pyproject's own floors, pin for pin, and the
+floor run installs every extra whose floor it pins."""
 
 from __future__ import annotations
 
@@ -6,25 +7,52 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# a requirement with a floor: name, optional [extras], `>=` version
+REQUIREMENT = re.compile(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][0-9a-z.]*)')
 
 
-def floors() -> dict[str, str]:
-    """{package: its `>=` floor} from pyproject's dependencies."""
-    block = (REPO / "pyproject.toml").read_text().split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
-    return {m[1].lower(): m[2] for m in re.finditer(r'"([A-Za-z0-9_.-]+)>=([0-9][0-9a-z.]*)"', block)}
+def _name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503: lm_eval = lm-eval
 
 
-def test_every_pin_is_pyprojects_floor():
-    pins = {}
+def floors() -> dict[str, tuple[str, str | None]]:
+    """{package: (its `>=` floor, the extra declaring it or None for the dependencies)} from pyproject."""
+    text = (REPO / "pyproject.toml").read_text()
+    block = text.split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
+    found = {_name(m[1]): (m[2], None) for m in REQUIREMENT.finditer(block)}
+    extras, extra = text.split("\n[project.optional-dependencies]\n", 1)[1].split("\n[", 1)[0], None
+    for line in extras.splitlines():
+        start = re.match(r"([a-z0-9-]+) = \[", line)
+        extra = start[1] if start else extra  # an extra's list may run over several lines
+        found |= {_name(m[1]): (m[2], extra) for m in REQUIREMENT.finditer(line)}
+    return found
+
+
+def pins() -> dict[str, str]:
+    out = {}
     for line in (REPO / ".ci" / "floors.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, version = line.split("==")
-            pins[name.strip().lower()] = version.strip()
-    declared = floors()
-    assert {"torch", "wandb", "hydra-core", "datasets"} <= set(pins)
-    for name, version in pins.items():
-        want = declared[name]
+            out[_name(name.strip())] = version.strip()
+    return out
+
+
+def test_every_pin_is_pyprojects_floor():
+    pinned, declared = pins(), floors()
+    assert {"torch", "wandb", "hydra-core", "datasets", "statsmodels", "transformers", "lm-eval"} <= set(pinned)
+    for name, version in pinned.items():
+        assert name in declared, f"{name}: pinned in .ci/floors.txt, no `>=` floor in pyproject"
+        want = declared[name][0]
         assert version == want or version == f"{want}.0", f"{name}: .ci/floors.txt {version}, pyproject >= {want}"
+
+
+def test_the_floor_run_installs_the_extras_of_its_pins():
+    """A pin from an extra (transformers: hf, lm-eval: eval) only counts when the floor run installs that extra."""
+    rule = (REPO / "Makefile").read_text().split("\ntest-floor:", 1)[1].split("\n\n", 1)[0]
+    installed = set(re.search(r"-e '\.\[([a-z0-9,-]+)\]'", rule)[1].split(","))
+    declared = floors()
+    needed = {declared[name][1] for name in pins()} - {None}
+    assert {"hf", "eval"} <= needed and needed <= installed, f"make test-floor installs {sorted(installed)}"
 
 
 def test_ci_runs_the_floor_tests():

@@ -184,7 +184,7 @@ def test_import_refuses_a_different_architecture():
     with pytest.raises(ConfigError, match=r"activation_function=gelu there"):
         hf.check_config(exact.config, ours, "k")
     rope = build_model(compose([*GPT2, *SMALL, "position=rope"]), vocab_size=97, device="meta")
-    with pytest.raises(ConfigError, match=r"position=rope; HF GPT-2's positions are learned"):
+    with pytest.raises(ConfigError, match=r"position=rope here, HF GPT-2's positions are learned"):
         hf.check_config(exact.config, rope, "k")
     # a width mismatch names the width as a width and the ratio that would match, never a width as mlp.ratio=<width>
     wide = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=97, n_inner=192, n_positions=64))
@@ -258,6 +258,27 @@ def _hf_folder(path, **config):
     model.save_pretrained(path)
     to_hf_tokenizer(ByteTokenizer()).save_pretrained(path)
     return model
+
+
+def test_import_names_every_mismatch_at_once(tmp_path):
+    """One try names every difference, in one line: two config fields (depth, activation), HF biases a bias-free run has
+    no place for (the weights) and tokenizer files that encode differently (the run's char vocabulary); none is left
+    for a second try."""
+    from gptlab.data.tokenizers import make_tokenizer
+
+    _hf_folder(tmp_path / "hf", n_layer=3, activation_function="relu")  # its biases are non-zero; a byte tokenizer
+    ours = build_model(compose([*GPT2, *SMALL, "model.bias=false"]), vocab_size=256)
+    char = make_tokenizer("char", "".join(chr(i) for i in range(32, 288)), tmp_path / "tok")  # 256 ids, not bytes
+    with pytest.raises(ConfigError) as err:
+        hf.init_state(str(tmp_path / "hf"), ours, char)
+    message = str(err.value)
+    assert message.startswith(f"train.init_from=hf:{tmp_path / 'hf'}: the HF model differs from this run's model: ")
+    named = message.split(": the HF model differs from this run's model: ", 1)[1].split("; ")
+    assert named[0] == "n_layer=3 there, model.n_layer=2 here"
+    assert named[1] == "activation_function=relu there, mlp=gelu_pytorch_tanh here"
+    assert named[2].startswith("its tokenizer there, data.tokenizer=char here: the Hugging Face tokenizer encodes")
+    assert named[3].startswith("non-zero transformer.h.0.attn.c_attn.bias (and 11 more) there, no such bias here")
+    assert named[3].endswith("(model.bias=false): use model.bias=true") and len(named) == 4 and "\n" not in message
 
 
 @pytest.mark.slow  # trains, then exports through the CLI: ~30 s on 2 busy cores

@@ -262,7 +262,7 @@ def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_s
     # the W&B comparison run logs the same table (columns and cells as the report's)
     from gptlab.compare.render.wandb_log import extra_tables
 
-    logged = extra_tables(NS(compute=None, probes=rows, evals=[]))
+    logged = extra_tables(NS(compute=None, val_sets=[], probes=rows, evals=[]))
     assert set(logged) == {"probes"} and logged["probes"].columns == ["probe", "rope", "learned"]
     assert logged["probes"].data == extra_table(rows).body
     rows, warnings = probe_rows([NS(runs=base), NS(runs=other)], ["rope", "other"], point)

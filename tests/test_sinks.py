@@ -131,6 +131,20 @@ def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     assert of_type(records, "exit")[-1]["exit_code"] == 1
 
 
+def test_a_pruned_run_finishes_its_wandb_run_as_a_success(tmp_path):
+    """A tune pruner stops a run on purpose: W&B shows it finished (exit 0) with status "pruned", not failed."""
+    sink = WandbSink(tmp_path, config={"a": 1}, mode="offline")
+    sink.log({"val/loss": 4.0}, 2)
+    sink.summary({"status": "pruned", "pruned_at_step": 2})
+    sink.close("pruned")
+    records = inspect_records(sink_dir := next((tmp_path / "wandb").glob("offline-run-*")))
+    assert of_type(records, "exit")[-1]["exit_code"] == 0, sink_dir
+    summary = {}
+    for update in of_type(records, "summary"):
+        summary.update(update.get("update", {}))
+    assert summary["status"] == "pruned" and summary["pruned_at_step"] == 2
+
+
 def test_wandb_disabled_mode_is_a_no_op(tmp_path):
     sink = WandbSink(tmp_path, config={"a": 1}, mode="disabled")
     sink.log({"train/loss": 1.0}, 1)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gptlab.cli import fail
 from gptlab.errors import ConfigError
+from gptlab.interop.quiet import tqdm_off_for_this_process
 from gptlab.util.extras import require
 
 
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--no-wandb", action="store_true", help="write eval.json only")
     args = parser.parse_args(argv)
+    tqdm_off_for_this_process()  # lm-eval's own tqdm bars (before lm-eval imports tqdm)
     tasks = [t for t in args.tasks.split(",") if t]
     try:
         if not tasks:

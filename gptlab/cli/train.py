@@ -123,6 +123,13 @@ def _report(summary: dict, run_dir: Path) -> None:
         f"  peak memory    {summary['peak_mem_bytes'] / 2**20:,.0f} MiB",
         f"  run dir        {run_dir}  (metrics.jsonl, summary.json, provenance.json, checkpoints/)",
     ]
+    if summary.get("val_sets"):  # data.val_sets: each set's final loss, beside the pooled one
+        sets = "   ".join(f"{name} {fmt(s.get('final_loss'), '.4f')}" for name, s in summary["val_sets"].items())
+        lines.insert(3, f"  val sets       {sets}")
+    if summary.get("pruned_at_step") is not None:
+        lines.insert(
+            2, f"  pruned         at step {summary['pruned_at_step']} by hydra.sweeper.pruner: no final val loss"
+        )
     if summary.get("wandb_sync"):
         lines.append(f"  W&B (offline)  upload later with: {summary['wandb_sync']}")
     if summary.get("sample"):
@@ -135,6 +142,7 @@ def _report(summary: dict, run_dir: Path) -> None:
 def train_app(cfg: DictConfig) -> float | None:
     """Train one configuration; returns the final val loss (the objective for Hydra sweepers)."""
     from gptlab.config.build import group_choices
+    from gptlab.sweep.prune import tune_trial
     from gptlab.train.run import execute
     from gptlab.train.signals import StopFlag
 
@@ -147,11 +155,12 @@ def train_app(cfg: DictConfig) -> float | None:
         place_local_job(hc.job.num, hc.launcher.get("cpus_per_task"), hc.launcher.get("gpus_per_node"))
     stop = StopFlag()  # SIGTERM/SIGUSR1/SIGUSR2/Ctrl-C: finish the step, checkpoint, then hand the signal on
     try:
+        trial = tune_trial(hc) if multirun else None  # a pruning tune sweep's job: its Optuna trial
         check_run_path(run_dir)  # a dir given with an interpolation, or a multirun job's: never inside another run
         if not multirun:
             check_run_dir(run_dir, ignore=HYDRA_WRITES)
         with run_dir_lock(run_dir) if _writes_run_files(cfg) else contextlib.nullcontext():
-            summary = execute(cfg, run_dir, group_choices(cfg), list(hc.overrides.task), stop=stop)
+            summary = execute(cfg, run_dir, group_choices(cfg), list(hc.overrides.task), stop=stop, trial=trial)
     except run_errors() as err:
         stop.restore()
         if multirun:

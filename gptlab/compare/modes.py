@@ -17,7 +17,7 @@ from typing import Any
 from gptlab.compare.reading.claims import load_claims
 from gptlab.compare.reading.like import Part, split
 from gptlab.compare.reading.runs import Run, discover, expand_paths, is_run_dir, load_run
-from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs
+from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs, unpruned
 from gptlab.compare.render import decode as decode_text
 from gptlab.compare.render.until_decided import report_lines
 from gptlab.compare.statistics import noise_floor
@@ -165,6 +165,8 @@ def tables(req: Request) -> Tables | DecodeOnly:
     given = expand_paths(req.paths)
     check_one_sweep(given, runs)
     runs, left_out = finished_runs(given, runs)
+    runs, pruned = unpruned(runs)  # a tune pruner's stopped runs: no result, named and left out
+    left_out += pruned
     claims = load_claims(req.claims) if req.claims else None
     floor, floor_note = noise_floor.lookup(runs, noise_floor.cache_dir() if req.noise_floor == "auto" else None)
     parts = split(runs, req.split_by) if req.split_by else [Part({}, runs)]

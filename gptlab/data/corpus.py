@@ -10,6 +10,9 @@ re-tokenizes). char/bpe tokenizers are fitted on whole segments from the start o
 `bpe_sample_bytes` and never more than the first (1 - val_fraction) of the input's bytes; should the val tail
 still reach into the fitted text, train is extended to cover it and a warning says so: the tokenizer never sees
 validation text.
+
+`tokenize_with` caches a whole source tokenized by a tokenizer fitted elsewhere (a validation set scored with the
+run's own tokenizer), keyed by the tokenizer's identity instead of a fit.
 """
 
 from __future__ import annotations
@@ -71,6 +74,21 @@ def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: i
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+def given_cache_key(source_key: str, tok, max_tokens) -> str:
+    """sha256 over what determines a stream tokenized by an already fitted tokenizer (another corpus's): the source
+    content, the tokenizer's identity (its vocabulary), the segment rule and the cap."""
+    spec = {
+        "format": CACHE_FORMAT,
+        "source": source_key,
+        "segment_chars": SEGMENT_CHARS,
+        "chunk_chars": encode.CHUNK_CHARS,
+        "tokenizer": tok.identity(),
+        "fit": "given",
+        "max_tokens": max_tokens,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
 def _build(
     source,
     folder: Path,
@@ -82,12 +100,17 @@ def _build(
     cache_dir: Path,
     num_proc: int,
     max_tokens,
+    given=None,
 ) -> None:
-    """Fit the tokenizer, tokenize into `partial` (resuming what a killed build left), publish as `folder`."""
+    """Fit the tokenizer (or take the `given` one), tokenize into `partial` (resuming what a killed build left),
+    publish as `folder`."""
     partial.mkdir(parents=True, exist_ok=True)
     try:
         started = time.monotonic()
-        tok = make_tokenizer(tokenizer, fit if fit is not None else "", cache_dir, bpe_vocab_size=bpe_vocab_size)
+        fitted = fit if fit is not None else ""
+        tok = (
+            given if given is not None else make_tokenizer(tokenizer, fitted, cache_dir, bpe_vocab_size=bpe_vocab_size)
+        )
         if fit is not None:
             log.info(
                 "fitted the %s tokenizer on %d segments (at most %s bytes, data.bpe_sample_bytes) in %.1f s",
@@ -234,3 +257,56 @@ def build_token_splits(
     train = TokenStream(shards, 0, n_train, tok.vocab_size, folder)
     val = TokenStream(shards, n_train, total, tok.vocab_size, folder)
     return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}", capped)
+
+
+@dataclass
+class TokenStreamEntry:
+    """A whole source tokenized by a given tokenizer: the token view, its cache entry and fingerprint."""
+
+    tokens: TokenStream
+    cache_path: Path
+    from_cache: bool
+    fingerprint: str  # the entry's key plus its length: changes whenever any token could change
+
+
+def tokenize_with(
+    source,
+    tok,
+    *,
+    cache_dir: Path | str | None = None,
+    num_proc: int | None = None,
+    max_tokens: int | None = None,
+    verify: bool = False,
+) -> TokenStreamEntry:
+    """Tokenize all of `source` with `tok` (fitted elsewhere, e.g. the run's own corpus: a validation set,
+    gptlab/data/val_sets.py) once into cached shards, or open them; no split, nothing fitted."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = given_cache_key(source.key, tok, max_tokens)
+    tokens_dir = cache_dir / "tokens"
+    folder = tokens_dir / key
+    tokens_dir.mkdir(parents=True, exist_ok=True)
+    from_cache = (folder / "index.json").is_file()
+    if not from_cache:
+        _build_once(
+            source,
+            tokens_dir,
+            key,
+            tokenizer=tok.name,
+            fit=None,
+            bpe_vocab_size=0,
+            cache_dir=cache_dir,
+            num_proc=num_proc or encode.default_num_proc(),
+            max_tokens=max_tokens,
+            given=tok,
+        )
+    shards, index = open_shards(folder)
+    touch_last_used(folder)
+    if verify:
+        check_ids(folder, shards, tok.vocab_size)
+    elif index.get("max_id", -1) >= tok.vocab_size:
+        raise ConfigError(
+            f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
+            f"has {tok.vocab_size} ids); {rebuild_hint(folder)}"
+        )
+    total = int(index["tokens"])
+    return TokenStreamEntry(TokenStream(shards, 0, total, tok.vocab_size, folder), folder, from_cache, f"{key}:{total}")

@@ -33,10 +33,25 @@ def check_positive_int(key: str, value) -> int:
     return value
 
 
+def token_windows(
+    tokens: np.ndarray | TokenStream, seed: int, stream: str, first: int, count: int, T: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Samples first..first+count-1 of `stream`: windows of T+1 tokens at starts that are a pure function of
+    (seed, stream, sample index) -> (x, y), each (count, T) int64."""
+    check_positive_int("sample count", count)
+    starts = indexed_ints(seed, stream, np.arange(first, first + count), len(tokens) - T)  # (count,)
+    if hasattr(tokens, "windows"):  # token shards (TokenStream): windows may cross a shard boundary
+        window = torch.from_numpy(tokens.windows(starts, T + 1).astype(np.int64))  # (count, T+1)
+    else:
+        window = torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(T + 1)], dtype=np.int64))
+    return window[:, :-1].contiguous(), window[:, 1:].contiguous()
+
+
 class LMData:
     """Next-token data over token arrays: x = tokens[s:s+T], y = tokens[s+1:s+T+1] with T = block_size."""
 
     reports_accuracy = False
+    val_sets: tuple = ()  # extra named validation sets (data.val_sets, gptlab/data/val_sets.py): the text choices set it
 
     def __init__(
         self,
@@ -90,16 +105,8 @@ class LMData:
     def _windows(
         self, tokens: np.ndarray | TokenStream, stream: str, first: int, count: int, length: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples first..first+count-1 of `stream`: windows of T+1 tokens -> (x, y), each (count, T) int64
-        (T = `length`, else the training length)."""
-        check_positive_int("sample count", count)
-        T = length or self.seq_len
-        starts = indexed_ints(self.seed, stream, np.arange(first, first + count), len(tokens) - T)  # (count,)
-        if hasattr(tokens, "windows"):  # token shards (TokenStream): windows may cross a shard boundary
-            window = torch.from_numpy(tokens.windows(starts, T + 1).astype(np.int64))  # (count, T+1)
-        else:
-            window = torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(T + 1)], dtype=np.int64))
-        return window[:, :-1].contiguous(), window[:, 1:].contiguous()
+        """Samples first..first+count-1 of `stream` (T = `length`, else the training length): see token_windows."""
+        return token_windows(tokens, self.seed, stream, first, count, length or self.seq_len)
 
     def train_samples(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Training samples first..first+count-1: (x, y) int64 (count, T); sample i depends only on (seed, i)."""

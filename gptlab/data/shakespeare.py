@@ -9,6 +9,7 @@ from pathlib import Path
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.lm import BpeVocabSize, LMData, NumProc, TokenizerName, ValFraction, Verify
 from gptlab.data.sources import TextSource
+from gptlab.data.val_sets import ValSets, open_val_sets
 from gptlab.util.paths import ASSETS_DIR
 
 ASSET = ASSETS_DIR / "shakespeare.txt.gz"
@@ -33,6 +34,7 @@ class ShakespeareData(LMData):
         val_fraction: ValFraction = 0.1,
         num_proc: NumProc = None,
         verify: Verify = False,
+        val_sets: ValSets = None,
     ):
         raw = ASSET.read_bytes()
         source = TextSource(gzip.decompress(raw).decode("utf-8"), f"shakespeare:{hashlib.sha256(raw).hexdigest()}")
@@ -46,3 +48,4 @@ class ShakespeareData(LMData):
             verify=verify,
         )
         self._open_splits("shakespeare", splits, seed, block_size)
+        self.val_sets = open_val_sets(val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify)

@@ -19,6 +19,7 @@ from gptlab.data.lm import (
     Verify,
 )
 from gptlab.data.sources import FileSource
+from gptlab.data.val_sets import ValSets, open_val_sets
 from gptlab.util.checks import Text, rule
 
 
@@ -40,6 +41,7 @@ class TextData(LMData):
         bpe_sample_bytes: BpeSampleBytes = 100_000_000,
         max_tokens: MaxTokens = None,
         verify: Verify = False,
+        val_sets: ValSets = None,
     ):
         cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         files = resolve_paths(list(paths) if paths is not None and not isinstance(paths, str) else paths)
@@ -58,3 +60,4 @@ class TextData(LMData):
         )
         self.files = files
         self._open_splits("text", splits, seed, block_size)
+        self.val_sets = open_val_sets(val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify)

@@ -15,6 +15,7 @@ import torch
 from gptlab.config.trained import load_trained
 from gptlab.errors import ConfigError
 from gptlab.interop import hf
+from gptlab.interop.quiet import no_progress_bars
 from gptlab.interop.tokenizer import to_hf_tokenizer
 from gptlab.state.layout import check_output
 from gptlab.util.io import write_json_atomic
@@ -72,9 +73,10 @@ def export_hf(run_dir: Path, out: Path) -> dict:
     hf_model = hf.to_hf_model(model.float(), tokenizer.eot_id)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    hf_model.save_pretrained(tmp)  # safetensors
-    hf_tokenizer.save_pretrained(tmp)
-    diff = _check_logits(model, tmp, model.cfg.vocab_size)
+    with no_progress_bars():  # transformers' "Writing model shards" / "Loading weights"
+        hf_model.save_pretrained(tmp)  # safetensors
+        hf_tokenizer.save_pretrained(tmp)
+        diff = _check_logits(model, tmp, model.cfg.vocab_size)
     record = {
         "run_dir": str(run_dir.resolve()),
         "step": step,

@@ -11,15 +11,18 @@ over seeds only when all of that is the same.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from gptlab.config.trained import load_trained
 from gptlab.errors import ConfigError
 from gptlab.interop.hf import to_hf_model
+from gptlab.interop.quiet import no_progress_bars
 from gptlab.interop.tokenizer import to_hf_tokenizer
 from gptlab.sinks.evals import EVAL_FILE, read_evals
 from gptlab.state.layout import LOCK_FILE, check_output, lock_held
@@ -43,17 +46,32 @@ def _task_manager(include_path: Path | None, tasks: list[str]):
     return manager
 
 
-def _lm(model, tokenizer, batch_size: int):
-    """lm-eval's HFLM over the run's model as HF GPT-2, with the run's tokenizer in HF form."""
+def _quiet_hflm():
+    """lm-eval's HFLM with its progress bars off: its own disable_tqdm, which lm-eval's evaluator never passes."""
     from lm_eval.models.huggingface import HFLM
 
+    class QuietHFLM(HFLM):
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood(requests, disable_tqdm=True)
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood_rolling(requests, disable_tqdm=True)
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            return super().generate_until(requests, disable_tqdm=True)
+
+    return QuietHFLM
+
+
+def _lm(model, tokenizer, batch_size: int):
+    """lm-eval's HFLM over the run's model as HF GPT-2, with the run's tokenizer in HF form."""
     logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)  # "an already-initialized model": meant
 
     hf_model = to_hf_model(model.float(), tokenizer.eot_id)  # GPT-2 or Llama, else refused in one line
     hf_tokenizer = to_hf_tokenizer(tokenizer)
     if hf_tokenizer.pad_token is None:  # batches pad on the right; padded positions are never scored
         hf_tokenizer.pad_token = hf_tokenizer.eos_token or hf_tokenizer.convert_ids_to_tokens(0)
-    return HFLM(
+    return _quiet_hflm()(
         pretrained=hf_model,
         tokenizer=hf_tokenizer,
         batch_size=batch_size,
@@ -69,6 +87,23 @@ def prefix_token_id(tokenizer) -> int:
         return int(tokenizer.eot_id)
     ids = tokenizer.encode("\n")
     return ids[0] if len(ids) == 1 else 0
+
+
+@contextlib.contextmanager
+def _no_git_describe() -> Iterator[None]:
+    """lm-eval's simple_evaluate runs `git describe` in the working directory with git's stderr on ours ("fatal: not a
+    git repository" outside one), and has no option to skip it: its results' git_hash is None inside, never asked
+    (gptlab keeps none of lm-eval's run metadata; a run's own provenance.json records the code's commit)."""
+    import lm_eval.evaluator
+
+    asked = getattr(lm_eval.evaluator, "get_git_commit_hash", None)  # None: an lm-eval that no longer asks git there
+    if asked is not None:
+        lm_eval.evaluator.get_git_commit_hash = lambda: None
+    try:
+        yield
+    finally:
+        if asked is not None:
+            lm_eval.evaluator.get_git_commit_hash = asked
 
 
 def _metrics(values: dict) -> dict:
@@ -110,10 +145,11 @@ def evaluate(
     model, text, step = load_trained(run_dir)
     lm = _lm(model, text.tokenizer, batch_size)
     try:
-        out = lm_eval.simple_evaluate(
-            model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot, log_samples=False,
-            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-        )  # fmt: skip
+        with no_progress_bars(datasets=True), _no_git_describe():
+            out = lm_eval.simple_evaluate(
+                model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot, log_samples=False,
+                random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            )  # fmt: skip
     except (ConnectionError, OSError) as err:
         first = " ".join(str(err).split())[:160]
         raise ConfigError(

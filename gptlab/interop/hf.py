@@ -30,6 +30,7 @@ import torch
 
 from gptlab.errors import ConfigError
 from gptlab.interop.llama import llama_config, to_llama
+from gptlab.interop.quiet import no_progress_bars
 from gptlab.interop.tokenizer import check_same
 from gptlab.model.attention.gqa import GroupedQueryAttention
 from gptlab.model.gpt import GPT
@@ -253,29 +254,47 @@ def _hf_field(config, name: str):
     return 4 * config.n_embd if name == "n_inner" and value is None else value
 
 
-def check_config(config, model: GPT, key: str) -> None:
-    """The HF GPT-2 `config` describes `model`'s architecture, or a one-line ConfigError listing the differences."""
-    if getattr(config, "model_type", None) != "gpt2":
-        raise ConfigError(f"{key}: a {config.model_type} model; only GPT-2 (model_type gpt2) maps onto gptlab's GPT")
+def _family_refusals(model: GPT) -> tuple[dict, list[str]]:
+    """({GPT-2 field: this model's value} for the families GPT-2 can express, a refusal for each family it cannot)."""
+    refusals = []
+    if type(model) is not GPT or model.layer_counts is not None:
+        refusals.append(str(_refuse(type(model).__name__, "a plain gptlab GPT only")))
     if not isinstance(model.position, LearnedPosition):
-        raise ConfigError(
-            f"{key}: {_choice('position', model.position)}; HF GPT-2's positions are learned: use "
-            f"position=learned (experiment=d12)"
+        refusals.append(
+            f"{_choice('position', model.position)} here, HF GPT-2's positions are learned: use position=learned "
+            f"(experiment=d12)"
         )
-    want = gpt2_config(model)
-    diffs = []
+    found: dict[str, Any] = {}
+    for family, check in (("norm", _check_norms), ("attention", _check_attention), ("mlp", _check_mlp)):
+        try:  # every family checked, so that each refusal is named at once
+            found[family] = check(model)
+        except ConfigError as err:
+            refusals.append(str(err))
+    want: dict = {}
+    if "norm" in found:
+        want["layer_norm_epsilon"] = found["norm"]
+    if "mlp" in found:
+        want["activation_function"], want["n_inner"] = found["mlp"]
+    return want, refusals
+
+
+def config_differences(config, model: GPT) -> list[str]:
+    """Every way the HF GPT-2 `config` differs from `model`'s architecture, a phrase each (none: it describes it)."""
+    cfg = model.cfg
+    want, diffs = _family_refusals(model)
+    want |= {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.d_model, "vocab_size": cfg.vocab_size}
     for name in ("n_layer", "n_head", "n_embd", "vocab_size", "n_inner", "layer_norm_epsilon"):
-        if _hf_field(config, name) != want[name]:
+        if name in want and _hf_field(config, name) != want[name]:
             here = f"{KEYS[name]}={want[name]}"
             if name == "n_inner":  # a width gptlab sets as a ratio of d_model: say both, never a width as a ratio
-                ratio, have = _hf_field(config, name) / model.cfg.d_model, want[name] / model.cfg.d_model
+                ratio, have = _hf_field(config, name) / cfg.d_model, want[name] / cfg.d_model
                 here = f"an MLP hidden width of {want[name]} (mlp.ratio={have:g}; {ratio:g} would match)"
             diffs.append(f"{name}={_hf_field(config, name)} there, {here} here")
     hf_act = ACTIVATION_IN.get(config.activation_function)
-    if hf_act is None or ACTIVATION[hf_act] != want["activation_function"]:
+    if "activation_function" in want and (hf_act is None or ACTIVATION[hf_act] != want["activation_function"]):
         diffs.append(f"activation_function={config.activation_function} there, mlp={want['activation_function']} here")
-    if config.n_positions < model.cfg.block_size:
-        diffs.append(f"n_positions={config.n_positions} there, model.block_size={model.cfg.block_size} here")
+    if config.n_positions < cfg.block_size:
+        diffs.append(f"n_positions={config.n_positions} there, model.block_size={cfg.block_size} here")
     unlike = [
         f
         for f, v in (
@@ -286,41 +305,71 @@ def check_config(config, model: GPT, key: str) -> None:
         if bool(getattr(config, f, v)) != v
     ]
     diffs += [f"{f}={getattr(config, f)} there (gptlab's attention has no such option)" for f in unlike]
+    return diffs
+
+
+def _refused(key: str, diffs: list[str]) -> ConfigError:
+    return ConfigError(f"{key}: the HF model differs from this run's model: {'; '.join(diffs)}")
+
+
+def check_config(config, model: GPT, key: str) -> None:
+    """The HF GPT-2 `config` describes `model`'s architecture, or a one-line ConfigError listing every difference."""
+    if getattr(config, "model_type", None) != "gpt2":
+        raise ConfigError(f"{key}: a {config.model_type} model; only GPT-2 (model_type gpt2) maps onto gptlab's GPT")
+    diffs = config_differences(config, model)
     if diffs:
-        raise ConfigError(f"{key}: the HF model differs from this run's model: {'; '.join(diffs)}")
+        raise _refused(key, diffs)
 
 
-def _zero_or_refuse(value: torch.Tensor, hf_name: str, key: str) -> None:
-    if value.count_nonzero():
+def weight_differences(hf_state: dict[str, torch.Tensor], n_layer: int, model: GPT) -> list[str]:
+    """HF GPT-2 tensors (of `n_layer` blocks) that `model` cannot hold, a phrase per kind: non-zero biases where it has
+    none (model.bias / norm.bias), an untied head where it ties it to the embedding. Shape-free: checkable whatever
+    the sizes."""
+    has_bias = {
+        "model.bias": model.cfg.bias,
+        "norm.bias": all(getattr(n, "bias", None) is not None for n in _norms(model)),
+    }
+    nonzero: dict[str, list[str]] = {}
+    for hf_name, _, _ in _pairs(n_layer):
         which = "norm.bias" if ".ln_" in hf_name else "model.bias"
-        raise ConfigError(
-            f"{key}: the HF model has non-zero {hf_name}; this run has no such bias ({which}=false); use {which}=true"
+        value = hf_state.get(hf_name)
+        if hf_name.endswith(".bias") and not has_bias[which] and value is not None and value.count_nonzero():
+            nonzero.setdefault(which, []).append(hf_name)
+    diffs = [
+        f"non-zero {names[0]}{f' (and {len(names) - 1} more)' if len(names) > 1 else ''} there, no such bias here "
+        f"({which}=false): use {which}=true"
+        for which, names in nonzero.items()
+    ]
+    head, wte = hf_state.get("lm_head.weight"), hf_state["transformer.wte.weight"]
+    if model.cfg.tie_embeddings and head is not None and not torch.equal(head, wte):
+        diffs.append(
+            "the HF model's lm_head differs from its embedding there, tied here (model.tie_embeddings=true): "
+            "use model.tie_embeddings=false"
         )
+    return diffs
 
 
 @torch.no_grad()
 def from_hf_state(hf_state: dict[str, torch.Tensor], model: GPT, key: str) -> dict[str, torch.Tensor]:
-    """`model`'s state dict (its dtype) holding the HF GPT-2 weights; check_config first."""
+    """`model`'s state dict (its dtype) holding the HF GPT-2 weights; check_config first. A one-line ConfigError
+    naming every tensor kind the run cannot hold."""
+    diffs = weight_differences(hf_state, model.cfg.n_layer, model)
+    if diffs:
+        raise _refused(key, diffs)
     ours = model.state_dict()
     cfg = model.cfg
     hf_head = hf_state.get("lm_head.weight", hf_state["transformer.wte.weight"])
     out: dict[str, torch.Tensor] = {}
     for hf_name, name, transposed in _pairs(cfg.n_layer):
-        value = hf_head if hf_name == "lm_head.weight" else hf_state[hf_name]
-        if name not in ours:
-            _zero_or_refuse(value, hf_name, key)
+        if name not in ours and hf_name.endswith(".bias"):  # a bias this run has none of: zero there
             continue
+        value = hf_head if hf_name == "lm_head.weight" else hf_state[hf_name]
         value = value.t() if transposed else value
         if name == "position.wpe.weight":
             value = value[: cfg.block_size]  # a shorter block_size: the same model on shorter sequences
         if name in ("wte.weight", "lm_head.weight") and cfg.padded_vocab > cfg.vocab_size:
             value = torch.cat([value, value.new_zeros(cfg.padded_vocab - cfg.vocab_size, value.size(1))])
         out[name] = value.to(ours[name].dtype).contiguous().clone()
-    if cfg.tie_embeddings and not torch.equal(hf_head, hf_state["transformer.wte.weight"]):
-        raise ConfigError(
-            f"{key}: the HF model's lm_head differs from its embedding; this run ties them "
-            f"(model.tie_embeddings=true); use model.tie_embeddings=false"
-        )
     return out
 
 
@@ -358,8 +407,9 @@ def load_pretrained(source: str, key: str):
         ) from None
 
 
-def _check_tokenizer(source: str, tokenizer, where: str) -> list[str]:
-    """The HF model's tokenizer (when its folder has one) must encode as the run's; a note when there is none."""
+def _check_tokenizer(source: str, tokenizer, where: str) -> tuple[list[str], list[str]]:
+    """(differences, notes): the HF model's tokenizer (when its folder has one) must encode as the run's; a note when
+    there is none."""
     from transformers import AutoTokenizer
 
     try:
@@ -367,19 +417,28 @@ def _check_tokenizer(source: str, tokenizer, where: str) -> list[str]:
     except (OSError, ValueError, TypeError):
         note = f"no tokenizer files with the HF model: its token ids were not checked against {tokenizer.identity()}"
         log.warning("%s: %s", where, note)
-        return [note]
-    check_same(theirs, tokenizer, where)
-    return []
+        return [], [note]
+    try:
+        check_same(theirs, tokenizer, f"its tokenizer there, data.tokenizer={tokenizer.name} here")
+    except ConfigError as err:
+        return [str(err)], []
+    return [], []
 
 
 def init_state(source: str, model: GPT, tokenizer, key: str = "train.init_from") -> tuple[dict, list[str]]:
     """(`model`'s state dict from HF GPT-2 `source`, notes for the run's init_from record); the HF config must
-    describe `model` and its tokenizer (if it has one) encode as `tokenizer`."""
+    describe `model`, its tensors fit it and its tokenizer (if it has one) encode as `tokenizer`, else a one-line
+    ConfigError naming every difference at once."""
     where = f"{key}={HF_PREFIX}{source}"
-    theirs = load_pretrained(source, where)
-    check_config(theirs.config, model, where)
-    notes = _check_tokenizer(source, tokenizer, where)
-    state = from_hf_state(theirs.state_dict(), model, where)
+    with no_progress_bars():  # transformers' "Loading weights"
+        theirs = load_pretrained(source, where)
+        diffs = config_differences(theirs.config, model)
+        tokenizer_diffs, notes = _check_tokenizer(source, tokenizer, where)
+    hf_state = theirs.state_dict()
+    diffs += tokenizer_diffs + weight_differences(hf_state, theirs.config.n_layer, model)
+    if diffs:
+        raise _refused(where, diffs)
+    state = from_hf_state(hf_state, model, where)
     if theirs.config.n_positions > model.cfg.block_size:
         notes.append(
             f"n_positions={theirs.config.n_positions} there, model.block_size={model.cfg.block_size} here "

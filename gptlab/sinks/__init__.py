@@ -4,7 +4,8 @@ The loop receives a list of built sinks and never imports W&B or Hydra. Every si
 
 - `log(metrics, step)` writes one row: the metrics measured at optimizer step `step`;
 - `summary(values)` merges end-of-run values into the run summary (later calls update earlier keys);
-- `close(status)` flushes and finishes; status is "finished", "failed", "preempted" or "running".
+- `close(status)` flushes and finishes; status is "finished", "failed", "preempted", "interrupted", "pruned" (a
+  tune pruner stopped it) or "running".
 
 `SafeSink` wraps any sink so a failing sink warns once and goes quiet instead of stopping training.
 `WandbSink` lives in `gptlab.sinks.wandb` and is imported only when W&B logging is configured.

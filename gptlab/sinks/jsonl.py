@@ -16,7 +16,7 @@ from gptlab.util.stored import Check, read_json
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
-STATUSES = ("finished", "failed", "preempted", "interrupted", "running")  # what close(status) records
+STATUSES = ("finished", "failed", "preempted", "interrupted", "pruned", "running")  # what close(status) records
 # summary figures that are counts, sizes, times, rates or losses: never negative (null: measured, not finite)
 NON_NEGATIVE = (
     "steps", "tokens", "params", "flops", "flops_per_token", "peak_mem_bytes", "wall_s", "tokens_per_s_median",

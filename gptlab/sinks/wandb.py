@@ -267,7 +267,8 @@ class WandbSink:
         self._guarded(self.run.summary.update, {k: _scalar(v) for k, v in values.items()})
 
     def close(self, status: str = "finished") -> None:
-        """Finish the W&B run: exit code 0 when finished, 1 otherwise (preempted runs are marked so)."""
+        """Finish the W&B run: exit code 0 when finished or pruned (a tune pruner stopped it on purpose: its summary
+        says "pruned"), 1 otherwise (preempted runs are marked so)."""
         run = self.run
         if run is None:
             return
@@ -275,5 +276,5 @@ class WandbSink:
             self._guarded(run.mark_preempting)
         if self.log_checkpoints and status == "finished":
             self._guarded(self._log_checkpoint)
-        self._guarded(lambda: run.finish(exit_code=0 if status == "finished" else 1))
+        self._guarded(lambda: run.finish(exit_code=0 if status in ("finished", "pruned") else 1))
         self.run = None

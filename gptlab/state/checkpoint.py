@@ -114,21 +114,26 @@ def _prune(folder: Path) -> None:
 def save_sharded(run_dir: Path, step: int, tensors: dict, state: dict, rank: int, world: int) -> Path:
     """Collective: write DCP checkpoint `step` (every rank's shards of `tensors`, rank 0's `state`) atomically.
 
-    Every rank writes into one temp dir (on a shared file system when ranks span nodes); rank 0 renames it to
-    step_N.dcp only after DCP's own collective finish and its STATE_FILE are on disk, then prunes. A failure on
-    any rank is raised on every rank as one OSError naming the checkpoint, and the temp dir is removed.
+    Every rank writes into one temp dir, in rank 0's run dir (on a shared file system when ranks span nodes); rank
+    0 renames it to step_N.dcp only after DCP's own collective finish and its STATE_FILE are on disk, then prunes. A
+    failure on any rank is raised on every rank as one OSError naming the checkpoint, and the temp dir is removed.
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
     folder = ckpt_dir(run_dir)
-    final, tmp = folder / f"step_{step:07d}.dcp", folder / f".step_{step:07d}.dcp.tmp"
     if rank == 0:
         folder.mkdir(parents=True, exist_ok=True)
         _sweep(folder)
     if world > 1:
-        dist.barrier()  # nobody writes into a temp dir rank 0 is still sweeping
+        # Rank 0's folder for all: the default hydra.run.dir holds the second each rank started, on its own node's
+        # clock, so ranks started a second apart name different run dirs. Also the barrier: nobody writes into a
+        # temp dir rank 0 is still sweeping.
+        where = [str(folder)]
+        dist.broadcast_object_list(where, src=0)
+        folder = Path(where[0])
+    final, tmp = folder / f"step_{step:07d}.dcp", folder / f".step_{step:07d}.dcp.tmp"
     error = None
     try:
         with single_process_quiet():
@@ -157,7 +162,14 @@ def single_process_quiet():
 
 
 def _finish_sharded(folder: Path, tmp: Path, final: Path, state: dict) -> str | None:
-    """Rank 0: STATE_FILE, fsync, rename the temp dir to its final name, prune; the error as one line, or None."""
+    """Rank 0: STATE_FILE, fsync, rename the temp dir to its final name, prune; the error as one line, or None.
+
+    Every shard the metadata names must be in rank 0's temp dir first: ranks on nodes that do not share the run dir's
+    file system each write into their own copy of it, and DCP's save succeeds all the same, leaving a checkpoint
+    that no resume can read (tests/test_multinode_fsdp.py)."""
+    missing = _incomplete_shards(tmp)
+    if missing:
+        return f"{missing} in {tmp.name} on rank 0: the ranks do not share the run dir's file system"
     try:
         _write_file(tmp / STATE_FILE, state)
         _fsync_dir(tmp)

@@ -54,6 +54,7 @@ class Progress:
     init_from: dict | None = None  # train.init_from's record (checkpoint, step, differences): kept across resumes
     last_probes: dict = field(default_factory=dict)  # the last eval's probe/* values (summary.json carries them)
     probe_s: float = 0.0  # seconds spent measuring probes (outside step time, like eval)
+    last_val_sets: dict = field(default_factory=dict)  # the last eval's val/<name>/loss per data.val_sets set
 
 
 @dataclass
@@ -88,6 +89,7 @@ def differences(saved: dict, current: dict, free: Collection[str]) -> list[str]:
         "world": "world size",
         "dtype": "resolved hardware.dtype",
         "data": "data fingerprint (corpus content, tokenizer, split)",
+        "val_sets": "data.val_sets fingerprints (each set's content, tokenizer, cap)",
         "model": "model fingerprint (module classes, hyper-parameters, shapes)",
     }
     for key in what:  # the fingerprints are the backstop for what no config key explains (an edited corpus file)

@@ -3,7 +3,9 @@
 The Hydra side (hydra_plugins/gptlab_optuna: the sweeper Hydra instantiates) only wires this module to the launcher.
 Here: the search space from Hydra's sweep syntax, the ask/launch/tell loop, and the results file. A trial that
 failed or returned a non-finite loss (a diverged run) is told to Optuna as failed, never as a number; more failures
-than `max_failure_rate` allows stop the study in one line.
+than `max_failure_rate` allows stop the study in one line. With `hydra.sweeper.pruner` each trial's run reports its
+val loss at every eval and may be stopped there as pruned (gptlab/sweep/prune.py): a pruned trial counts as neither
+a result nor a failure.
 
     interval(a, b)            float in [a, b]
     tag(log, interval(a, b))  the same, sampled on a log scale
@@ -120,11 +122,15 @@ def run_study(
     max_failure_rate: float,
     seed: int | None,
     sweep_dir: Path,
+    pruner: Mapping | None = None,
 ):
     """Ask `n_jobs` trials at a time, launch them (launch(overrides per trial, first job index) -> job returns),
-    tell Optuna their objective; write <sweep_dir>/optimization_results.yaml. Returns the study."""
+    tell Optuna their objective; write <sweep_dir>/optimization_results.yaml. Returns the study.
+
+    With a `pruner` node the study lives where the trials' runs reach it (prune.address) and each job gets
+    `+hydra.sweeper.trial=<number>`; a trial its run told Optuna it pruned stays PRUNED, whatever the job returned."""
     optuna = _optuna()
-    import yaml
+    from gptlab.sweep import prune
 
     if direction not in ("minimize", "maximize"):
         raise ConfigError(f"hydra.sweeper.direction: {direction!r} is not allowed; allowed: minimize, maximize")
@@ -132,18 +138,31 @@ def run_study(
         raise ConfigError(f"hydra.sweeper: n_trials={n_trials} and n_jobs={n_jobs} must be >= 1")
     if not 0.0 <= max_failure_rate <= 1.0:
         raise ConfigError(f"hydra.sweeper.max_failure_rate={max_failure_rate}: must be in [0, 1]")
+    pruning = prune.make_pruner(pruner)
+    if pruning is not None:
+        study_name, storage = prune.address(study_name, storage, sweep_dir)
     study = optuna.create_study(
         study_name=study_name,
-        storage=storage,
+        storage=prune.open_storage(storage) if storage is not None else None,
         sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=pruning or optuna.pruners.NopPruner(),  # the runs prune; the study's own pruner steers TPE's brackets
         direction=direction,
         load_if_exists=storage is not None,
     )
     done = failed = 0
+    asked: list[int] = []
     while done < n_trials:
         trials = [study.ask(space) for _ in range(min(n_jobs, n_trials - done))]
-        overrides = [[*fixed, *(f"{k}={t.params[k]}" for k in space)] for t in trials]
-        for trial, job_return in zip(trials, launch(overrides, done)):
+        asked += [t.number for t in trials]
+        overrides = [
+            [*fixed, *(f"{k}={t.params[k]}" for k in space), *([f"+hydra.sweeper.trial={t.number}"] if pruning else [])]
+            for t in trials
+        ]
+        returns = launch(overrides, done)
+        told = {t.number: t.state for t in study.get_trials(deepcopy=False)}  # the runs' own PRUNED
+        for trial, job_return in zip(trials, returns):
+            if told.get(trial.number) == optuna.trial.TrialState.PRUNED:
+                continue
             value = objective(job_return)
             if value is None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -155,9 +174,22 @@ def run_study(
             raise ConfigError(
                 f"tune: {failed} of {done} trials failed, more than hydra.sweeper.max_failure_rate={max_failure_rate}"
             )
-    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    return _write_results(study, direction, asked, failed, sweep_dir)
+
+
+def _write_results(study, direction: str, asked: list[int], failed: int, sweep_dir: Path):
+    """<sweep_dir>/optimization_results.yaml: the best of the study's COMPLETE trials, this sweep's counts and each
+    trial of it that was pruned, with the step it stopped at (never a value); returns the study."""
+    optuna = _optuna()
+    import yaml
+
+    trials, done = study.get_trials(deepcopy=False), len(asked)
+    finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED and t.number in set(asked)]
     if not finished:
-        raise ConfigError(f"tune: none of the {done} trials finished; nothing to report")
+        raise ConfigError(
+            f"tune: none of the {done} trials finished ({len(pruned)} pruned, {failed} failed); nothing to report"
+        )
     results = {
         "name": "optuna",
         "direction": direction,
@@ -165,9 +197,18 @@ def run_study(
         "best_value": study.best_value,
         "trials": done,
         "failed": failed,
+        "pruned": len(pruned),
+        "pruned_trials": [{"number": t.number, "params": t.params, "step": t.last_step} for t in pruned],
         "optuna": optuna.__version__,
     }
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "optimization_results.yaml").write_text(yaml.safe_dump(results, sort_keys=False))
-    log.info("best of %d trials (%d failed): %s = %s", done, failed, results["best_params"], results["best_value"])
+    log.info(
+        "best of %d trials (%d pruned, %d failed): %s = %s",
+        done,
+        len(pruned),
+        failed,
+        results["best_params"],
+        results["best_value"],
+    )
     return study

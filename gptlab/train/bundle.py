@@ -75,6 +75,7 @@ class Bundle:
     threads_why: str = ""  # where hardware.threads came from (provenance.json: hardware.cpu_threads_source)
     match: dict | None = None  # model.match: the re-solved size knob and its residual (gptlab/config/match.py)
     probes: list = field(default_factory=list)  # capability probes measured at each eval (gptlab.train.probes)
+    val_sets: tuple = ()  # extra named validation sets scored at each eval (data.val_sets, gptlab/data/val_sets.py)
 
 
 def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: dict) -> Bundle:
@@ -94,6 +95,8 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
         "config": build.plain_config(cfg),
         "choices": choices,
         "data": data.fingerprint,
+        # an edited val set file changes no config key: its fingerprint refuses the resume (absent without sets)
+        **({"val_sets": {s.name: s.fingerprint for s in data.val_sets}} if getattr(data, "val_sets", ()) else {}),
         "model": model_fingerprint(model),
         "world": world,
         "dtype": hardware.dtype,
@@ -129,6 +132,7 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
         threads_why=threads_why,
         match=matched,
         probes=build.build_probes(cfg, data, model),  # their fixed sets from data_seed, after the model (learned?)
+        val_sets=tuple(getattr(data, "val_sets", ())),  # the text choices' data.val_sets (assoc_recall has none)
     )
 
 
@@ -204,8 +208,9 @@ def _check_memory(
     """gptlab-flops' training-memory estimate, from the config on the meta device, against the free memory."""
     micro = settings.batch_size // (settings.grad_accum * world)
     report = build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype).to_dict()
-    # the fixed validation set lives in memory for the whole run: x and y, int64, (eval_sequences, T) each
-    report["memory"]["eval_bytes"] = settings.eval_sequences * data.seq_len * 2 * 8
+    # the fixed validation sets live in memory for the whole run: x and y, int64, (sequences, T) each
+    sequences = settings.eval_sequences + sum(s.count(settings.eval_sequences) for s in getattr(data, "val_sets", ()))
+    report["memory"]["eval_bytes"] = sequences * data.seq_len * 2 * 8
     if hardware.strategy == "fsdp":  # one rank's share: sharded weights, grads and state, plus the gathered blocks
         from gptlab.costs.sharding import Sharding
 

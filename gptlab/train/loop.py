@@ -19,7 +19,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -179,10 +179,14 @@ def warmup_seconds(p: Progress) -> float | None:
 
 
 def summarise(p: Progress, status: str, ctx: Context) -> dict:
-    """The run's summary figures, computed from its progress alone (so a resumed run reports the whole run)."""
+    """The run's summary figures, computed from its progress alone (so a resumed run reports the whole run). A run a
+    tune pruner stopped has no final or best val loss (its curve was judged hopeless mid-way, not finished): it says
+    where it stopped, `pruned_at_step`."""
+    pruned = status == "pruned"
     return {
-        "final_val_loss": p.last_val_loss,
-        "best_val_loss": p.best_val_loss if math.isfinite(p.best_val_loss) else None,
+        "final_val_loss": None if pruned else p.last_val_loss,
+        "best_val_loss": p.best_val_loss if math.isfinite(p.best_val_loss) and not pruned else None,
+        **({"pruned_at_step": p.last_val_step} if pruned else {}),
         "steps": p.step,
         "tokens": p.tokens,
         "tokens_per_s_median": median(p.tokens_per_s),
@@ -218,17 +222,30 @@ def save_checkpoint(model, optimizer, scaler, p: Progress, ctx: Context) -> None
         torch.distributed.barrier()
 
 
+class Trial(Protocol):
+    """A tune trial the run reports to (gptlab.sweep.prune.TrialReport, made by gptlab-train only under a pruning
+    sweeper): its val loss at each eval in; True out when the run stops there as pruned."""
+
+    def at_eval(self, step: int, val_loss: float, last: bool) -> bool: ...
+
+
 def train(
-    run: Bundle, sinks: list, progress: Progress | None = None, resumed: bool = False, stop: StopFlag | None = None
+    run: Bundle,
+    sinks: list,
+    progress: Progress | None = None,
+    resumed: bool = False,
+    stop: StopFlag | None = None,
+    trial: Trial | None = None,
 ) -> dict:
     """Train the built run from `progress` (resume.restore's result; None = step 0) to train.max_steps; returns the
-    summary figures."""
+    summary figures. With a `trial`, each eval's val loss is reported to it, and the run ends as "pruned" where it
+    says so."""
     p = progress or Progress()
     own_stop, stop = stop is None, stop or StopFlag()  # a flag made here is taken down here
     # train.prefetch steps ahead
     source = prefetch.batch_source(run.data, run.settings, run.ctx.rank, run.ctx.world, run.hardware.device, p.step)
     try:
-        return _Loop(run, sinks, p, resumed, stop, source).run()
+        return _Loop(run, sinks, p, resumed, stop, source, trial).run()
     finally:
         source.close()  # whatever ended the loop: no batch thread outlives train()
         if own_stop:
@@ -261,6 +278,7 @@ class _Loop:
     resumed: bool
     stop: StopFlag
     source: Any
+    trial: Trial | None = None
 
     def __post_init__(self) -> None:
         settings, p = self.bundle.settings, self.p
@@ -275,6 +293,8 @@ class _Loop:
             getattr(sink, "truncate_after", lambda s: None)(self.start_step if self.resumed else -1)
         self.micro_bs = settings.batch_size // settings.grad_accum // self.bundle.ctx.world
         self.val_set = self.bundle.data.val_samples(settings.eval_sequences)
+        # data.val_sets: each named set's fixed windows, scored beside val/loss as val/<name>/loss
+        self.val_sets = {s.metric: s.samples(s.count(settings.eval_sequences)) for s in self.bundle.val_sets}
         self.tokens_per_step = settings.batch_size * self.bundle.data.seq_len
         self.planned_evals = flops_eval_steps(
             settings.eval_flops, self.tokens_per_step * self.bundle.ctx.flops_per_token, settings.max_steps
@@ -309,6 +329,11 @@ class _Loop:
             ev = evaluate(self.bundle.model, self.val_set, self.micro_bs, self.bundle.hardware, self.device)
             p.last_val_loss, p.best_val_loss = ev["val/loss"], min(p.best_val_loss, ev["val/loss"])
             p.last_val_step = p.step
+            sets = {  # data.val_sets: val/<name>/loss, each on its own fixed windows
+                k: evaluate(self.bundle.model, s, self.micro_bs, self.bundle.hardware, self.device)["val/loss"]
+                for k, s in self.val_sets.items()
+            }
+            p.last_val_sets = sets or p.last_val_sets
             probed, probe_s = measure_probes(  # train.probes: their own fixed sets, no RNG drawn
                 self.bundle.probes, self.bundle.model, self.bundle.hardware, self.micro_bs * self.bundle.data.seq_len
             )
@@ -316,6 +341,7 @@ class _Loop:
             row = {
                 "val/loss": ev["val/loss"],
                 **({"val/acc": ev["val/acc"]} if self.bundle.data.reports_accuracy else {}),
+                **sets,
                 **probed,
                 **({"perf/probe_ms": 1000 * probe_s} if probed else {}),
                 "tokens": p.tokens,
@@ -323,6 +349,9 @@ class _Loop:
                 "flops": p.tokens * self.bundle.ctx.flops_per_token,  # cumulative training FLOPs (the MFU model's)
             }  # every row has all x-axes
             _emit(self.sinks, ctx, row, p.step)
+            pruned = self._pruned(ev["val/loss"])
+        else:
+            pruned = False
         stopping = _agree(self.stop.signum is not None, ctx, self.flag_group)
         if p.step != self.start_step:  # a resumed run that trains nothing keeps its figures as they were
             p.wall_s = self.wall()
@@ -336,10 +365,22 @@ class _Loop:
             save_checkpoint(self.bundle.model, self.bundle.optimizer, self.bundle.scaler, p, ctx)
         if p.step >= settings.max_steps:
             return False
+        if pruned:  # no checkpoint of its own: a pruned trial is not resumed
+            self.status = "pruned"
+            return False
         if stopping:
             self.status = self.stop.status if self.stop.signum is not None else "preempted"  # another rank's signal
             return False
         return True
+
+    def _pruned(self, val_loss: float) -> bool:
+        """Report this eval to the tune trial (rank 0; not the run's first step: an untrained or already reported
+        model); whether its pruner stops the run here, the same answer on every rank."""
+        p, ctx = self.p, self.bundle.ctx
+        if self.trial is None or p.step == self.start_step:
+            return False
+        asked = ctx.is_main and self.trial.at_eval(p.step, val_loss, last=p.step >= self.bundle.settings.max_steps)
+        return _agree(asked, ctx, self.flag_group)
 
     def _step(self) -> None:
         """One optimizer step (or a skipped non-finite one); its figures wait on the device until the next sync point.

@@ -27,7 +27,7 @@ from gptlab.sinks.safe import SafeSink
 from gptlab.state import resume
 from gptlab.state.rundir import save_run_tokenizer
 from gptlab.train.bundle import Bundle, build_bundle
-from gptlab.train.loop import train
+from gptlab.train.loop import Trial, train
 from gptlab.train.signals import StopFlag
 from gptlab.util.io import atomic_write_text
 
@@ -104,14 +104,21 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
         atomic_write_text(run_dir / name, diff + "\n")
 
 
-def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str], stop: StopFlag | None = None) -> dict:
+def execute(
+    cfg: DictConfig,
+    run_dir: Path,
+    choices: dict,
+    overrides: list[str],
+    stop: StopFlag | None = None,
+    trial: Trial | None = None,
+) -> dict:
     """Run training in run_dir (the CLI composed cfg): validate, build, resume, train, summarise; returns the summary
-    dict (also written to summary.json)."""
+    dict (also written to summary.json). `trial`: the tune trial each eval reports to (a pruning sweep's job)."""
     hardware = validate(cfg)  # the one Hardware of this run
     run = build_bundle(cfg, hardware, run_dir, choices)
     world = run.ctx.world
     try:
-        return _resume_and_train(cfg, run, run_dir, choices, overrides, stop)
+        return _resume_and_train(cfg, run, run_dir, choices, overrides, stop, trial)
     except BaseException as err:
         if world > 1:  # the failed frames' locals would keep the model, and so the process group, alive
             traceback.clear_frames(err.__traceback__)
@@ -123,7 +130,13 @@ def execute(cfg: DictConfig, run_dir: Path, choices: dict, overrides: list[str],
 
 
 def _resume_and_train(
-    cfg: DictConfig, run: Bundle, run_dir: Path, choices: dict, overrides: list[str], stop: StopFlag | None
+    cfg: DictConfig,
+    run: Bundle,
+    run_dir: Path,
+    choices: dict,
+    overrides: list[str],
+    stop: StopFlag | None,
+    trial: Trial | None = None,
 ) -> dict:
     """Resume (or re-report a finished run), open the run files, profile if asked, train and summarise."""
     settings = run.settings
@@ -155,7 +168,7 @@ def _resume_and_train(
     sinks = _open_run_files(cfg, run, start, progress, overrides, choices, name) if run.ctx.is_main else []
     if settings.profile:
         profile_run(run)
-    return _train_and_summarise(run, sinks, start, progress, choices, name, stop)
+    return _train_and_summarise(run, sinks, start, progress, choices, name, stop, trial)
 
 
 def _hf_init(run: Bundle):
@@ -206,13 +219,14 @@ def _train_and_summarise(
     choices: dict,
     name: str,
     stop: StopFlag | None,
+    trial: Trial | None = None,
 ) -> dict:
     """The loop, then the summary every sink receives; the sinks are closed whatever happens."""
     model, ctx, data = run.model, run.ctx, run.data
     status = "failed"
     started_at = time.time()  # wall clock (epoch s) of this process's training: compare checks run order against arms
     try:
-        summary = train(run, sinks, progress, resumed=start.kind == "resume", stop=stop)
+        summary = train(run, sinks, progress, resumed=start.kind == "resume", stop=stop, trial=trial)
         summary |= {
             "started_at": started_at,
             "ended_at": time.time(),
@@ -231,6 +245,9 @@ def _train_and_summarise(
         }
         if run.probes:  # which fixed set each probe/* value was measured on (compare pools only equal sets)
             summary["probe_sets"] = {probe.name: probe.fingerprint for probe in run.probes}
+        if run.val_sets:  # data.val_sets: each set's last loss, what it is and its size (compare pools equal sets)
+            eval_sequences, losses = run.settings.eval_sequences, progress.last_val_sets
+            summary["val_sets"] = {s.name: s.record(eval_sequences, losses.get(s.metric)) for s in run.val_sets}
         summary["wandb"] = _wandb_info(sinks)
         status = summary["status"]
         check_peak(summary, run.hardware)

@@ -5,6 +5,7 @@ search itself is gptlab/sweep/tune.py. Config: conf/hydra/sweeper/gptlab_optuna.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
@@ -12,7 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 
 class GptlabOptunaSweeper(Sweeper):
-    """Optuna TPE over Hydra overrides; each batch of `n_jobs` trials goes through the configured launcher."""
+    """Optuna TPE over Hydra overrides; each batch of `n_jobs` trials goes through the configured launcher; with a
+    `pruner` each trial's run may stop early as pruned."""
 
     def __init__(
         self,
@@ -24,8 +26,9 @@ class GptlabOptunaSweeper(Sweeper):
         max_failure_rate: float = 0.0,
         seed: int | None = None,
         params: dict | None = None,
+        pruner: dict | None = None,
     ):
-        self.settings = dict(
+        self.settings: dict[str, Any] = dict(
             direction=direction,
             study_name=study_name,
             storage=storage,
@@ -33,6 +36,8 @@ class GptlabOptunaSweeper(Sweeper):
             n_jobs=n_jobs,
             max_failure_rate=max_failure_rate,
             seed=seed,
+            # a node that gptlab.sweep.prune builds (the yaml's _recursive_: false keeps Hydra from building it first)
+            pruner=OmegaConf.to_container(pruner, resolve=True) if isinstance(pruner, DictConfig) else pruner,
         )
         self.params = OmegaConf.to_container(params) if isinstance(params, DictConfig) else dict(params or {})
 

@@ -29,6 +29,7 @@ IGNORED_KEYS = frozenset(
         "train.spike_window",
         "train.spike_dump",
         "train.detect_anomaly",
+        "data.val_sets",  # extra validation sets only observe (tables.val_sets pools each set only over equal ones)
     }
 )
 IGNORED_CHOICES = frozenset({"logger", "launcher", "probes"})
@@ -202,13 +203,14 @@ def find_baseline(groups: list[Group], spec: str | None) -> Group:
 
 
 def _task_keys(run: Run) -> dict[str, str]:
-    """What defines the task: the data choice, data.* settings and any tokenizer setting (not loader knobs)."""
+    """What defines the task: the data choice, data.* settings and any tokenizer setting (not loader knobs, nor
+    bookkeeping such as data.val_sets, which only observe)."""
     flat = flatten(run.config, empty_as_leaf=True)
     keys = {
         k: show(v)
         for k, v in flat.items()
         if (k.startswith("data.") or "tokenizer" in k)
-        and not _path_like(k)
+        and not is_bookkeeping(k)
         and k.rsplit(".", 1)[-1] not in _LOADER_KEYS
     }
     if "data" in run.choices:

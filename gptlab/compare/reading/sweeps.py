@@ -5,7 +5,9 @@
   naming several folders on the command line compares across sweeps on purpose;
 - a partial sweep: a sweep dir whose .plan/plan.json (gptlab-sweep's latest launch) lists runs. Its runs without a
   summary.json (still training, killed before the end, or never started) are left out and named in one warning;
-  the runs that finished are compared.
+  the runs that finished are compared;
+- pruned runs (status "pruned": a tune search's pruner stopped them, `pruned_at_step`): their last val loss is where
+  the curve was judged hopeless, not a result, so they are left out of every table and verdict, named in one note.
 
 The layout is gptlab-sweep's, defined in gptlab/sweep/layout.py (.plan/plan.json entries with the run's `subdir`
 under the sweep dir, <arm>/seed<k> or <arm>/lr<value>/seed<k>; older plans only `arm` and `seed`): compare imports
@@ -127,3 +129,23 @@ def finished_runs(paths: list[Path], runs: list[Run]) -> tuple[list[Run], list[s
             f"sweep {where}: none of its runs has finished yet (no summary.json); see gptlab-sweep status {where}"
         )
     return kept, warnings
+
+
+def unpruned(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """(runs to compare, a note naming the runs a tune pruner stopped, which are left out); every run pruned is a
+    one-line ConfigError."""
+    pruned = [r for r in runs if r.status == "pruned"]
+    if not pruned:
+        return runs, []
+    kept = [r for r in runs if r.status != "pruned"]
+    if not kept:
+        raise ConfigError(
+            f"all {len(runs)} runs were pruned by a tune search's pruner (status pruned, no final val loss); nothing "
+            "to compare: give runs that finished"
+        )
+    root = os.path.commonpath([str(r.path) for r in runs])
+    named = ", ".join(f"{os.path.relpath(r.path, root)} (step {r.summary.get('pruned_at_step', '?')})" for r in pruned)
+    return kept, [
+        f"note: {len(pruned)} run(s) pruned by the tune search's pruner are left out (a pruned run has no final val "
+        f"loss; it stopped at the step given): {named}"
+    ]

@@ -6,7 +6,7 @@ import base64
 import html
 from pathlib import Path
 
-from gptlab.compare.render import compute, evals, extra_table, matrix, probes, words
+from gptlab.compare.render import compute, evals, extra_table, matrix, probes, val_sets, words
 from gptlab.compare.render.layers import layer_notes
 from gptlab.compare.render.target_report import html_targets, markdown_targets, print_targets, target_notes
 from gptlab.compare.statistics.power import MAX_SEEDS, POWER
@@ -410,6 +410,7 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
     print_targets(cmp, console)
     for sentence in compute.lines(cmp.compute):  # val loss at equal FLOPs / wall time, matched arms
         console.print(sentence, highlight=False, markup=False)
+    extra_table.print_table(val_sets.extra_table(cmp.val_sets), console)
     extra_table.print_table(probes.extra_table(cmp.probes), console)
     extra_table.print_table(evals.extra_table(cmp.evals), console)
     for said in logged_lines(cmp):
@@ -448,6 +449,7 @@ def markdown(cmp: Comparison, images: dict[str, Path], power: bool = False) -> s
         lines += ["", power_note()]
     lines += markdown_targets(cmp)
     lines += (["", "## Equal compute", ""] + [f"- {c}" for c in compute.lines(cmp.compute)]) if cmp.compute else []
+    lines += extra_table.markdown(val_sets.extra_table(cmp.val_sets))
     lines += extra_table.markdown(probes.extra_table(cmp.probes))
     lines += extra_table.markdown(evals.extra_table(cmp.evals))
     lines += [""] + [f"- {n}" for n in notes(cmp)] + [""]
@@ -627,5 +629,5 @@ def html_report(cmp: Comparison, images: dict[str, Path], extra: str = "", power
         + "".join(f"<th>{esc(h)}</th>" for h in headers)
         + f"</tr>\n{_html_rows(cmp, headers, body)}</table>\n"
         + (_html_power(cmp) if power else "")
-        + f"{_legend(cmp)}{html_targets(cmp)}{_html_compute(cmp)}{extra_table.html_table(probes.extra_table(cmp.probes))}{extra_table.html_table(evals.extra_table(cmp.evals))}<ul>{note_items}</ul>\n{_html_logged(cmp)}{extra}{_figures(images)}{_html_runs(cmp)}</body></html>\n"
+        + f"{_legend(cmp)}{html_targets(cmp)}{_html_compute(cmp)}{extra_table.html_table(val_sets.extra_table(cmp.val_sets))}{extra_table.html_table(probes.extra_table(cmp.probes))}{extra_table.html_table(evals.extra_table(cmp.evals))}<ul>{note_items}</ul>\n{_html_logged(cmp)}{extra}{_figures(images)}{_html_runs(cmp)}</body></html>\n"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gptlab.compare.reading.runs import Run, wandb_identity
-from gptlab.compare.render import compute, evals, probes, words
+from gptlab.compare.render import compute, evals, probes, val_sets, words
 from gptlab.compare.statistics import speed, stats
 from gptlab.compare.tables.analysis import Comparison, Row
 from gptlab.compare.tables.machine import run_mfu
@@ -227,14 +227,19 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
 
 def extra_tables(cmp: Comparison) -> dict[str, Any]:
     """The report's verdicts beyond the main table, as W&B tables: val loss at equal FLOPs and at equal wall time
-    (one sentence per arm and axis, as comparison.md words them), and the probe and downstream-eval tables."""
+    (one sentence per arm and axis, as comparison.md words them), and the validation-set, probe and downstream-eval
+    tables."""
     import wandb
 
     out: dict[str, Any] = {}
     sentences = compute.lines(cmp.compute)
     if sentences:
         out["equal_compute"] = wandb.Table(columns=["equal compute"], data=[[line] for line in sentences])
-    for key, table in (("probes", probes.extra_table(cmp.probes)), ("evals", evals.extra_table(cmp.evals))):
+    for key, table in (
+        ("val_sets", val_sets.extra_table(cmp.val_sets)),
+        ("probes", probes.extra_table(cmp.probes)),
+        ("evals", evals.extra_table(cmp.evals)),
+    ):
         if table is not None:
             out[key] = wandb.Table(columns=table.headers, data=table.body)  # type: ignore[arg-type]  # wandb: invariant list[str | int]
     return out

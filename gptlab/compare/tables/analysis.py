@@ -24,6 +24,7 @@ from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
 from gptlab.compare.tables.evals import eval_rows
 from gptlab.compare.tables.machine import Peak, common_peak, machine_warnings, peak_warnings, run_mfu
 from gptlab.compare.tables.probes import probe_rows
+from gptlab.compare.tables.val_sets import val_set_rows
 
 LOSS, SPEED = "val/loss", "tokens_per_s"  # what the main table's two verdicts compare
 
@@ -126,6 +127,7 @@ class Comparison:
     matrix: Any = None  # matrix.Matrix: every arm under every lens (equal steps, FLOPs, wall time, own lr, matched)
     probes: list[Any] = field(default_factory=list)  # probes.ProbeRow per probe/* metric the runs logged
     evals: list[Any] = field(default_factory=list)  # evals.EvalRow per eval.json metric (gptlab-eval)
+    val_sets: list[Any] = field(default_factory=list)  # val_sets.ValSetRow per data.val_sets set the runs scored
     logged: list[Logged] = field(default_factory=list)  # what each arm's runs logged as warnings (train.log)
     # The machine's measured noise floor used for speed verdicts (None: the default heuristic), the report's line
     # on it, and the outside load above which a run's speed is 'under load'.
@@ -175,6 +177,10 @@ class Comparison:
             from gptlab.compare.tables.evals import to_json as evals_json
 
             doc["evals"] = evals_json(self.evals)
+        if self.val_sets:
+            from gptlab.compare.tables.val_sets import to_json as val_sets_json
+
+            doc["val_sets"] = val_sets_json(self.val_sets)
         if self.decode:
             from gptlab.compare.tables.decode import to_json
 
@@ -400,6 +406,9 @@ def compare(
     cmp.warnings += probe_warnings
     cmp.evals, eval_warnings = eval_rows(ordered, [r.label for r in rows])
     cmp.warnings += eval_warnings
+    same_model = [base.label in r.identical_to for r in rows]  # an arm that builds the baseline's model: all noise
+    cmp.val_sets, val_set_warnings = val_set_rows(ordered, [r.label for r in rows], point, same_model)
+    cmp.warnings += val_set_warnings
     cmp.logged = by_arm([(g.label, [r.path for r in g.runs]) for g in ordered])
     return cmp
 
