@@ -18,17 +18,10 @@ from gptlab.config.build import compose, group_choices, plain_config
 from gptlab.sinks.dashboard import Launch, _sweep_keys, flat_config, run_group, run_name, tags
 from helpers.cli import run_cli
 from helpers.train import FAST, run_inprocess
+from helpers.train import TINY as TINY_MODEL
 from helpers.wandb_read import config, history, inspect_records, of_type
 
-TINY = [o for o in FAST if not o.startswith("logger=")] + [
-    "model.n_layer=1",
-    "model.d_model=32",
-    "model.n_head=2",
-    "model.block_size=32",
-    "train.batch_size=4",
-    "train.eval_sequences=8",
-    "train.log_interval=2",
-]
+TINY = [o for o in FAST if not o.startswith("logger=")] + [*TINY_MODEL, "train.log_interval=2"]
 OFFLINE = dict(os.environ, WANDB_MODE="offline", OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
 
 

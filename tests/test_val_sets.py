@@ -23,19 +23,11 @@ from gptlab.errors import ConfigError
 from gptlab.state import checkpoint, resume
 from gptlab.state.rundir import saved_tokenizer
 from helpers.cli import run_cli
-from helpers.train import rows, run_inprocess, train_env
+from helpers.train import TINY, rows, run_inprocess, train_env
 
 PROSE = "It was a bright cold day in April, and the clocks were striking thirteen. " * 40
 CODE = "def area(r):\n    return 3.14159 * r ** 2  # the circle's area\n\nfor i in range(10):\n    print(i)\n" * 30
 CORPUS = "The quick brown fox jumps over the lazy dog while the cat sleeps by the fire.\n" * 300
-TINY = [
-    "model.n_layer=1",
-    "model.d_model=32",
-    "model.n_head=2",
-    "model.block_size=32",
-    "train.batch_size=4",
-    "train.eval_sequences=8",
-]
 
 
 def _files(tmp: Path) -> dict[str, Path]:

@@ -172,6 +172,31 @@ def _build_once(source, tokens_dir: Path, key: str, **build) -> None:
             (tokens_dir / f"{key}.lock").unlink(missing_ok=True)  # waiters wake, find index.json
 
 
+def _entry(source, cache_dir: Path, key: str, num_proc: int | None, **build) -> tuple[Path, bool]:
+    """Token cache entry `key`: (its folder, whether it was there already), tokenizing `source` into it first when
+    it was not."""
+    tokens_dir = cache_dir / "tokens"
+    tokens_dir.mkdir(parents=True, exist_ok=True)
+    folder = tokens_dir / key
+    from_cache = (folder / "index.json").is_file()
+    if not from_cache:
+        _build_once(
+            source, tokens_dir, key, cache_dir=cache_dir, num_proc=num_proc or encode.default_num_proc(), **build
+        )
+    return folder, from_cache
+
+
+def _check_ids(folder: Path, shards, index: dict, vocab_size: int, verify: bool) -> None:
+    """Every id below the tokenizer's vocabulary: each shard read (verify), else the index's recorded max id."""
+    if verify:
+        check_ids(folder, shards, vocab_size)
+    elif index.get("max_id", -1) >= vocab_size:
+        raise ConfigError(
+            f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
+            f"has {vocab_size} ids); {rebuild_hint(folder)}"
+        )
+
+
 LAST_USED = "last_used"  # an empty file whose mtime is when a run last opened the entry (gptlab-cache list / prune)
 
 
@@ -208,32 +233,15 @@ def build_token_splits(
         make_tokenizer(tokenizer, "", cache_dir)  # the one-line unknown-tokenizer error
     limit = fit_limit(source, bpe_sample_bytes, val_fraction)
     key = cache_key(source.key, tokenizer, bpe_vocab_size, limit, max_tokens)
-    tokens_dir = Path(cache_dir) / "tokens"
-    folder = tokens_dir / key
-    tokens_dir.mkdir(parents=True, exist_ok=True)
-    from_cache = (folder / "index.json").is_file()
-    if not from_cache:
-        _build_once(
-            source,
-            tokens_dir,
-            key,
-            tokenizer=tokenizer,
-            fit=FitSample(source, limit) if tokenizer in FITTED else None,
-            bpe_vocab_size=bpe_vocab_size,
-            cache_dir=Path(cache_dir),
-            num_proc=num_proc or encode.default_num_proc(),
-            max_tokens=max_tokens,
-        )
+    fit = FitSample(source, limit) if tokenizer in FITTED else None
+    folder, from_cache = _entry(
+        source, cache_dir, key, num_proc, tokenizer=tokenizer, fit=fit, bpe_vocab_size=bpe_vocab_size,
+        max_tokens=max_tokens,
+    )  # fmt: skip
     shards, index = open_shards(folder)
     touch_last_used(folder)
     tok = load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
-    if verify:
-        check_ids(folder, shards, tok.vocab_size)
-    elif index.get("max_id", -1) >= tok.vocab_size:
-        raise ConfigError(
-            f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
-            f"has {tok.vocab_size} ids); {rebuild_hint(folder)}"
-        )
+    _check_ids(folder, shards, index, tok.vocab_size, verify)
     total = int(index["tokens"])
     fitted = int(index.get("fit_end", 0))
     fit_end = min(fitted, total)  # data.max_tokens may stop the stream inside the fitting text
@@ -282,31 +290,12 @@ def tokenize_with(
     gptlab/data/val_sets.py) once into cached shards, or open them; no split, nothing fitted."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = given_cache_key(source.key, tok, max_tokens)
-    tokens_dir = cache_dir / "tokens"
-    folder = tokens_dir / key
-    tokens_dir.mkdir(parents=True, exist_ok=True)
-    from_cache = (folder / "index.json").is_file()
-    if not from_cache:
-        _build_once(
-            source,
-            tokens_dir,
-            key,
-            tokenizer=tok.name,
-            fit=None,
-            bpe_vocab_size=0,
-            cache_dir=cache_dir,
-            num_proc=num_proc or encode.default_num_proc(),
-            max_tokens=max_tokens,
-            given=tok,
-        )
+    folder, from_cache = _entry(
+        source, cache_dir, key, num_proc, tokenizer=tok.name, fit=None, bpe_vocab_size=0, max_tokens=max_tokens,
+        given=tok,
+    )  # fmt: skip
     shards, index = open_shards(folder)
     touch_last_used(folder)
-    if verify:
-        check_ids(folder, shards, tok.vocab_size)
-    elif index.get("max_id", -1) >= tok.vocab_size:
-        raise ConfigError(
-            f"data: the token cache '{folder}' is corrupt (token id {index['max_id']}, the tokenizer "
-            f"has {tok.vocab_size} ids); {rebuild_hint(folder)}"
-        )
+    _check_ids(folder, shards, index, tok.vocab_size, verify)
     total = int(index["tokens"])
     return TokenStreamEntry(TokenStream(shards, 0, total, tok.vocab_size, folder), folder, from_cache, f"{key}:{total}")

@@ -26,6 +26,17 @@ FAST = [
 ]
 
 
+# The tiniest model that still trains a few real steps (tests that check plumbing, not learning): 1 layer, width 32.
+TINY = [
+    "model.n_layer=1",
+    "model.d_model=32",
+    "model.n_head=2",
+    "model.block_size=32",
+    "train.batch_size=4",
+    "train.eval_sequences=8",
+]
+
+
 def run_inprocess(run_dir: Path, *overrides: str, steps: int = 6, eval_interval: int = 3) -> dict:
     """execute() one run into run_dir, exactly as gptlab-train would after Hydra composed the config."""
     args = [*FAST, f"train.max_steps={steps}", f"train.eval_interval={eval_interval}", *overrides]
