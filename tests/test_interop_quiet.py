@@ -45,17 +45,23 @@ def test_progress_bars_are_off_inside_and_as_they_were_after():
         on = transformers_logging.is_progress_bar_enabled(), not hub.are_progress_bars_disabled()
         return (*on, datasets.is_progress_bar_enabled())
 
-    assert states() == (True, True, True)
-    with no_progress_bars(datasets=True):
-        assert states() == (False, False, False)
-    assert states() == (True, True, True)
-    hub.disable_progress_bars()  # a caller's own choice stays: huggingface_hub's off, transformers' on
+    def set_states(transformers_on: bool, hub_on: bool, datasets_on: bool) -> None:
+        (transformers_logging.enable_progress_bar if transformers_on else transformers_logging.disable_progress_bar)()
+        (hub.enable_progress_bars if hub_on else hub.disable_progress_bars)()
+        (datasets.enable_progress_bars if datasets_on else datasets.disable_progress_bars)()
+
+    before = states()  # process-wide switches: an earlier test in this worker (data=hf) may have turned one off
+    set_states(True, True, True)
     try:
+        with no_progress_bars(datasets=True):
+            assert states() == (False, False, False)
+        assert states() == (True, True, True)
+        hub.disable_progress_bars()  # a caller's own choice stays: huggingface_hub's off, transformers' on
         with no_progress_bars():
             assert states() == (False, False, True)
         assert states() == (True, False, True)
     finally:
-        hub.enable_progress_bars()
+        set_states(*before)
 
 
 @pytest.mark.slow  # trains, then runs three CLIs (lm-eval, HF loads): ~45 s on 2 busy cores

@@ -36,7 +36,11 @@ def test_hardware_once_and_the_model_once_on_its_device(tmp_path, monkeypatch):
 
 
 def test_the_loop_takes_the_built_run_whole():
-    assert list(inspect.signature(loop.train).parameters) == ["run", "sinks", "progress", "resumed", "stop"]
+    """The loop gets the built run, its sinks and its start, a stop flag and, under a pruning search, the trial it
+    reports to (a small protocol: train/loop.Trial): no config and no loose settings."""
+    params = inspect.signature(loop.train).parameters
+    assert list(params) == ["run", "sinks", "progress", "resumed", "stop", "trial"]
+    assert params["trial"].annotation in ("Trial | None", loop.Trial | None)
     assert list(inspect.signature(loop.train_step).parameters) == ["run", "batches", "monitor"]
 
 
