@@ -48,6 +48,7 @@ class Data(Protocol):
     seq_len: int  # T of every batch; <= model.block_size
     reports_accuracy: bool  # True when y marks only answer positions (accuracy is meaningful)
     fingerprint: str  # changes whenever any sample could change (content, tokenizer, split, generator)
+    val_sets: tuple  # extra named validation sets (data.val_sets, gptlab/data/val_sets.py); () for none
 
     def train_samples(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y) int64 CPU tensors (count, T) for global training samples first..first+count-1.

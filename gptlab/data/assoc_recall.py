@@ -58,6 +58,7 @@ class AssocRecallData:
 
     name = "assoc_recall"
     reports_accuracy = True
+    val_sets: tuple = ()  # generated sequences: no extra validation sets (data.val_sets is not one of its keys)
 
     def __init__(
         self,

@@ -96,7 +96,7 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
         "choices": choices,
         "data": data.fingerprint,
         # an edited val set file changes no config key: its fingerprint refuses the resume (absent without sets)
-        **({"val_sets": {s.name: s.fingerprint for s in data.val_sets}} if getattr(data, "val_sets", ()) else {}),
+        **({"val_sets": {s.name: s.fingerprint for s in data.val_sets}} if data.val_sets else {}),
         "model": model_fingerprint(model),
         "world": world,
         "dtype": hardware.dtype,
@@ -132,7 +132,7 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
         threads_why=threads_why,
         match=matched,
         probes=build.build_probes(cfg, data, model),  # their fixed sets from data_seed, after the model (learned?)
-        val_sets=tuple(getattr(data, "val_sets", ())),  # the text choices' data.val_sets (assoc_recall has none)
+        val_sets=tuple(data.val_sets),  # the text choices' data.val_sets (assoc_recall has none)
     )
 
 
@@ -209,7 +209,7 @@ def _check_memory(
     micro = settings.batch_size // (settings.grad_accum * world)
     report = build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype).to_dict()
     # the fixed validation sets live in memory for the whole run: x and y, int64, (sequences, T) each
-    sequences = settings.eval_sequences + sum(s.count(settings.eval_sequences) for s in getattr(data, "val_sets", ()))
+    sequences = settings.eval_sequences + sum(s.count(settings.eval_sequences) for s in data.val_sets)
     report["memory"]["eval_bytes"] = sequences * data.seq_len * 2 * 8
     if hardware.strategy == "fsdp":  # one rank's share: sharded weights, grads and state, plus the gathered blocks
         from gptlab.costs.sharding import Sharding
