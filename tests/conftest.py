@@ -36,8 +36,24 @@ def hermetic_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("GPTLAB_CACHE", str(base / "gptlab-cache"))
-    with _logging_restored():
+    with _logging_restored(), _environ_restored():
         yield
+
+
+@contextlib.contextmanager
+def _environ_restored():
+    """Each test leaves os.environ as it found it, whatever the code it ran set: in-process code under test may
+    export variables (gptlab.runtime.distributed.export_slurm_env writes RANK, WORLD_SIZE, MASTER_ADDR), and
+    monkeypatch undoes only what it set itself. A WORLD_SIZE=2 left behind made a later in-process run on the same
+    worker wait 30 min for a rank that never came (CI ran out of time on it)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if dict(os.environ) != saved:
+            for key in set(os.environ) - set(saved):
+                del os.environ[key]
+            os.environ.update(saved)
 
 
 @contextlib.contextmanager

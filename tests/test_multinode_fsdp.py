@@ -20,6 +20,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from test_multinode import sbatch_text
@@ -297,20 +298,20 @@ def slurm_task_env(job: str, nodelist: str, procid: int) -> dict[str, str]:
     }
 
 
-def exported(monkeypatch, task: dict[str, str]) -> dict[str, str]:
-    """The rank env gptlab.runtime.distributed.export_slurm_env makes of a task's SLURM variables."""
+def exported(task: dict[str, str]) -> dict[str, str]:
+    """The rank env gptlab.runtime.distributed.export_slurm_env makes of a task's SLURM variables; os.environ is
+    restored whole afterwards (monkeypatch would leave the keys export_slurm_env added, WORLD_SIZE among them)."""
     from gptlab.runtime.distributed import export_slurm_env
 
-    with monkeypatch.context() as m:
+    with mock.patch.dict(os.environ):
         for key in (*RANK_KEYS, "SUBMITIT_EXECUTOR"):
-            m.delenv(key, raising=False)
-        for key, value in task.items():
-            m.setenv(key, value)
+            os.environ.pop(key, None)
+        os.environ.update(task)
         export_slurm_env()
         return {k: os.environ[k] for k in RANK_KEYS}
 
 
-def test_the_slurm_path_of_a_two_node_fsdp_job_is_that_torchrun_line(tmp_path, monkeypatch):
+def test_the_slurm_path_of_a_two_node_fsdp_job_is_that_torchrun_line(tmp_path):
     """launcher=slurm runs no torchrun: sbatch asks for 2 nodes x 1 task, srun starts one rank per task, and each
     rank turns its SLURM variables into the env `torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d
     --rdzv-endpoint <head node>:<port>` gives its worker: the same ranks and sizes, the head node (the job's first)
@@ -320,22 +321,22 @@ def test_the_slurm_path_of_a_two_node_fsdp_job_is_that_torchrun_line(tmp_path, m
         assert f"#SBATCH {line}\n" in script
     (launch_line,) = [ln for ln in script.splitlines() if ln.startswith("srun ")]
     assert launch_line.endswith(" python -m gptlab.cli.train") and "torchrun" not in script  # a rank per task
-    slurm = {n: exported(monkeypatch, slurm_task_env("4242", "gpu[07-08]", n)) for n in (0, 1)}
+    slurm = {n: exported(slurm_task_env("4242", "gpu[07-08]", n)) for n in (0, 1)}
     for rank in (0, 1):
         assert {k: slurm[rank][k] for k in TORCHRUN_RANKS[rank]} == TORCHRUN_RANKS[rank]
     assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in slurm.values()} == {("gpu07", slurm[0]["MASTER_PORT"])}
-    other_job = exported(monkeypatch, slurm_task_env("4243", "gpu[07-08]", 0))
+    other_job = exported(slurm_task_env("4243", "gpu[07-08]", 0))
     assert other_job["MASTER_PORT"] != slurm[0]["MASTER_PORT"]  # another job, another rendezvous
 
 
 @pytest.mark.slow  # 11 s (2 busy cores): two ranks
-def test_two_slurm_tasks_train_fsdp_like_one_process(runs, tmp_path, monkeypatch):
+def test_two_slurm_tasks_train_fsdp_like_one_process(runs, tmp_path):
     """The two tasks of that job, run here with nothing but their SLURM variables: the head node is `localhost`,
     the port comes from the job id (one whose port is free here), and the run follows one process's curve."""
     job = next(
         j
         for j in map(str, range(4242, 4342))
-        if not listening(int(exported(monkeypatch, slurm_task_env(j, "localhost,node2", 0))["MASTER_PORT"]))
+        if not listening(int(exported(slurm_task_env(j, "localhost,node2", 0))["MASTER_PORT"]))
     )
     run, ranks = tmp_path / "slurm", []
     try:
