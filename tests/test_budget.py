@@ -4,37 +4,26 @@ slow-marked one and a fast one pass."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+from helpers.scratch import run_pytest, scratch_suite
 
 
 def test_a_test_over_the_budget_fails_unless_marked_slow(tmp_path):
-    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: long\n")
-    (tmp_path / "test_b.py").write_text(
+    test_b = (
         "import time, pytest\n"
         "def test_fast(): pass\n"
         "def test_over(): time.sleep(0.6)\n"
         "@pytest.mark.slow\n"
         "def test_slow_over(): time.sleep(0.6)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--budget", "0.3", "test_b.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    scratch_suite(tmp_path, {"test_b.py": test_b}, markers=("slow: long",))
+    done = run_pytest(tmp_path, "-q", "--budget", "0.3", "test_b.py")
     assert done.returncode == 1, done.stdout
     assert "1 failed, 2 passed" in done.stdout
     assert re.search(
         r"test_b.py::test_over took \d+\.\d s, over the 0.3 s budget of a test outside the `slow`", done.stdout
     )
-    plain = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_b.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    plain = run_pytest(tmp_path, "-q", "test_b.py")
     assert plain.returncode == 0 and "3 passed" in plain.stdout  # no --budget: no budget
 
 
@@ -42,19 +31,15 @@ def test_under_xdist_each_file_runs_on_one_worker_and_files_with_slow_tests_go_f
     """`make test`'s -n auto --dist loadgroup: a file's tests share one worker (a module fixture is built once), every
     slurm-marked test shares one worker, and files holding slow tests are handed out first. Checked on the worker
     each test ran on, with the real conftest, in a scratch folder of three files."""
-    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: long\n    slurm: cluster\n")
-    for name in ("a", "b"):
-        cases = "".join(f"def test_{name}{i}(): pass\n" for i in range(8))
-        (tmp_path / f"test_{name}.py").write_text(
-            f"import pytest\n{cases}@pytest.mark.slurm\ndef test_{name}_sl(): pass\n"
-        )
-    (tmp_path / "test_z.py").write_text("import pytest\n@pytest.mark.slow\ndef test_z(): pass\ndef test_z2(): pass\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-         "--no-loadscope-reorder", "."],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    files = {
+        f"test_{name}.py": "import pytest\n"
+        + "".join(f"def test_{name}{i}(): pass\n" for i in range(8))
+        + f"@pytest.mark.slurm\ndef test_{name}_sl(): pass\n"
+        for name in ("a", "b")
+    }
+    files["test_z.py"] = "import pytest\n@pytest.mark.slow\ndef test_z(): pass\ndef test_z2(): pass\n"
+    scratch_suite(tmp_path, files, markers=("slow: long", "slurm: cluster"))
+    done = run_pytest(tmp_path, "-v", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", ".")
     assert done.returncode == 0, done.stdout[-3000:]
     ran = re.findall(r"\[(gw\d)\] \[ *\d+%\] PASSED (test_\w+)\.py::(test_\w+)", done.stdout)
     assert len(ran) == 20, done.stdout[-3000:]

@@ -4,21 +4,15 @@ test fails by name instead of running CI into its time limit."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+from helpers.scratch import run_pytest, scratch_suite
 
 
 def test_what_a_test_exports_is_gone_for_the_next_one(tmp_path):
     """A test whose in-process code exports WORLD_SIZE (export_slurm_env does) left it to every later test on its
     worker: a later in-process run with hardware=ddp_cpu then waited 30 min for a second rank. Scratch suite, real
     conftest: the first test adds and changes variables the way code under test does, the second sees none of it."""
-    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / "test_env.py").write_text(
+    test_env = (
         "import os\n"
         "def test_exports():\n"
         "    os.environ.update(WORLD_SIZE='2', RANK='1', MASTER_ADDR='gpu07')\n"
@@ -29,12 +23,10 @@ def test_what_a_test_exports_is_gone_for_the_next_one(tmp_path):
         "    assert os.environ['GPTLAB_SCRATCH_KEPT'] == 'kept'\n"
         "    assert os.environ['GPTLAB_SCRATCH_GONE'] == 'here'\n"
     )
+    scratch_suite(tmp_path, {"test_env.py": test_env})
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR")}
     env.update(GPTLAB_SCRATCH_KEPT="kept", GPTLAB_SCRATCH_GONE="here")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_env.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    done = run_pytest(tmp_path, "-q", "-p", "no:xdist", "test_env.py", env=env)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
 
 
