@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # annotations only: the CLIs' --help and config errors answer without importing torch
+    import torch
 
 
 def default_cache_dir() -> Path:
