@@ -23,10 +23,10 @@ $(VENV)/.installed: pyproject.toml
 run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
-test: setup  ## the whole test suite on a worker per core (~36 min on 2 cores; the 15 slowest listed)
+test: setup  ## the whole test suite on a worker per core (~37 min on 2 cores; the 15 slowest listed)
 	$(VENV)/bin/pytest -q $(XDIST) --durations=15 $(ARGS)
 
-test-fast: setup  ## the suite without slow and SLURM tests (~11 min on 2 cores)
+test-fast: setup  ## the suite without slow and SLURM tests (~9 min on 2 cores)
 	$(VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm" $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,
