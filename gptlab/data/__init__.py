@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # annotations only: the CLIs' --help and config errors answer without importing torch
+if TYPE_CHECKING:  # annotations only: `gptlab-train --help` answers without importing torch
     import torch
 
 
