@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gptlab.config import build
+from gptlab.errors import TrainingDiverged
 from gptlab.train.diagnostics import Diagnostics, group_of
-from gptlab.train.loop import TrainingDiverged
 from helpers.cli import run_cli
 from helpers.train import FAST, rows, run_inprocess, train_env
 from helpers.wandb_read import inspect_records

@@ -15,10 +15,10 @@ import time
 import pytest
 import torch
 
+from gptlab.errors import TrainingDiverged
 from gptlab.runtime import metrics
 from gptlab.state import checkpoint
 from gptlab.train import loop
-from gptlab.train.loop import TrainingDiverged
 from helpers.train import rows, run_inprocess
 
 CURVE = ("train/loss", "train/grad_norm", "train/lr", "tokens", "val/loss")

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from gptlab.errors import TrainingDiverged
 from gptlab.sinks.jsonl import read_rows
 from gptlab.state import checkpoint
-from gptlab.train.loop import TrainingDiverged
 from helpers.cli import run_cli
 from helpers.train import FAST, rows, run_inprocess
 

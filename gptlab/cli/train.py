@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 from gptlab.cli import fail, hydra_raises
 from gptlab.cli.help import help_topic, render
 from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, TrainingDiverged
 from gptlab.runtime.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
 from gptlab.state.layout import HYDRA_WRITES, LOCK_FILE, check_run_dir, check_run_path, lock_held
@@ -88,16 +88,12 @@ def _chosen(group: str) -> str:
 
 
 def run_errors() -> tuple[type[BaseException], ...]:
-    """What a run raises for bad input or a failed run (imported late: --help and completion skip torch)."""
-    from gptlab.train.loop import TrainingDiverged
-
+    """What a run raises for bad input or a failed run."""
     return ConfigError, TrainingDiverged, OSError, OmegaConfBaseException
 
 
 def exit_code(err: BaseException) -> int:
     """1 when the run failed (diverged, I/O), 2 for bad input."""
-    from gptlab.train.loop import TrainingDiverged
-
     return 1 if isinstance(err, (TrainingDiverged, OSError)) and not isinstance(err, HydraException) else 2
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import torch
 
+from gptlab.errors import TrainingDiverged
 from gptlab.runtime import distributed
 from gptlab.runtime.cpu_load import job_sampler
 from gptlab.runtime.metrics import PeakMemory, StepClock, median, mfu
@@ -69,10 +70,6 @@ def flops_eval_steps(eval_flops: list[float] | None, flops_per_step: float, max_
         return frozenset()
     steps = {f(x / flops_per_step) for x in eval_flops for f in (math.floor, math.ceil)}
     return frozenset(s for s in steps if 1 <= s <= max_steps)
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN/inf more often than train.nan_skip allows."""
 
 
 @torch.no_grad()
