@@ -109,7 +109,9 @@ def test_help_and_config_errors_answer_without_importing_torch(tmp_path, args, o
         "try:\n    runpy.run_module('gptlab.cli.train', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
         "print('torch imported:', 'torch' in sys.modules, code, file=sys.stderr)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=train_env(), capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=train_env(), capture_output=True, text=True, timeout=120
+    )
     assert said in getattr(proc, out), proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"torch imported: False {exit_code}", proc.stderr
 
