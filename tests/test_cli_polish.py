@@ -91,22 +91,25 @@ def test_help_group_page_shows_every_option_key_with_its_comment(group):
 
 
 @pytest.mark.parametrize(
-    "args,out,said,exit_code",
+    "cli,args,out,said,exit_code",
     [
-        (["--help"], "stdout", "usage:", None),
-        (["attention=nope"], "stderr", "error: attention=nope: no such option; available: ", 2),
+        ("gptlab.cli.train", ["--help"], "stdout", "usage:", None),
+        ("gptlab.cli.train", ["attention=nope"], "stderr", "error: attention=nope: no such option; available: ", 2),
+        ("gptlab.cli.flops", ["--help", "attention"], "stdout", "attention: pick with attention=OPTION", None),
+        ("gptlab.cli.decode", ["--help", "attention"], "stdout", "attention: pick with attention=OPTION", None),
     ],
-    ids=["help", "config-error"],
+    ids=["help", "config-error", "flops-help", "decode-help"],
 )
-def test_help_and_config_errors_answer_without_importing_torch(tmp_path, args, out, said, exit_code):
+def test_help_and_config_errors_answer_without_importing_torch(tmp_path, cli, args, out, said, exit_code):
     """`gptlab-train --help` reads the YAML under conf/, and a bad choice is refused at composition: neither imports
-    torch. On this 2-core machine (3 calls each) --help took 2.19 s when gptlab.data imported torch for its
-    annotations (now 0.33 s), and the error 2.3 s when the CLI imported the training loop for the class
-    TrainingDiverged (now 0.5 s)."""
+    torch, nor does --help of gptlab-flops and gptlab-decode. On this 2-core machine (3 calls each) --help took
+    2.19 s when gptlab.data imported torch for its annotations (now 0.33 s), and the error 2.3 s when the CLI
+    imported the training loop for the class TrainingDiverged (now 0.5 s); gptlab-flops --help imported the
+    schema (and torch) at the top."""
     code = (
         "import runpy, sys\n"
-        f"sys.argv, code = ['gptlab-train', *{args!r}], None\n"
-        "try:\n    runpy.run_module('gptlab.cli.train', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+        f"sys.argv, code = ['{cli}', *{args!r}], None\n"
+        f"try:\n    runpy.run_module('{cli}', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
         "print('torch imported:', 'torch' in sys.modules, code, file=sys.stderr)\n"
     )
     proc = subprocess.run(

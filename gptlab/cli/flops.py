@@ -22,8 +22,6 @@ from gptlab.cli import fail, hydra_raises
 from gptlab.cli.flops_sharding import datasheet_roofs, section, sharding_option
 from gptlab.cli.flops_table import render_table
 from gptlab.cli.help import group_page, help_topic, key_rows
-from gptlab.config.noop import unread_overrides
-from gptlab.config.schema import check_schema, root_keys
 from gptlab.errors import ConfigError
 from gptlab.util.paths import CONF_DIR
 
@@ -173,6 +171,9 @@ READS_CHOICE = ("optimizer",)
 
 def unread_warning(cfg: DictConfig, overrides: list[str]) -> str | None:
     """One line naming the overrides no figure of the report depends on (None when every one counts)."""
+    from gptlab.config.noop import unread_overrides  # here, not at the top: it imports torch, which --help needs not
+    from gptlab.config.schema import root_keys
+
     own = tuple(str(k) for k in cfg if k not in root_keys("train"))  # mode, batch_size, seq_len, gpu, ...
     unread = unread_overrides(overrides, (*READS, "train.grad_accum", *own), READS_CHOICE)
     if not unread:
@@ -261,6 +262,8 @@ def vocab_note(cfg: DictConfig) -> str | None:
 def flops_app(cfg: DictConfig) -> None:
     """Print the cost report for the composed config (table or one JSON object)."""
     from hydra.core.hydra_config import HydraConfig
+
+    from gptlab.config.schema import check_schema  # imports torch: not at the top, so --help answers without it
 
     try:
         check_schema(cfg)  # a key no config declares (+foo=1), a value out of range: one line, as gptlab-train
