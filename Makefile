@@ -8,7 +8,7 @@ PYTHON ?= python3
 # handed out first (tests/conftest.py). XDIST= runs the suite serially in this process.
 XDIST ?= -n auto --dist loadgroup --no-loadscope-reorder
 
-.PHONY: help setup run test test-fast test-floor lint format bench gpu-check gpu-wheels gpu-study clean
+.PHONY: help setup run test test-fast durations test-floor lint format bench gpu-check gpu-wheels gpu-study clean
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
@@ -26,8 +26,14 @@ run: setup  ## train the default model (ARGS="attention=gqa ...")
 test: setup  ## the whole test suite on a worker per core (~37 min on 2 cores; the 15 slowest listed)
 	$(VENV)/bin/pytest -q $(XDIST) --durations=15 $(ARGS)
 
-test-fast: setup  ## the suite without slow and SLURM tests (~9 min on 2 cores)
-	$(VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm" $(ARGS)
+# The edit-test loop: the tests that took under 1 s each when `make durations` last timed the whole suite
+# (tests/durations.json; tests/conftest.py marks the rest `heavy`). A new test runs here until the file is rewritten.
+test-fast: setup  ## the tests under 1 s each (tests/durations.json): no slow, SLURM or heavy ones (~3 min on 2 cores)
+	$(VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm and not heavy" $(ARGS)
+
+# Time the whole suite as `make test` runs it and write tests/durations.json (commit it): what test-fast leaves out
+durations: setup  ## rewrite tests/durations.json from a whole run of the suite (~35 min on 2 cores)
+	$(VENV)/bin/pytest -q $(XDIST) --store-durations $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,
 # omegaconf, wandb, datasets, statsmodels, and the hf/eval extras' transformers and lm-eval): a floor the code does not

@@ -4,8 +4,11 @@ offline) and shared fixtures. Plain helpers live in the helpers package (tests/h
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import time
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +89,12 @@ def one_thread():
 
 def pytest_addoption(parser):
     parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help=f"write each test's time and each shared fixture's setup time to {DURATIONS.name} beside this conftest "
+        "(`make durations`: the whole suite); the `heavy` marker of `make test-fast` is read from it",
+    )
+    parser.addoption(
         "--budget",
         type=float,
         default=None,
@@ -100,6 +109,9 @@ def pytest_runtest_makereport(item, call):
     """--budget: a passing test outside `slow` over the budget fails, naming its time and the two ways out."""
     outcome = yield
     report = outcome.get_result()
+    if report.when == "setup" and _SHARED_SETUPS:  # --store-durations: to the controller with the report
+        report.user_properties.extend(("shared_fixture_setup", entry) for entry in _SHARED_SETUPS)
+        _SHARED_SETUPS.clear()
     budget = item.config.getoption("--budget")
     if budget and report.when == "call" and report.passed and "slow" not in item.keywords:
         if report.duration > budget:
@@ -121,6 +133,7 @@ def pytest_collection_modifyitems(config, items):
     - Files holding `slow` tests are handed out first, so the suite does not end on one worker running a long file
       while the other waits.
     """
+    _mark_heavy(items)
     if not config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup (xdist sets it there)
         return
     slow_files = {item.path for item in items if "slow" in item.keywords}
@@ -140,3 +153,72 @@ def _in_group(item, group: str) -> None:
         from _pytest.nodeid import coerce_node_id
 
         item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+# ---- the fast tier: `heavy` from recorded times ---------------------------------------------------------------------
+# tests/durations.json holds, from a whole run of the suite under `make test`'s two workers (`make durations`), each
+# test's time (setup + call + teardown) and the setup time of each shared (module/session-scoped) fixture that took
+# HEAVY_S or more. At collection a test is marked `heavy` when its own recorded time is HEAVY_S or more, or when it
+# uses such a fixture: its first user paid for it in the recorded run, but any user may be first in a selection.
+# `make test-fast` leaves heavy tests out; every other selection (make test, the floor run, -k) ignores the mark. A
+# test the file does not know yet counts as light until the file is written again.
+DURATIONS = Path(__file__).with_name("durations.json")
+HEAVY_S = 1.0
+_SHARED_SETUPS: list[list] = []  # [fixture key, seconds] of shared fixtures set up for the test in setup now
+_RECORD: dict = {"on": False, "tests": {}, "fixtures": {}}  # --store-durations: timed everywhere, kept by the
+# controller (or the one process without xdist)
+
+
+def pytest_configure(config):
+    _RECORD["on"] = config.getoption("--store-durations")
+
+
+def _fixture_key(baseid: str, name: str) -> str:
+    """A shared fixture: where it is defined (a node id prefix, "" for the root conftest) and its name."""
+    return f"{baseid}::{name}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    t0 = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - t0
+    if _RECORD["on"] and fixturedef.scope != "function" and seconds >= HEAVY_S:
+        _SHARED_SETUPS.append([_fixture_key(fixturedef.baseid, fixturedef.argname), round(seconds, 2)])
+
+
+def _plain_id(nodeid: str) -> str:
+    """A node id without the '@group' suffix that _in_group gives it under loadgroup."""
+    base, at, group = nodeid.rpartition("@")
+    return base if at and (group == "slurm" or group.endswith(".py")) else nodeid
+
+
+def pytest_runtest_logreport(report):
+    if not _RECORD["on"]:
+        return
+    nodeid = _plain_id(report.nodeid)
+    _RECORD["tests"][nodeid] = round(_RECORD["tests"].get(nodeid, 0.0) + report.duration, 3)
+    for name, value in report.user_properties:
+        if name == "shared_fixture_setup":
+            key, seconds = value
+            _RECORD["fixtures"][key] = max(seconds, _RECORD["fixtures"].get(key, 0.0))
+
+
+def pytest_sessionfinish(session):
+    if _RECORD["on"] and not hasattr(session.config, "workerinput"):  # an xdist worker's reports reach the controller
+        doc = {"heavy_s": HEAVY_S, "fixtures": dict(sorted(_RECORD["fixtures"].items()))}
+        doc["tests"] = dict(sorted(_RECORD["tests"].items()))
+        DURATIONS.write_text(json.dumps(doc, indent=0) + "\n")
+
+
+def _mark_heavy(items) -> None:
+    """Mark `heavy` the tests that durations.json recorded at HEAVY_S or more, and the users of its heavy fixtures."""
+    if not DURATIONS.is_file():
+        return
+    doc = json.loads(DURATIONS.read_text())
+    shared = [key.rpartition("::") for key in doc["fixtures"]]  # (baseid, "::", name)
+    for item in items:
+        own = doc["tests"].get(_plain_id(item.nodeid), 0.0) >= HEAVY_S
+        uses = any(name in item.fixturenames and item.nodeid.startswith(base) for base, _, name in shared)
+        if own or uses:
+            item.add_marker(pytest.mark.heavy)

@@ -1,0 +1,70 @@
+"""The fast tier (tests/conftest.py, `make durations` / `make test-fast`): --store-durations records each test's time
+and each heavy shared fixture's setup, under xdist as `make test` runs; at collection `heavy` marks the tests recorded
+at 1 s or more and every user of a heavy fixture, whichever of them paid for it; a test the file does not know is
+light. Checked with the real conftest on a scratch suite."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from helpers.scratch import run_pytest, scratch_suite
+
+SUITE = {
+    "test_a.py": (
+        "import time, pytest\n"
+        "@pytest.fixture(scope='module')\n"
+        "def shared():\n    time.sleep(1.1)\n    return 1\n"
+        "def test_first_user(shared): assert shared == 1\n"
+        "def test_second_user(shared): assert shared == 1\n"
+        "def test_own_time(): time.sleep(1.1)\n"
+        "def test_light(): pass\n"
+    ),
+    "test_b.py": "def test_other_light(): pass\n",
+}
+XDIST = ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
+
+
+def test_store_durations_under_xdist_records_plain_ids_and_the_heavy_fixture(tmp_path):
+    scratch_suite(tmp_path, SUITE, markers=("heavy: recorded",))
+    stored = run_pytest(tmp_path, "-q", *XDIST, "--store-durations", ".")
+    assert stored.returncode == 0, stored.stdout[-3000:]
+    doc = json.loads((tmp_path / "durations.json").read_text())
+    assert doc["heavy_s"] == 1.0
+    assert set(doc["tests"]) == {
+        "test_a.py::test_first_user",
+        "test_a.py::test_second_user",
+        "test_a.py::test_own_time",
+        "test_a.py::test_light",
+        "test_b.py::test_other_light",
+    }  # plain ids: no '@group' suffix of loadgroup
+    assert doc["tests"]["test_a.py::test_own_time"] >= 1.1 and doc["tests"]["test_a.py::test_light"] < 1.0
+    assert list(doc["fixtures"]) == ["test_a.py::shared"] and doc["fixtures"]["test_a.py::shared"] >= 1.1
+    # only the user that set the fixture up holds its time: the other one is light by its own time
+    assert min(doc["tests"]["test_a.py::test_first_user"], doc["tests"]["test_a.py::test_second_user"]) < 1.0
+
+
+def test_not_heavy_leaves_out_heavy_tests_and_every_user_of_a_heavy_fixture_and_keeps_new_tests(tmp_path):
+    files = {name: text.replace("time.sleep(1.1)", "pass") for name, text in SUITE.items()}
+    files["test_b.py"] += "def test_new(): pass\n"  # not in the file: light until it is written again
+    scratch_suite(tmp_path, files, markers=("heavy: recorded",))
+    recorded = {
+        "heavy_s": 1.0,
+        "fixtures": {"test_a.py::shared": 1.2},
+        "tests": {
+            "test_a.py::test_first_user": 1.25,
+            "test_a.py::test_second_user": 0.01,
+            "test_a.py::test_own_time": 1.1,
+            "test_a.py::test_light": 0.99,
+            "test_b.py::test_other_light": 0.01,
+        },
+    }
+    (tmp_path / "durations.json").write_text(json.dumps(recorded))
+    fast = run_pytest(tmp_path, "-v", *XDIST, "-m", "not heavy", ".")  # as make test-fast runs
+    assert fast.returncode == 0, fast.stdout[-3000:]
+    ran = set(re.findall(r"PASSED (test_\w+\.py::test_\w+)", fast.stdout))
+    assert ran == {"test_a.py::test_light", "test_b.py::test_other_light", "test_b.py::test_new"}
+    serial = run_pytest(tmp_path, "-q", "-m", "not heavy", ".")
+    assert serial.returncode == 0 and "3 passed, 3 deselected" in serial.stdout, serial.stdout[-3000:]
+    everything = run_pytest(tmp_path, "-q", ".")  # no -m: the mark selects nothing by itself
+    assert everything.returncode == 0 and "6 passed" in everything.stdout, everything.stdout[-3000:]
