@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
-test: setup  ## the whole test suite on a worker per core (~37 min on 2 cores; the 15 slowest listed)
+test: setup  ## the whole test suite on a worker per core (~35 min on 2 cores; the 15 slowest listed)
 	$(VENV)/bin/pytest -q $(XDIST) --durations=15 $(ARGS)
 
 # The edit-test loop: the tests that took under 1 s each when `make durations` last timed the whole suite
