@@ -126,6 +126,40 @@ def test_gptlab_eval_refusals_are_one_line(tmp_path, capsys, monkeypatch):
     assert not (run / "eval.json").exists() and not (rope / "eval.json").exists()
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # get_task_dict: in both lm-eval floors and now
+def test_tasks_all_in_the_include_path_skip_lm_evals_registry_and_shadow_it(tmp_path, monkeypatch):
+    """Plain tasks of --include-path are read from that folder alone (indexing lm-eval's ~15,000 YAMLs costs ~6 s),
+    and a local task named like a registry one is the local one, as it is with the whole registry loaded."""
+    import lm_eval.tasks
+
+    from gptlab.interop.harness import _task_manager
+
+    tasks = _task(tmp_path / "tasks")
+    shadow = (tasks / "tiny_mc.yaml").read_text().replace("task: tiny_mc", "task: hellaswag")
+    (tasks / "hellaswag.yaml").write_text(shadow)
+    (tasks / "animals.yaml").write_text("group: animals\ntask:\n  - tiny_mc\n")
+    manager = _task_manager(tasks, ["tiny_mc", "hellaswag"])
+    assert sorted(manager.all_subtasks) == ["hellaswag", "tiny_mc"]  # the folder's, not lm-eval's registry
+    loaded = lm_eval.tasks.get_task_dict(["hellaswag"], manager)
+    assert [t.config.dataset_path for t in loaded.values()] == ["json"]  # the local YAML, not the Hub's hellaswag
+
+    built = []
+
+    class Recording(lm_eval.tasks.TaskManager):
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs.get("include_defaults", True))
+            if built[-1]:
+                raise RuntimeError("the whole registry")  # what a group or an unknown name needs: not built here
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Recording)
+    for asked in (["animals"], ["tiny_mc", "arc_easy"]):  # a group, a task outside the folder: the whole registry
+        built.clear()
+        with pytest.raises(RuntimeError, match="the whole registry"):
+            _task_manager(tasks, asked)
+        assert built == [False, True], asked
+
+
 def test_missing_extra_is_one_line(monkeypatch):
     from gptlab.interop import harness
     from gptlab.util import extras

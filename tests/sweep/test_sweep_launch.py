@@ -128,8 +128,9 @@ def test_detach_returns_before_the_first_run_ends(tmp_path):
 @pytest.mark.slurm
 def test_one_array_detach_status_requeue_and_relaunch_on_slurm(slurm_cluster, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("SLURM_PARTITION", slurm_cluster.partition)
-    arms = {"mha": ["attention=mha"], "mqa": ["attention=mqa"], "bad": ["train.grad_clip=-1"]}
-    path = sweep_file(tmp_path, arms, steps=4000)  # ~10 s each: still running when requeued
+    short = ["train.max_steps=40", "train.eval_interval=40"]  # only mha needs to be running when requeued
+    arms = {"mha": ["attention=mha"], "mqa": ["attention=mqa", *short], "bad": ["train.grad_clip=-1"]}
+    path = sweep_file(tmp_path, arms, steps=4000)  # mha ~10 s each: still running when requeued
     out = tmp_path / "out"
     done = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), "--detach", "launcher=slurm", timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
