@@ -174,7 +174,8 @@ def pytest_configure(config):
 
 
 def _fixture_key(baseid: str, name: str) -> str:
-    """A shared fixture: where it is defined (a node id prefix, "" for the root conftest) and its name."""
+    """A shared fixture: where it is defined (a node id prefix: its test file, or "tests" for tests/conftest.py) and
+    its name, e.g. "tests/test_train.py::default_run"."""
     return f"{baseid}::{name}"
 
 
