@@ -126,7 +126,7 @@ def test_gptlab_eval_refusals_are_one_line(tmp_path, capsys, monkeypatch):
     assert not (run / "eval.json").exists() and not (rope / "eval.json").exists()
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # get_task_dict: in both lm-eval floors and now
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # get_task_dict: in lm-eval 0.4.10 (the floor) and now
 def test_tasks_all_in_the_include_path_skip_lm_evals_registry_and_shadow_it(tmp_path, monkeypatch):
     """Plain tasks of --include-path are read from that folder alone (indexing lm-eval's ~15,000 YAMLs costs ~6 s),
     and a local task named like a registry one is the local one, as it is with the whole registry loaded."""
