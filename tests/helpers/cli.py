@@ -2,7 +2,9 @@
 
 conftest.py's hermetic_env fixture makes os.environ offline (W&B, HF) with private caches; cli_env() copies it for
 a child process. run_cli runs the interpreter running the tests (the project's venv) on a module, with text output
-captured, and returns the finished process for the test to assert on.
+captured, and returns the finished process for the test to assert on. The process is a child of this worker's fork
+server (helpers/forkserver.py: torch and Hydra already imported, ~2.5 s less per CLI) wherever that stands for a
+fresh interpreter, and a fresh interpreter otherwise.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from helpers import forkserver
 
 
 def python_bin() -> str:
@@ -42,10 +46,15 @@ def run_cli(
     to this process's; timeout in seconds (None: no limit) raises subprocess.TimeoutExpired past it; input is
     written to its stdin; preexec_fn runs in the child before the interpreter starts (e.g. a resource limit).
     """
+    env = dict(cli_env() if env is None else env)
+    if preexec_fn is None:
+        forked = forkserver.run_forked(module, args, cwd=cwd, env=env, timeout=timeout, input=input)
+        if forked is not None:
+            return forked
     return subprocess.run(
         [python_bin(), "-m", module, *args],
         cwd=cwd,
-        env=dict(cli_env() if env is None else env),
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,0 +1,157 @@
+"""The tests' fork server (helpers/forkserver.py) stands for `python -m MODULE` exactly where run_cli uses it: the
+same argv, sys.path[0], __main__, cwd, environment, stdin, stdout, stderr, exit code, traceback, signal death,
+atexit handlers and thread joins as a fresh interpreter; a fresh interpreter wherever it cannot stand for one."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from helpers import forkserver
+from helpers.cli import cli_env, run_cli
+
+PROBE = textwrap.dedent(
+    """
+    import atexit, os, signal, sys, threading, time
+    mode = sys.argv[1]
+    print(sys.path[0], sys.argv, __name__, __spec__.name, os.getcwd(), os.environ.get("PROBE_VALUE"))
+    print("stdin:", sys.stdin.read() if mode == "read" else "-")
+    if mode == "threads":
+        import torch
+        print("torch threads:", torch.get_num_threads())
+        atexit.register(lambda: print("atexit ran", flush=True))
+        threading.Thread(target=lambda: (time.sleep(0.2), print("thread joined", flush=True))).start()
+    if mode == "raise":
+        raise ValueError("the probe fails")
+    if mode == "signal":
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGTERM)
+    if mode == "numpy":
+        import numpy
+        print(numpy.random.randint(1 << 30))
+    if mode == "modules":
+        print("torch imported before the module ran:", "torch" in sys.modules)
+    if mode == "sleep":
+        print("asleep", flush=True)
+        time.sleep(60)
+    print("to stderr", file=sys.stderr)
+    sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+    """
+)
+
+
+@pytest.fixture
+def probe(tmp_path):
+    (tmp_path / "gptlab_probe.py").write_text(PROBE)
+    return tmp_path
+
+
+def _forked_module(probe, module, *args, env, input=None):
+    """module run through the fork server (asked twice where its import-time variables are new: the first request
+    runs as a fresh interpreter)."""
+    for _ in range(2):
+        done = forkserver.run_forked(module, args, cwd=probe, env=env, timeout=120, input=input)
+        if done is not None:
+            return done
+    raise AssertionError("the fork server did not take the request")
+
+
+def _forked(probe, *args, env, input=None):
+    return _forked_module(probe, "gptlab_probe", *args, env=env, input=input)
+
+
+def _both(probe, *args, env=None, input=None):
+    """The probe run through the fork server and as a fresh interpreter, each to the end."""
+    env = env or cli_env(PROBE_VALUE="v=1 ü", PROBE_EXIT="3")
+    forked = _forked(probe, *args, env=env, input=input)
+    fresh = subprocess.run(
+        [sys.executable, "-m", "gptlab_probe", *args], cwd=probe, env=env, capture_output=True, text=True, input=input
+    )
+    return forked, fresh
+
+
+@pytest.mark.parametrize("mode", ["read", "plain"])
+def test_forked_cli_sees_argv_path_main_cwd_env_stdin_and_exits_as_python_dash_m(probe, mode):
+    forked, fresh = _both(probe, mode, "a b", input="line one\nline two" if mode == "read" else None)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.returncode == 3
+    assert (
+        f"{probe} ['{probe / 'gptlab_probe.py'}', '{mode}', 'a b'] __main__ gptlab_probe {probe} v=1 ü" in forked.stdout
+    )
+    assert forked.stderr == "to stderr\n"
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_forked_cli_runs_atexit_joins_threads_and_gets_the_omp_thread_count_of_its_env(probe, threads):
+    forked, fresh = _both(probe, "threads", env=cli_env(OMP_NUM_THREADS=threads))
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.stdout.endswith(f"torch threads: {threads}\nthread joined\natexit ran\n")
+
+
+def test_an_uncaught_exception_exits_1_with_the_same_last_traceback_lines(probe):
+    forked, fresh = _both(probe, "raise")
+    assert forked.returncode == fresh.returncode == 1
+    assert forked.stderr.splitlines()[-4:] == fresh.stderr.splitlines()[-4:]
+    assert forked.stderr.endswith("ValueError: the probe fails\n")
+
+
+def test_a_child_killed_by_a_signal_reports_the_negative_signal(probe):
+    forked, fresh = _both(probe, "signal")
+    assert forked.returncode == fresh.returncode == -signal.SIGTERM
+    assert forked.stdout == fresh.stdout
+
+
+def test_each_forked_child_seeds_numpy_afresh(probe):
+    draws = {_forked(probe, "numpy", env=cli_env()).stdout.splitlines()[-1] for _ in range(3)}
+    assert len(draws) == 3
+
+
+def test_timeout_kills_the_child_and_raises_with_the_output_so_far(probe):
+    _forked(probe, "plain", env=cli_env())
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as err:
+        forkserver.run_forked("gptlab_probe", ["sleep"], cwd=probe, env=cli_env(), timeout=3, input=None)
+    assert time.monotonic() - start < 30
+    assert "asleep" in err.value.output
+
+
+def test_run_cli_uses_a_fresh_interpreter_for_a_preexec_fn_or_when_switched_off(probe, monkeypatch):
+    _forked(probe, "plain", env=cli_env())
+    assert "before the module ran: True" in run_cli("gptlab_probe", "modules", cwd=probe).stdout
+    assert (
+        "before the module ran: False" in run_cli("gptlab_probe", "modules", cwd=probe, preexec_fn=lambda: None).stdout
+    )
+    monkeypatch.setenv("GPTLAB_TEST_FORKSERVER", "0")
+    assert "before the module ran: False" in run_cli("gptlab_probe", "modules", cwd=probe).stdout
+
+
+def test_a_pythonpath_or_other_import_time_variable_gets_a_server_started_with_it(probe, tmp_path_factory, monkeypatch):
+    monkeypatch.setattr(forkserver, "_SERVERS", {})  # this worker's servers (up to the cap) stay out of it
+    monkeypatch.setattr(forkserver, "_ASKED", {})
+    extra = tmp_path_factory.mktemp("extra")
+    (extra / "gptlab_probe_extra.py").write_text("print('found on PYTHONPATH')\n")
+    env = cli_env(PYTHONPATH=str(extra))
+    first, second = (
+        forkserver.run_forked("gptlab_probe_extra", [], cwd=probe, env=env, timeout=120, input=None) for _ in range(2)
+    )
+    assert first is None  # a set's first request: a fresh interpreter costs less than a server
+    assert second is not None and second.stdout == "found on PYTHONPATH\n"
+    for server in forkserver._SERVERS.values():
+        server.stop()
+
+
+def test_a_module_that_reads_the_environment_at_import_imports_anew_in_the_child(probe):
+    # tqdm, imported by torch in the server, reads TQDM_* when imported: the child's TQDM_DISABLE must count
+    code = "import sys; print('tqdm' in sys.modules); import tqdm; print(tqdm.tqdm(range(3)).disable)"
+    (probe / "gptlab_probe_tqdm.py").write_text(code)
+    env = cli_env(TQDM_DISABLE="1")
+    forked = _forked_module(probe, "gptlab_probe_tqdm", env=env)
+    fresh = subprocess.run(
+        [sys.executable, "-m", "gptlab_probe_tqdm"], cwd=probe, env=env, capture_output=True, text=True
+    )
+    assert forked.stdout == fresh.stdout == "False\nTrue\n"
