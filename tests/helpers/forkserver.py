@@ -27,6 +27,7 @@ import gc
 import json
 import locale
 import os
+import select
 import selectors
 import signal
 import socket
@@ -44,7 +45,7 @@ from pathlib import Path
 PRELOAD = ("torch", "torch._dynamo", "numpy", "hydra", "omegaconf")
 
 # Environment variables read while the PRELOAD modules import (thread pools, allocators, paths, encodings): a request
-# that sets any of them differently from the server runs as a real interpreter.
+# only reaches a server started with the same values of all of them.
 _IMPORT_TIME_ENV = (
     "PYTHON",
     "OMP_",
@@ -71,6 +72,7 @@ _IMPORT_TIME_ENV = (
 FRESH_IN_CHILD = ("tqdm",)
 
 _READY = "ready"
+_START_TIMEOUT_S = 180
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -93,7 +95,8 @@ class _Server:
             text=True,
         )
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
+        ready, _, _ = select.select([self.proc.stdout], [], [], _START_TIMEOUT_S)
+        line = self.proc.stdout.readline().strip() if ready else f"not ready in {_START_TIMEOUT_S} s"
         self.proc.stdout.close()
         if line != _READY:
             self.stop()
@@ -157,12 +160,16 @@ def run_forked(
     path = server.path
     cmd = [sys.executable, "-m", module, *args]
     request = {"module": module, "args": list(args), "cwd": os.path.abspath(cwd or os.getcwd()), "env": dict(env)}
-    in_r, in_w = os.pipe() if input is not None else (os.dup(0), -1)  # no input: the caller's stdin, as Popen does
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(str(path))
+    except OSError:  # the server went away since it was asked: a fresh interpreter then
+        conn.close()
+        return None
+    in_r, in_w = os.pipe() if input is not None else (os.dup(0), -1)  # no input: the caller's stdin, as Popen does
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [in_r, out_w, err_w])
     finally:
         for fd in (in_r, out_w, err_w):
