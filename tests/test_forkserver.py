@@ -45,8 +45,19 @@ PROBE = textwrap.dedent(
 )
 
 
+@pytest.fixture(scope="module")
+def _servers():
+    """This file's own fork servers: the worker's (up to their cap, from whichever tests ran before) stay out of it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(forkserver, "_SERVERS", {})
+        mp.setattr(forkserver, "_ASKED", {})
+        yield
+        for server in forkserver._SERVERS.values():
+            server.stop()
+
+
 @pytest.fixture
-def probe(tmp_path):
+def probe(tmp_path, _servers):
     (tmp_path / "gptlab_probe.py").write_text(PROBE)
     return tmp_path
 
@@ -130,9 +141,7 @@ def test_run_cli_uses_a_fresh_interpreter_for_a_preexec_fn_or_when_switched_off(
     assert "before the module ran: False" in run_cli("gptlab_probe", "modules", cwd=probe).stdout
 
 
-def test_a_pythonpath_or_other_import_time_variable_gets_a_server_started_with_it(probe, tmp_path_factory, monkeypatch):
-    monkeypatch.setattr(forkserver, "_SERVERS", {})  # this worker's servers (up to the cap) stay out of it
-    monkeypatch.setattr(forkserver, "_ASKED", {})
+def test_a_pythonpath_or_other_import_time_variable_gets_a_server_started_with_it(probe, tmp_path_factory):
     extra = tmp_path_factory.mktemp("extra")
     (extra / "gptlab_probe_extra.py").write_text("print('found on PYTHONPATH')\n")
     env = cli_env(PYTHONPATH=str(extra))
@@ -141,8 +150,6 @@ def test_a_pythonpath_or_other_import_time_variable_gets_a_server_started_with_i
     )
     assert first is None  # a set's first request: a fresh interpreter costs less than a server
     assert second is not None and second.stdout == "found on PYTHONPATH\n"
-    for server in forkserver._SERVERS.values():
-        server.stop()
 
 
 def test_a_module_that_reads_the_environment_at_import_imports_anew_in_the_child(probe):
