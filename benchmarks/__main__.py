@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks import report
     from benchmarks.common import machine
-    from gptlab.runtime.hardware import threads_for_job
+    from gptlab.runtime.threads import threads_for_job
 
     torch.set_num_threads(threads_for_job())
     started = time.perf_counter()

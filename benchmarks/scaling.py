@@ -58,7 +58,7 @@ def worker(point: dict) -> dict:
     import torch
 
     from benchmarks.common import bare_step, build_platform
-    from gptlab.runtime.hardware import threads_for_job
+    from gptlab.runtime.threads import threads_for_job
 
     torch.set_num_threads(threads_for_job())
     overrides = [

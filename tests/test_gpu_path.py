@@ -18,7 +18,8 @@ from gptlab.config.build import build_hardware, compose
 from gptlab.errors import ConfigError
 from gptlab.runtime import placement
 from gptlab.runtime.gpus import gpu_peaks
-from gptlab.runtime.hardware import Hardware, threads_for_job
+from gptlab.runtime.hardware import Hardware
+from gptlab.runtime.threads import threads_for_job
 from helpers.gpu_mocks import fake_cuda  # noqa: F401  (a fixture)
 from helpers.train import run_inprocess
 

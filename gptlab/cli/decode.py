@@ -169,7 +169,7 @@ def execute(cfg: DictConfig, choices: dict, overrides: list[str]) -> dict:
     from gptlab.config.build import build_hardware, plain_config
     from gptlab.infer.decode import measure, peak_method
     from gptlab.runtime.cpu_load import LoadSampler
-    from gptlab.runtime.hardware import threads_for_job
+    from gptlab.runtime.threads import threads_for_job
     from gptlab.sinks.provenance import collect
 
     grid = grid_from(cfg)

@@ -21,18 +21,13 @@ from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.runtime.hardware import Hardware
 from gptlab.util.extras import require
-from gptlab.util.paths import CONF_DIR
+from gptlab.util.paths import CONF_DIR, SWEEP_RUN_GROUP
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "train") -> DictConfig:
     """Compose the real Hydra config from conf/ (with hydra.runtime.choices), outside of @hydra.main."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return hydra_compose(config_name=config_name, overrides=list(overrides or []), return_hydra_config=True)
-
-
-# gptlab-sweep's generated per-run configs (gptlab/sweep/plan.py): bookkeeping, not a choice (their content is the
-# arm's choices and keys, already in the config), so never a difference between runs
-SWEEP_RUN_GROUP = "sweep_run"
 
 
 def group_choices(cfg: DictConfig) -> dict[str, str]:

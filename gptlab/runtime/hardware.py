@@ -296,27 +296,3 @@ def datasheet_peak(index: int, dtype: str, tf32: bool) -> float | None:
         check_native_dtype(dtype, index)  # raises the one-line bf16 refusal
         raise ConfigError(f"hardware.dtype={dtype}: {name} has no {dtype} tensor cores; use hardware.dtype=fp16")
     return peak
-
-
-def threads_for_job(local_world: int = 1) -> int:
-    """Torch threads for one process when hardware.threads is unset; `local_world` = ranks on this node."""
-    return thread_choice(local_world)[0]
-
-
-def thread_choice(local_world: int = 1) -> tuple[int, str]:
-    """(torch threads for one process when hardware.threads is unset, where the number came from).
-
-    GPTLAB_THREADS and OMP_NUM_THREADS are explicit per-process counts (a sweep's local queue sets both for each
-    run's slot). SLURM_CPUS_PER_TASK is already per task, i.e. per rank when SLURM starts the ranks, so it is not
-    divided again (only torchrun inside one task splits it). Else the CPU affinity mask, split between local ranks.
-    """
-    for name in ("GPTLAB_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(name, "").strip()
-        if value.isdigit() and int(value) >= 1:
-            return int(value), name
-    slurm = os.environ.get("SLURM_CPUS_PER_TASK")
-    if slurm and "TORCHELASTIC_RUN_ID" not in os.environ:
-        return max(1, int(slurm)), "SLURM_CPUS_PER_TASK"
-    total = int(slurm) if slurm else len(os.sched_getaffinity(0))
-    why = "SLURM_CPUS_PER_TASK" if slurm else "cores this process may use"
-    return max(1, total // max(1, local_world)), why + (f" / {local_world} local ranks" if local_world > 1 else "")

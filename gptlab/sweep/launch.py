@@ -15,8 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from gptlab.config.build import SWEEP_RUN_GROUP
-from gptlab.runtime.hardware import thread_choice
+from gptlab.runtime.threads import thread_choice
 from gptlab.state.layout import check_output, resolve_path
 from gptlab.sweep.design import Rung
 from gptlab.sweep.layout import PLAN_DIR, run_name, run_subdir
@@ -24,6 +23,7 @@ from gptlab.sweep.plan import COMMANDS, PlannedRun, launch_command, write_plan
 from gptlab.sweep.queue import Queue, Slots, plan_slots
 from gptlab.sweep.status import job_ids, sweep_status
 from gptlab.util.io import atomic_write_text
+from gptlab.util.paths import SWEEP_RUN_GROUP
 
 LAUNCHED = "launched.json"  # in PLAN_DIR: written once the runs are queued (what --detach waits for)
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node")  # hardware.* the launcher presets read

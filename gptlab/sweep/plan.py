@@ -28,13 +28,12 @@ from typing import cast
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from gptlab.config.build import SWEEP_RUN_GROUP
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import Rung
 from gptlab.sweep.layout import PLAN_DIR, PLAN_FILE, REFUSED_FILE, run_name, run_subdir
 from gptlab.sweep.status import sweep_status
 from gptlab.util.io import atomic_write_text
-from gptlab.util.paths import CONF_DIR
+from gptlab.util.paths import CONF_DIR, SWEEP_RUN_GROUP
 
 LAUNCH_GROUPS = ("launcher", "tune")  # groups that configure Hydra (the launch), not the run
 IN_FLIGHT = ("running", "pending", "requeued")  # states of a run that is not launched again

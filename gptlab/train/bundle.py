@@ -31,7 +31,8 @@ from gptlab.model.checks import check_model
 from gptlab.model.fingerprint import model_fingerprint
 from gptlab.runtime import distributed
 from gptlab.runtime.cpu_load import load_at_start
-from gptlab.runtime.hardware import Hardware, dtype_reason, thread_choice
+from gptlab.runtime.hardware import Hardware, dtype_reason
+from gptlab.runtime.threads import thread_choice
 
 log = logging.getLogger(
     "gptlab.train.run"

@@ -18,6 +18,10 @@ def _shipped(name: str) -> Path:
 CONF_DIR = _shipped("conf")
 SWEEPS_DIR = _shipped("sweeps")
 ASSETS_DIR = PACKAGE_DIR / "data" / "assets"
+# The config group of gptlab-sweep's generated per-run configs (gptlab/sweep/plan.py): bookkeeping, not a choice (their
+# content is the arm's choices and keys, already in the config), so never a difference between runs. Here rather than
+# in gptlab.config.build so that the sweep CLI's planning and status never import torch through the model.
+SWEEP_RUN_GROUP = "sweep_run"
 
 
 def user_cache(env: str | None) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,14 +14,14 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from gptlab.config.build import SWEEP_RUN_GROUP, compose, group_choices
-from gptlab.runtime.hardware import thread_choice
+from gptlab.config.build import compose, group_choices
+from gptlab.runtime.threads import thread_choice
 from gptlab.sweep.plan import PlannedRun, planned_overrides, write_plan
 from gptlab.sweep.queue import plan_slots
 from gptlab.sweep.spec import load_sweep
 from gptlab.sweep.status import sweep_status
-from gptlab.util.paths import SWEEPS_DIR
-from helpers.cli import cli_env, run_cli
+from gptlab.util.paths import SWEEP_RUN_GROUP, SWEEPS_DIR
+from helpers.cli import cli_env, python_bin, run_cli
 from helpers.slurm import requeue_job, slurm_cluster  # noqa: F401  (slurm_cluster is a fixture)
 
 TINY = [
@@ -106,6 +107,14 @@ def test_a_failed_run_is_named_in_status_and_only_it_is_launched_again(tmp_path)
     assert states["bad__seed0"].state == "failed" and "train.grad_clip=-1" in states["bad__seed0"].detail
     shown = run_cli("gptlab.cli.sweep", "status", str(out)).stdout
     assert "bad__seed0  failed" in shown and "1 finished, 1 failed" in shown
+    # status reads files and the queue: neither it nor the CLI module imports torch (~1.5 s per fresh interpreter)
+    code = (
+        "import sys, contextlib, io; from gptlab.cli.sweep import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): main(['status', sys.argv[1]])\n"
+        "print(sorted(m for m in ('torch', 'wandb', 'datasets', 'submitit') if m in sys.modules))"
+    )
+    imported = subprocess.run([python_bin(), "-c", code, str(out)], capture_output=True, text=True, env=cli_env())
+    assert imported.stdout.strip() == "[]", imported.stderr[-2000:]
     again = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), "--dry-run")
     assert "bad__seed0: gptlab-train" in again.stdout and "ok__seed0: gptlab-train" not in again.stdout
 
