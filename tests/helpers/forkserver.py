@@ -27,7 +27,6 @@ import gc
 import json
 import locale
 import os
-import select
 import selectors
 import signal
 import socket
@@ -95,7 +94,9 @@ class _Server:
             text=True,
         )
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], _START_TIMEOUT_S)
+        with selectors.DefaultSelector() as waiting:
+            waiting.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = waiting.select(_START_TIMEOUT_S)
         line = self.proc.stdout.readline().strip() if ready else f"not ready in {_START_TIMEOUT_S} s"
         self.proc.stdout.close()
         if line != _READY:
