@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.peaks import warm_peaks
+
 # OpenMP threads sleep when they run out of work instead of spinning (libgomp's default spins): under pytest-xdist
 # two workers share the two cores, and a spinning idle thread burns the core the other worker needs. Measured on
 # 2026-11-27 (2 cores, 6 test files, 336 tests): serial 251 s; `-n 2` 197 s with 105 s more CPU time spent spinning;
@@ -39,42 +41,10 @@ def hermetic_env(request, tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("GPTLAB_CACHE", str(base / "gptlab-cache"))
-    if "heavy" in request.keywords or "slow" in request.keywords:
-        _warm_peaks(base / "gptlab-cache")
+    if "heavy" in request.keywords or "slow" in request.keywords:  # light tests train with a peak given, or not
+        warm_peaks(base / "gptlab-cache")  # the matmul peaks its runs read, once per worker (helpers/peaks.py)
     with _logging_restored(), _environ_restored():
         yield
-
-
-_PEAKS_WARM: set[Path] = set()
-
-
-def _warm_peaks(cache: Path) -> None:
-    """Measure the CPU matmul peaks a training run asks for (hardware.peak_flops=auto: its dtype, its thread count)
-    into the worker's GPTLAB_CACHE, once per worker, before its first heavy or slow test.
-
-    gptlab stores a measured peak only while other processes leave the cores quiet (gptlab/runtime/peak.py), which
-    they never do under two test workers, so every such run measured it again: ~1 s per run, 13-17 % of the time of
-    five sweep-heavy test files (docs/DEVELOPMENT.md). The values come from the product's own measurement, taken
-    while the other worker may be busy, as a low peak is on a user's busy machine; a run that beats one drops it
-    and measures again (peak.forget_peak). The peak tests use their own cache folders. GPTLAB_TEST_WARM_PEAKS=0
-    turns this off."""
-    if cache in _PEAKS_WARM or os.environ.get("GPTLAB_TEST_WARM_PEAKS") == "0":
-        return
-    _PEAKS_WARM.add(cache)
-    import torch
-
-    from gptlab.runtime import peak
-    from gptlab.runtime.hardware import cpu_has_bf16
-
-    threads = torch.get_num_threads()
-    try:
-        for count in sorted({1, len(os.sched_getaffinity(0))}):
-            torch.set_num_threads(count)  # the cache key names the thread count the run measures with
-            for dtype in (torch.float32, *([torch.bfloat16] if cpu_has_bf16() else [])):
-                key = peak._cache_key("cpu", f"matmul {str(dtype).removeprefix('torch.')}")
-                peak._store(cache / peak.CACHE_FILE, key, peak.measure_matmul_peak(dtype, "cpu"))
-    finally:
-        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
