@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from benchmarks.ablation import CLAIMS, SWEEP
 from benchmarks.overhead import summarise
 from benchmarks.report import TITLES
 from helpers.cli import run_cli
-from helpers.peaks import warm_peaks
+from helpers.peaks import seeded_bench_work
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,13 +26,8 @@ def positive(*values) -> bool:
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    out, work = tmp_path_factory.mktemp("bench"), tmp_path_factory.mktemp("bench-work")
-    # The benchmark's private gptlab cache starts with this worker's matmul peaks: on a quiet machine its first run
-    # measures and caches them, here (the other worker busy) every run would measure them again (helpers/peaks.py)
-    peaks = warm_peaks(tmp_path_factory.getbasetemp() / "env" / "gptlab-cache")  # the folder tests/conftest.py uses
-    if peaks is not None:
-        (work / "gptlab-cache").mkdir()
-        shutil.copy(peaks, work / "gptlab-cache" / peaks.name)
+    out = tmp_path_factory.mktemp("bench")
+    work = seeded_bench_work(tmp_path_factory.mktemp("bench-work"), tmp_path_factory)
     # env: this process's as it is (not cli_env's OMP_NUM_THREADS=1 default), as a user runs a benchmark
     args = ("--quick", "--out", str(out), "--work", str(work))
     proc = run_cli("benchmarks", *args, cwd=REPO, env=dict(os.environ), timeout=900)

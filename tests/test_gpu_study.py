@@ -14,6 +14,7 @@ from packaging.requirements import Requirement
 from benchmarks import gpu, gpu_study
 from benchmarks.common import Bench
 from helpers.cli import run_cli
+from helpers.peaks import seeded_bench_work
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_META = {
@@ -123,11 +124,12 @@ def test_study_flags_need_gpu_study_and_the_dry_run_never_writes_docs():
 
 
 @pytest.mark.slow
-def test_the_whole_study_dry_runs_on_this_cpu(tmp_path):
+def test_the_whole_study_dry_runs_on_this_cpu(tmp_path, tmp_path_factory):
     """Every step through the same code at tiny sizes (~4 min on 2 cores): the page, its rows, both d12 tables with
     all 8 arms and their claims, the compare reports; then --only re-runs one step and keeps the other rows."""
     out, env = tmp_path / "out", dict(os.environ)
-    args = ("benchmarks", "--gpu", "--study", "--dry-run", "--out", str(out), "--work", str(tmp_path / "work"))
+    work = seeded_bench_work(tmp_path / "work", tmp_path_factory)
+    args = ("benchmarks", "--gpu", "--study", "--dry-run", "--out", str(out), "--work", str(work))
     proc = run_cli(*args, cwd=REPO, timeout=1500, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     skipped = "device, flex_compile, d12_seed_setting"

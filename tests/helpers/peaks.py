@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 _WARM: dict[Path, Path] = {}  # cache folder -> its peaks file, measured by this process
@@ -37,3 +38,14 @@ def warm_peaks(cache: Path) -> Path | None:
         torch.set_num_threads(threads)
     _WARM[cache] = cache / peak.CACHE_FILE
     return _WARM[cache]
+
+
+def seeded_bench_work(work: Path, tmp_path_factory) -> Path:
+    """`work`, a benchmark's --work folder, whose private gptlab cache (benchmarks/common.py hermetic_env) starts
+    with this worker's matmul peaks: on a quiet machine the benchmark's first run measures and caches them; with the
+    other worker busy, every run would measure them again."""
+    peaks = warm_peaks(tmp_path_factory.getbasetemp() / "env" / "gptlab-cache")  # tests/conftest.py's GPTLAB_CACHE
+    if peaks is not None:
+        (work / "gptlab-cache").mkdir(parents=True, exist_ok=True)
+        shutil.copy(peaks, work / "gptlab-cache" / peaks.name)
+    return work
