@@ -17,7 +17,7 @@ def warm_peaks(cache: Path) -> Path | None:
     they never do under two test workers, so every such run measured it again (~1 s a run). The values come from
     the product's own measurement, taken while the other worker may be busy, as on a user's busy machine; a run
     that beats one drops it and measures again (peak.forget_peak). The peak tests use their own cache folders.
-    GPTLAB_TEST_WARM_PEAKS=0 turns this off (docs/DEVELOPMENT.md, "Measured peaks")."""
+    GPTLAB_TEST_WARM_PEAKS=0 turns this off (docs/DEVELOPMENT.md, "Measured peaks and bytecode caches")."""
     if os.environ.get("GPTLAB_TEST_WARM_PEAKS") == "0":
         return None
     if cache in _WARM:
