@@ -171,7 +171,8 @@ def read_startup(res: dict) -> str:
             f"{compiled['first_step_s']:.1f} s: compilation happens inside the first forward and backward. "
         )
     for s in res["sweeps"]:
-        text += f"A {s['launcher']}-launcher sweep costs {s['per_run_overhead_s']:.1f} s per run beyond training. "
+        how = s.get("label", f"the {s['launcher']} launcher")
+        text += f"A sweep through the {how} costs {s['per_run_overhead_s']:.1f} s per run beyond training. "
     return text
 
 

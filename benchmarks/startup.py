@@ -3,7 +3,8 @@
 The first step is timed from launching the command to its first `train/loss` row appearing in metrics.jsonl
 (flushed per row). "cold" uses an empty gptlab cache (tokenize the corpus, measure the matmul peak);
 "warm" re-runs with that cache, as every later run does. A local submitit sweep's per-run overhead is its
-wall time minus the sum of its runs' own training time (summary.json wall_s), per run.
+wall time minus the sum of its runs' own training time (summary.json wall_s), per run: the local queue as it
+starts runs by default (forked from a warm interpreter), with --fresh-interpreters, and Hydra's basic launcher.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from benchmarks.common import Bench, BenchError, CpuMeter, gptlab, median, quiet
 
 MODULES = ("torch", "hydra", "omegaconf", "gptlab.cli.train", "datasets", "wandb")
 CASES = {"default (W&B offline)": [], "logger=none": ["logger=none"]}  # warm-cache cases, interleaved
+LAUNCHERS = {  # how a sweep's runs start, as the table names them
+    "local": "local queue (runs forked from a warm interpreter)",
+    "local-fresh": "local queue with `--fresh-interpreters`",
+    "basic": "Hydra basic launcher (every run in one process)",
+}
 
 
 def sizes(bench: Bench) -> dict:
@@ -27,7 +33,7 @@ def sizes(bench: Bench) -> dict:
         sweep="mlp_ratio",
         seeds="0",
         sweep_extra=["train.max_steps=10", "train.eval_interval=10", "sample.tokens=0", "logger=none"],
-        launchers=("local", "basic"),
+        launchers=("local", "local-fresh", "basic"),
     )
     quick = dict(
         repeats=1,
@@ -102,14 +108,24 @@ def _wait_first_row(proc, metrics: Path, t0: float) -> float | None:
 def sweep_overhead(bench: Bench, s: dict, launcher: str, out: Path) -> dict:
     """Wall time of a whole gptlab-sweep vs the sum of its runs' own training time."""
     sweep_dir = out / f"sweep-{launcher}"
-    extra = [*s["sweep_extra"], *(["launcher=local"] if launcher == "local" else [])]
-    wall, _ = run(bench, [*gptlab("sweep"), s["sweep"], *extra, "--seeds", s["seeds"], "--out", str(sweep_dir)])
+    extra = [*s["sweep_extra"], *(["launcher=local"] if launcher.startswith("local") else [])]
+    flags = ["--fresh-interpreters"] if launcher == "local-fresh" else []
+    cmd = [*gptlab("sweep"), s["sweep"], *extra, "--seeds", s["seeds"], "--out", str(sweep_dir), *flags]
+    wall, _ = run(bench, cmd)
     summaries = sorted(sweep_dir.glob("*/seed*/summary.json"))
     if not summaries:
         raise BenchError(f"{sweep_dir}: the sweep wrote no summary.json")
     own = sum(read_json(p)["wall_s"] for p in summaries)
     n = len(summaries)
-    return {"launcher": launcher, "runs": n, "wall_s": wall, "runs_own_s": own, "per_run_overhead_s": (wall - own) / n}
+    overhead = (wall - own) / n
+    return {
+        "launcher": launcher,
+        "label": LAUNCHERS[launcher],
+        "runs": n,
+        "wall_s": wall,
+        "runs_own_s": own,
+        "per_run_overhead_s": overhead,
+    }
 
 
 def measure(bench: Bench) -> dict:
@@ -178,7 +194,7 @@ def markdown(res: dict) -> str:
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {w['launcher']} | {w['runs']} | {w['wall_s']:.1f} | {w['runs_own_s']:.1f} | {w['per_run_overhead_s']:.1f} |"
+        f"| {w.get('label', w['launcher'])} | {w['runs']} | {w['wall_s']:.1f} | {w['runs_own_s']:.1f} | {w['per_run_overhead_s']:.1f} |"
         for w in res["sweeps"]
     ]
     return "\n".join(lines)

@@ -1,9 +1,11 @@
-"""The tests' fork server (helpers/forkserver.py) stands for `python -m MODULE` exactly where run_cli uses it: the
-same argv, sys.path[0], __main__, cwd, environment, stdin, stdout, stderr, exit code, traceback, signal death,
-atexit handlers and thread joins as a fresh interpreter; a fresh interpreter wherever it cannot stand for one."""
+"""gptlab's fork server (gptlab/runtime/forkserver.py), as the tests (helpers/forkserver.py) and the local sweep
+queue use it, stands for `python -m MODULE` exactly: the same argv, sys.path[0], __main__, cwd, environment, stdin,
+stdout, stderr, exit code, traceback, signal death, atexit handlers and thread joins as a fresh interpreter; a fresh
+interpreter wherever it cannot stand for one."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -162,3 +164,36 @@ def test_a_module_that_reads_the_environment_at_import_imports_anew_in_the_child
         [sys.executable, "-m", "gptlab_probe_tqdm"], cwd=probe, env=env, capture_output=True, text=True
     )
     assert forked.stdout == fresh.stdout == "False\nTrue\n"
+
+
+def test_the_product_handle_polls_waits_signals_and_pins_the_child_to_its_cores(probe):
+    """gptlab.runtime.forkserver as the local sweep queue uses it: a Popen-like handle and the slot's cores."""
+    from gptlab.runtime.forkserver import ForkServer
+
+    server = ForkServer(cli_env())
+    try:
+        assert server.problem is None and server.serving()
+        log = probe / "child.log"
+        core = sorted(os.sched_getaffinity(0))[-1]
+        code = "import os, time; print(sorted(os.sched_getaffinity(0)), flush=True); time.sleep(60)"
+        (probe / "gptlab_probe_pin.py").write_text(code)
+        with open(log, "ab") as out:
+            child = server.start(
+                "gptlab_probe_pin", [], cwd=probe, env=cli_env(), stdio=(0, out.fileno(), out.fileno()), cores=[core]
+            )
+        assert child is not None and child.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(0.5)
+        deadline = time.monotonic() + 60
+        while not log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert log.read_text() == f"[{core}]\n"
+        child.terminate()
+        assert child.wait(30) == -signal.SIGTERM == child.poll()
+        child.terminate()  # after its end: a no-op, never a signal to a pid that may be reused
+        # a request whose import-time variables differ from the server's is refused, never served wrongly
+        assert server.start("gptlab_probe", [], cwd=probe, env=cli_env(OMP_NUM_THREADS="7"), stdio=(0, 1, 2)) is None
+    finally:
+        server.stop()
+    assert not server.serving() and not server.folder.exists()
+    assert server.start("gptlab_probe", [], cwd=probe, env=cli_env(), stdio=(0, 1, 2)) is None  # gone: refused

@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--detach", action="store_true", help="return once the runs are queued; see `status`")
     parser.add_argument(
+        "--fresh-interpreters",
+        action="store_true",
+        help="local CPU queue: start each run as a fresh interpreter (default: fork it from one that imported torch)",
+    )
+    parser.add_argument(
         "--lr-grid",
         help="every arm at every lr: 3e-4,1e-3,3e-3 or 1e-4:1e-2:5 (log-spaced); run dirs <arm>/lr<v>/seed<k>",
     )
@@ -123,7 +128,13 @@ def _launch(sweep: Sweep, todo: Pending, args) -> list[str]:
         slots, threads = local_slots(runs, sweep.command)
         each = f"{threads} threads each" + (f", GPUs {slots.gpus}" if slots.gpus else "")
         print(f"[{name}] local queue: {len(runs)} runs, {slots.count} at a time ({each})", flush=True)
-        return [] if args.dry_run else run_local(runs, sweep.sweep_dir, slots, threads, args.fail_fast, sweep.command)
+        return (
+            []
+            if args.dry_run
+            else run_local(
+                runs, sweep.sweep_dir, slots, threads, args.fail_fast, sweep.command, warm=not args.fresh_interpreters
+            )
+        )
     launches = hydra_launches(runs, sweep.sweep_dir, sweep.launch, sweep.command)
     where = sweep.sweep_dir / PLAN_DIR
     print(f"[{name}] {len(runs)} runs in {len(launches)} launch(es) (the configs above, generated in {where}):")

@@ -75,10 +75,17 @@ def _write_launched(sweep_dir: Path, record: dict) -> None:
 
 
 def run_local(
-    runs: list[PlannedRun], sweep_dir: Path, slots: Slots, threads: int, fail_fast: bool, command: str
+    runs: list[PlannedRun],
+    sweep_dir: Path,
+    slots: Slots,
+    threads: int,
+    fail_fast: bool,
+    command: str,
+    warm: bool = True,
 ) -> list[str]:
-    """The local queue: at most as many runs at once as the machine has slots; returns the failed runs' names."""
-    queue = Queue(runs, sweep_dir, slots, threads, fail_fast=fail_fast, module=COMMANDS[command][1])
+    """The local queue: at most as many runs at once as the machine has slots; returns the failed runs' names.
+    warm: CPU runs fork from one interpreter that imported torch (gptlab.sweep.queue); False: each starts fresh."""
+    queue = Queue(runs, sweep_dir, slots, threads, fail_fast=fail_fast, module=COMMANDS[command][1], warm=warm)
     _write_launched(sweep_dir, {"launcher": "local", "pid": os.getpid(), "runs": [r.name for r in runs]})
     return queue.run()
 

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from gptlab.config.build import compose, group_choices
 from gptlab.runtime.threads import thread_choice
-from gptlab.sweep.plan import PlannedRun, planned_overrides, write_plan
-from gptlab.sweep.queue import plan_slots
+from gptlab.sweep.plan import PlannedRun, planned_overrides, single_command, write_plan
+from gptlab.sweep.queue import Queue, plan_slots
 from gptlab.sweep.spec import load_sweep
 from gptlab.sweep.status import sweep_status
 from gptlab.util.paths import SWEEP_RUN_GROUP, SWEEPS_DIR
@@ -95,6 +95,63 @@ def test_the_local_queue_never_oversubscribes_the_cores(tmp_path):
         record = json.loads((run / "provenance.json").read_text())["hardware"]
         assert record["cpu_threads"] == 1 and record["cpu_threads_source"] == "GPTLAB_THREADS"
         assert len(record["cpu_cores"]) == 1  # its slot's core as its affinity
+
+
+QUEUE_PROBE = """
+import json, os, sys
+print(json.dumps({"torch_before": "torch" in sys.modules, "cores": sorted(os.sched_getaffinity(0)),
+                  "threads": [os.environ["OMP_NUM_THREADS"], os.environ["GPTLAB_THREADS"]],
+                  "argv": sys.argv[1:], "main": __name__, "path0": sys.path[0]}))
+sys.exit(3 if any("bad" in a for a in sys.argv) else 0)
+"""
+
+
+def test_the_local_queue_forks_cpu_runs_from_a_warm_interpreter_with_their_slot_and_status(tmp_path, monkeypatch):
+    """Warm (the default) and fresh: the same argv, threads, slot cores, `__main__` and exit status per run; only
+    whether torch was imported before the run's module differs."""
+    (tmp_path / "gptlab_queue_probe.py").write_text(QUEUE_PROBE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    runs = [PlannedRun("ok", 0, ()), PlannedRun("bad", 0, ()), PlannedRun("ok", 1, ())]
+    slots = plan_slots(1, 0, sorted(os.sched_getaffinity(0)), [])
+    for warm in (True, False):
+        sweep_dir = tmp_path / f"warm-{warm}"
+        assert Queue(runs, sweep_dir, slots, 1, module="gptlab_queue_probe", warm=warm).run(0.05) == ["bad__seed0"]
+        state = json.loads((sweep_dir / ".plan" / "queue.json").read_text())
+        for run in runs:
+            seen = json.loads((sweep_dir / ".plan" / "logs" / f"{run.name}.log").read_text())
+            assert seen == {
+                "torch_before": warm,
+                "cores": state[run.name]["cores"],
+                "threads": ["1", "1"],
+                "argv": single_command(run, sweep_dir)[1:],
+                "main": "__main__",
+                "path0": str(tmp_path),
+            }, (warm, run.name)
+            assert state[run.name]["state"] == ("failed" if run.arm == "bad" else "finished")
+            assert state[run.name]["returncode"] == (3 if run.arm == "bad" else 0)
+
+
+def test_a_warm_queue_trains_exactly_what_fresh_interpreters_train(tmp_path):
+    """The same tiny sweep through the default queue (runs forked from a warm interpreter) and with
+    --fresh-interpreters: the same losses at every step, the same threads and affinity."""
+    path = sweep_file(tmp_path, {"mha": ["attention=mha"]}, steps=4)
+    curves = {}
+    for how in ("warm", "fresh"):
+        out = tmp_path / how
+        flags = ["--fresh-interpreters"] if how == "fresh" else []
+        done = run_cli("gptlab.cli.sweep", str(path), "--out", str(out), *flags, env=cli_env(OMP_NUM_THREADS="1"))
+        assert done.returncode == 0, done.stderr[-2000:]
+        for seed in (0, 1):
+            run = out / "mha" / f"seed{seed}"
+            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            kept = [{k: v for k, v in r.items() if k == "step" or "loss" in k or k.endswith("lr")} for r in rows]
+            hardware = json.loads((run / "provenance.json").read_text())["hardware"]
+            curves[how, seed] = ([r for r in kept if len(r) > 1], hardware["cpu_threads"], len(hardware["cpu_cores"]))
+    for seed in (0, 1):
+        assert curves["warm", seed][0], "no loss rows"
+        assert curves["warm", seed] == curves["fresh", seed]
+    assert curves["warm", 0][0] != curves["warm", 1][0]  # two seeds, two curves: the comparison can fail
 
 
 def test_a_failed_run_is_named_in_status_and_only_it_is_launched_again(tmp_path):
