@@ -1,7 +1,8 @@
 """The fast tier (tests/conftest.py, `make durations` / `make test-fast`): --store-durations records each test's time
 and each heavy shared fixture's setup, under xdist as `make test` runs; at collection `heavy` marks the tests recorded
-at 1 s or more and every user of a heavy fixture, whichever of them paid for it; a test the file does not know is
-light. Checked with the real conftest on a scratch suite."""
+at 1 s or more, every user of a heavy fixture, whichever of them paid for it, and the light tests past the fast
+budget (fastest kept first); a test the file does not know is light. Checked with the real conftest on a scratch
+suite."""
 
 from __future__ import annotations
 
@@ -68,3 +69,22 @@ def test_not_heavy_leaves_out_heavy_tests_and_every_user_of_a_heavy_fixture_and_
     assert serial.returncode == 0 and "3 passed, 3 deselected" in serial.stdout, serial.stdout[-3000:]
     everything = run_pytest(tmp_path, "-q", ".")  # no -m: the mark selects nothing by itself
     assert everything.returncode == 0 and "6 passed" in everything.stdout, everything.stdout[-3000:]
+
+
+def test_the_light_tests_past_the_fast_budget_are_heavy_fastest_kept_first(tmp_path):
+    """Light tests count fastest first up to FAST_BUDGET_S of recorded time (here 1.0 s); slow ones spend none of
+    it, and a test the file does not know counts 0 s."""
+    light = "".join(f"def test_{name}(): pass\n" for name in ("t02", "t03", "t04", "t05", "new"))
+    files = {"test_c.py": light + "import pytest\n@pytest.mark.slow\ndef test_slow_one(): pass\n"}
+    scratch_suite(tmp_path, files, markers=("heavy: recorded", "slow: slow"))
+    conftest = tmp_path / "conftest.py"
+    text = conftest.read_text()
+    assert "\nFAST_BUDGET_S = " in text
+    conftest.write_text(re.sub(r"\nFAST_BUDGET_S = [0-9.]+", "\nFAST_BUDGET_S = 1.0", text))
+    times = {"t02": 0.2, "t03": 0.3, "t04": 0.4, "t05": 0.5, "slow_one": 0.1}
+    recorded = {"heavy_s": 1.0, "fixtures": {}, "tests": {f"test_c.py::test_{k}": v for k, v in times.items()}}
+    (tmp_path / "durations.json").write_text(json.dumps(recorded))
+    fast = run_pytest(tmp_path, "-v", "-m", "not slow and not heavy", ".")
+    assert fast.returncode == 0, fast.stdout[-3000:]
+    ran = set(re.findall(r"test_c\.py::test_(\w+) PASSED", fast.stdout))
+    assert ran == {"new", "t02", "t03", "t04"}  # 0 + 0.2 + 0.3 + 0.4 = 0.9 s; t05 would make 1.4 s
