@@ -36,6 +36,9 @@ PROBE = textwrap.dedent(
     if mode == "numpy":
         import numpy
         print(numpy.random.randint(1 << 30))
+    if mode == "torch_rng":
+        import torch
+        print(torch.initial_seed(), torch.rand(3).tolist(), torch.randint(1 << 30, (1,)).item())
     if mode == "modules":
         print("torch imported before the module ran:", "torch" in sys.modules)
     if mode == "sleep":
@@ -122,6 +125,14 @@ def test_a_child_killed_by_a_signal_reports_the_negative_signal(probe):
 def test_each_forked_child_seeds_numpy_afresh(probe):
     draws = {_forked(probe, "numpy", env=cli_env()).stdout.splitlines()[-1] for _ in range(3)}
     assert len(draws) == 3
+
+
+def test_each_forked_child_seeds_torch_afresh_as_a_fresh_interpreter_does(probe):
+    # a fresh interpreter seeds torch's CPU generator from the OS (its initial_seed differs per process); forked
+    # children left with the server's generator would all draw the same numbers
+    fresh = {run_cli("gptlab_probe", "torch_rng", cwd=probe, preexec_fn=lambda: None).stdout for _ in range(2)}
+    forked = {_forked(probe, "torch_rng", env=cli_env()).stdout.splitlines()[-1] for _ in range(3)}
+    assert len(fresh) == 2 and len(forked) == 3
 
 
 def test_timeout_kills_the_child_and_raises_with_the_output_so_far(probe):

@@ -331,6 +331,9 @@ def _become(request: dict, fds: list[int]) -> None:
         del sys.modules[name]
     random.seed()
     numpy.random.seed()  # a fresh interpreter seeds numpy's global generator from the OS, not from its parent
+    torch = sys.modules.get("torch")
+    if torch is not None:  # and torch its CPU generator (the CUDA ones keep their fixed default seed, as fresh)
+        torch.default_generator.seed()
     sys.argv = [request["module"], *request["args"]]
     sys.path[0] = request["cwd"]
     main = types.ModuleType("__main__")
