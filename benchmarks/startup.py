@@ -128,6 +128,13 @@ def sweep_overhead(bench: Bench, s: dict, launcher: str, out: Path) -> dict:
     }
 
 
+def _median_sweep(rows: list[dict]) -> dict:
+    """One launcher's rounds: the medians, with the per-run overhead's range over the rounds."""
+    overheads = [r["per_run_overhead_s"] for r in rows]
+    summary = {k: median(r[k] for r in rows) for k in ("wall_s", "runs_own_s", "per_run_overhead_s")}
+    return {**rows[0], **summary, "rounds": len(rows), "per_run_overhead_range_s": [min(overheads), max(overheads)]}
+
+
 def measure(bench: Bench) -> dict:
     s = sizes(bench)
     out = bench.dir("startup")
@@ -149,10 +156,13 @@ def measure(bench: Bench) -> dict:
         GPTLAB_CACHE=cache,
         TORCHINDUCTOR_CACHE_DIR=str(out / "inductor-cache"),
     )  # an empty one: a real compile
-    sweeps = []
-    for launcher in s["launchers"]:
-        bench.log(f"startup: gptlab-sweep {s['sweep']} with launcher={launcher}")
-        sweeps.append(sweep_overhead(bench, s, launcher, out))
+    samples: dict[str, list[dict]] = {launcher: [] for launcher in s["launchers"]}
+    for r in range(s["repeats"]):  # interleaved rounds: a drift in the machine's speed hits every launcher alike
+        wait_quiet(bench, s["wait"])
+        for launcher in s["launchers"]:
+            bench.log(f"startup: gptlab-sweep {s['sweep']} with launcher={launcher} (round {r + 1})")
+            samples[launcher].append(sweep_overhead(bench, s, launcher, out / f"round{r}"))
+    sweeps = [_median_sweep(rows) for rows in samples.values()]
     rows = [{"case": "cold cache, default (W&B offline)", **cold}]
     for name, samples in warm.items():
         used = quiet(samples, min_n=1)
@@ -188,16 +198,22 @@ def markdown(res: dict) -> str:
         "|" + "---|" * len(MODULES),
         "| " + " | ".join(_s(res["imports_s"][m]) for m in MODULES) + " |",
         "",
-        f"`gptlab-sweep {res['setup']['sweep']} {' '.join(res['setup']['sweep_overrides'])} --seeds 0`:",
+        f"`gptlab-sweep {res['setup']['sweep']} {' '.join(res['setup']['sweep_overrides'])} --seeds 0`"
+        f" (medians of {res['sweeps'][0].get('rounds', 1)} interleaved rounds; the overhead's range over them):",
         "",
         "| launcher | runs | sweep wall s | Σ runs' own training s | overhead per run s |",
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {w.get('label', w['launcher'])} | {w['runs']} | {w['wall_s']:.1f} | {w['runs_own_s']:.1f} | {w['per_run_overhead_s']:.1f} |"
+        f"| {w.get('label', w['launcher'])} | {w['runs']} | {w['wall_s']:.1f} | {w['runs_own_s']:.1f} | "
+        f"{w['per_run_overhead_s']:.1f}{_range(w.get('per_run_overhead_range_s'))} |"
         for w in res["sweeps"]
     ]
     return "\n".join(lines)
+
+
+def _range(span) -> str:
+    return f" ({span[0]:.1f}–{span[1]:.1f})" if span and span[0] != span[1] else ""
 
 
 def _s(v):
