@@ -26,9 +26,10 @@ import pytest
 import torch
 
 from gptlab.errors import TrainingDiverged
+from gptlab.runtime.forkserver import Forked
 from gptlab.sinks.jsonl import read_rows
 from gptlab.state import checkpoint
-from helpers.cli import run_cli
+from helpers.cli import run_cli, start_cli
 from helpers.train import FAST, rows, run_inprocess
 
 # 30 fp32 steps, a checkpoint after every step (so kills often land in a write), one torch thread
@@ -37,16 +38,13 @@ CURVE = ("step", "train/loss", "val/loss", "train/grad_norm", "train/lr", "token
 TRIALS = 10
 
 
-def launch(run_dir: Path, *args: str, logger: str = "logger=none") -> subprocess.Popen:
-    """`python -m gptlab.cli.train` into run_dir, its stderr kept in <run_dir>.err."""
+def launch(run_dir: Path, *args: str, logger: str = "logger=none") -> subprocess.Popen | Forked:
+    """`python -m gptlab.cli.train` into run_dir, running, its stderr kept in <run_dir>.err: a real process to kill,
+    started from the worker's fork server (helpers.cli.start_cli: torch already imported, ~3 s less a start)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
     with open(f"{run_dir}.err", "a") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "gptlab.cli.train", *args, logger, f"hydra.run.dir={run_dir}"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+        args = (*args, logger, f"hydra.run.dir={run_dir}")
+        return start_cli("gptlab.cli.train", *args, env=env, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def curve(run_dir: Path) -> list[dict]:
@@ -58,7 +56,7 @@ def last_step(run_dir: Path) -> int:
     return max(steps, default=-1)
 
 
-def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int) -> bool:
+def wait_for_step(proc: subprocess.Popen | Forked, run_dir: Path, step: int) -> bool:
     """Poll metrics.jsonl until a row for `step` (or later) exists; False if the process ended first."""
     while last_step(run_dir) < step:
         if proc.poll() is not None:
@@ -67,7 +65,7 @@ def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int) -> bool:
     return True
 
 
-def freeze(proc: subprocess.Popen) -> None:
+def freeze(proc: subprocess.Popen | Forked) -> None:
     """SIGSTOP and wait until the kernel reports the process stopped (or gone), so the files no longer move."""
     proc.send_signal(signal.SIGSTOP)
     stat = Path(f"/proc/{proc.pid}/stat")
@@ -75,7 +73,7 @@ def freeze(proc: subprocess.Popen) -> None:
         time.sleep(0.0001)
 
 
-def kill_at_random(proc: subprocess.Popen, run_dir: Path, rng: random.Random, last: int = 27) -> dict:
+def kill_at_random(proc: subprocess.Popen | Forked, run_dir: Path, rng: random.Random, last: int = 27) -> dict:
     """SIGKILL after a random step up to `last` (a few before the run's end): at a random moment in it, or (mode
     "write") while a checkpoint is half-written.
 

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gptlab.runtime.forkserver import Forked
 from helpers import forkserver
 
 
@@ -29,6 +30,25 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra)
     return env
+
+
+def start_cli(
+    module: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    stdout=None,
+    stderr=None,
+) -> subprocess.Popen | Forked:
+    """Start `python -m MODULE ARGS` and return it running, to signal and wait for (pid, poll, wait, send_signal):
+    a child of this worker's fork server where that stands for a fresh interpreter, else a fresh one. A real process
+    either way, so kill -9, SIGSTOP and SIGTERM land on it as on any other. stdout/stderr: a file object,
+    subprocess.DEVNULL or None (this process's); env as run_cli's."""
+    env = dict(cli_env() if env is None else env)
+    forked = forkserver.start_forked(module, args, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+    if forked is not None:
+        return forked
+    return subprocess.Popen([python_bin(), "-m", module, *args], cwd=cwd, env=env, stdout=stdout, stderr=stderr)
 
 
 def run_cli(

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gptlab.runtime.forkserver import ForkServer, import_time_env
+from gptlab.runtime.forkserver import Forked, ForkServer, import_time_env
 
 # This worker's servers, one per set of import-time variables asked for twice, at most _MAX_SERVERS (~0.5 GB each).
 # A set's first request, and any past the cap, runs as a fresh interpreter: a server costs the imports it saves, so
@@ -101,6 +101,34 @@ def run_forked(
         raise subprocess.TimeoutExpired(child.args, timeout or 0, output=_text(out), stderr=_text(err))
     assert child.returncode is not None
     return subprocess.CompletedProcess(child.args, child.returncode, _text(out), _text(err))
+
+
+def start_forked(
+    module: str, args: Sequence[str], *, cwd: Path | str | None, env: Mapping[str, str], stdout, stderr
+) -> Forked | None:
+    """`python -m MODULE ARGS` started as a child of this worker's fork server and returned running (Popen-like);
+    stdout/stderr a file object, subprocess.DEVNULL or None (this process's). None where the server cannot stand
+    for a fresh interpreter (start one instead)."""
+    if not enabled():
+        return None
+    server = _server_for(env)
+    if server is None:
+        return None
+    opened: list[int] = []
+
+    def fd(target, default: int) -> int:
+        if target is None:
+            return default
+        if target == subprocess.DEVNULL:
+            opened.append(os.open(os.devnull, os.O_RDWR))
+            return opened[-1]
+        return target.fileno()
+
+    try:
+        return server.start(module, args, cwd=cwd, env=env, stdio=(0, fd(stdout, 1), fd(stderr, 2)))
+    finally:
+        for each in opened:
+            os.close(each)
 
 
 def _communicate(in_w: int, out_r: int, err_r: int, data: bytes, deadline: float | None) -> tuple[bytes, bytes, bool]:
