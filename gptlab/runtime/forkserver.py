@@ -65,6 +65,13 @@ IMPORT_TIME_ENV = (
 # gptlab-eval sets TQDM_DISABLE before anything imports it (gptlab.interop.quiet).
 FRESH_IN_CHILD = ("tqdm",)
 
+# Set in every child's environment: a gptlab process takes it out at import (gptlab/__init__.py: FORKED), so what it
+# starts in turn does not inherit the claim, and records how it started (provenance.json: hardware.process_start).
+# On the CPU a run's peak memory is its process's resident set, and a forked child's leaves out the library pages
+# the server mapped (a tiny run: ~290 MB forked against ~340 MB fresh), so runs started both ways are flagged when
+# compared (gptlab/compare/tables/analysis.py).
+FORKED_ENV = "GPTLAB_FORKED"
+
 _READY = "ready"
 START_TIMEOUT_S = 180
 
@@ -324,6 +331,7 @@ def _become(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ[FORKED_ENV] = "1"
     if request.get("cores") is not None:
         os.sched_setaffinity(0, request["cores"])  # before any thread starts: every thread inherits it
     tempfile.tempdir = None  # recomputed from this environment's TMPDIR

@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+import gptlab
 from gptlab.runtime.peak import machine_name
 from gptlab.util.paths import PACKAGE_DIR
 
@@ -64,6 +65,8 @@ def collect(overrides: list[str], hardware) -> dict:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "platform": platform.platform(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            # forked from a warm interpreter (a local sweep's run) or a fresh one: a CPU run's peak memory differs
+            "process_start": "forked" if gptlab.FORKED else "fresh",
         },
         "command": sys.argv,
         "overrides": overrides,

@@ -7,7 +7,7 @@ its CPU affinity, OMP_NUM_THREADS = GPTLAB_THREADS = threads, and its slot's GPU
 output goes to `<sweep dir>/.plan/logs/<arm>__seed<k>.log`. `.plan/queue.json` holds every run's state (pending,
 running with its pid, finished / failed with its exit code), rewritten at each change, for `gptlab-sweep status`.
 
-On a CPU box with two runs or more, the runs start from a warm interpreter (gptlab.runtime.forkserver: torch and
+On a CPU box the runs start from a warm interpreter (gptlab.runtime.forkserver: torch and
 Hydra imported once for the whole queue, ~3 s less per run on 2 cores) as `python -m MODULE ARGS` with the same
 environment, affinity, log and exit status; `warm=False` (`gptlab-sweep --fresh-interpreters`) starts each as a
 fresh interpreter. GPU runs always start fresh: their CUDA_VISIBLE_DEVICES differ per slot, and a process that
@@ -72,7 +72,8 @@ class Queue:
     ):
         self.runs, self.sweep_dir, self.slots, self.threads, self.fail_fast = runs, sweep_dir, slots, threads, fail_fast
         self.module = module  # the run's entry point: gptlab.cli.train, or gptlab.cli.decode for `command: decode`
-        self.warm = warm and not slots.gpus and len(runs) >= 2  # one run: a server would cost what it saves
+        # every CPU run of the queue, a lone relaunched one too: forked and fresh runs differ in peak memory
+        self.warm = warm and not slots.gpus
         self.server: ForkServer | None = None
         self.folder = sweep_dir / PLAN_DIR
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)

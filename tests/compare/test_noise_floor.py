@@ -181,6 +181,33 @@ def test_with_a_floor_the_load_limit_is_the_aa_conditions_not_25_percent(tmp_pat
     assert "more than 7% of the machine's cores" in md
 
 
+def test_cpu_runs_forked_and_fresh_are_flagged_as_not_comparable_in_peak_memory(tmp_path, capsys):
+    """A forked run's resident set leaves out the pages its fork server loaded (gptlab/runtime/forkserver.py): CPU
+    runs started both ways are named once; runs on one start, GPU runs and runs that do not say pass silently."""
+
+    def sweep(name: str, starts: dict[str, list], device: str = "cpu") -> Path:
+        root = tmp_path / name
+        for arm, arm_starts in starts.items():
+            for i, start in enumerate(arm_starts):
+                run = write_run(root / arm / f"seed{i}", seed=i, **(GQA if arm == "gqa" else {}))
+                hardware = {"device": device} | ({} if start is None else {"process_start": start})
+                (run / "provenance.json").write_text(json.dumps({"hardware": hardware}))
+        return root
+
+    _, mixed = _compare(tmp_path, sweep("mixed", {"mha": ["forked", "forked"], "gqa": ["forked", "fresh"]}), capsys)
+    assert (
+        "warning: peak memory: on the CPU 3 run(s) were forked from a warm interpreter (a local sweep's queue) and 1 "
+        "started fresh; a forked run's resident set leaves out the library pages its server loaded (~50 MB), so "
+        "their peak memory differs by how they started"
+    ) in mixed
+    for name, starts, device in (
+        ("forked", {"mha": ["forked", "forked"], "gqa": ["forked", "forked"]}, "cpu"),
+        ("older", {"mha": ["fresh", None], "gqa": [None, None]}, "cpu"),  # runs from before the record: unknown
+        ("gpu", {"mha": ["forked", "fresh"], "gqa": ["fresh", "fresh"]}, "cuda"),  # torch's allocator: no pages
+    ):
+        assert "started fresh" not in _compare(tmp_path, sweep(name, starts, device), capsys)[1], name
+
+
 def test_peak_memory_varying_between_seeds_is_flagged(tmp_path, capsys):
     root = tmp_path / "sw"
     for i, mem in enumerate((433, 498)):  # the issue's two seeds of one config

@@ -134,7 +134,9 @@ def test_the_local_queue_forks_cpu_runs_from_a_warm_interpreter_with_their_slot_
 
 def test_a_warm_queue_trains_exactly_what_fresh_interpreters_train(tmp_path):
     """The same tiny sweep through the default queue (runs forked from a warm interpreter) and with
-    --fresh-interpreters: the same losses at every step, the same threads and affinity."""
+    --fresh-interpreters: the same losses at every step, the same threads and affinity; each run records how it
+    started (its CPU peak memory depends on it), even where the sweep itself ran forked (the test's fork server):
+    the mark does not pass to the processes a gptlab process starts."""
     path = sweep_file(tmp_path, {"mha": ["attention=mha"]}, steps=4)
     curves = {}
     for how in ("warm", "fresh"):
@@ -147,6 +149,7 @@ def test_a_warm_queue_trains_exactly_what_fresh_interpreters_train(tmp_path):
             rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
             kept = [{k: v for k, v in r.items() if k == "step" or "loss" in k or k.endswith("lr")} for r in rows]
             hardware = json.loads((run / "provenance.json").read_text())["hardware"]
+            assert hardware["process_start"] == {"warm": "forked", "fresh": "fresh"}[how]
             curves[how, seed] = ([r for r in kept if len(r) > 1], hardware["cpu_threads"], len(hardware["cpu_cores"]))
     for seed in (0, 1):
         assert curves["warm", seed][0], "no loss rows"

@@ -345,7 +345,25 @@ def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed
         for row in rows
         if row.mem_varies
     ]
+    starts = _cpu_starts(groups)
+    if len(starts) > 1:
+        out.append(
+            f"warning: peak memory: on the CPU {starts['forked']} run(s) were forked from a warm interpreter (a local "
+            f"sweep's queue) and {starts['fresh']} started fresh; a forked run's resident set leaves out the library "
+            "pages its server loaded (~50 MB), so their peak memory differs by how they started"
+        )
     return out
+
+
+def _cpu_starts(groups: list[Group]) -> dict[str, int]:
+    """How many CPU runs started forked and how many fresh (provenance.json; runs that do not say are left out)."""
+    counts: dict[str, int] = {}
+    for run in (r for g in groups for r in g.runs):
+        hardware = run.provenance.get("hardware") or {}
+        start = hardware.get("process_start")
+        if start in ("forked", "fresh") and not str(hardware.get("device", "cpu")).startswith("cuda"):
+            counts[start] = counts.get(start, 0) + 1
+    return counts
 
 
 def compare(
