@@ -8,10 +8,11 @@ How: the product's `gptlab.runtime.forkserver` (the server the local sweep queue
 child from an interpreter that imported torch, torch._dynamo, numpy, hydra and omegaconf once; the child is
 `python -m MODULE ARGS` with the caller's stdio, cwd, environment and argv. This module keeps a worker's servers,
 one per set of variables read at import time (cli_env's OMP_NUM_THREADS=1, train_env's 2, ...), started with the
-second request that sets them so, and runs a request to the end like subprocess.run(capture_output=True, text=True).
-run_forked answers None, and run_cli starts a fresh interpreter, for the first request of such a set, a set past the
-cap, a preexec_fn (a callable of the caller's process), or a server that could not start or printed anything while
-importing. GPTLAB_TEST_FORKSERVER=0 turns it off for a whole run.
+second request that sets them so. run_forked runs a request to the end like subprocess.run(capture_output=True,
+text=True); start_forked returns it running behind the product's Popen-like handle, for the tests that kill or
+signal it (helpers.cli.start_cli). Both answer None, and the caller starts a fresh interpreter, for the first request
+of such a set, a set past the cap, a preexec_fn (a callable of the caller's process), or a server that could not
+start or printed anything while importing. GPTLAB_TEST_FORKSERVER=0 turns it off for a whole run.
 """
 
 from __future__ import annotations
