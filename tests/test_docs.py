@@ -10,16 +10,10 @@ The marker: an HTML comment alone on the line right before a ```bash fence (GitH
 
 A marked block runs as one bash script (`set -euo pipefail`) in a fresh temp dir, under the hermetic environment of
 tests/conftest.py (helpers.cli.cli_env: W&B offline, private caches, one thread), with PATH = a folder of wrappers,
-then the venv's bin/ (sys.executable's directory). The wrappers keep the docs' commands real but small:
-
-- gptlab-train, and `torchrun ... -m gptlab.cli.train`: every TINY setting whose key the command does not set
-  itself is appended (`gptlab-train logger=csv` keeps its logger; `--help`, `--cfg` and the like get nothing);
-- gptlab-sweep: the same overrides (sweep files take them as extra overrides), and `--seeds 0` without `--seeds`;
-  `gptlab-sweep status` is left alone;
-- gptlab-compare on a sweep dir whose `--detach`ed local queue is still running first waits for one finished run,
-  so "compare what has finished" has something to compare;
-- a console script of pyproject.toml missing from the venv (an install older than the script) runs its entry point
-  through the venv's python.
+then the venv's bin/ (sys.executable's directory). The wrappers (tests/helpers/doc_wrappers.py) keep the docs'
+commands real but small: TINY settings appended to gptlab-train and gptlab-sweep, and each gptlab console script
+run as its module forked from the worker's fork server where that stands for a fresh interpreter (the block's
+environment names its socket), else as the installed script.
 
 Each block must exit 0, and a block that runs gptlab-compare must print its comparison ("Compared at step"). A
 detached sweep a block started is waited for (then killed, past a limit) before the temp dir goes. Mark only
@@ -32,7 +26,6 @@ numbers ("issue 16") are left in the docs, and that relative links and their #an
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -44,27 +37,15 @@ from pathlib import Path
 
 import pytest
 
+from helpers import forkserver
 from helpers.cli import cli_env
+from helpers.doc_wrappers import SOCKET_ENV, TINY, make_wrappers, queue_pid, with_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 MARKER = "<!-- run -->"
 FENCE = re.compile(r"^(?P<ticks>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 
-# Appended to gptlab-train / gptlab-sweep commands for each key they do not set (a run of ~5 s on 2 cores).
-TINY = [
-    "train.max_steps=2",
-    "model.n_layer=1",
-    "model.d_model=32",
-    "model.n_head=8",
-    "model.block_size=32",
-    "train.batch_size=4",
-    "train.eval_sequences=8",
-    "sample.tokens=0",
-    "logger=none",
-    "hardware.peak_flops=1e12",  # skip the per-machine matmul probe (re-run on a busy machine: not cached)
-]
-NO_TINY = ("--help", "-h", "--cfg", "--hydra-help", "--info", "--shell-completion")
 README_MAX_LINES = 220
 ISSUE_REF = re.compile(r"\bissues?\s*#?\d+", re.IGNORECASE)
 
@@ -119,111 +100,15 @@ def runnable() -> list[Block]:
     return [b for path in DOCS for b in blocks(path) if b.runnable and b.info != "stray marker"]
 
 
-def override_key(arg: str) -> str | None:
-    """The config key an override sets (`+a.b=1` -> a.b, `'logger=[x,y]'` -> logger), None for a flag."""
-    if arg.startswith("-") or "=" not in arg:
-        return None
-    return arg.split("=", 1)[0].lstrip("+~")
-
-
-def tiny_extras(args: list[str]) -> list[str]:
-    """The TINY settings whose keys args do not set."""
-    given = {override_key(a) for a in args}
-    return [t for t in TINY if override_key(t) not in given]
-
-
-def with_tiny(kind: str, args: list[str]) -> list[str]:
-    """What a wrapper of `kind` runs instead of args (see the module docstring)."""
-    if any(a in NO_TINY or a.startswith("--shell-completion") for a in args):
-        return args
-    if kind == "train":
-        return [*args, *tiny_extras(args)]
-    if kind == "sweep":
-        if args[:1] == ["status"]:
-            return args
-        return [*args, *tiny_extras(args), *([] if "--seeds" in args else ["--seeds", "0"])]
-    if kind == "torchrun" and "gptlab.cli.train" in args:
-        return [*args, *tiny_extras(args[args.index("gptlab.cli.train") + 1 :])]
-    return args
-
-
-def console_scripts() -> dict[str, str]:
-    """pyproject.toml's [project.scripts]: name -> "module:function"."""
-    text = (REPO / "pyproject.toml").read_text()
-    section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
-    return dict(re.findall(r'^([\w-]+)\s*=\s*"([\w.:]+)"', section, re.MULTILINE))
-
-
-WRAPPER = """#!{python}
-import json, os, sys
-from pathlib import Path
-sys.path.insert(0, {tests!r})
-from test_docs import wait_for_a_finished_run, with_tiny
-real = json.loads({real!r})
-args = with_tiny({kind!r}, sys.argv[1:])
-if {kind!r} == "compare":
-    for arg in args:
-        wait_for_a_finished_run(Path(arg))
-os.execv(real[0], [*real, *args])
-"""
-
-
-def make_wrappers(folder: Path) -> Path:
-    """A bin folder of wrappers for the console scripts and torchrun (the real ones are in the venv's bin/)."""
-    venv_bin = Path(sys.executable).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    kinds = {"gptlab-train": "train", "gptlab-sweep": "sweep", "gptlab-compare": "compare", "torchrun": "torchrun"}
-    entries = {**console_scripts(), "torchrun": ""}
-    for name, entry in entries.items():
-        script = venv_bin / name
-        if script.exists():
-            real = [str(script)]
-        elif entry:  # an install older than the script: run its entry point
-            module, func = entry.split(":")
-            code = f"import sys; sys.argv[0] = {name!r}; from {module} import {func}; sys.exit({func}())"
-            real = [sys.executable, "-c", code]
-        else:
-            continue
-        text = WRAPPER.format(
-            python=sys.executable, tests=str(REPO / "tests"), real=json.dumps(real), kind=kinds.get(name, "plain")
-        )
-        (folder / name).write_text(text)
-        (folder / name).chmod(0o755)
-    return folder
-
-
-def _queue_pid(sweep_dir: Path) -> int | None:
-    """The pid of a detached local queue working on sweep_dir, while it runs (a zombie has ended)."""
-    try:
-        pid = int(json.loads((sweep_dir / ".plan" / "launched.json").read_text()).get("pid"))
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, ValueError, TypeError):
-        return None
-    return None if state in ("Z", "X") else pid
-
-
-def wait_for_a_finished_run(sweep_dir: Path, timeout: float = 300.0) -> None:
-    """Return once sweep_dir (if it is a detached sweep still running) holds a finished run, or its queue ended."""
-    deadline = time.monotonic() + timeout
-    while _queue_pid(sweep_dir) and time.monotonic() < deadline:
-        for summary in sweep_dir.glob("*/**/summary.json"):
-            try:
-                if json.loads(summary.read_text()).get("status") == "finished":
-                    return
-            except ValueError:
-                pass  # being written
-        time.sleep(0.5)
-
-
 def _reap_detached(folder: Path, timeout: float = 300.0) -> list[str]:
     """Wait for every detached queue a block started under folder; kill (its whole session) what outlives timeout."""
     killed = []
     for launched in folder.glob("**/.plan/launched.json"):
         sweep_dir = launched.parent.parent
         deadline = time.monotonic() + timeout
-        while _queue_pid(sweep_dir) and time.monotonic() < deadline:
+        while queue_pid(sweep_dir) and time.monotonic() < deadline:
             time.sleep(0.5)
-        pid = _queue_pid(sweep_dir)
+        pid = queue_pid(sweep_dir)
         if pid:
             os.killpg(pid, signal.SIGKILL)  # started with start_new_session: its group is its own session
             killed.append(str(sweep_dir))
@@ -320,6 +205,9 @@ def test_runnable_block(block: Block, tmp_path):
     work.mkdir()
     env = cli_env(PATH=f"{wrappers}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("VIRTUAL_ENV", None)
+    socket_path = forkserver.socket_for(env)
+    if socket_path is not None:
+        env[SOCKET_ENV] = str(socket_path)
     script = "set -euo pipefail\n" + block.text + "\n"
     try:
         done = subprocess.run(

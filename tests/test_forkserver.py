@@ -179,7 +179,7 @@ def test_a_module_that_reads_the_environment_at_import_imports_anew_in_the_child
 
 def test_the_product_handle_polls_waits_signals_and_pins_the_child_to_its_cores(probe):
     """gptlab.runtime.forkserver as the local sweep queue uses it: a Popen-like handle and the slot's cores."""
-    from gptlab.runtime.forkserver import ForkServer
+    from gptlab.runtime.forkserver import ForkServer, request
 
     server = ForkServer(cli_env())
     try:
@@ -204,6 +204,15 @@ def test_the_product_handle_polls_waits_signals_and_pins_the_child_to_its_cores(
         child.terminate()  # after its end: a no-op, never a signal to a pid that may be reused
         # a request whose import-time variables differ from the server's is refused, never served wrongly
         assert server.start("gptlab_probe", [], cwd=probe, env=cli_env(OMP_NUM_THREADS="7"), stdio=(0, 1, 2)) is None
+        # and by the server itself, for a process that knows only its socket (the docs' wrappers: request)
+        assert (
+            request(server.path, "gptlab_probe", [], cwd=probe, env=cli_env(OMP_NUM_THREADS="7"), stdio=(0, 1, 2))
+            is None
+        )
+        with open(log, "wb") as out:
+            asked = request(server.path, "gptlab_probe", ["plain"], cwd=probe, env=cli_env(PROBE_EXIT="4"),
+                            stdio=(0, out.fileno(), out.fileno()))  # fmt: skip
+        assert asked is not None and asked.wait(60) == 4 and "to stderr" in log.read_text()
     finally:
         server.stop()
     assert not server.serving() and not server.folder.exists()

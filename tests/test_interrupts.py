@@ -50,7 +50,9 @@ def test_disk_full_while_logging_names_the_file_and_keeps_whole_rows(tmp_path):
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (8 * 1024, 8 * 1024))
 
-    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    # GIT_DIR names no repository: a checkout with uncommitted changes would have the run write them to git.diff,
+    # which can outgrow 8 KiB first (provenance of a run without git: no git.diff)
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0", GIT_DIR=str(tmp_path / "no-repository"))
     # First fill the caches (the corpus' token shards, measured peaks) without the limit, so that the limited run's
     # first file to outgrow 8 KiB is metrics.jsonl whatever ran before this test.
     warm = run_cli(

@@ -14,8 +14,9 @@ joins are the interpreter's own. The child is a real process with its own pid (s
 
 What it cannot stand for, it refuses (`start` answers None; start a fresh interpreter then): a request whose
 variables read at import time (PYTHON*, OMP_*, MKL_*, TORCH*, CUDA*, LD_*, LC_*, ...: IMPORT_TIME_ENV) differ from
-the server's, and a server that is gone or printed or warned while importing (that output would be missing from
-every child's). gptlab itself is never preloaded: every child imports it afresh. The server never touches CUDA
+the server's (checked by the client and again by the server, so a process that knows only the socket's path,
+`request(...)`, is refused too), and a server that is gone or printed or warned while importing (that output would
+be missing from every child's). gptlab itself is never preloaded: every child imports it afresh. The server never touches CUDA
 (a process must not fork after initialising it); its children may.
 """
 
@@ -194,27 +195,7 @@ class ForkServer:
         interpreter (gone, or env disagrees at import time): start one instead."""
         if not self.serving() or import_time_env(env) != self.key:
             return None
-        cmd = [sys.executable, "-m", module, *args]
-        request = {
-            "module": module,
-            "args": list(args),
-            "cwd": os.path.abspath(cwd or os.getcwd()),
-            "env": dict(env),
-            "cores": None if cores is None else list(cores),
-        }
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(str(self.path))
-            socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], list(stdio))
-        except OSError:  # the server went away since it was asked
-            conn.close()
-            return None
-        replies = _Lines(conn)
-        line = replies.readline(None)
-        if not line:
-            conn.close()
-            return None
-        return Forked(cmd, int(json.loads(line)["pid"]), replies)
+        return request(self.path, module, args, cwd=cwd, env=env, stdio=stdio, cores=cores)
 
     def stop(self) -> None:
         """Stop the server (its children run on to their end) and remove its socket."""
@@ -227,6 +208,43 @@ class ForkServer:
             for p in self.folder.glob("*"):
                 p.unlink()
             self.folder.rmdir()
+
+
+def request(
+    path: Path | str,
+    module: str,
+    args: Sequence[str],
+    *,
+    cwd: Path | str | None,
+    env: Mapping[str, str],
+    stdio: tuple[int, int, int],
+    cores: Sequence[int] | None = None,
+) -> Forked | None:
+    """ForkServer.start for a process that did not start the server and knows only its socket's path (a test's
+    wrapper of a console script): None where the server is gone or refuses, because env's import-time variables
+    differ from those it was started with (start a fresh interpreter then)."""
+    cmd = [sys.executable, "-m", module, *args]
+    message = {
+        "module": module,
+        "args": list(args),
+        "cwd": os.path.abspath(cwd or os.getcwd()),
+        "env": dict(env),
+        "cores": None if cores is None else list(cores),
+    }
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        socket.send_fds(conn, [json.dumps(message).encode() + b"\n"], list(stdio))
+    except OSError:  # the server went away since it was asked
+        conn.close()
+        return None
+    replies = _Lines(conn)
+    line = replies.readline(None)
+    reply = json.loads(line) if line else {}
+    if "pid" not in reply:  # gone, or refused (another import-time environment)
+        conn.close()
+        return None
+    return Forked(cmd, int(reply["pid"]), replies)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -260,6 +278,7 @@ def _preload() -> str | None:
 def _serve(path: str) -> str:
     """Serve requests on path until the parent goes; return only in a forked child, set up as `python -m` would
     leave the interpreter just before it runs the module (the module's name is returned)."""
+    own = import_time_env(os.environ)  # what the preloads are about to read
     problem = _preload()
     if problem:
         print(problem.replace("\n", " "), flush=True)
@@ -289,15 +308,17 @@ def _serve(path: str) -> str:
         msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         while not msg.endswith(b"\n"):
             msg += conn.recv(1 << 20)
-        if os.fork() == 0:  # the middleman: forks the child, reports its pid and then its exit status
+        asked = json.loads(msg)
+        if import_time_env(asked["env"]) != own:  # a client that did not check: refused, never served wrongly
+            conn.sendall(json.dumps({"refused": "another import-time environment"}).encode() + b"\n")
+        elif os.fork() == 0:  # the middleman: forks the child, reports its pid and then its exit status
             listener.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            request = json.loads(msg)
             child = os.fork()
             if child == 0:
                 conn.close()
-                _become(request, fds)
-                return request["module"]
+                _become(asked, fds)
+                return asked["module"]
             for fd in fds:
                 os.close(fd)
             # a ^C or a signal to the whole process group is for the child: the middleman stays to report its end
@@ -314,7 +335,7 @@ def _serve(path: str) -> str:
             os.close(fd)
 
 
-def _become(request: dict, fds: list[int]) -> None:
+def _become(asked: dict, fds: list[int]) -> None:
     """In the forked child: the caller's stdio, cwd, environment, affinity and argv; a fresh __main__ and
     sys.path[0]."""
     import random
@@ -328,12 +349,12 @@ def _become(request: dict, fds: list[int]) -> None:
         os.dup2(fd, target)
         os.close(fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.chdir(request["cwd"])
+    os.chdir(asked["cwd"])
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(asked["env"])
     os.environ[FORKED_ENV] = "1"
-    if request.get("cores") is not None:
-        os.sched_setaffinity(0, request["cores"])  # before any thread starts: every thread inherits it
+    if asked.get("cores") is not None:
+        os.sched_setaffinity(0, asked["cores"])  # before any thread starts: every thread inherits it
     tempfile.tempdir = None  # recomputed from this environment's TMPDIR
     for name in [m for m in sys.modules if m.split(".")[0] in FRESH_IN_CHILD]:
         del sys.modules[name]
@@ -342,8 +363,8 @@ def _become(request: dict, fds: list[int]) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:  # and torch its CPU generator (the CUDA ones keep their fixed default seed, as fresh)
         torch.default_generator.seed()
-    sys.argv = [request["module"], *request["args"]]
-    sys.path[0] = request["cwd"]
+    sys.argv = [asked["module"], *asked["args"]]
+    sys.path[0] = asked["cwd"]
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main

@@ -10,7 +10,8 @@ child from an interpreter that imported torch, torch._dynamo, numpy, hydra and o
 one per set of variables read at import time (cli_env's OMP_NUM_THREADS=1, train_env's 2, ...), started with the
 second request that sets them so. run_forked runs a request to the end like subprocess.run(capture_output=True,
 text=True); start_forked returns it running behind the product's Popen-like handle, for the tests that kill or
-signal it (helpers.cli.start_cli). Both answer None, and the caller starts a fresh interpreter, for the first request
+signal it (helpers.cli.start_cli); socket_for hands the server's socket to processes that ask it themselves (the
+docs' wrappers). All three answer None, and the caller starts a fresh interpreter, for the first request
 of such a set, a set past the cap, a preexec_fn (a callable of the caller's process), or a server that could not
 start or printed anything while importing. GPTLAB_TEST_FORKSERVER=0 turns it off for a whole run.
 """
@@ -55,6 +56,15 @@ def _server_for(env: Mapping[str, str]) -> ForkServer | None:
 
 def enabled() -> bool:
     return os.environ.get("GPTLAB_TEST_FORKSERVER", "1") != "0"
+
+
+def socket_for(env: Mapping[str, str]) -> Path | None:
+    """The socket of this worker's server for env's import-time variables, for processes that ask it themselves
+    (the docs' console-script wrappers, helpers.doc_wrappers); None where there is none (see _server_for)."""
+    if not enabled():
+        return None
+    server = _server_for(env)
+    return None if server is None else server.path
 
 
 def run_forked(
