@@ -104,7 +104,7 @@ def test_quick_run_markdown_has_each_section_table(quick):
         "| arm | params | tokens/step |",
         "| arm | what differs from the baseline |",
         "| sweep | arm | vs baseline |",
-        "| `gptlab-train model=tiny` |",
+        "| `gptlab-train model=tiny model.n_layer=1` |",  # the quick run's first steps: one block
         "| seq | naive tokens/s |",
         "| batch | naive tokens/s |",
         "| side | wall ms / step | minimal GPT's ms / this side's |",

@@ -392,9 +392,11 @@ def test_real_short_runs_two_configs_two_seeds(tmp_path, capsys):
         "gptlab.cli.train",
         "-m",
         "model=tiny",
+        "model.n_layer=1",  # the smallest model that still makes gqa (n_kv_head 4 of n_head 4) mha's twin
+        "train.batch_size=4",
         "train.max_steps=20",
         "train.eval_interval=10",
-        "train.eval_sequences=64",
+        "train.eval_sequences=16",
         f"attention={','.join(pair)}",
         "seed=0,1",
         "logger=none",
