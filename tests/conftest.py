@@ -19,6 +19,12 @@ from helpers.peaks import warm_peaks
 # 2026-11-27 (2 cores, 6 test files, 336 tests): serial 251 s; `-n 2` 197 s with 105 s more CPU time spent spinning;
 # `-n 2` with this 148 s. Set before any test imports torch, inherited by the workers and every CLI a test starts.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# huggingface_hub and datasets read their offline switches once, when imported, and in-process tests import them in
+# this process: set here, before any test module is collected, not only per test (hermetic_env). Set per test only,
+# a Hub name that is not a local folder went to the network in-process and retried for 23 s before it failed
+# (test_interop_hf's refusals; the same one-line error, from the offline path now).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
 @pytest.fixture(autouse=True)
