@@ -103,6 +103,8 @@ def drive(cases_file: str, results_file: str) -> None:
 def as_process(case: dict, fsize: int | None) -> dict:
     """One case as a real `python -m gptlab.cli.train` process (optionally under a file size limit)."""
     env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    if fsize:  # GIT_DIR names no repository: a checkout's uncommitted changes (git.diff) must not be what outgrows it
+        env["GIT_DIR"] = str(Path(case["keep"]).parent / "no-repository")
     set_env(env, case["env"])
     limit = (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.RLIM_INFINITY))) if fsize else None
     keep = Path(case["keep"])
