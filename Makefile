@@ -27,17 +27,17 @@ $(VENV)/.installed: pyproject.toml
 run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
-test: setup  ## the whole test suite on a worker per core (~20 min on 2 cores; the 15 slowest listed)
+test: setup  ## the whole test suite on a worker per core (~17 min on 2 cores; the 15 slowest listed)
 	$(VENV)/bin/pytest -q $(XDIST) --durations=15 $(ARGS)
 
 # The edit-test loop: the tests that took under 1 s each when `make durations` last timed the whole suite, fastest
 # first up to a budget of recorded time (tests/durations.json; tests/conftest.py marks the rest `heavy`). A new test
 # runs here until the file is rewritten.
-test-fast: setup  ## the fastest tests (tests/durations.json): no slow, SLURM or heavy ones (~2-3 min on 2 cores)
+test-fast: setup  ## the fastest tests (tests/durations.json): no slow, SLURM or heavy ones (~2 min on 2 cores)
 	$(VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm and not heavy" $(ARGS)
 
 # Time the whole suite as `make test` runs it and write tests/durations.json (commit it): what test-fast leaves out
-durations: setup  ## rewrite tests/durations.json from a whole run of the suite (~20 min on 2 cores)
+durations: setup  ## rewrite tests/durations.json from a whole run of the suite (~17 min on 2 cores)
 	$(VENV)/bin/pytest -q $(XDIST) --store-durations $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,

@@ -19,7 +19,7 @@ Each block must exit 0, and a block that runs gptlab-compare must print its comp
 detached sweep a block started is waited for (then killed, past a limit) before the temp dir goes. Mark only
 commands that run offline on a CPU in seconds; SLURM, GPU and long commands stay unmarked examples.
 
-The blocks run in the `slow` tests (about 3-4 minutes on 2 cores); the fast ones check the parsing (every marker
+The blocks run in the `slow` tests (about 1-2 minutes on 2 cores, -n 2); the fast ones check the parsing (every marker
 is on a bash block, every page's blocks are found), the README's length (<= 220 lines), that no internal tracker
 numbers ("issue 16") are left in the docs, and that relative links and their #anchors resolve.
 """
