@@ -217,3 +217,19 @@ def test_the_product_handle_polls_waits_signals_and_pins_the_child_to_its_cores(
         server.stop()
     assert not server.serving() and not server.folder.exists()
     assert server.start("gptlab_probe", [], cwd=probe, env=cli_env(), stdio=(0, 1, 2)) is None  # gone: refused
+
+
+def test_a_server_started_without_a_locale_serves_requests_in_that_environment(probe):
+    """Python adds LC_CTYPE=C.UTF-8 to its own os.environ when it starts without a locale (PEP 538 coercion): the
+    server checks a request against the environment it was started with, so it is not refused for that."""
+    from gptlab.runtime.forkserver import ForkServer
+
+    env = {k: v for k, v in cli_env().items() if not k.startswith(("LC_", "LANG"))}
+    server = ForkServer(env)
+    try:
+        assert server.problem is None and server.serving()
+        with open(probe / "out.log", "wb") as out:
+            child = server.start("gptlab_probe", ["plain"], cwd=probe, env=env, stdio=(0, out.fileno(), out.fileno()))
+        assert child is not None and child.wait(60) == 0 and "to stderr" in (probe / "out.log").read_text()
+    finally:
+        server.stop()

@@ -15,9 +15,9 @@ joins are the interpreter's own. The child is a real process with its own pid (s
 What it cannot stand for, it refuses (`start` answers None; start a fresh interpreter then): a request whose
 variables read at import time (PYTHON*, OMP_*, MKL_*, TORCH*, CUDA*, LD_*, LC_*, ...: IMPORT_TIME_ENV) differ from
 the server's (checked by the client and again by the server, so a process that knows only the socket's path,
-`request(...)`, is refused too), and a server that is gone or printed or warned while importing (that output would
-be missing from every child's). gptlab itself is never preloaded: every child imports it afresh. The server never touches CUDA
-(a process must not fork after initialising it); its children may.
+`request(...)`, is refused too), and a server that is gone or printed or warned while importing (that output
+would be missing from every child's). gptlab itself is never preloaded: every child imports it afresh. The server
+never touches CUDA (a process must not fork after initialising it); its children may.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class ForkServer:
         self.key = import_time_env(env)
         self.problem: str | None = None
         self.proc: subprocess.Popen | None = subprocess.Popen(
-            [sys.executable, __file__, str(self.path)],
+            [sys.executable, __file__, str(self.path), json.dumps(self.key)],
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -275,10 +275,12 @@ def _preload() -> str | None:
     return None
 
 
-def _serve(path: str) -> str:
-    """Serve requests on path until the parent goes; return only in a forked child, set up as `python -m` would
-    leave the interpreter just before it runs the module (the module's name is returned)."""
-    own = import_time_env(os.environ)  # what the preloads are about to read
+def _serve(path: str, key: str) -> str:
+    """Serve requests on path until the parent goes, each only if its import-time variables are `key` (JSON: those
+    of the environment the server was started with, as its client saw them; not this process's os.environ, to
+    which Python adds LC_CTYPE when it starts without a locale, PEP 538); return only in a forked child, set up as
+    `python -m` would leave the interpreter just before it runs the module (the module's name is returned)."""
+    own = tuple((name, value) for name, value in json.loads(key))
     problem = _preload()
     if problem:
         print(problem.replace("\n", " "), flush=True)
@@ -374,5 +376,5 @@ if __name__ == "__main__":
     import runpy
 
     sys.path[0] = os.getcwd()  # not this file's folder: its modules must not shadow what the preloads import
-    _module = _serve(sys.argv[1])
+    _module = _serve(sys.argv[1], sys.argv[2])
     runpy._run_module_as_main(_module, alter_argv=True)  # type: ignore[attr-defined]
