@@ -140,17 +140,24 @@ def pytest_collection_modifyitems(config, items):
       queueing behind each other would run out their deadlines.
     - Every other test goes with its file, so a module-scoped fixture (a trained run, the benchmarks' quick run)
       is built once, not once per worker.
-    - Files holding `slow` tests are handed out first, so the suite does not end on one worker running a long file
-      while the other waits.
+    - The groups are handed out longest first by their recorded time (tests/durations.json; a test it does not
+      know counts UNRECORDED_S, or UNRECORDED_SLOW_S when marked `slow`), so the suite does not end on one worker
+      running a long file while the other waits: the longest-processing-time-first rule, whose last group to
+      start is among the shortest.
     """
     _mark_heavy(items)
     if not config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup (xdist sets it there)
         return
-    slow_files = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file keeps its own order
+    groups = {item: "slurm" if "slurm" in item.keywords else item.path.relative_to(config.rootpath).as_posix()
+              for item in items}  # fmt: skip
+    recorded = json.loads(DURATIONS.read_text())["tests"] if DURATIONS.is_file() else {}
+    seconds: dict[str, float] = {}
+    for item, group in groups.items():
+        default = UNRECORDED_SLOW_S if "slow" in item.keywords else UNRECORDED_S
+        seconds[group] = seconds.get(group, 0.0) + recorded.get(_plain_id(item.nodeid), default)
+    items.sort(key=lambda item: (-seconds[groups[item]], groups[item]))  # stable: each group keeps its own order
     for item in items:
-        group = "slurm" if "slurm" in item.keywords else item.path.relative_to(config.rootpath).as_posix()
-        _in_group(item, group)
+        _in_group(item, groups[item])
 
 
 def _in_group(item, group: str) -> None:
@@ -176,6 +183,7 @@ def _in_group(item, group: str) -> None:
 # mark. A test the file does not know yet counts as light (0 s) until the file is written again.
 DURATIONS = Path(__file__).with_name("durations.json")
 HEAVY_S = 1.0
+UNRECORDED_S, UNRECORDED_SLOW_S = 1.0, 30.0  # what a test durations.json does not know counts when groups are ordered
 FAST_BUDGET_S = 200.0  # two workers' recorded seconds: test-fast 2 min 17 s of wall here (2026-11-28)
 _SHARED_SETUPS: list[list] = []  # [fixture key, seconds] of shared fixtures set up for the test in setup now
 _RECORD: dict = {"on": False, "tests": {}, "fixtures": {}}  # --store-durations: timed everywhere, kept by the
