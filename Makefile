@@ -5,7 +5,8 @@ PY    := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTHON ?= python3
 # pytest-xdist: a worker per core, the SLURM tests on one worker, each file on one worker, the groups handed out
-# longest first by their time in tests/durations.json (tests/conftest.py). XDIST= runs the suite serially in this process.
+# longest first by their time in tests/durations.json (tests/conftest.py). XDIST= runs the suite serially in this
+# process.
 XDIST ?= -n auto --dist loadgroup --no-loadscope-reorder
 # The test targets keep Python's bytecode caches (__pycache__/, gitignored) where the environment turns them off
 # (PYTHONDONTWRITEBYTECODE=1, as some container images do): else every pytest worker compiles and assert-rewrites

@@ -145,16 +145,16 @@ def pytest_collection_modifyitems(config, items):
       running a long file while the other waits: the longest-processing-time-first rule, whose last group to
       start is among the shortest.
     """
-    _mark_heavy(items)
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {"fixtures": {}, "tests": {}}
+    _mark_heavy(items, recorded)
     if not config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup (xdist sets it there)
         return
     groups = {item: "slurm" if "slurm" in item.keywords else item.path.relative_to(config.rootpath).as_posix()
               for item in items}  # fmt: skip
-    recorded = json.loads(DURATIONS.read_text())["tests"] if DURATIONS.is_file() else {}
     seconds: dict[str, float] = {}
     for item, group in groups.items():
         default = UNRECORDED_SLOW_S if "slow" in item.keywords else UNRECORDED_S
-        seconds[group] = seconds.get(group, 0.0) + recorded.get(_plain_id(item.nodeid), default)
+        seconds[group] = seconds.get(group, 0.0) + recorded["tests"].get(_plain_id(item.nodeid), default)
     items.sort(key=lambda item: (-seconds[groups[item]], groups[item]))  # stable: each group keeps its own order
     for item in items:
         _in_group(item, groups[item])
@@ -233,12 +233,10 @@ def pytest_sessionfinish(session):
         DURATIONS.write_text(json.dumps(doc, indent=0) + "\n")
 
 
-def _mark_heavy(items) -> None:
-    """Mark `heavy` the tests that durations.json recorded at HEAVY_S or more, the users of its heavy fixtures, and
-    the light tests past FAST_BUDGET_S of recorded time (fastest first; the same marks on every xdist worker)."""
-    if not DURATIONS.is_file():
-        return
-    doc = json.loads(DURATIONS.read_text())
+def _mark_heavy(items, doc: dict) -> None:
+    """Mark `heavy` the tests that durations.json (doc) recorded at HEAVY_S or more, the users of its heavy fixtures,
+    and the light tests past FAST_BUDGET_S of recorded time (fastest first; the same marks on every xdist worker);
+    without the file (an empty doc) nothing is marked."""
     shared = [key.rpartition("::") for key in doc["fixtures"]]  # (baseid, "::", name)
     light = []
     for item in items:

@@ -3,6 +3,7 @@ slow-marked one and a fast one pass."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from helpers.scratch import run_pytest, scratch_suite
@@ -57,8 +58,6 @@ def test_under_xdist_the_group_with_the_most_recorded_time_goes_first(tmp_path):
     """With tests/durations.json, groups are ordered by their recorded seconds (longest first), whatever their marks:
     test_c's recorded 50 s put it ahead of test_z's slow test (30 s when unrecorded), and both ahead of test_a and
     test_b, which come first in file order."""
-    import json
-
     files = {f"test_{name}.py": "".join(f"def test_{name}{i}(): pass\n" for i in range(4)) for name in ("a", "b", "c")}
     files["test_z.py"] = "import pytest\n@pytest.mark.slow\ndef test_z(): pass\n"
     scratch_suite(tmp_path, files, markers=("slow: long", "slurm: cluster"))
