@@ -162,6 +162,18 @@ def test_a_key_nothing_reads_is_refused_not_ignored(override, message):
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+def test_root_keys_follow_an_edit_of_the_primary_config(tmp_path, monkeypatch):
+    """The root keys come from train.yaml's text, parsed once per text: an edited file is read anew, never served
+    from an earlier parse."""
+    from gptlab.config import schema
+
+    monkeypatch.setattr(schema, "CONF_DIR", tmp_path)
+    (tmp_path / "model").mkdir()
+    for keys in (["seed", "train"], ["seed", "train", "extra"], ["seed", "train"]):
+        (tmp_path / "train.yaml").write_text("defaults: [_self_]\n" + "".join(f"{k}: 1\n" for k in keys))
+        assert schema.root_keys("train") == {"hydra", "model", *keys}
+
+
 def test_sampling_refuses_a_run_whose_corpus_changed_since_training(tmp_path):
     """A char tokenizer fitted on an edited corpus maps ids to other characters: a run saved before runs kept their
     tokenizer (no tokenizer.json) is refused, never served garbage; a run that kept it samples with it, and only its

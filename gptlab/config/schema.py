@@ -221,14 +221,20 @@ def check_known_keys(group: str, node) -> None:
 
 def root_keys(config_name: str) -> set[str]:
     """The top-level keys a primary config (conf/<name>.yaml) and the train root it builds on declare, and the groups."""
-    import yaml
-
     keys = {"hydra", *(p.name for p in CONF_DIR.iterdir() if p.is_dir())}
     for name in {"train", config_name}:
         path = CONF_DIR / f"{name}.yaml"
         if path.is_file():
-            keys |= set(yaml.safe_load(path.read_text()) or {}) - {"defaults"}
+            keys |= _declared(path.read_text())
     return keys
+
+
+@functools.lru_cache(maxsize=16)
+def _declared(text: str) -> frozenset[str]:
+    """The top-level keys of a YAML document but `defaults`: parsed once per text (every run checks train.yaml's)."""
+    import yaml
+
+    return frozenset(yaml.safe_load(text) or {}) - {"defaults"}
 
 
 def check_root_keys(cfg) -> None:

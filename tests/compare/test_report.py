@@ -180,6 +180,30 @@ def test_speed_and_memory_bars_show_spread_error_bars_and_every_run(report, name
         assert ax.get_ylabel() == "peak memory (MiB)" and "60" in ticks
 
 
+def test_each_png_is_drawn_once_and_is_the_bytes_of_matplotlibs_own_save(report, tmp_path):
+    """tight_layout() leaves a placeholder layout engine, with which savefig draws the whole figure twice; the plots
+    are saved without it (one draw), and the PNG is byte for byte what savefig writes with it left on."""
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    from gptlab.compare.render.plots import save_png
+
+    _, images, figures, _ = report
+    for name, fig in figures.items():
+        draws = []
+        fig.draw = lambda renderer, draw=fig.draw, draws=draws: draws.append(1) or draw(renderer)
+        try:
+            save_png(fig, tmp_path / f"{name}.png", dpi=100)
+            assert len(draws) == 1 and fig.get_layout_engine() is None, name
+            fig.set_layout_engine(PlaceHolderLayoutEngine(True, True))  # as tight_layout() leaves it
+            fig.savefig(tmp_path / f"{name}-plain.png", dpi=100)
+            assert len(draws) == 3, name  # matplotlib's own save: a layout draw, then the render
+        finally:
+            del fig.draw
+            fig.set_layout_engine(None)
+        assert (tmp_path / f"{name}-plain.png").read_bytes() == images[name].read_bytes(), name
+        assert (tmp_path / f"{name}.png").read_bytes() == images[name].read_bytes(), name
+
+
 def test_flags_in_the_table_markdown_and_terminal(report):
     cmp, images, _, _ = report
     headers, body = cells(cmp)

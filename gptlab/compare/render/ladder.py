@@ -73,6 +73,8 @@ def plot(ladder: Ladder, doc: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from gptlab.compare.render.plots import save_png
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for arm in doc["arms"]:
         own = [p for p in ladder.points if p.arm == arm["arm"]]
@@ -98,7 +100,7 @@ def plot(ladder: Ladder, doc: dict, path: Path) -> Path:
     if doc["arms"][1:]:
         right.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
     return path
 

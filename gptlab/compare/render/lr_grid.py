@@ -70,6 +70,8 @@ def plot_curves(curves: dict[str, ArmCurve], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from gptlab.compare.render.plots import save_png
+
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for curve in curves.values():
         grid = sorted({r.lr for r in curve.runs})
@@ -89,7 +91,7 @@ def plot_curves(curves: dict[str, ArmCurve], path: Path) -> Path:
     ax.set_title("each arm's lr curve (x: a seed diverged)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
     return path
 
