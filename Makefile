@@ -28,8 +28,9 @@ $(VENV)/.installed: pyproject.toml
 run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
+# --machine-probe: the machine's speed before and after the run, printed with the summary (tests/helpers/machine.py)
 test: setup  ## the whole test suite on a worker per core (~17 min on 2 cores; the 15 slowest listed)
-	$(VENV)/bin/pytest -q $(XDIST) --durations=15 $(ARGS)
+	$(VENV)/bin/pytest -q $(XDIST) --durations=15 --machine-probe $(ARGS)
 
 # The edit-test loop: the tests that took under 1 s each when `make durations` last timed the whole suite, fastest
 # first up to a budget of recorded time (tests/durations.json; tests/conftest.py marks the rest `heavy`). A new test
@@ -39,7 +40,7 @@ test-fast: setup  ## the fastest tests (tests/durations.json): no slow, SLURM or
 
 # Time the whole suite as `make test` runs it and write tests/durations.json (commit it): what test-fast leaves out
 durations: setup  ## rewrite tests/durations.json from a whole run of the suite (~17 min on 2 cores)
-	$(VENV)/bin/pytest -q $(XDIST) --store-durations $(ARGS)
+	$(VENV)/bin/pytest -q $(XDIST) --store-durations --machine-probe $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,
 # omegaconf, wandb, datasets, statsmodels, and the hf/eval extras' transformers and lm-eval): a floor the code does not

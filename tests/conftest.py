@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import machine
 from helpers.peaks import warm_peaks
 
 # OpenMP threads sleep when they run out of work instead of spinning (libgomp's default spins): under pytest-xdist
@@ -105,6 +106,12 @@ def pytest_addoption(parser):
         "(`make durations`: the whole suite); the `heavy` marker of `make test-fast` is read from it",
     )
     parser.addoption(
+        "--machine-probe",
+        action="store_true",
+        help="time a fixed piece of CPU work before the tests start and after they end and print it with the summary "
+        "(and into durations.json with --store-durations): the machine's speed beside the suite's time",
+    )
+    parser.addoption(
         "--budget",
         type=float,
         default=None,
@@ -194,6 +201,24 @@ def pytest_configure(config):
     _RECORD["on"] = config.getoption("--store-durations")
 
 
+_PROBE: dict = {}  # --machine-probe: the controller's timings of helpers.machine's work, "start" and "end"
+
+
+def _probing(config) -> bool:
+    return config.getoption("--machine-probe") and not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist starts its workers (its own hook is trylast): the machine is quiet
+def pytest_sessionstart(session):
+    if _probing(session.config):
+        _PROBE["start"] = machine.probe()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if _probing(config) and "end" in _PROBE:
+        terminalreporter.write_line(machine.line(_PROBE["start"], _PROBE["end"]))
+
+
 def _fixture_key(baseid: str, name: str) -> str:
     """A shared fixture: where it is defined (a node id prefix: its test file, or "tests" for tests/conftest.py) and
     its name, e.g. "tests/test_train.py::default_run"."""
@@ -227,8 +252,13 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
+    if _probing(session.config) and "start" in _PROBE:  # every test has finished: the machine is quiet again
+        _PROBE["end"] = machine.probe()
     if _RECORD["on"] and not hasattr(session.config, "workerinput"):  # an xdist worker's reports reach the controller
-        doc = {"heavy_s": HEAVY_S, "fixtures": dict(sorted(_RECORD["fixtures"].items()))}
+        doc: dict = {"heavy_s": HEAVY_S}
+        if "end" in _PROBE:
+            doc["machine_probe"] = {"start": _PROBE["start"], "end": _PROBE["end"]}
+        doc["fixtures"] = dict(sorted(_RECORD["fixtures"].items()))
         doc["tests"] = dict(sorted(_RECORD["tests"].items()))
         DURATIONS.write_text(json.dumps(doc, indent=0) + "\n")
 

@@ -88,3 +88,22 @@ def test_the_light_tests_past_the_fast_budget_are_heavy_fastest_kept_first(tmp_p
     assert fast.returncode == 0, fast.stdout[-3000:]
     ran = set(re.findall(r"test_c\.py::test_(\w+) PASSED", fast.stdout))
     assert ran == {"new", "t02", "t03", "t04"}  # 0 + 0.2 + 0.3 + 0.4 = 0.9 s; t05 would make 1.4 s
+
+
+def test_machine_probe_times_the_same_work_before_and_after_the_run_and_records_it(tmp_path):
+    """--machine-probe (make test, make durations, CI): the controller times helpers.machine's fixed work before the
+    workers start and after they end, prints both in one summary line and, with --store-durations, keeps them in
+    durations.json; without the option there is no line and no key."""
+    scratch_suite(tmp_path, {"test_b.py": "def test_one(): pass\n"})
+    probed = run_pytest(tmp_path, "-q", *XDIST, "--store-durations", "--machine-probe", ".")
+    assert probed.returncode == 0, probed.stdout[-3000:]
+    line = re.search(r"^machine probe \(.*\): python (\d+) -> (\d+) ms, matmul (\d+) -> (\d+) ms$", probed.stdout, re.M)
+    assert line, probed.stdout[-3000:]
+    recorded = json.loads((tmp_path / "durations.json").read_text())["machine_probe"]
+    assert set(recorded) == {"start", "end"} and all(set(t) == {"python_ms", "matmul_ms"} for t in recorded.values())
+    shown = [int(v) for v in line.groups()]
+    assert shown == [round(recorded[w][k]) for k in ("python_ms", "matmul_ms") for w in ("start", "end")]
+    assert all(v > 0 for v in shown)
+    plain = run_pytest(tmp_path, "-q", *XDIST, "--store-durations", ".")
+    assert plain.returncode == 0 and "machine probe" not in plain.stdout
+    assert "machine_probe" not in json.loads((tmp_path / "durations.json").read_text())
