@@ -3,8 +3,8 @@ apart from a machine that ran slower (tests/conftest.py --machine-probe; `make t
 
 Why: the 2-core CI machine is a virtual one whose speed drifts. On 2026-11-28, minutes apart and with nothing else
 running, the same single-thread matmul loop ran 1,506 and 1,130 times in 4 s, and a pure-Python loop 28.7 and
-25.2 million times; the whole suite took 16 min 59 s and 17 min 53 s on trees a minute of CPU apart in the other
-direction. A suite's wall time is comparable to another only beside the speed the machine had while it ran.
+25.2 million times; one tree ran the whole suite in 17 min 53 s and, half an hour later, in 17 min 08 s. A suite's
+wall time is comparable to another only beside the speed the machine had while it ran.
 
 What: the best of three timings of each of two pieces of work, one core, run by the suite's controller before the
 workers start and after they have finished (the machine otherwise quiet): `python_ms`, dict and string churn like
