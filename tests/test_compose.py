@@ -114,15 +114,24 @@ def test_a_search_path_folder_is_read_as_conf_is(tmp_path):
         compose(overrides)
 
 
-@pytest.mark.parametrize("entry", ["pkg://hydra.conf", "file://{big}"])
-def test_a_search_path_it_cannot_read_cheaply_is_never_kept(entry, tmp_path):
-    """A pkg:// entry (no folder to read) and a folder of more than 1,000 files (a search path on a whole project)
-    compose every time."""
-    big = tmp_path / "big"
+@pytest.mark.filterwarnings("ignore:provider=hydra.searchpath in command-line")  # Hydra finds no ${oc.env:SUB}
+@pytest.mark.parametrize(
+    "entry",
+    ["pkg://hydra.conf", "file://{big}", "file://small", "'file://{small}/${{oc.env:SUB}}'"],
+    ids=["pkg", "over-1000-files", "relative", "interpolation"],
+)
+def test_a_search_path_it_cannot_pin_down_is_never_kept(entry, tmp_path, monkeypatch):
+    """A pkg:// entry (no folder to read), a folder of more than 1,000 files (a search path on a whole project), a
+    relative folder and one named by an interpolation compose every time."""
+    big, small = tmp_path / "big", tmp_path / "small"
+    (small / "sub").mkdir(parents=True)
+    (small / "sub" / "extra.yaml").write_text("x: 1\n")
     big.mkdir()
     for i in range(1001):
         (big / f"{i}.txt").touch()
-    overrides = [f"hydra.searchpath=[{entry.format(big=big)}]", "model.n_layer=3"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SUB", "sub")
+    overrides = [f"hydra.searchpath=[{entry.format(big=big, small=small)}]", "model.n_layer=3"]
     compose(overrides)
     compose(overrides)
     assert not any(k[1] == tuple(overrides) for k in build._COMPOSED)

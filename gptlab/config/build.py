@@ -61,12 +61,15 @@ def compose(overrides: list[str] | None = None, config_name: str = "train") -> D
 
 
 def _search_folders(cfg: DictConfig) -> list[str] | None:
-    """The folders hydra.searchpath adds (file://...), absolute; None when an entry is not a folder (pkg://...)."""
+    """The folders hydra.searchpath adds; None unless each entry is a plain absolute file:// path (not pkg://, not
+    relative, not an interpolation such as ${oc.env:...}, whose folder the key could not pin down)."""
+    entries = OmegaConf.select(cfg, "hydra.searchpath")
     folders = []
-    for entry in OmegaConf.select(cfg, "hydra.searchpath") or []:
-        if not str(entry).startswith("file://"):
+    for entry in cast(list, OmegaConf.to_container(entries, resolve=False)) if entries else []:
+        path = str(entry).removeprefix("file://")
+        if path == str(entry) or "${" in path or not os.path.isabs(path):
             return None
-        folders.append(os.path.abspath(str(entry).removeprefix("file://")))
+        folders.append(path)
     return folders
 
 
