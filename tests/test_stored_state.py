@@ -292,18 +292,44 @@ def test_the_cpu_fp16_peak_is_measured_quickly(monkeypatch):
     probe = {"s": 0.01}  # the timed PROBE_N matmul, as the machine would report it
     monkeypatch.setattr(peak, "_best_time", lambda fn, device, repeats, budget_s: probe["s"])
     # fast enough: a 2048 one at 0.01 s per 512 takes 0.64 s, within SLOW_CALL budgets: kept
-    assert peak._fitting_size(torch.float16, "cpu", 2048, 1.5) == 2048
+    assert peak.fitting_size(torch.float16, "cpu", 2048, 1.5) == 2048
     # emulated fp16 under load: 0.2 s per 512 would make a 2048 one 12.8 s; cut to about a third of the budget
     probe["s"] = 0.2
-    n = peak._fitting_size(torch.float16, "cpu", 2048, 1.5)
+    n = peak.fitting_size(torch.float16, "cpu", 2048, 1.5)
     assert n == 640  # 512 x (0.5 / 0.2) ** (1/3) = 695, down to a multiple of 64
     assert 0.2 * (n / peak.PROBE_N) ** 3 <= 1.5  # the measured matmul fits one budget by the probe's rate
     probe["s"] = 30.0  # slower still: never below the probe's own size
-    assert peak._fitting_size(torch.float16, "cpu", 2048, 1.5) == peak.PROBE_N
+    assert peak.fitting_size(torch.float16, "cpu", 2048, 1.5) == peak.PROBE_N
     monkeypatch.undo()
-    monkeypatch.setattr(peak, "_fitting_size", lambda dtype, device, n, call_s: 64)
+    monkeypatch.setattr(peak, "fitting_size", lambda dtype, device, n, call_s: 64)
     flops = peak.measure_matmul_peak(torch.float16, "cpu")
     assert math.isfinite(flops) and flops > 0  # the measurement runs at the size it was given
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cpu_peak_is_timed_through_the_op_a_linear_layer_runs(monkeypatch, dtype):
+    """A model's matmuls are nn.Linear (F.linear). On a CPU without native bf16, torch.mm in bf16 ran ~10x slower
+    (1.2 against 16 GFLOP/s on this 2-core AVX2 EPYC), so a peak timed with it was beaten by training itself: the
+    quick benchmark's bf16 arms read MFU 300-430 %. The fit and the measurement both time F.linear."""
+    from gptlab.runtime import peak
+
+    calls = {"linear": 0, "mm": 0}
+    linear, mm = torch.nn.functional.linear, torch.mm
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(torch.nn.functional, "linear", counted("linear", linear))
+    monkeypatch.setattr(torch, "mm", counted("mm", mm))
+    assert peak.fitting_size(dtype, "cpu", 100_000, 0.05) >= peak.PROBE_N  # times a PROBE_N product
+    fitted = calls["linear"]
+    assert fitted >= 2 and peak.measure_matmul_peak(dtype, "cpu", n=64, repeats=2, budget_s=0.05) > 0
+    assert calls["linear"] >= fitted + 2 and calls["mm"] == 0
+    assert peak.CACHE_FILE == "hardware_peaks_v3.json"  # the v2 files' torch.mm peaks are not read again
 
 
 def test_a_reader_of_a_run_with_no_readable_checkpoint_is_not_told_to_resume(tmp_path):

@@ -22,8 +22,10 @@ from gptlab.util.io import write_json_atomic
 
 log = logging.getLogger(__name__)
 # v2: values are cached only when measured on a quiet machine (v1 files could hold peaks taken under load,
-# which made MFU look up to ~2x too high without tripping the > 100 % check)
-CACHE_FILE = "hardware_peaks_v2.json"
+# which made MFU look up to ~2x too high without tripping the > 100 % check). v3: timed through F.linear, the op a
+# model's nn.Linear runs: a CPU without native bf16/fp16 runs torch.mm in them ~10x slower than F.linear's oneDNN
+# path (1.2 against 16 GFLOP/s on a 2-core AVX2 EPYC), so v2's peaks there were ~10x low and MFU read 300-400 %
+CACHE_FILE = "hardware_peaks_v3.json"
 MAX_OUTSIDE_LOAD = 0.25  # share of all cores other processes may use while a peak is measured for the cache
 MAX_GPU_BUSY = 0.10  # NVML utilisation (share of its sample period with kernels running) a quiet GPU may show
 NVML_PERIOD_S = 1.0  # NVML averages utilisation over the last 1/6 s to 1 s, depending on the GPU
@@ -32,6 +34,13 @@ NVML_PERIOD_S = 1.0  # NVML averages utilisation over the last 1/6 s to 1 s, dep
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def _product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a·bᵀ through F.linear, the op a model's nn.Linear runs (2·n³ FLOPs for n×n operands). On a CPU without native
+    bf16 or fp16, torch.mm in them takes a ~10x slower path than F.linear's oneDNN one, and a peak timed that way is
+    beaten by training itself; in fp32 the two run the same BLAS."""
+    return torch.nn.functional.linear(a, b)
 
 
 def _best_time(fn, device: str, repeats: int, budget_s: float) -> float:
@@ -53,30 +62,36 @@ PROBE_N = 512  # the matmul timed first, to size the measured one
 SLOW_CALL = 4.0  # a matmul estimated to take more than this many budgets is cut down to a third of one
 
 
-def _fitting_size(dtype: torch.dtype, device: str, n: int, call_s: float) -> int:
-    """n, or where an n matmul would take far longer than call_s (emulated fp16 on a CPU runs ~50x slower than fp32:
-    a 2048 one took minutes under load) the size (a multiple of 64, >= PROBE_N) that takes about a third of call_s
-    by a timed PROBE_N one (a larger emulated matmul runs slower per FLOP than the probe)."""
+def fitting_size(dtype: torch.dtype, device: str, n: int, call_s: float) -> int:
+    """n, or where an n matmul would take far longer than call_s (emulated fp16 on a CPU runs ~10x slower than fp32
+    even through F.linear; through torch.mm a 2048 one took minutes under load) the size (a multiple of 64,
+    >= PROBE_N) that takes about a third of call_s by a timed PROBE_N one (a larger emulated matmul runs slower per
+    FLOP than the probe)."""
     if n <= PROBE_N:
         return n
     a = torch.ones(PROBE_N, PROBE_N, device=device, dtype=dtype)
-    seconds = max(_best_time(lambda: torch.mm(a, a), device, repeats=3, budget_s=call_s), 1e-9)
+    seconds = max(_best_time(lambda: _product(a, a), device, repeats=3, budget_s=call_s), 1e-9)
     if seconds * (n / PROBE_N) ** 3 <= SLOW_CALL * call_s:  # time grows as n³
         return n
     return int(max(PROBE_N, PROBE_N * (call_s / 3 / seconds) ** (1 / 3) // 64 * 64))
 
 
 def measure_matmul_peak(
-    dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int = 2048, repeats: int = 8, budget_s: float = 1.5
+    dtype: torch.dtype = torch.bfloat16,
+    device: str = "cpu",
+    n: int = 2048,
+    repeats: int = 8,
+    budget_s: float = 1.5,
+    fit: bool = True,
 ) -> float:
-    """FLOP/s of the best of a few (n×n)·(n×n) matmuls in `dtype` on `device` (2·n³ FLOPs each); n is cut down
-    where one would take longer than budget_s (`_fitting_size`)."""
-    n = _fitting_size(dtype, device, n, budget_s)
+    """FLOP/s of the best of a few n×n matmuls in `dtype` on `device` (`_product`: 2·n³ FLOPs each); n is cut down
+    where one would take longer than budget_s (`fitting_size`), unless fit=False (a caller that fitted n once)."""
+    if fit:
+        n = fitting_size(dtype, device, n, budget_s)
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    seconds = _best_time(lambda: torch.mm(a, b, out=out), device, repeats, budget_s)
+    seconds = _best_time(lambda: _product(a, b), device, repeats, budget_s)
     return 2.0 * n**3 / seconds
 
 
