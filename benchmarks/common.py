@@ -206,20 +206,27 @@ def build_platform(overrides: list[str], compile_model: bool = False) -> dict:
 
 
 class PeakProbe:
-    """Matmul FLOP/s measured next to the thing it is compared with (gptlab.runtime.peak's measurement, short)."""
+    """Matmul FLOP/s measured next to the thing it is compared with (gptlab.runtime.peak's measurement, short).
+
+    The matmul's size is fitted once per dtype (peak.fitting_size: an emulated bf16 one on a CPU without native bf16
+    is cut down) and kept, so each probe times only its matmuls; `sizes` says what each dtype was measured at."""
+
+    BUDGET_S = 0.5
 
     def __init__(self, n: int):
         self.n = n
         self.samples: dict[str, list[float]] = {"bf16": [], "fp32": []}
+        self.sizes: dict[str, int] = {}
 
     def __call__(self, dtype: str) -> float:
         import torch
 
-        from gptlab.runtime.peak import measure_matmul_peak
+        from gptlab.runtime.peak import fitting_size, measure_matmul_peak
 
-        flops = measure_matmul_peak(
-            torch.bfloat16 if dtype == "bf16" else torch.float32, n=self.n, repeats=2, budget_s=0.5
-        )
+        torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+        if dtype not in self.sizes:
+            self.sizes[dtype] = fitting_size(torch_dtype, "cpu", self.n, self.BUDGET_S)
+        flops = measure_matmul_peak(torch_dtype, n=self.sizes[dtype], repeats=2, budget_s=self.BUDGET_S, fit=False)
         self.samples[dtype].append(flops)
         return flops
 

@@ -16,7 +16,8 @@ from gptlab.errors import ConfigError
 from gptlab.model.attention.kernels import check_impl
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-BASE = ["~data", "model.n_layer=2", "model.n_head=8", "model.d_model=512"]
+BASE = ["~data", "model.n_layer=2", "model.n_head=8"]
+D_MODEL = 512  # a sizes dict may give its own "d_model" (the study's CPU dry run: 64, as bf16 is emulated there)
 VOCAB = 256
 IMPLS = ("sdpa", "flash", "flex")
 MATH_OP = "aten::_scaled_dot_product_attention_math"
@@ -26,9 +27,9 @@ def choices(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
-def model(overrides: list[str], T: int, impl: str, device: str, state: dict | None = None):
-    """A 2-layer d_model-512 GPT (8 heads) with this attention impl; weights from `state` when given."""
-    cfg = compose([*BASE, f"model.block_size={T}", *overrides, f"attention.impl={impl}"])
+def model(overrides: list[str], T: int, impl: str, device: str, state: dict | None = None, d_model: int = D_MODEL):
+    """A 2-layer GPT (8 heads, d_model 512 unless told) with this attention impl; weights from `state` when given."""
+    cfg = compose([*BASE, f"model.d_model={d_model}", f"model.block_size={T}", *overrides, f"attention.impl={impl}"])
     torch.manual_seed(0)
     net = build_model(cfg, vocab_size=VOCAB, device=device)
     if state is not None:
@@ -89,9 +90,9 @@ def check_device(device: str, sizes: dict) -> dict:
     }
 
 
-def _combo(att: str, pos: str, impl: str, T: int, device: str, ref: tuple) -> dict:
+def _combo(att: str, pos: str, impl: str, T: int, device: str, ref: tuple, d_model: int) -> dict:
     """One attention/position/impl against the naive model's loss and gradients (same weights, same batch)."""
-    net = model([f"attention={att}", f"position={pos}"], T, impl, device, state=ref[2])
+    net = model([f"attention={att}", f"position={pos}"], T, impl, device, state=ref[2], d_model=d_model)
     a = net.blocks[0].attn
     try:
         check_impl(
@@ -112,22 +113,23 @@ def _combo(att: str, pos: str, impl: str, T: int, device: str, ref: tuple) -> di
 
 def check_attention_matrix(device: str, sizes: dict) -> dict:
     """Every attention x position x impl at T in bf16, forward and backward, against the naive kernel."""
-    T, rows = sizes["T"], {}
+    T, d_model, rows = sizes["T"], sizes.get("d_model", D_MODEL), {}
     xy = batch(2, T, device)
     for att in choices("attention"):
         for pos in choices("position"):
-            naive = model([f"attention={att}", f"position={pos}"], T, "naive", device)
+            naive = model([f"attention={att}", f"position={pos}"], T, "naive", device, d_model=d_model)
             loss, grads = loss_and_grads(naive, *xy)
             ref = (loss, grads, naive.state_dict(), xy)
             for impl in IMPLS:
                 # each model's flex is compiled afresh: past dynamo's recompile limit (8) flex falls back to its
                 # unfused eager path (seen on the H200, 2026-11-27), and the compiled kernel would go unchecked
                 torch._dynamo.reset()
-                rows[f"{att}/{pos}/{impl}"] = _combo(att, pos, impl, T, device, ref)
+                rows[f"{att}/{pos}/{impl}"] = _combo(att, pos, impl, T, device, ref, d_model)
             del naive, ref
     bad = [k for k, r in rows.items() if not r["ok"]]
     ran = sum("refused" not in r for r in rows.values())
-    detail = f"{ran} combinations match naive at T={T} bf16" if not bad else f"differ from naive: {', '.join(bad)}"
+    shape = f"T={T}" + (f", d_model {d_model}" if d_model != D_MODEL else "")
+    detail = f"{ran} combinations match naive at {shape} bf16" if not bad else f"differ from naive: {', '.join(bad)}"
     return {"ok": not bad, "detail": detail, "rows": rows}
 
 

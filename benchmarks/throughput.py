@@ -39,11 +39,12 @@ def sizes(bench: Bench) -> dict:
     )
     quick_arms = [("fp32", False, None), ("bf16", False, None), ("bf16", True, None)]
     # 2 rounds: a CPU without native bf16 (AVX2 EPYC) runs the bf16 arms ~10x slower than fp32. The tiny model runs
-    # eager only: gpt2s's compiled arms check the same compile code, and each cold compile costs ~10-25 s on 2 cores
+    # eager only: gpt2s's compiled arms check the same compile code, and each cold compile costs ~10-25 s on 2 cores.
+    # probe_n 256: there a bf16 1024³ matmul takes ~1.8 s, and the 16 bf16 probes of 2 rounds took ~85 s of ~150
     quick = dict(
         rounds=2,
         warm=2,
-        probe_n=1024,
+        probe_n=256,
         wait=0,
         models={
             "tiny": (["model=tiny", "model.n_layer=2", "train.batch_size=8"], 3, quick_arms[:2]),
@@ -164,7 +165,7 @@ def _result(arms: list[Arm], probe: PeakProbe, s: dict, shares: dict) -> dict:
         "models": {k: v[0] for k, v in s["models"].items()},
         "rounds": s["rounds"],
         "rounds_used": rounds,
-        "probe_n": s["probe_n"],
+        "probe_n": probe.sizes,  # per dtype: the size asked for, or the one an emulated dtype was cut down to
     }
     foreign = median(x["foreign"] for a in arms for x in a.samples)
     return {"setup": setup, "peaks": peaks, "rows": rows, "target_mfu_bf16": 0.5, "foreign_cpu": foreign}
@@ -182,10 +183,17 @@ def _speedups(rows: list[dict], arms: list[Arm], rounds: list[int]) -> None:
             row["speedup_vs_fp32"] = median(fp32.samples[r]["step_s"] / arm.samples[r]["step_s"] for r in rounds)
 
 
+def _probe_sizes(sizes: dict | int) -> str:
+    """'bf16 512³, fp32 2048³ matmuls' (a run before the sizes were kept per dtype: one size for both)."""
+    if isinstance(sizes, int):
+        return f"{sizes}³ matmuls"
+    return ", ".join(f"{dtype} {n}³" for dtype, n in sorted(sizes.items())) + " matmuls"
+
+
 def markdown(res: dict) -> str:
     p = res["peaks"]
     lines = [
-        f"Matmul peak measured in this run ({res['setup']['probe_n']}³ matmuls next to every timed chunk): "
+        f"Matmul peak measured in this run ({_probe_sizes(res['setup']['probe_n'])} next to every timed chunk): "
         f"bf16 median {_t(p.get('bf16_peak_flops_median'))} (best {_t(p.get('bf16_peak_flops_max'))}), "
         f"fp32 median {_t(p.get('fp32_peak_flops_median'))} (best {_t(p.get('fp32_peak_flops_max'))}) TFLOP/s. "
         "MFU = useful training FLOP/s over the peak of the arm's dtype probed right before and after its steps.",

@@ -12,8 +12,10 @@ import torch
 import yaml
 
 from benchmarks.ablation import CLAIMS, SWEEP
+from benchmarks.common import PeakProbe
 from benchmarks.overhead import summarise
 from benchmarks.report import TITLES
+from benchmarks.throughput import markdown as throughput_markdown
 from helpers.cli import run_cli
 from helpers.peaks import seeded_bench_work
 
@@ -35,6 +37,24 @@ def quick(tmp_path_factory):
     return json.loads((out / "benchmarks.json").read_text()), (out / "BENCHMARKS.md").read_text()
 
 
+def test_the_peak_probe_fits_its_matmul_once_per_dtype_and_says_at_what_size(monkeypatch):
+    """A bf16 matmul emulated on a CPU without native bf16 is cut down (peak.fitting_size); the fit times matmuls of
+    its own (~1 s there), so it runs once per dtype, and the report names the size each dtype was measured at."""
+    from gptlab.runtime import peak
+
+    fits, timed = [], []
+    monkeypatch.setattr(peak, "fitting_size", lambda dtype, device, n, call_s: fits.append(dtype) or n // 4)
+    monkeypatch.setattr(peak, "_best_time", lambda fn, device, repeats, budget_s: timed.append(fn) or 0.01)
+    probe = PeakProbe(512)
+    flops = [probe(dt) for dt in ("bf16", "fp32", "bf16", "fp32")]
+    assert fits == [torch.bfloat16, torch.float32] and len(timed) == 4
+    assert probe.sizes == {"bf16": 128, "fp32": 128} and flops == [2 * 128**3 / 0.01] * 4
+    res = {"setup": {"probe_n": {"fp32": 2048, "bf16": 512}, "models": {}}, "peaks": {}, "rows": []}
+    assert "(bf16 512³, fp32 2048³ matmuls next to every timed chunk)" in throughput_markdown(res)
+    res["setup"]["probe_n"] = 1024  # a benchmarks.json written before the sizes were kept per dtype
+    assert "(1024³ matmuls next to every timed chunk)" in throughput_markdown(res)
+
+
 @pytest.mark.slow
 def test_quick_run_records_machine_and_every_section(quick):
     doc, _ = quick
@@ -53,6 +73,7 @@ def test_quick_run_overhead_and_throughput_figures(quick):
     assert math.isfinite(f["overhead_no_eval_pct"]) and math.isfinite(f["overhead_with_eval_pct"])
     tp = doc["sections"]["throughput"]
     assert positive(tp["peaks"]["bf16_peak_flops_median"], tp["peaks"]["fp32_peak_flops_median"])
+    assert tp["setup"]["probe_n"] == {"bf16": 256, "fp32": 256}  # at or under PROBE_N: never cut down
     arms = {(r["model"], r["dtype"], r["compile"]) for r in tp["rows"]}
     assert arms >= {("gpt2s", "bf16", True), ("gpt2s", "bf16", False), ("tiny", "fp32", False)}
     for row in tp["rows"]:
