@@ -29,7 +29,7 @@ run: setup  ## train the default model (ARGS="attention=gqa ...")
 	$(VENV)/bin/gptlab-train $(ARGS)
 
 # --machine-probe: the machine's speed before and after the run, printed with the summary (tests/helpers/machine.py)
-test: setup  ## the whole test suite on a worker per core (17–19 min on 2 cores; the 15 slowest listed)
+test: setup  ## the whole test suite on a worker per core (17–19 min on 2 cores, 28 on a slow day; the 15 slowest listed)
 	$(VENV)/bin/pytest -q $(XDIST) --durations=15 --machine-probe $(ARGS)
 
 # The edit-test loop: the tests that took under 1 s each when `make durations` last timed the whole suite, fastest
@@ -39,7 +39,7 @@ test-fast: setup  ## the fastest tests (tests/durations.json): no slow, SLURM or
 	$(VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm and not heavy" $(ARGS)
 
 # Time the whole suite as `make test` runs it and write tests/durations.json (commit it): what test-fast leaves out
-durations: setup  ## rewrite tests/durations.json from a whole run of the suite (17–19 min on 2 cores)
+durations: setup  ## rewrite tests/durations.json from a whole run of the suite (17–19 min on 2 cores, 28 on a slow day)
 	$(VENV)/bin/pytest -q $(XDIST) --store-durations --machine-probe $(ARGS)
 
 # The fast tests in a second venv holding the floor versions pyproject declares (.ci/floors.txt: torch, hydra-core,

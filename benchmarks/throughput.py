@@ -39,12 +39,11 @@ def sizes(bench: Bench) -> dict:
     )
     quick_arms = [("fp32", False, None), ("bf16", False, None), ("bf16", True, None)]
     # 2 rounds: a CPU without native bf16 (AVX2 EPYC) runs the bf16 arms ~10x slower than fp32. The tiny model runs
-    # eager only: gpt2s's compiled arms check the same compile code, and each cold compile costs ~10-25 s on 2 cores.
-    # probe_n 256: there a bf16 1024³ matmul takes ~1.8 s, and the 16 bf16 probes of 2 rounds took ~85 s of ~150
+    # eager only: gpt2s's compiled arms check the same compile code, and each cold compile costs ~10-25 s on 2 cores
     quick = dict(
         rounds=2,
         warm=2,
-        probe_n=256,
+        probe_n=1024,
         wait=0,
         models={
             "tiny": (["model=tiny", "model.n_layer=2", "train.batch_size=8"], 3, quick_arms[:2]),
