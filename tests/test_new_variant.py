@@ -158,6 +158,7 @@ def test_the_new_key_is_checked_from_the_signature_and_trains(scratch):
     assert "refused: norm.alpha_init=-1: must be > 0" in done.stdout
 
 
+@pytest.mark.slow  # a pytest in a subprocess and two composes: 20 s on 2026-11-28's machine, 30 s on 2026-11-29's
 def test_a_variant_without_rules_passes_the_schema_tests(tmp_path):
     """GeGLU written like swiglu.py (plain annotations, a number key of its own) needs no third file: each key without
     a rule is checked by its type, so the shipped schema tests pass and a value of the wrong type is refused."""
