@@ -13,7 +13,7 @@ XDIST ?= -n auto --dist loadgroup --no-loadscope-reorder
 # each test module again at collection (collection 15.3 s without, 9.4 s with) and every CLI compiles gptlab again
 test test-fast durations test-floor: export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help setup run test test-fast durations test-floor lint format bench gpu-check gpu-wheels gpu-study clean
+.PHONY: help setup run test test-fast durations floor-setup test-floor lint format bench gpu-check gpu-wheels gpu-study clean
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
@@ -47,13 +47,20 @@ durations: setup  ## rewrite tests/durations.json from a whole run of the suite 
 # run on fails here. torch 2.9.0 exists on PyPI only as its CUDA build (~6.7 GB venv with the nvidia wheels; it runs
 # on CPU). The dev extras but `workspaces` (wandb-workspaces needs wandb >= 0.28.2; its tests skip here), plus hf and
 # eval (~1 min more to install). FLOOR_TESTS narrows the tests (default: all fast).
+# `make floor-setup` alone builds the venv (CI runs it beside `make lint`: both mostly wait on downloads and unpacking),
+# again whenever pyproject.toml or the pins change, as `make setup` does for .venv.
 FLOOR_VENV ?= .venv-floor
 FLOOR_TESTS ?= tests
-test-floor:  ## the fast tests on pyproject's floor versions (torch, wandb, transformers, lm-eval, ...) in .venv-floor
+floor-setup: $(FLOOR_VENV)/.installed  ## create .venv-floor with pyproject's floor versions (.ci/floors.txt)
+
+$(FLOOR_VENV)/.installed: pyproject.toml .ci/floors.txt
 	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/python -m pip install -q -c .ci/floors.txt -r .ci/floors.txt -e '.[optuna,gpt2,tensorboard,hf,eval]' \
 	  'pytest>=8' 'pytest-timeout>=2.2' 'pytest-xdist>=3.5' 'hypothesis>=6.100'
 	$(FLOOR_VENV)/bin/python -m pip check
+	touch $@
+
+test-floor: floor-setup  ## the fast tests on pyproject's floor versions (torch, wandb, transformers, lm-eval, ...) in .venv-floor
 	$(FLOOR_VENV)/bin/pytest -q $(XDIST) -m "not slow and not slurm" -p no:cacheprovider $(FLOOR_TESTS)
 
 # ruff lint and format check (pyproject.toml [tool.ruff]) and mypy type checks (pyproject.toml [tool.mypy]); CI runs it before the tests
