@@ -183,15 +183,20 @@ def _in_group(item, group: str) -> None:
 # tests/durations.json holds, from a whole run of the suite under `make test`'s two workers (`make durations`), each
 # test's time (setup + call + teardown) and the setup time of each shared (module/session-scoped) fixture that took
 # HEAVY_S or more. At collection a test is marked `heavy` when its own recorded time is HEAVY_S or more, or when it
-# uses such a fixture: its first user paid for it in the recorded run, but any user may be first in a selection.
-# The light tests left (not slow, not SLURM) count, fastest first, up to FAST_BUDGET_S of recorded time; the slower
-# rest is heavy too, so the tier stays ~2 min of wall as the suite's tests get faster and more of them come under
-# HEAVY_S. `make test-fast` leaves heavy tests out; every other selection (make test, the floor run, -k) ignores the
+# uses such a fixture that took SHARED_HEAVY_S or more: its first user paid for it in the recorded run, but any user
+# may be first in a selection. The light tests left (not slow, not SLURM) count, fastest first, up to FAST_BUDGET_S
+# of recorded time, a lighter shared fixture's setup once with the first of its users (it is set up once per file's
+# worker; the recorded user that paid for it is heavy by its own time); the slower rest is heavy too, so the tier
+# stays ~2 min of wall as the suite's tests get faster and more of them come under HEAVY_S (or, recorded on a slower
+# machine, fewer). `make test-fast` leaves heavy tests out; every other selection (make test, the floor run, -k) ignores the
 # mark. A test the file does not know yet counts as light (0 s) until the file is written again.
 DURATIONS = Path(__file__).with_name("durations.json")
 HEAVY_S = 1.0
+SHARED_HEAVY_S = (
+    5.0  # a shared fixture this slow keeps all its users out of the tier; a lighter one costs its setup once
+)
 UNRECORDED_S, UNRECORDED_SLOW_S = 1.0, 30.0  # what a test durations.json does not know counts when groups are ordered
-FAST_BUDGET_S = 200.0  # two workers' recorded seconds: test-fast 2 min 17 s of wall here (2026-11-28)
+FAST_BUDGET_S = 200.0  # two workers' recorded seconds: test-fast ~2 min 10 s of wall where it was recorded
 _SHARED_SETUPS: list[list] = []  # [fixture key, seconds] of shared fixtures set up for the test in setup now
 _RECORD: dict = {"on": False, "tests": {}, "fixtures": {}}  # --store-durations: timed everywhere, kept by the
 # controller (or the one process without xdist)
@@ -264,20 +269,27 @@ def pytest_sessionfinish(session):
 
 
 def _mark_heavy(items, doc: dict) -> None:
-    """Mark `heavy` the tests that durations.json (doc) recorded at HEAVY_S or more, the users of its heavy fixtures,
-    and the light tests past FAST_BUDGET_S of recorded time (fastest first; the same marks on every xdist worker);
-    without the file (an empty doc) nothing is marked."""
-    shared = [key.rpartition("::") for key in doc["fixtures"]]  # (baseid, "::", name)
+    """Mark `heavy` the tests that durations.json (doc) recorded at HEAVY_S or more, the users of its fixtures that
+    took SHARED_HEAVY_S or more, and the light tests past FAST_BUDGET_S of recorded time (fastest first, a lighter
+    shared fixture's setup counted with its first user; the same marks on every xdist worker); without the file (an
+    empty doc) nothing is marked."""
+    shared = doc["fixtures"]  # "baseid::name": setup seconds
+    where = {key: key.rpartition("::") for key in shared}  # (baseid, "::", name)
     light = []
     for item in items:
         seconds = doc["tests"].get(_plain_id(item.nodeid), 0.0)
-        uses = any(name in item.fixturenames and item.nodeid.startswith(base) for base, _, name in shared)
-        if seconds >= HEAVY_S or uses:
+        uses = [
+            key for key, (base, _, name) in where.items() if name in item.fixturenames and item.nodeid.startswith(base)
+        ]
+        if seconds >= HEAVY_S or any(shared[key] >= SHARED_HEAVY_S for key in uses):
             item.add_marker(pytest.mark.heavy)
         elif "slow" not in item.keywords and "slurm" not in item.keywords:
-            light.append((seconds, item.nodeid, item))
-    spent = 0.0
-    for seconds, _, item in sorted(light, key=lambda t: t[:2]):
-        spent += seconds
-        if spent > FAST_BUDGET_S:
+            light.append((seconds, item.nodeid, item, uses))
+    spent, set_up = 0.0, set()
+    for seconds, _, item, uses in sorted(light, key=lambda t: t[:2]):
+        setups = sum(shared[key] for key in uses if key not in set_up)
+        if spent + seconds + setups > FAST_BUDGET_S:
             item.add_marker(pytest.mark.heavy)
+            continue
+        spent += seconds + setups
+        set_up.update(uses)

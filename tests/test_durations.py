@@ -1,7 +1,8 @@
 """The fast tier (tests/conftest.py, `make durations` / `make test-fast`): --store-durations records each test's time
 and each heavy shared fixture's setup, under xdist as `make test` runs; at collection `heavy` marks the tests recorded
-at 1 s or more, every user of a heavy fixture, whichever of them paid for it, and the light tests past the fast
-budget (fastest kept first); a test the file does not know is light. Checked with the real conftest on a scratch
+at 1 s or more, every user of a fixture that took 5 s or more, whichever of them paid for it, and the light tests
+past the fast budget (fastest kept first, a lighter fixture's setup counted once); a test the file does not know is
+light. Checked with the real conftest on a scratch
 suite."""
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ def test_not_heavy_leaves_out_heavy_tests_and_every_user_of_a_heavy_fixture_and_
     scratch_suite(tmp_path, files, markers=("heavy: recorded",))
     recorded = {
         "heavy_s": 1.0,
-        "fixtures": {"test_a.py::shared": 1.2},
+        "fixtures": {"test_a.py::shared": 6.0},  # SHARED_HEAVY_S or more: every user is heavy
         "tests": {
-            "test_a.py::test_first_user": 1.25,
+            "test_a.py::test_first_user": 6.05,
             "test_a.py::test_second_user": 0.01,
             "test_a.py::test_own_time": 1.1,
             "test_a.py::test_light": 0.99,
@@ -88,6 +89,43 @@ def test_the_light_tests_past_the_fast_budget_are_heavy_fastest_kept_first(tmp_p
     assert fast.returncode == 0, fast.stdout[-3000:]
     ran = set(re.findall(r"test_c\.py::test_(\w+) PASSED", fast.stdout))
     assert ran == {"new", "t02", "t03", "t04"}  # 0 + 0.2 + 0.3 + 0.4 = 0.9 s; t05 would make 1.4 s
+
+
+def test_a_lighter_fixture_keeps_its_users_in_the_tier_and_counts_its_setup_once(tmp_path):
+    """A shared fixture under SHARED_HEAVY_S does not make its users heavy: the first of them kept spends its setup
+    from the budget (FAST_BUDGET_S 1.5 s here), the others only their own time; a user whose fixture would push the
+    tier past the budget is heavy, and a slower test without one after it still fits."""
+    files = {
+        "test_a.py": (
+            "import pytest\n"
+            "@pytest.fixture(scope='module')\n"
+            "def shared():\n    return 1\n"
+            + "".join(f"def test_user{i}(shared): assert shared == 1\n" for i in (1, 2, 3))
+        ),
+        "test_b.py": "def test_lone(): pass\ndef test_late(): pass\n",
+        "test_c.py": "import pytest\n@pytest.fixture(scope='module')\ndef other():\n    return 1\n"
+        "def test_other_user(other): assert other == 1\n",
+    }
+    scratch_suite(tmp_path, files, markers=("heavy: recorded",))
+    conftest = tmp_path / "conftest.py"
+    conftest.write_text(re.sub(r"\nFAST_BUDGET_S = [0-9.]+", "\nFAST_BUDGET_S = 1.5", conftest.read_text()))
+    recorded = {
+        "heavy_s": 1.0,
+        "fixtures": {"test_a.py::shared": 1.2, "test_c.py::other": 1.3},
+        "tests": {
+            "test_a.py::test_user1": 1.25,  # set the fixture up in the recorded run: heavy by its own time
+            "test_a.py::test_user2": 0.05,  # spends 0.05 + 1.2 s of the budget
+            "test_a.py::test_user3": 0.06,  # the fixture already counted: 0.06 s (1.31 s spent)
+            "test_c.py::test_other_user": 0.07,  # 1.31 + 0.07 + 1.3 > 1.5: heavy
+            "test_b.py::test_lone": 0.1,  # 1.41 s
+            "test_b.py::test_late": 0.3,  # 1.71 > 1.5: past the budget
+        },
+    }
+    (tmp_path / "durations.json").write_text(json.dumps(recorded))
+    fast = run_pytest(tmp_path, "-v", *XDIST, "-m", "not heavy", ".")
+    assert fast.returncode == 0, fast.stdout[-3000:]
+    ran = set(re.findall(r"PASSED (test_\w+\.py::test_\w+)", fast.stdout))
+    assert ran == {"test_a.py::test_user2", "test_a.py::test_user3", "test_b.py::test_lone"}
 
 
 def test_machine_probe_times_the_same_work_before_and_after_the_run_and_records_it(tmp_path):
