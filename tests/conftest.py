@@ -188,13 +188,12 @@ def _in_group(item, group: str) -> None:
 # of recorded time, a lighter shared fixture's setup once with the first of its users (it is set up once per file's
 # worker; the recorded user that paid for it is heavy by its own time); the slower rest is heavy too, so the tier
 # stays ~2 min of wall as the suite's tests get faster and more of them come under HEAVY_S (or, recorded on a slower
-# machine, fewer). `make test-fast` leaves heavy tests out; every other selection (make test, the floor run, -k) ignores the
-# mark. A test the file does not know yet counts as light (0 s) until the file is written again.
+# machine, fewer). `make test-fast` leaves heavy tests out; every other selection (make test, the floor run, -k)
+# ignores the mark. A test the file does not know yet counts as light (0 s) until the file is written again.
 DURATIONS = Path(__file__).with_name("durations.json")
 HEAVY_S = 1.0
-SHARED_HEAVY_S = (
-    5.0  # a shared fixture this slow keeps all its users out of the tier; a lighter one costs its setup once
-)
+# a shared fixture this slow keeps all its users out of the tier; a lighter one costs its setup once
+SHARED_HEAVY_S = 5.0
 UNRECORDED_S, UNRECORDED_SLOW_S = 1.0, 30.0  # what a test durations.json does not know counts when groups are ordered
 FAST_BUDGET_S = 200.0  # two workers' recorded seconds: test-fast ~2 min 10 s of wall where it was recorded
 _SHARED_SETUPS: list[list] = []  # [fixture key, seconds] of shared fixtures set up for the test in setup now
