@@ -2,8 +2,7 @@
 and each heavy shared fixture's setup, under xdist as `make test` runs; at collection `heavy` marks the tests recorded
 at 1 s or more, every user of a fixture that took 5 s or more, whichever of them paid for it, and the light tests
 past the fast budget (fastest kept first, a lighter fixture's setup counted once); a test the file does not know is
-light. Checked with the real conftest on a scratch
-suite."""
+light. Checked with the real conftest on a scratch suite."""
 
 from __future__ import annotations
 
@@ -25,6 +24,14 @@ SUITE = {
     "test_b.py": "def test_other_light(): pass\n",
 }
 XDIST = ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
+
+
+def set_fast_budget(suite, seconds: float) -> None:
+    """Set FAST_BUDGET_S in the scratch suite's copy of the real conftest."""
+    conftest = suite / "conftest.py"
+    text = conftest.read_text()
+    assert "\nFAST_BUDGET_S = " in text
+    conftest.write_text(re.sub(r"\nFAST_BUDGET_S = [0-9.]+", f"\nFAST_BUDGET_S = {seconds}", text))
 
 
 def test_store_durations_under_xdist_records_plain_ids_and_the_heavy_fixture(tmp_path):
@@ -78,10 +85,7 @@ def test_the_light_tests_past_the_fast_budget_are_heavy_fastest_kept_first(tmp_p
     light = "".join(f"def test_{name}(): pass\n" for name in ("t02", "t03", "t04", "t05", "new"))
     files = {"test_c.py": light + "import pytest\n@pytest.mark.slow\ndef test_slow_one(): pass\n"}
     scratch_suite(tmp_path, files, markers=("heavy: recorded", "slow: slow"))
-    conftest = tmp_path / "conftest.py"
-    text = conftest.read_text()
-    assert "\nFAST_BUDGET_S = " in text
-    conftest.write_text(re.sub(r"\nFAST_BUDGET_S = [0-9.]+", "\nFAST_BUDGET_S = 1.0", text))
+    set_fast_budget(tmp_path, 1.0)
     times = {"t02": 0.2, "t03": 0.3, "t04": 0.4, "t05": 0.5, "slow_one": 0.1}
     recorded = {"heavy_s": 1.0, "fixtures": {}, "tests": {f"test_c.py::test_{k}": v for k, v in times.items()}}
     (tmp_path / "durations.json").write_text(json.dumps(recorded))
@@ -107,8 +111,7 @@ def test_a_lighter_fixture_keeps_its_users_in_the_tier_and_counts_its_setup_once
         "def test_other_user(other): assert other == 1\n",
     }
     scratch_suite(tmp_path, files, markers=("heavy: recorded",))
-    conftest = tmp_path / "conftest.py"
-    conftest.write_text(re.sub(r"\nFAST_BUDGET_S = [0-9.]+", "\nFAST_BUDGET_S = 1.5", conftest.read_text()))
+    set_fast_budget(tmp_path, 1.5)
     recorded = {
         "heavy_s": 1.0,
         "fixtures": {"test_a.py::shared": 1.2, "test_c.py::other": 1.3},
