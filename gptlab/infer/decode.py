@@ -13,7 +13,10 @@ Keys of one point (each figure {"mean", "std", "values"} over the timed repeats;
   batch, context, cache, status ("measured" | "skipped"), reason (why skipped; null when measured),
   forward_tokens (tokens through forward passes in one generation), prefill_ms, decode_tokens_per_s,
   latency_ms_p50, latency_ms_p90, latency_ms_p99, peak_mem_bytes (the device's or process's peak),
-  peak_mem_delta_bytes (the peak above what was in use when the generation started: cache + activations),
+  peak_mem_delta_bytes (the peak above what was in use when the generation started: on CUDA the bytes torch
+  allocated above it, the cache plus activations; on CPU the growth of the process's resident set, page-granular:
+  heap the process already holds, freed by earlier work, is reused without growing it, so a generation smaller than
+  that free heap can read 0, while one larger always shows; `peak_mem_method` says which),
   kv_bytes_measured (cache_nbytes of the caches), kv_bytes_predicted (costs.memory.kv_cache at seq =
   context + new_tokens, windowed layers capped at their window), kv_bytes_ratio (measured / predicted; the three
   are null for cache=none), tokens_digest (the greedy tokens' sha1, 12 hex), same_tokens_as_none (static vs none
@@ -161,9 +164,10 @@ def peak_method(device: torch.device) -> str:
         return "torch.cuda.max_memory_allocated (reset per generation)"
     meter = PeakMemory("cpu")
     return (
-        "process VmHWM (reset per generation through /proc/self/clear_refs)"
+        "process VmHWM (reset per generation through /proc/self/clear_refs); delta = resident growth, "
+        "page-granular: heap already held is reused unseen"
         if meter.hwm_reset
-        else "process VmRSS sampled before and after each generation (clear_refs refused)"
+        else "process VmRSS sampled before and after each generation (clear_refs refused); delta = resident growth"
     )
 
 
