@@ -84,8 +84,9 @@ def test_decode_json_keys_and_values(one_thread):
 
 
 def test_cpu_peak_delta_sees_a_cache_larger_than_the_free_heap(one_thread):
-    """A 4 MiB static cache in fp32 (1 MiB per K or V tensor) outgrows the free heap left after PeakMemory's malloc_trim, so
-    the CPU delta (resident growth) holds at least the cache in every repeat, in this long-lived worker too."""
+    """A 4 MiB static cache in fp32 (1 MiB per K or V tensor) outgrows the free heap left after PeakMemory's
+    malloc_trim, so the CPU delta (resident growth) holds at least the cache in every repeat, in this long-lived
+    worker too."""
     cfg = compose(
         [
             *(o for o in SMALL if not o.startswith("model.block_size")),
