@@ -107,6 +107,16 @@ def test_a_shrinking_gap(tmp_path):
     assert doc["arms"][1]["gap"]["trend"] is Trend.SHRINKS  # 0.2 -> 0.08 over the range: narrows, never crosses
 
 
+def test_a_gap_narrowing_past_zero_shrinks_and_may_cross(tmp_path):
+    """-0.100 -> +0.005 over the range: the slope is positive and so is the last gap, which read "grows" when the
+    trend compared their signs; |gap| narrows, and the fitted gap changes sign (the last one undecided)."""
+    laws = {"base": base_law, "closing": lambda n: base_law(n) - 0.1 + 0.0175 * math.log2(n / 1e5)}
+    gap = report(read_ladder(fake_ladder(tmp_path, laws)))["arms"][1]["gap"]
+    first, last = gap["gap_at_smallest"], gap["gap_at_largest"]
+    assert first[2] < 0 and last[1] < 0 < last[2] and gap["slope_per_doubling"][1] > 0
+    assert gap["trend"] is Trend.SHRINKS_MAY_CROSS
+
+
 def test_offset_fitted_only_when_identifiable():
     sizes = [1e5, 3e5, 1e6, 3e6, 1e7, 3e7]
     losses = [5.0 * (n / 1e5) ** -0.4 + 1.5 + e for n, e in zip(sizes, (0.002, -0.001, 0.001, -0.002, 0.0, 0.001))]

@@ -10,8 +10,9 @@ the report says why not.
 Gap to the baseline (the first arm) is taken at equal rung (the decision a study at that size would make): per rung
 a Welch interval, and over the ladder an OLS of loss on log N_baseline × arm whose interaction is the gap's slope per
 doubling of size. The verdict: "crosses over" when the gap's intervals at the smallest and the largest rung exclude
-zero with opposite signs; else "grows" or "shrinks" when the slope's interval excludes zero (|gap| widening or
-narrowing); else "steady". Nothing is predicted outside the measured sizes: fits are drawn and reported over
+zero with opposite signs; else, when the slope's interval excludes zero, "grows" or "shrinks" as the fitted |gap|
+widens or narrows from the smallest rung to the largest ("shrinks, may cross" when the fitted gap changes sign on the
+way); else "steady". Nothing is predicted outside the measured sizes: fits are drawn and reported over
 [N_min, N_max] only, and the report says so. Every rung trains the same steps and tokens, so this is L(N) at fixed
 data, not a compute-optimal frontier.
 
@@ -269,7 +270,7 @@ def _trend(slope, first, last) -> Trend:
         return Trend.CROSSES_OVER
     if _decided(slope) == 0:
         return Trend.STEADY
-    if math.copysign(1, slope[0]) == math.copysign(1, last[0]):
+    if abs(last[0]) > abs(first[0]):  # the fitted |gap|, not the slope's sign: a gap narrowing past 0 shrinks
         return Trend.GROWS
     return Trend.SHRINKS_MAY_CROSS if first[0] * last[0] < 0 else Trend.SHRINKS
 
