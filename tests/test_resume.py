@@ -211,6 +211,21 @@ def test_init_from_starts_a_new_run_with_the_configs_hyper_parameters(tmp_path):
     assert prov["init_from"]["checkpoint"] == str(ckpt) and prov["init_from"]["step"] == 6
 
 
+def test_init_from_runs_draw_from_their_own_seed(tmp_path):
+    """An init_from run is a new run: it took the source checkpoint's RNG state, so with dropout seed 0 and seed 7
+    drew the same masks and gave bit-identical curves, which a comparison reads as no seed noise at all."""
+    run_inprocess(tmp_path / "old", "model.dropout=0.1", steps=4, eval_interval=2)
+    ckpt = checkpoint.latest_path(tmp_path / "old")
+
+    def losses(name: str, seed: int) -> list[float]:
+        run_inprocess(tmp_path / name, f"train.init_from={ckpt}", "model.dropout=0.1", f"seed={seed}", steps=6)
+        return [r["train/loss"] for r in rows(tmp_path / name) if "train/loss" in r]
+
+    seed0, again, seed7 = losses("s0", 0), losses("s0-again", 0), losses("s7", 7)
+    assert len(seed0) == 2 and seed0 == again  # one seed: the same run
+    assert all(a != b for a, b in zip(seed0, seed7))  # another seed: other dropout masks at every step
+
+
 def test_optimizer_set_param_groups_follow_load_state_dict():
     """Muon's OptimizerSet: after load_state_dict the schedule must reach the live groups (it kept stale dicts)."""
     from gptlab.config.build import build_model, build_optimizer, compose

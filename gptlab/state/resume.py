@@ -293,7 +293,7 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
         load_weights(model, optimizer if start.optimizer_state else None, state)
         if state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
-        if "rng" in state:
+        if "rng" in state and start.kind == "resume":  # a new run draws from its own seed (dropout, sampling)
             set_rng_state(state["rng"])
         if start.kind == "resume":
             progress = Progress(**({"last_val_step": _evaluated_at(state)} | state["progress"]))
