@@ -246,6 +246,42 @@ def test_a_copied_run_dir_counts_once(tmp_path, capsys):
     assert doc["rows"][1]["p_value"] == before["rows"][1]["p_value"]
 
 
+def test_a_config_rerun_with_the_same_seeds_counts_once(tmp_path, capsys):
+    """The 2x2 sweep run again (same configs and seeds, other timings: not a copy) and both dirs given: the replays
+    agreed to the bit and were pooled as four seeds per arm, which read as no seed noise (p 0.0, a decided gap)."""
+    sweep = _two_by_two(tmp_path)
+    before, _, _ = _ok(tmp_path / "before", capsys, sweep)
+    specs = [dict(seed=s, loss_at=_shifted(0.01 * s), step_ms=51.0) for s in (0, 1)]
+    specs += [
+        dict(seed=s, choices={"attention": "gqa"}, loss_at=_shifted(0.1 + 0.02 * s), step_ms=51.0) for s in (0, 1)
+    ]
+    again = write_sweep(tmp_path / "again", specs)
+    doc, _, err = _ok(tmp_path, capsys, sweep, again)
+    replays = [w for w in doc["warnings"] if "a replay is not a new sample" in w]
+    assert [r["n_seeds"] for r in doc["rows"]] == [2, 2] and len(replays) == 4 and set(replays) <= set(err.splitlines())
+    assert replays[0] == (
+        "warning: again/2026-01-01_12-00-00/0 repeats sw/2026-01-01_12-00-00/0's config and seeds (data_seed 1234, "
+        "seed 0): a replay is not a new sample; counted once, as sw/2026-01-01_12-00-00/0"
+    )
+    assert doc["rows"][1]["p_value"] == before["rows"][1]["p_value"] > 0
+
+
+@pytest.mark.parametrize("key", ["val/loss", "probe/length/4x/loss"])
+def test_a_non_finite_figure_in_metrics_jsonl_is_refused_in_one_line(tmp_path, capsys, key):
+    """gptlab writes a figure it could not measure as null; a NaN seed read from a damaged or foreign file made the
+    main table crash in the power step and the probe table call the arm "within noise" (p NaN)."""
+    sweep = _two_by_two(tmp_path)
+    metrics = sweep / "3" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows[-1][key] = math.nan
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    step = rows[-1]["step"]
+    assert _refused(tmp_path, capsys, sweep) == (
+        f"{metrics} step {step}: {key}=nan is not finite (gptlab writes a figure it could not measure as null: a "
+        "damaged or hand-edited file?)"
+    )
+
+
 def test_one_wandb_run_in_two_dirs_counts_once_as_the_dir_that_got_further(tmp_path, capsys):
     full = write_run(tmp_path / "full", seed=0)
     _patch_summary(full, wandb={"id": "abc123", "project": "gptlab"})
@@ -298,7 +334,13 @@ def test_a_folder_holding_several_sweeps_lists_them_and_asks_which(tmp_path, cap
     doc, _, _ = _ok(tmp_path, capsys, root / "attn", "--baseline", "attention=mha")
     assert [r["label"] for r in doc["rows"]] == ["attention=mha", "attention=gqa, attention.n_kv_head=2"]
     doc, _, _ = _ok(tmp_path, capsys, root / "attn", root / "mlp")  # on purpose: both named
-    assert sum(r["n_seeds"] for r in doc["rows"]) == 8 and not doc["warnings"]
+    # mha and gelu are one config (the default), run with seeds 0 and 1 in each sweep: 2 samples, not 4
+    assert [(r["label"], r["n_seeds"]) for r in doc["rows"]][1:] == [
+        ("attention=gqa, attention.n_kv_head=2", 2),
+        ("mlp=swiglu", 2),
+    ]
+    assert doc["rows"][0]["n_seeds"] == 2 and len(doc["warnings"]) == 2
+    assert all(" repeats " in w and "a replay is not a new sample; counted once" in w for w in doc["warnings"])
 
 
 def test_two_named_sweep_dirs_given_on_purpose_are_compared(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,41 @@ def group_runs(runs: list[Run]) -> list[Group]:
         grp.runs.append(run)
         grp.overridden |= override_keys(run.overrides)
     return list(groups.values())
+
+
+def one_run_per_seed(groups: list[Group]) -> list[str]:
+    """Keep one run per seed in every group (in place); one warning per run left out.
+
+    A configuration run again with the same seeds (the baseline in two sweep dirs on one command line) is a
+    replay, not a new sample: counted twice its losses agree (on CPU to the bit) and the test reads them as no
+    seed noise at all. Of the replays the one with the most val/loss evals is kept, ties to the first found, as
+    for copies (reading/identity.dedupe); a copy has already been counted once there.
+    """
+    paths = [str(r.path) for g in groups for r in g.runs]
+    root = os.path.commonpath(paths) if len(paths) > 1 else ""
+    warnings = []
+    for g in groups:
+        by_seed: dict[str, list[Run]] = {}
+        for run in g.runs:
+            flat = flatten(run.config, empty_as_leaf=True)
+            by_seed.setdefault(_canon([flat.get(k, _MISSING) for k in sorted(SEED_KEYS)]), []).append(run)
+        if all(len(same) == 1 for same in by_seed.values()):
+            continue
+        kept = [max(same, key=lambda r: len(r.val_steps())) for same in by_seed.values()]
+        for same, best in zip(by_seed.values(), kept):
+            seeds = ", ".join(f"{k} {show(flatten(best.config).get(k, _MISSING))}" for k in sorted(SEED_KEYS))
+            for run in same:
+                if run is not best:
+                    warnings.append(
+                        f"warning: {_where(run, root)} repeats {_where(best, root)}'s config and seeds ({seeds}): "
+                        f"a replay is not a new sample; counted once, as {_where(best, root)}"
+                    )
+        g.runs = [r for r in g.runs if any(r is k for k in kept)]
+    return warnings
+
+
+def _where(run: Run, root: str) -> str:
+    return os.path.relpath(run.path, root) if root else str(run.path)
 
 
 def diff_items(g: Group, base: Group, hide_implied: bool = True, name_values: bool = True) -> list[tuple[str, str]]:

@@ -9,7 +9,15 @@ from typing import Any, cast
 
 from gptlab.compare.reading.align import Point, align
 from gptlab.compare.reading.claims import attach_claims
-from gptlab.compare.reading.group import Group, assign_labels, check_same_task, diff_items, find_baseline, group_runs
+from gptlab.compare.reading.group import (
+    Group,
+    assign_labels,
+    check_same_task,
+    diff_items,
+    find_baseline,
+    group_runs,
+    one_run_per_seed,
+)
 from gptlab.compare.reading.identical import identical_groups, mixed_fingerprints, shared
 from gptlab.compare.reading.identity import dedupe
 from gptlab.compare.reading.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_notes, check_like, value
@@ -384,6 +392,7 @@ def compare(
     unchecked = check_like(runs)
     point, unequal = align(runs, step)
     groups = group_runs(runs)
+    replays = one_run_per_seed(groups)
     base = find_baseline(groups, baseline)
     assign_labels(groups, base)
     ordered = [base] + [g for g in groups if g is not base]
@@ -401,7 +410,7 @@ def compare(
             row.speed = row.speed.with_caveat(Caveat.CONFOUNDED)
     if claims:
         attach_claims(rows, ordered, claims)
-    warnings = copies + unchecked + unequal + stop_warnings(runs, point)
+    warnings = copies + replays + unchecked + unequal + stop_warnings(runs, point)
     warnings += identity_warnings(rows, ordered, load_limit(floor))
     if order_why:
         warnings.append(
