@@ -46,6 +46,15 @@ def test_ratio_is_tested_on_logs_and_a_floor_only_adds_caution():
     assert slower.direction == -1 and words.speed(slower) == "slower"
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_seed_is_never_within_noise(bad):
+    """Welch's p over a NaN or infinite seed is NaN, and `NaN < alpha` is false: a diverged arm read "within noise".
+    The readers refuse such figures (test_compare_like); one reaching a test raises, naming the values."""
+    for test in (difference, ratio):
+        with pytest.raises(ValueError, match=r"val/loss: non-finite values \[(nan|inf)\] reached a test"):
+            test("val/loss", [3.50, 3.51, bad], [3.00, 3.01, 3.02])
+
+
 def test_words_for_every_status():
     arm, base = [1100.0, 1110.0, 1090.0], [1000.0, 1005.0, 995.0]
     assert words.speed(ratio("t", arm, base)) == "faster"

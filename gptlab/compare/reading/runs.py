@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,11 +195,18 @@ NUMERIC = (
 
 
 def _check_numbers(where: str, values: dict[str, Any]) -> None:
-    """Refuse a figure that is neither a number nor null, naming the file and key."""
-    for key in (*NUMERIC, *(k for k in values if str(k).startswith("probe/"))):  # capability probes' values too
+    """Refuse a figure that is neither a finite number nor null, naming the file and key. gptlab writes a figure it
+    could not measure, or a NaN loss, as null; a NaN read as a seed's loss made Welch's p NaN, "within noise"."""
+    extra = (k for k in values if str(k).startswith(("probe/", "val/")))  # capability probes, extra val sets
+    for key in (*NUMERIC, *extra):
         value = values.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ConfigError(f"{where}: {key}={value!r} is not a number (a damaged or hand-edited file?)")
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(
+                f"{where}: {key}={value!r} is not finite (gptlab writes a figure it could not measure as null: "
+                "a damaged or hand-edited file?)"
+            )
 
 
 def load_run(path: Path) -> Run:

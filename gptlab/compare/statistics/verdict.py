@@ -132,6 +132,14 @@ def baseline(metric: str, ratio: bool = False) -> Verdict:
     return Verdict(metric, Status.BASELINE, 1.0 if ratio else 0.0, ratio=ratio)
 
 
+def _finite(metric: str, arm: Sequence[float], base: Sequence[float]) -> None:
+    """A NaN or infinite seed makes Welch's p NaN, which no threshold decides: it would read "within noise". The
+    readers refuse such figures (compare/reading/runs.py); one reaching a test here is a bug, so it fails loudly."""
+    bad = [v for v in (*arm, *base) if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"{metric}: non-finite values {bad} reached a test (arm {list(arm)}, baseline {list(base)})")
+
+
 def difference(
     metric: str, arm: Sequence[float], base: Sequence[float], alpha: float = ALPHA, identical: bool = False
 ) -> Verdict:
@@ -139,6 +147,7 @@ def difference(
     seeds = (len(arm), len(base))
     if not arm or not base:
         return Verdict(metric, Status.NOT_MEASURED, seeds=seeds)
+    _finite(metric, arm, base)
     effect = stats.mean(arm) - stats.mean(base)
     test, interval = stats.welch_test(arm, base), stats.welch_interval(arm, base, alpha)
     span = (interval.lo, interval.hi) if interval else None
@@ -165,6 +174,7 @@ def ratio(
     seeds = (len(arm), len(base))
     if not arm or not base:
         return Verdict(metric, Status.NOT_MEASURED, ratio=True, seeds=seeds)
+    _finite(metric, arm, base)
     la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
     diff = stats.mean(la) - stats.mean(lb)
     found = _floored(la, lb, floor_sd, alpha) if floor_sd is not None else None
