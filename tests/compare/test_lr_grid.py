@@ -5,13 +5,14 @@ divergence (not a crash) in the stability margin."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gptlab.compare.render.lr_grid import format_report, plot_curves
-from gptlab.compare.statistics.verdict import Caveat
+from gptlab.compare.statistics.verdict import Caveat, Status
 from gptlab.compare.studies.lr_grid import DIVERGE_FACTOR, read_grid, report
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import parse_lr_grid
@@ -95,6 +96,37 @@ def test_holdout_seeds_pick_on_the_others(tmp_path):
     doc = report(read_grid(sweep), holdout={2})
     assert doc["rows"][0]["best_lr"] == 3e-3 and doc["rows"][0]["val_loss_at_best"] == 3.0
     assert "holdout seeds [2]" in doc["selection"]
+
+
+def test_a_seed_that_diverged_at_the_judged_lr_leaves_no_verdict(tmp_path):
+    """At the baseline's lr "shaky" diverges in 2 of 5 seeds; the 3 that survive are 0.1 lower, which read as a
+    decided "lower" with the 2 left out. Under --holdout-seeds a holdout seed that diverged at the pick did the same."""
+    five = [3.0, 3.01, 3.02, 3.03, 3.04]
+    sweep = grid(
+        tmp_path / "shared",
+        {
+            "base": {1e-3: five, 3e-4: [v + 0.2 for v in five]},
+            "shaky": {1e-3: [2.9, 2.91, 2.92, None, None], 3e-4: [v - 0.05 for v in five]},
+        },
+    )
+    shutil.rmtree(sweep / "shaky" / "lr0.001" / "seed4")  # two diverged runs with equal files would be one copied
+    fake_run(sweep / "shaky" / "lr0.001" / "seed4", 4.1, None, nan=True)
+    row = report(read_grid(sweep))["rows"][1]
+    assert row["best_lr"] == 3e-4 and row["vs_baseline_own_best"].decided  # its own best: every seed finished
+    assert row["vs_baseline_shared_lr"].status is Status.NOT_MEASURED
+    assert row["diverged_verdict_seeds"] == {"own_best": [0, 0], "shared_lr": [2, 0]}
+    assert "| n/a (shaky: 2 seeds diverged at 0.001)" in format_report(report(read_grid(sweep)))
+    six = [3.0, 3.01, 3.02, 3.03, 3.04, 3.05]
+    held = grid(
+        tmp_path / "holdout",
+        {
+            "base": {1e-3: six, 3e-3: [v + 0.1 for v in six]},
+            "arm": {1e-3: six, 3e-3: [v - 0.1 for v in six[:5]] + [None]},
+        },
+    )
+    row = report(read_grid(held), holdout={3, 4, 5})["rows"][1]
+    assert row["best_lr"] == 3e-3 and row["vs_baseline_own_best"].status is Status.NOT_MEASURED
+    assert row["diverged_verdict_seeds"]["own_best"] == [1, 0]
 
 
 @pytest.mark.slow  # 12 tiny runs through the local queue (~1 min on 2 cores)

@@ -195,14 +195,15 @@ NUMERIC = (
 
 
 def _check_numbers(where: str, values: dict[str, Any]) -> None:
-    """Refuse a figure that is neither a finite number nor null, naming the file and key. gptlab writes a figure it
-    could not measure, or a NaN loss, as null; a NaN read as a seed's loss made Welch's p NaN, "within noise"."""
+    """Refuse a figure that is neither a number nor null, naming the file and key; and a val/* or probe/* figure that
+    is not finite. gptlab writes a figure it could not measure as null; a NaN seed's val loss made Welch's p NaN,
+    "within noise". A non-finite train/loss stays readable: it is how a diverged step looks (the lr grid's test)."""
     extra = (k for k in values if str(k).startswith(("probe/", "val/")))  # capability probes, extra val sets
     for key in (*NUMERIC, *extra):
         value = values.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ConfigError(f"{where}: {key}={value!r} is not a number (a damaged or hand-edited file?)")
-        if value is not None and not math.isfinite(value):
+        if value is not None and str(key).startswith(("val/", "probe/")) and not math.isfinite(value):
             raise ConfigError(
                 f"{where}: {key}={value!r} is not finite (gptlab writes a figure it could not measure as null: "
                 "a damaged or hand-edited file?)"

@@ -18,15 +18,19 @@ def _verdict_text(v: Verdict, why: str | None = None) -> str:
 
 
 def _why_not(row: dict, base: dict, shared: bool) -> str | None:
-    """Why a verdict cell has no verdict, in words: a missing best lr, or the arm's cells at the baseline's lr."""
+    """Why a verdict cell has no verdict, in words: a missing best lr, the arm's cells at the baseline's lr, or
+    verdict seeds that diverged at the lr judged (on either side)."""
     if base["best_lr"] is None:
         return f"{base['arm']} has no best lr"
-    if not shared:
-        return None if row["best_lr"] is not None else "no best lr"
+    if not shared and row["best_lr"] is None:
+        return "no best lr"
     at = row.get("at_baseline_lr") or {}
-    if at.get("states") and FINISHED not in at["states"]:
+    if shared and at.get("states") and FINISHED not in at["states"]:
         return f"{'/'.join(at['states'])} at {at['lr']:g}"
-    return None
+    lrs = (base["best_lr"], base["best_lr"]) if shared else (row["best_lr"], base["best_lr"])
+    counts = (row.get("diverged_verdict_seeds") or {}).get("shared_lr" if shared else "own_best") or [0, 0]
+    gone = [f"{who['arm']}: {n} seed{'s' * (n > 1)} diverged at {lr:g}" for who, lr, n in zip((row, base), lrs, counts) if n]
+    return "; ".join(gone) or None
 
 
 def _count(n: int | None) -> str:

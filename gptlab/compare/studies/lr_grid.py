@@ -369,6 +369,23 @@ def _verdict(arm: list[float], base: list[float], optimistic: bool) -> Verdict:
     return found.with_caveat(Caveat.OPTIMISTIC) if optimistic else found
 
 
+def _diverged_at(curve: ArmCurve, lr: float | None, seeds: set[int] | None) -> int:
+    """How many of the arm's runs at lr (of the seeds given) diverged: 0 for an lr that is None."""
+    return 0 if lr is None else sum(r.state == DIVERGED for r in curve.at(lr, seeds))
+
+
+def _versus(
+    arm: ArmCurve, arm_lr, base: ArmCurve, base_lr, seeds: set[int] | None, optimistic: bool
+) -> tuple[Verdict, list[int]]:
+    """arm at arm_lr against base at base_lr on the verdict seeds, and how many of them diverged there on each side
+    ([arm, base]). A diverged seed leaves no verdict: judged on the seeds that survived, an arm unstable at that lr
+    read as a decided "lower"."""
+    gone = [_diverged_at(arm, arm_lr, seeds), _diverged_at(base, base_lr, seeds)]
+    if any(gone):
+        return Verdict("val/loss", verdict.Status.NOT_MEASURED), gone
+    return _verdict(finals_at(arm, arm_lr, seeds), finals_at(base, base_lr, seeds), optimistic), gone
+
+
 def to_json(doc: dict) -> dict:
     """lr_grid.json: the report with each verdict as its value."""
     rows = [{k: v.to_json() if isinstance(v, Verdict) else v for k, v in row.items()} for row in doc["rows"]]
@@ -464,10 +481,10 @@ def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict
             ],
         }
         if curve is not base:
-            row["vs_baseline_own_best"] = _verdict(finals, finals_at(base, base.best_lr, verdict_seeds), not holdout)
-            row["vs_baseline_shared_lr"] = _verdict(
-                finals_at(curve, base.best_lr, verdict_seeds), finals_at(base, base.best_lr, verdict_seeds), not holdout
-            )
+            own, own_gone = _versus(curve, curve.best_lr, base, base.best_lr, verdict_seeds, not holdout)
+            shared, shared_gone = _versus(curve, base.best_lr, base, base.best_lr, verdict_seeds, not holdout)
+            row["vs_baseline_own_best"], row["vs_baseline_shared_lr"] = own, shared
+            row["diverged_verdict_seeds"] = {"own_best": own_gone, "shared_lr": shared_gone}  # [arm, baseline]
             row["at_baseline_lr"] = {"lr": base.best_lr, "states": _states_at(curve, base.best_lr, verdict_seeds)}
         rows.append(row)
         warnings += _arm_warnings(curve)
