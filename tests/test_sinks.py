@@ -119,7 +119,7 @@ def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     assert of_type(records, "exit")[-1]["exit_code"] == 0
 
     # a resumed/requeued job in the same run dir continues the same W&B run
-    again = WandbSink(tmp_path, config=config, group="sweep-a", mode="offline")
+    again = WandbSink(tmp_path, config=config, group="sweep-a", mode="offline", resumed=True)
     assert again.run_id == run_id and again.run_dir_path != first_folder
     again.log({"train/loss": 2.0}, 40)
     again.close("failed")
@@ -129,6 +129,18 @@ def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     assert of_type(records, "run")[0].get("resume") is True
     assert [h["item"]["step"] for h in of_type(records, "history")] == [40]
     assert of_type(records, "exit")[-1]["exit_code"] == 1
+
+
+def test_a_fresh_start_in_a_dir_with_an_old_wandb_id_opens_a_new_wandb_run(tmp_path):
+    """An attempt killed before its first checkpoint leaves wandb_run_id; the next start is fresh (metrics.jsonl
+    starts afresh), and reusing the id mixed the old attempt's rows into the new run and its sync command."""
+    old = WandbSink(tmp_path, config={"optimizer": {"lr": 0.01}}, mode="offline")
+    old.log({"train/loss": 9.0}, 1)
+    old.close("failed")
+    new = WandbSink(tmp_path, config={"optimizer": {"lr": 0.001}}, mode="offline")
+    assert new.run_id != old.run_id and (tmp_path / RUN_ID_FILE).read_text().strip() == new.run_id
+    assert new.offline_folders() == [new.run_dir_path] and new.sync_command == f"wandb sync {new.run_dir_path}"
+    new.close("finished")
 
 
 def test_a_pruned_run_finishes_its_wandb_run_as_a_success(tmp_path):

@@ -41,6 +41,7 @@ def _wandb(run_dir: Path, metrics: dict[str, float]) -> str:
         group=where.get("group"),
         mode=where.get("mode") or "auto",
         job_type="train",  # the same run, resumed
+        resumed=True,
     )
     sink.summary(metrics)
     sink.close("finished")

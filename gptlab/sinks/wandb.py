@@ -105,8 +105,10 @@ def _scalar(value: Any) -> Any:
 class WandbSink:
     """Logs rows, the resolved config, group, tags and summary to one W&B run stored under run_dir.
 
-    A second WandbSink on the same run_dir reuses the id in run_dir/wandb_run_id (resume="allow"),
-    so a resumed or requeued job continues the same W&B run. If W&B cannot start, an online run
+    A resumed WandbSink (resumed=True) on the same run_dir reuses the id in run_dir/wandb_run_id (resume="allow"),
+    so a resumed or requeued job continues the same W&B run. A fresh start in a dir that holds an id (an attempt
+    killed before its first checkpoint: its metrics.jsonl is started afresh too) opens a new W&B run, so the old
+    attempt's rows never mix into the new run's history or its `wandb sync` command. If W&B cannot start, an online run
     falls back to offline and an offline one to no W&B at all, each with one warning: the local files
     (JsonlSink) are the source of truth and training never stops for W&B.
     """
@@ -135,6 +137,8 @@ class WandbSink:
         if self.mode == "disabled":
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not resumed:
+            (self.run_dir / RUN_ID_FILE).unlink(missing_ok=True)
         self.run_id = run_id_for(self.run_dir)
         init_args = dict(
             project=project,
