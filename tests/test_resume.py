@@ -226,6 +226,20 @@ def test_init_from_runs_draw_from_their_own_seed(tmp_path):
     assert all(a != b for a, b in zip(seed0, seed7))  # another seed: other dropout masks at every step
 
 
+def test_every_start_keeps_its_first_speed_warmup_steps_out_of_the_speed_medians(tmp_path):
+    """train.speed_warmup counted absolute steps: a resume past it timed its first steps (a new process's compile and
+    allocations) into step_ms and tokens/s, and an init_from run starting past it had no warm-up at all."""
+    knobs = ("schedule=constant", "train.speed_warmup=2")
+    run_inprocess(tmp_path / "run", *knobs, steps=6, eval_interval=3)
+    run_inprocess(tmp_path / "run", *knobs, steps=10, eval_interval=3)  # resumed at step 6
+    progress = checkpoint.load(checkpoint.latest_path(tmp_path / "run"))["progress"]
+    assert (len(progress["warmup_ms"]), len(progress["step_ms"])) == (2 + 2, 4 + 2)  # steps 1-2, 7-8 warm up
+    ckpt = checkpoint.latest_path(tmp_path / "run")
+    summary = run_inprocess(tmp_path / "new", *knobs, f"train.init_from={ckpt}", steps=14, eval_interval=2)
+    progress = checkpoint.load(checkpoint.latest_path(tmp_path / "new"))["progress"]
+    assert (len(progress["warmup_ms"]), len(progress["step_ms"])) == (2, 2) and summary["warmup_s"] is not None
+
+
 def test_optimizer_set_param_groups_follow_load_state_dict():
     """Muon's OptimizerSet: after load_state_dict the schedule must reach the live groups (it kept stale dicts)."""
     from gptlab.config.build import build_model, build_optimizer, compose

@@ -319,7 +319,7 @@ class _Loop:
     def _between_steps(self) -> bool:
         """Eval and checkpoint where due at the current step; False when the run ends here."""
         p, settings, ctx = self.p, self.bundle.settings, self.bundle.ctx
-        if p.step == max(self.start_step, settings.speed_warmup):
+        if p.step == self.start_step + settings.speed_warmup:
             self.load.start()  # measured over the timed steps only
         if _eval_due(p, settings, self.start_step, self.resumed, self.planned_evals):
             self.flush()  # no eval row after a step that went non-finite
@@ -443,7 +443,7 @@ class _Loop:
         step_mfu = mfu(
             self.bundle.ctx.flops_per_token, tokens_per_step / step_s, self.bundle.ctx.peak_flops, self.bundle.ctx.world
         )
-        if d.step <= settings.speed_warmup:
+        if d.step - self.start_step <= settings.speed_warmup:  # each start warms up: a resume compiles, allocates
             p.warmup_ms.append(step_s * 1000)
         else:
             p.tokens_per_s.append(tokens_per_step / step_s)
