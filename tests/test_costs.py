@@ -142,6 +142,52 @@ def test_window_shorter_than_t_counts_only_visible_keys():
     assert r["flops"]["attention_kernel"] == 2 * 8 * per_layer_head * T * T
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["attention=mha"],
+        ["attention=gqa"],
+        ["attention=sliding", f"attention.window={WINDOW}"],
+        ["attention=sliding", f"attention.window={WINDOW}", "attention.impl=naive"],
+        ["attention=hybrid", f"attention.window={WINDOW}", "attention.global_every=2"],
+    ],
+    ids=["mha", "gqa", "sliding", "sliding+naive", "hybrid"],
+)
+def test_decode_step_flops_and_kv_bytes_equal_a_real_cached_decode(overrides):
+    """One decode step over a T-position context: FlopCounterMode's count of the real cached step equals the kernel
+    FLOPs, and make_caches' bytes the inference KV; a windowed layer's ring attends over window + 1 keys, not T."""
+    from gptlab.infer.cache import cache_nbytes, make_caches
+
+    torch.manual_seed(0)
+    model = build_model(compose(TINY + overrides)).eval()
+    idx = torch.randint(0, 96, (B, T))
+    caches = make_caches(model, B, T)
+    with torch.no_grad():
+        model(idx[:, : T - 1], caches=caches)  # prefill T - 1 positions: the next step sees T
+        measured, per_op = count_flops(lambda: model(idx[:, T - 1 :], caches=caches))
+    r = analyze(model, B, T, mode="decode", dtype_bytes=4).to_dict()
+    assert r["flops"]["forward_total_kernel"] == measured, per_op
+    assert r["memory"]["inference_estimate_bytes"] - r["weights"]["bytes"] == cache_nbytes(caches)
+    keys = [T if blk.attn.window is None else WINDOW + 1 for blk in model.blocks]  # K/V positions per layer
+    assert r["flops"]["attention_kernel"] == sum(2 * 2 * B * 8 * 8 * k for k in keys)  # (QKᵀ + A·V)·2·B·H·hd
+
+
+@pytest.mark.parametrize(
+    "overrides,act_inputs",
+    [(["mlp=gelu", "mlp.ratio=1"], 64), (["mlp=swiglu", "mlp.ratio=1.5"], 2 * 64), (["mlp=gelu", "mlp.ratio=2"], 128)],
+)
+def test_mlp_activation_width_when_hidden_equals_d_model(overrides, act_inputs):
+    """mlp.act runs on every input of the activation (up; gate and up), found structurally: hidden == d_model = 64
+    counts as any other width (4 FLOPs and s·(inputs + hidden) bytes per element, per layer)."""
+    model = build_model(compose(TINY + overrides), device="meta")
+    hidden = model.blocks[0].mlp.hidden
+    assert hidden == act_inputs // (2 if "mlp=swiglu" in overrides else 1)
+    r = analyze(model, B, T, dtype_bytes=2).to_dict()
+    act = next(op for op in r["ops"] if op["name"] == "mlp.act")
+    assert act["flops"] == 2 * 4 * B * T * act_inputs
+    assert act["bytes_naive"] == 2 * 2 * B * T * (act_inputs + hidden)
+
+
 @pytest.mark.parametrize("mode,tq", [("train", T), ("decode", 1)])
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])
 def test_naive_bytes_exceed_fused_by_the_score_matrix_traffic(mode, tq, impl):

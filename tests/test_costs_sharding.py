@@ -384,3 +384,54 @@ def test_every_gpu_with_a_memory_figure_has_datasheet_peaks():
 
     assert all(gpu_peaks(name) is not None for name in GPU_SPECS)
     assert gpu_spec("NVIDIA  H100 80GB HBM3") is GPU_SPECS["NVIDIA H100 80GB HBM3"] and gpu_spec("H100") is None
+
+
+FP8_REFUSED = (
+    "dtype=fp8: no fp8 peak FLOP/s in the GPU table or measured here; allowed: fp32, bf16, fp16, "
+    "or give hardware.peak_flops=<FLOP/s>"
+)
+
+
+@pytest.mark.parametrize("extra", [[H100], [H100, "+hardware.tf32=false"], ["hardware.mem_bandwidth=1e10"]])
+def test_fp8_is_never_given_another_dtypes_peak(extra):
+    """dtype=fp8 with 'auto' peak: the GPU table has no fp8 figure (and none is measured), so it is refused in one
+    line instead of getting the TF32 (494.7e12) or FP32 (66.9e12) peak; a given hardware.peak_flops is used as is."""
+    with pytest.raises(ConfigError) as err:
+        run(compose([*TINY, "hardware=cpu", "dtype=fp8", *extra], config_name="flops"))
+    assert str(err.value) == FP8_REFUSED
+    given = run(compose([*TINY, "hardware=cpu", "dtype=fp8", H100, "hardware.peak_flops=1e15"], config_name="flops"))
+    assert (given.hardware["peak_flops"], given.hardware["mem_bandwidth"], given.dtype_bytes) == (1e15, 3.35e12, 1)
+    bf16 = run(compose([*TINY, "hardware=cpu", "dtype=bf16", H100], config_name="flops"))
+    assert bf16.hardware["peak_flops"] == 989.4e12  # the table's own dtypes are unchanged
+
+
+def test_training_memory_is_one_micro_batch_as_trainings_own_check(monkeypatch):
+    """train.grad_accum=4: gptlab-flops sizes activations on the micro-batch 32 / 4, as training's pre-run memory
+    check does (the report it hands check_fits); the FLOP totals stay the whole batch's."""
+    from types import SimpleNamespace
+
+    from gptlab.train import bundle
+
+    seen = {}
+    monkeypatch.setattr(bundle, "check_fits", lambda report, *a, **kw: seen.update(report["memory"]))
+    cfg = compose([*TINY, "train.batch_size=32", "train.grad_accum=4"])
+    bundle._check_memory(
+        cfg,
+        SimpleNamespace(dtype="bf16", strategy="ddp", device="cpu"),
+        SimpleNamespace(batch_size=32, grad_accum=4, eval_sequences=0),
+        SimpleNamespace(seq_len=16, vocab_size=11, val_sets=[]),
+        1,
+        {},
+    )
+    accum = _flops(*TINY, "train.batch_size=32", "train.grad_accum=4", "dtype=bf16")
+    whole = _flops(*TINY, "train.batch_size=32", "dtype=bf16")
+    micro = _flops(*TINY, "train.batch_size=8", "dtype=bf16")
+    for key in ("activations_bytes", "train_estimate_bytes"):
+        assert accum["memory"][key] == seen[key] == micro["memory"][key] < whole["memory"][key], key
+    assert accum["memory"]["micro_batch"] == 8 and accum["flops"] == whole["flops"]
+    with pytest.raises(ConfigError) as err:
+        _flops(*TINY, "train.batch_size=30", "train.grad_accum=4")
+    assert (
+        str(err.value)
+        == "batch_size=30 must be divisible by train.grad_accum x world_size = 4 x 1; allowed: a multiple of 4"
+    )

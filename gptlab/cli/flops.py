@@ -19,7 +19,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli import fail, hydra_raises
-from gptlab.cli.flops_sharding import datasheet_roofs, section, sharding_option
+from gptlab.cli.flops_sharding import datasheet_roofs, grad_accum, section, sharding_option
 from gptlab.cli.flops_table import render_table
 from gptlab.cli.help import group_page, help_topic, key_rows
 from gptlab.errors import ConfigError
@@ -45,13 +45,14 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
 
     from gptlab.config.build import build_hardware
     from gptlab.data import default_cache_dir
+    from gptlab.runtime.gpus import check_peak_dtype
 
     hw = cfg.hardware
     device = _device(cfg)
     # gpu=NAME costs that GPU: dtype auto resolves as on a GPU, its datasheet roofs stand in for 'auto'
     dtype = _dtype(_dtype_key(cfg, str(hw.get("dtype", "bf16"))), "cuda" if OmegaConf.select(cfg, "gpu") else device)
     peak, bw = hw.get("peak_flops", "auto"), hw.get("mem_bandwidth", "auto")
-    sheet = datasheet_roofs(cfg, dtype) if "auto" in (peak, bw) else None
+    sheet = datasheet_roofs(cfg, dtype, need_peak=peak == "auto") if "auto" in (peak, bw) else None
     if sheet is not None:
         peak, bw = sheet[0] if peak == "auto" else peak, sheet[1] if bw == "auto" else bw
     if "auto" in (peak, bw) and device.startswith("cuda") and not torch.cuda.is_available():
@@ -63,6 +64,7 @@ def _roofs(cfg: DictConfig) -> tuple[float, float, str]:
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             raise ConfigError(f"hardware.{key}={value!r}: expected a positive number or auto")
     if peak == "auto":
+        check_peak_dtype(dtype)  # measured in hardware.dtype: never fp8's
         peak = build_hardware(cfg).resolved_peak_flops(default_cache_dir())
     if bw == "auto":
         from gptlab.runtime.peak import cached_bandwidth
@@ -157,6 +159,7 @@ def run(cfg: DictConfig, vocab_size: int = DEFAULT_VOCAB, seq_default: int | Non
         accounting=accounting,
         kv_quant=cfg.get("kv_quant"),
         activation_checkpointing=bool(cfg.hardware.get("activation_checkpointing", False)),
+        grad_accum=grad_accum(cfg),  # training memory is one micro-batch's, as training's own check sizes it
     )
     if sharding is not None:
         report.sharding = section(cfg, model, report, sharding, state, _device(cfg))

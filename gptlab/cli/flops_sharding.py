@@ -66,8 +66,11 @@ def _known_gpu(name: str):
     return spec
 
 
-def datasheet_roofs(cfg: DictConfig, dtype: str) -> tuple[float, float] | None:
-    """(peak FLOP/s, memory bandwidth) of gpu=NAME from the datasheet tables (None without gpu=): that GPU's roofs."""
+def datasheet_roofs(cfg: DictConfig, dtype: str, need_peak: bool = True) -> tuple[float | None, float] | None:
+    """(peak FLOP/s, memory bandwidth) of gpu=NAME from the datasheet tables (None without gpu=): that GPU's roofs.
+
+    The peak is None when not `need_peak` (hardware.peak_flops given): a dtype the table lacks (fp8) is refused only
+    where its peak would be used."""
     from gptlab.runtime.gpus import gpu_peaks, peak_for
 
     name = OmegaConf.select(cfg, "gpu")
@@ -75,6 +78,8 @@ def datasheet_roofs(cfg: DictConfig, dtype: str) -> tuple[float, float] | None:
         return None
     spec, peaks = _known_gpu(str(name)), gpu_peaks(str(name))
     assert peaks is not None  # every name _known_gpu accepts has datasheet peaks
+    if not need_peak:
+        return None, spec.mem_bandwidth
     peak = peak_for(peaks, dtype, bool(cfg.hardware.get("tf32", True)))
     if peak is None:
         raise ConfigError(f"gpu={name}: has no {dtype} tensor cores; allowed: hardware.dtype=fp16 or fp32 (or dtype=)")
@@ -150,18 +155,23 @@ def device_memory(cfg: DictConfig, device: str) -> dict | None:
     return out
 
 
+def grad_accum(cfg: DictConfig) -> int:
+    """train.grad_accum: the micro-steps training splits batch_size into (its memory is one micro-batch's)."""
+    accum = OmegaConf.select(cfg, "train.grad_accum", default=1)
+    if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
+        raise ConfigError(f"train.grad_accum={accum!r}: expected a positive integer")
+    return accum
+
+
 def section(cfg: DictConfig, model, report, sharding, state_bytes_per_param: float, device: str) -> dict:
     """The report's `sharding` entry: per-rank memory, its verdict and the communication per optimizer step."""
     from gptlab.costs.sharding import per_rank
 
-    accum = OmegaConf.select(cfg, "train.grad_accum", default=1)
-    if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
-        raise ConfigError(f"train.grad_accum={accum!r}: expected a positive integer")
     return per_rank(
         model,
         sharding,
         batch_size=report.batch_size,
-        grad_accum=accum,
+        grad_accum=grad_accum(cfg),
         seq_len=report.seq_len,
         compute_bytes=report.dtype_bytes,
         state_bytes_per_param=state_bytes_per_param,

@@ -40,13 +40,23 @@ def _summary_lines(d: dict) -> list[str]:
         f"bytes (fwd)   naive {_si(b['naive_total'], 'B')}   fused {_si(b['fused_total'], 'B')}   "
         f"score-matrix traffic {_si(b['score_matrix_traffic'], 'B')}",
         f"KV cache      {_si(kv['bytes_per_token'], 'B')}/token   {_si(kv['total_bytes'], 'B')} total   "
-        f"weights {_si(d['weights']['bytes'], 'B')}",
+        + (
+            f"{_si(kv['total_bytes_windowed'], 'B')} held (windowed layers keep their window)   "
+            if kv["total_bytes_windowed"] != kv["total_bytes"]
+            else ""
+        )
+        + f"weights {_si(d['weights']['bytes'], 'B')}",
         f"inference mem {_si(mem['inference_estimate_bytes'], 'B')} = weights + KV cache"
         if d["mode"] != "train"
         else f"train memory  {_si(mem['train_estimate_bytes'], 'B')} = weights {_si(mem['weights_bytes'], 'B')} + grads "
         f"{_si(mem['grads_bytes'], 'B')} + optimizer {_si(mem['optimizer_bytes'], 'B')} + activations "
         f"{_si(mem['activations_bytes'], 'B')} (naive {_si(mem['activations_naive_bytes'], 'B')}, fused "
-        f"{_si(mem['activations_fused_bytes'], 'B')}, checkpointed {_si(mem['activations_checkpointed_bytes'], 'B')})",
+        f"{_si(mem['activations_fused_bytes'], 'B')}, checkpointed {_si(mem['activations_checkpointed_bytes'], 'B')})"
+        + (
+            f" at micro-batch {mem['micro_batch']} (batch / train.grad_accum)"
+            if mem.get("micro_batch", d["batch_size"]) != d["batch_size"]
+            else ""
+        ),
         f"roofline      peak {_si(hw['peak_flops'], 'FLOP/s')}   bandwidth {_si(hw['mem_bandwidth'], 'B/s')}   "
         f"ridge {hw['ridge_point']:.0f} FLOP/byte",
         f"verdict       [bold]{d['bound']}-bound[/]: step >= {_secs(t['lower_bound_s'])} "

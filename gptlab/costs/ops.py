@@ -97,11 +97,16 @@ class Shape:
 
 
 def attention_ops(a: AttnShape, x: Shape, rotates: bool, mask_pass: bool = False) -> list[Op]:
-    """Projections, optional QK-norm/rotary, scores, (mask,) softmax (+bias), A·V; GQA reads fewer K/V bytes."""
+    """Projections, optional QK-norm/rotary, scores, (mask,) softmax (+bias), A·V; GQA reads fewer K/V bytes.
+
+    A windowed layer attends over at most window + Tq keys: with a KV cache (decode) its ring holds the last `window`
+    positions and the new ones are appended (gptlab.infer.cache.RingCache); at Tq = Tk (train, prefill) it is Tk.
+    """
     B, s, n = x.batch, x.s, x.tokens
     hd, H, K = a.head_dim, a.n_head, a.n_kv_head
-    pairs = score_pairs(x.tq, x.tk, a.window, a.traits)
-    q_bytes, kv_bytes = s * n * H * hd, s * B * x.tk * K * hd  # (B, H, Tq, hd) and (B, Hkv, Tk, hd)
+    tk = x.tk if a.window is None else min(x.tk, a.window + x.tq)
+    pairs = score_pairs(x.tq, tk, a.window, a.traits)
+    q_bytes, kv_bytes = s * n * H * hd, s * B * tk * K * hd  # (B, H, Tq, hd) and (B, Hkv, Tk, hd)
     tt_bytes = s * B * H * pairs.dense  # one pass over the (B, H, Tq, Tk) score matrix
     ops = _grouped([linear_op(lin, n, s) for lin in a.linears], "attention projections")
     kernel_start = len(ops)
@@ -131,7 +136,7 @@ def attention_ops(a: AttnShape, x: Shape, rotates: bool, mask_pass: bool = False
     softmax_flops = SOFTMAX_FLOPS
     if mask_pass and pairs.useful < pairs.dense:  # a mask that hides nothing is never applied
         # read scores + the (Tq, Tk) mask, write scores; a fused kernel masks in registers (no bytes)
-        ops.append(per_pair("attn.mask", "elementwise", MASK_FLOPS, 2 * tt_bytes + MASK_BYTES * x.tq * x.tk, 0.0))
+        ops.append(per_pair("attn.mask", "elementwise", MASK_FLOPS, 2 * tt_bytes + MASK_BYTES * x.tq * tk, 0.0))
         softmax_flops -= MASK_FLOPS
     ops.append(per_pair("attn.softmax", "elementwise", softmax_flops, 2 * tt_bytes, 0.0))
     ops.append(per_pair("attn.av", "matmul", 2 * hd, tt_bytes + kv_bytes + q_bytes, kv_bytes + q_bytes))

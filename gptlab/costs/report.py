@@ -9,6 +9,7 @@ import torch.nn as nn
 from gptlab.costs.accounting import Accounting, intensity
 from gptlab.costs.memory import activation_bytes, kv_cache
 from gptlab.costs.ops import Op, Shape, block_ops, forward_ops, loss_op, optimizer_op
+from gptlab.costs.sharding import micro_batch
 from gptlab.costs.structure import Contract, ModelShape, block_shape, describe, non_embedding_params
 from gptlab.errors import ConfigError
 
@@ -133,10 +134,10 @@ def _op_rows(ops: list[Op], mode: str, fused: bool, ckpt: bool, peak: float, bw:
     return rows
 
 
-def _check(mode: str, batch_size: int, seq_len: int) -> None:
+def _check(mode: str, batch_size: int, seq_len: int, grad_accum: int = 1) -> None:
     if mode not in MODES:
         raise ConfigError(f"mode: '{mode}' is not allowed; allowed: {', '.join(MODES)}")
-    for key, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+    for key, value in (("batch_size", batch_size), ("seq_len", seq_len), ("train.grad_accum", grad_accum)):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{key}={value!r} must be a positive integer")
 
@@ -151,7 +152,8 @@ def _memory(
     param_bytes: int,
     state_bytes: float,
 ) -> dict:
-    """Training memory: weights, grads, optimizer state and saved activations (all three attention/ckpt cases)."""
+    """Training memory: weights, grads, optimizer state and saved activations (all three attention/ckpt cases) of one
+    `batch`-sequence micro-batch."""
     acts = {
         f"activations_{k}_bytes": activation_bytes(m, batch, seq, s, mat, ck)
         for k, mat, ck in (("naive", True, False), ("fused", False, False), ("checkpointed", materialized, True))
@@ -166,7 +168,13 @@ def _memory(
         "grads_bytes": param_bytes * m.n_params,
         "optimizer_bytes": state_bytes * m.n_params,
     }
-    return {**state, **acts, "activations_bytes": act, "train_estimate_bytes": sum(state.values()) + act}
+    return {
+        **state,
+        **acts,
+        "activations_bytes": act,
+        "train_estimate_bytes": sum(state.values()) + act,
+        "micro_batch": batch,
+    }
 
 
 def _flops(
@@ -202,15 +210,20 @@ def analyze(
     param_bytes: int = 4,
     accounting: Accounting | None = None,
     kv_quant: str | None = None,
+    grad_accum: int = 1,
 ) -> CostReport:
     """Cost of one step of `mode` on batch_size sequences of seq_len tokens (decode: 1 new token each).
 
     Activations and the KV cache are in `dtype_bytes` per element; training keeps `param_bytes` weights
     and grads plus `optimizer_state_bytes_per_param`. Backward is modelled as 2× forward bytes.
     `accounting` picks the conventions (mask pass, element-wise fusion, blocks only); None = the default.
-    `kv_quant` ("int8" or None) sizes the KV cache as gptlab.infer.cache stores it.
+    `kv_quant` ("int8" or None) sizes the KV cache as gptlab.infer.cache stores it. In train mode `grad_accum`
+    splits the batch as training does: activations are sized on one micro-batch (costs.sharding.micro_batch, as
+    training's own memory check), the FLOP totals on the whole batch; other modes run the batch in one piece.
+    The inference estimate is the weights plus the KV cache as gptlab.infer.cache holds it (windowed layers keep
+    only their window: kv_cache's total_bytes_windowed).
     """
-    _check(mode, batch_size, seq_len)
+    _check(mode, batch_size, seq_len, grad_accum)
     acc = accounting or Accounting()
     s = element_bytes(dtype_bytes)
     m = _shape(model)
@@ -223,8 +236,9 @@ def analyze(
     materialized = any(b.attn.traits.materializes_scores for b in m.blocks)
     rows = _op_rows(ops, mode, not materialized, activation_checkpointing, peak, bw, x.tokens)
     flops = _flops(ops, rows, m, x, batch_size, seq_len, acc)
+    micro = micro_batch(batch_size, grad_accum, 1) if mode == "train" else batch_size
     memory = _memory(
-        m, batch_size, seq_len, s, materialized, activation_checkpointing, param_bytes, optimizer_state_bytes_per_param
+        m, micro, seq_len, s, materialized, activation_checkpointing, param_bytes, optimizer_state_bytes_per_param
     )
     kv = {**kv_cache(m, batch_size, seq_len, s, kv_quant), "quant": kv_quant}
     return CostReport(
@@ -239,7 +253,7 @@ def analyze(
         bytes=_traffic(ops, rows),
         kv_cache=kv,
         weights={"bytes": s * m.n_params, "train_bytes": param_bytes * m.n_params},
-        memory={**memory, "inference_estimate_bytes": s * m.n_params + kv["total_bytes"]},
+        memory={**memory, "inference_estimate_bytes": s * m.n_params + kv["total_bytes_windowed"]},
         ops=rows,
         intensity=intensity(ops, not materialized, peak / bw),
         accounting=asdict(acc),

@@ -132,8 +132,13 @@ def _attn(attn: Contract, uses_score_bias: bool) -> AttnShape:
 
 def _mlp(mlp: Contract, d_model: int) -> MLPShape:
     linears = _linears(mlp, "mlp")
-    # outputs that do not go back to the residual width feed the activation (up, gate, ...)
-    act_inputs = sum(lin.d_out for lin in linears if lin.d_out != d_model)
+    # every linear but the residual projection (down) feeds the activation (up, gate, ...): found by identity, so a
+    # hidden width equal to d_model counts too; an MLP naming no residual projection falls back to the widths
+    residual = {id(lin) for lin in mlp.residual_projections()}
+    if residual:
+        act_inputs = sum(m.out_features for m in mlp.modules() if isinstance(m, nn.Linear) and id(m) not in residual)
+    else:
+        act_inputs = sum(lin.d_out for lin in linears if lin.d_out != d_model)
     return MLPShape(linears=linears, hidden=int(mlp.hidden), act_inputs=act_inputs)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gptlab.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class GPUPeaks:
@@ -57,11 +59,25 @@ def gpu_peaks(name: str) -> GPUPeaks | None:
     return next((peaks for pattern, peaks in GPU_TABLE if re.fullmatch(pattern, name)), None)
 
 
+PEAK_DTYPES = ("fp32", "bf16", "fp16")  # the dtypes the table has figures for
+
+
+def check_peak_dtype(dtype: str) -> None:
+    """One-line ConfigError for a dtype no peak is known or measured for (fp8): never another dtype's figure."""
+    if dtype not in PEAK_DTYPES:
+        raise ConfigError(
+            f"dtype={dtype}: no {dtype} peak FLOP/s in the GPU table or measured here; "
+            f"allowed: {', '.join(PEAK_DTYPES)}, or give hardware.peak_flops=<FLOP/s>"
+        )
+
+
 def peak_for(peaks: GPUPeaks, dtype: str, tf32: bool) -> float | None:
     """The matmul peak for autocast `dtype` (fp32 | bf16 | fp16): TF32's when fp32 runs on TF32 tensor cores.
 
-    None when the GPU has no bf16 tensor cores (pre-sm80): the caller refuses bf16 there.
+    None when the GPU has no bf16 tensor cores (pre-sm80): the caller refuses bf16 there. Any other dtype (fp8) is
+    refused in one line: it never gets another dtype's peak.
     """
+    check_peak_dtype(dtype)
     if dtype == "bf16":
         return peaks.bf16
     if dtype == "fp16":

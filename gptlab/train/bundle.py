@@ -25,6 +25,7 @@ from gptlab.config.noop import noop_choices
 from gptlab.config.settings import TrainSettings, train_settings
 from gptlab.costs.memory import check_fits
 from gptlab.costs.report import train_flops_per_token
+from gptlab.costs.sharding import micro_batch
 from gptlab.data import default_cache_dir
 from gptlab.errors import ConfigError
 from gptlab.model.checks import check_model
@@ -207,7 +208,7 @@ def _check_memory(
     cfg: DictConfig, hardware: Hardware, settings: TrainSettings, data, world: int, choices: dict
 ) -> None:
     """gptlab-flops' training-memory estimate, from the config on the meta device, against the free memory."""
-    micro = settings.batch_size // (settings.grad_accum * world)
+    micro = micro_batch(settings.batch_size, settings.grad_accum, world)  # gptlab-flops' memory splits it so too
     report = build.cost_report(cfg, micro, data.seq_len, vocab_size=data.vocab_size, dtype=hardware.dtype).to_dict()
     # the fixed validation sets live in memory for the whole run: x and y, int64, (sequences, T) each
     sequences = settings.eval_sequences + sum(s.count(settings.eval_sequences) for s in data.val_sets)
