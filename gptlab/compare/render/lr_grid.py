@@ -29,7 +29,9 @@ def _why_not(row: dict, base: dict, shared: bool) -> str | None:
         return f"{'/'.join(at['states'])} at {at['lr']:g}"
     lrs = (base["best_lr"], base["best_lr"]) if shared else (row["best_lr"], base["best_lr"])
     counts = (row.get("diverged_verdict_seeds") or {}).get("shared_lr" if shared else "own_best") or [0, 0]
-    gone = [f"{who['arm']}: {n} seed{'s' * (n > 1)} diverged at {lr:g}" for who, lr, n in zip((row, base), lrs, counts) if n]
+    gone = [
+        f"{who['arm']}: {n} seed{'s' * (n > 1)} diverged at {lr:g}" for who, lr, n in zip((row, base), lrs, counts) if n
+    ]
     return "; ".join(gone) or None
 
 
