@@ -306,6 +306,16 @@ def _at_best_lr(sweep: Path, curves: dict, doc: dict, holdout: set[int] | None) 
     own = {label_of[a]: rows[a]["vs_baseline_own_best"] for a in label_of if "vs_baseline_own_best" in rows[a]}
     shared = {label_of[a]: rows[a]["vs_baseline_shared_lr"] for a in label_of if "vs_baseline_shared_lr" in rows[a]}
     cmp.matrix = matrix.build(cmp, own_best_lr=own, at_baseline_lr=shared)
+    gone = {a: 0 for a in picked}  # verdict seeds that diverged at the arm's own best lr: this table has survivors only
+    for a, row in rows.items():
+        arm_n, base_n = (row.get("diverged_verdict_seeds") or {}).get("own_best") or [0, 0]
+        gone[a], gone[base] = gone.get(a, 0) + arm_n, max(gone.get(base, 0), base_n)
+    cmp.warnings += [
+        f"warning: {a}: {n} verdict seed{'s' * (n > 1)} diverged at its best lr {curves[a].best_lr:g}; this table "
+        "reads the seeds that finished, the grid's own-best verdict is n/a"
+        for a, n in gone.items()
+        if n
+    ]
     cmp.notes.append(
         "note: an lr grid: each arm's runs at its own best lr ("
         + ", ".join(f"{a} {curves[a].best_lr:g}" for a in picked)

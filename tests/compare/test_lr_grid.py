@@ -129,6 +129,26 @@ def test_a_seed_that_diverged_at_the_judged_lr_leaves_no_verdict(tmp_path):
     assert row["diverged_verdict_seeds"]["own_best"] == [1, 0]
 
 
+def test_the_own_best_table_names_a_holdout_seed_that_diverged_there(tmp_path):
+    """The report's main table (each arm at its own best lr, the holdout seeds) reads the runs that finished: a holdout
+    seed that diverged at the pick is left out of it, so the report says so beside the grid's n/a verdict."""
+    from gptlab.cli.compare import main as compare_main
+    from helpers import golden
+
+    args = golden.lr_grid_report(tmp_path)
+    diverged = Path(args[0]) / "mqa" / "lr0.01" / "seed2" / "metrics.jsonl"  # mqa's pick on seed 0: lr 0.01
+    diverged.write_text(diverged.read_text() + json.dumps({"step": 101, "train/loss": float("nan")}) + "\n")
+    assert compare_main([*args, "--holdout-seeds", "1,2"]) == 0
+    doc = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    line = (
+        "warning: mqa: 1 verdict seed diverged at its best lr 0.01; this table reads the seeds that finished, the "
+        "grid's own-best verdict is n/a"
+    )
+    assert line in doc["warnings"] and line in (tmp_path / "out" / "comparison.md").read_text()
+    grid_doc = json.loads((tmp_path / "out" / "lr_grid.json").read_text())
+    assert grid_doc["rows"][1]["vs_baseline_own_best"]["status"] == "not_measured"
+
+
 @pytest.mark.slow  # 12 tiny runs through the local queue (~1 min on 2 cores)
 def test_a_two_arm_three_lr_two_seed_grid_end_to_end(tmp_path):
     spec = {
