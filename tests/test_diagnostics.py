@@ -217,3 +217,33 @@ def test_compare_shows_the_max_logit_with_and_without_qk_norm(tmp_path, capsys):
         last = train_rows(sweep / arm / "seed0")[-1]
         top = max((last[f"diag/layer{i:02d}/attn/max_logit"], f"layer{i:02d}") for i in range(2))
         assert f"{top[0]:.3g} ({top[1]})" in note, (arm, note)
+
+
+def test_diagnostics_time_leaves_out_the_wait_for_the_steps_gpu_work(monkeypatch):
+    """The GPU is mocked (none here). Step time on CUDA is the device's time between the step's marks minus the
+    diagnostics' own host time; their first read back (a norm's .tolist()) waited for the queued forward and backward,
+    so that wait came off the step: perf/step_ms too low, tokens/s and MFU too high with train.diagnostics or
+    train.spike_factor. The monitor now lets the queued work finish before its clock starts."""
+    import time as clock
+    from types import SimpleNamespace
+
+    from gptlab.train import diagnostics
+
+    queued = {"s": 0.0}  # seconds of the step's work the mocked GPU still has to run
+
+    def synchronize(device=None):
+        clock.sleep(queued["s"])
+        queued["s"] = 0.0
+
+    class Norms:
+        def grad_norms(self):  # reads the sums back: waits for everything queued before it
+            synchronize()
+            return {"blocks.0": 1.0}
+
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monitor = object.__new__(diagnostics.Monitor)  # only what grads_ready reads
+    monitor.hardware, monitor.diag, monitor.spikes = SimpleNamespace(device="cuda:0"), Norms(), None
+    monitor.due, monitor.spent, monitor.norms = True, 0.0, None
+    queued["s"] = 0.3  # the forward and backward still running
+    monitor.grads_ready()
+    assert monitor.norms == {"blocks.0": 1.0} and monitor.take_spent() < 0.1
