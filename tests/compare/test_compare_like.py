@@ -282,6 +282,21 @@ def test_a_non_finite_figure_in_metrics_jsonl_is_refused_in_one_line(tmp_path, c
     )
 
 
+def test_runs_that_differ_in_observing_keys_are_named_for_their_wall_time(tmp_path, capsys):
+    """Probes, extra val sets, diagnostics and checkpoints never make two arms, but their time is inside wall_s: an
+    arm run with probes read 1.07 lower at equal wall time and 2.76x faster to target than its identical twin."""
+    specs = [dict(seed=s, loss_at=_shifted(0.01 * s)) for s in (0, 1)]
+    specs += [dict(seed=s, choices={"attention": "gqa"}, loss_at=_shifted(0.1 + 0.02 * s)) for s in (0, 1)]
+    specs[2]["leaves"] = specs[3]["leaves"] = {"train.ckpt_interval": 10, "train.diagnostics": True}
+    doc, _, err = _ok(tmp_path, capsys, write_sweep(tmp_path / "sw", specs))
+    line = (
+        "warning: the runs differ in train.diagnostics, train.ckpt_interval, whose work is inside their wall time: "
+        "equal-wall-time readings and wall time to target charge some runs more than others (read the step and FLOP "
+        "readings, or rerun the arms alike)"
+    )
+    assert doc["warnings"] == [line] and line in err.splitlines() and len(doc["rows"]) == 2
+
+
 def test_one_wandb_run_in_two_dirs_counts_once_as_the_dir_that_got_further(tmp_path, capsys):
     full = write_run(tmp_path / "full", seed=0)
     _patch_summary(full, wandb={"id": "abc123", "project": "gptlab"})

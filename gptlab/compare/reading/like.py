@@ -13,6 +13,10 @@ A run's comparison key (comparison_key) has three parts:
   step are compared at equal tokens where an eval point allows it (gptlab.compare.reading.align). So is a start from
   another run's checkpoint (summary.json `init_from`) when not every arm made the same one;
 - its identity (gptlab.compare.reading.identity): a copied run dir counts once.
+
+Keys that only observe (probes, extra validation sets, diagnostics, checkpoints, log rows) never make two runs
+different arms, but their time is inside a run's wall time: runs that differ in them are named (overhead_warnings),
+since equal-wall-time readings and wall time to target would charge one side for it.
 """
 
 from __future__ import annotations
@@ -203,6 +207,32 @@ def init_from(run: Run) -> str | None:
     if not isinstance(record, dict) or not record.get("checkpoint"):
         return None
     return f"{record['checkpoint']} at step {record.get('step', '?')}"
+
+
+# Keys outside the arm (reading.group ignores them) whose work runs inside a run's wall time, or adds host syncs
+OVERHEAD_KEYS = (
+    "probes",
+    "data.val_sets",
+    "train.diagnostics",
+    "train.spike_factor",
+    "train.detect_anomaly",
+    "train.ckpt_interval",
+    "train.log_interval",
+)
+
+
+def overhead_warnings(runs: list[Run]) -> list[str]:
+    """One warning naming the observing keys the runs differ in: their evals, probes, checkpoints and read-backs are
+    in wall_s, so the equal-wall-time reading and wall time to target charge the runs unequally (step, token and
+    FLOP readings are unaffected)."""
+    differ = [key for key in OVERHEAD_KEYS if len({value(r, key) for r in runs}) > 1]
+    if not differ:
+        return []
+    return [
+        f"warning: the runs differ in {', '.join(differ)}, whose work is inside their wall time: equal-wall-time "
+        "readings and wall time to target charge some runs more than others (read the step and FLOP readings, or "
+        "rerun the arms alike)"
+    ]
 
 
 def arm_notes(groups: list[Group], base: Group) -> list[str]:

@@ -20,7 +20,15 @@ from gptlab.compare.reading.group import (
 )
 from gptlab.compare.reading.identical import identical_groups, mixed_fingerprints, shared
 from gptlab.compare.reading.identity import dedupe
-from gptlab.compare.reading.like import BUDGET_KEYS, UNSET, VAL_SET_KEYS, arm_notes, check_like, value
+from gptlab.compare.reading.like import (
+    BUDGET_KEYS,
+    UNSET,
+    VAL_SET_KEYS,
+    arm_notes,
+    check_like,
+    overhead_warnings,
+    value,
+)
 from gptlab.compare.reading.logged import Logged, by_arm
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics import speed, stats, verdict
@@ -417,7 +425,7 @@ def compare(
             f"warning: speed is confounded with run order: {order_why}; no speed-up here is a finding (gptlab-sweep "
             "launches arms interleaved; rerun the runs that way)"
         )
-    warnings += peak_warnings(runs, peak) + machine_warnings(runs)
+    warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs)
     notes = arm_notes(ordered, base)
     if point.by == "tokens":
         steps = ", ".join(f"'{r.label}' step {r.at_step}" for r in rows)
