@@ -101,3 +101,24 @@ class _Fake:
 
     def __init__(self, t: float):
         self.summary = {"started_at": t}
+
+
+def test_an_arm_run_after_all_the_others_is_confounded_against_the_baseline(tmp_path, capsys):
+    """mha, mqa and gqa interleaved over seeds 0-2, then every run of a fourth arm: pooled over the four arms the
+    order check passed, though the late arm against the baseline is arm-major. Each arm is now checked against the
+    baseline too; the interleaved arms keep their verdicts."""
+    order = ["mha", "mqa", "gqa", "gqa", "mha", "mqa", "mqa", "gqa", "mha", "sliding", "sliding", "sliding"]
+    seen: dict[str, int] = {}
+    starts = {}
+    for t, arm in enumerate(order):
+        starts[(arm, seen.setdefault(arm, 0))] = float(t)
+        seen[arm] += 1
+    doc, captured = _compare(_sweep(tmp_path, starts), tmp_path, capsys)
+    caveats = {r["label"].split(",")[0]: r["speed"]["caveats"] for r in doc["rows"][1:]}
+    assert len(caveats) == 3 and caveats.pop("attention=sliding") == ["confounded"] and all(c == [] for c in caveats.values())
+    assert (
+        "warning: 'attention=sliding' speed is confounded with run order against the baseline: each arm's runs ran "
+        "one after another (arm-major order); its speed-up is no finding (gptlab-sweep launches arms interleaved; "
+        "rerun the runs that way)"
+    ) in captured.err.splitlines()
+    assert confounded([[load_run(tmp_path / "sweep" / a / f"seed{s}") for s in range(3)] for a in seen]) is None

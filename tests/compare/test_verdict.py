@@ -55,6 +55,17 @@ def test_a_non_finite_seed_is_never_within_noise(bad):
             test("val/loss", [3.50, 3.51, bad], [3.00, 3.01, 3.02])
 
 
+def test_a_floor_never_lowers_p_or_narrows_the_interval():
+    """Raising one side's sd to the floor also raises Welch's degrees of freedom, which can lower p: 5 steady seeds
+    against 2 noisy ones read within noise (p 0.062) without a floor and decided (p 0.016) with floor_sd 0.05."""
+    arm, base = [1490.0, 1491.0, 1489.5, 1490.5, 1490.2], [1000.0, 1000.0 * math.exp(0.0707)]
+    plain = ratio("tokens/s", arm, base)
+    floored = ratio("tokens/s", arm, base, floor_sd=0.05, floor_ratio=1.05)
+    assert plain.status is Status.WITHIN_NOISE and plain.p == pytest.approx(0.0617, abs=5e-4)
+    assert floored.status is Status.WITHIN_NOISE and floored.p >= plain.p
+    assert floored.interval[0] <= plain.interval[0] and floored.interval[1] >= plain.interval[1]
+
+
 def test_words_for_every_status():
     arm, base = [1100.0, 1110.0, 1090.0], [1000.0, 1005.0, 995.0]
     assert words.speed(ratio("t", arm, base)) == "faster"

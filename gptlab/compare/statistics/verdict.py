@@ -177,10 +177,12 @@ def ratio(
     _finite(metric, arm, base)
     la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
     diff = stats.mean(la) - stats.mean(lb)
+    test, interval = stats.welch_test(la, lb), stats.welch_interval(la, lb, alpha)
+    plain = (test.p, interval.lo, interval.hi) if test and interval else None
     found = _floored(la, lb, floor_sd, alpha) if floor_sd is not None else None
-    if found is None:
-        test, interval = stats.welch_test(la, lb), stats.welch_interval(la, lb, alpha)
-        found = (test.p, interval.lo, interval.hi) if test and interval else None
+    if found is not None and plain is not None:  # raising one side's sd also raises Welch's df, which can LOWER p:
+        found = (max(found[0], plain[0]), min(found[1], plain[1]), max(found[2], plain[2]))  # never less caution
+    found = found or plain
     if found is None:
         return Verdict(metric, Status.NO_TEST, math.exp(diff), ratio=True, seeds=seeds)
     p, lo, hi = found

@@ -413,8 +413,10 @@ def compare(
     for row in rows:
         _versus(row, rows[0], floor)
     order_why = confounded([g.runs for g in ordered])
-    if order_why:
-        for row in rows[1:]:
+    # each arm against the baseline as well: pooled over every arm, one arm run after all the others went unseen
+    arm_why = {row.label: why for g, row in zip(ordered[1:], rows[1:]) if (why := confounded([base.runs, g.runs]))}
+    for row in rows[1:]:
+        if order_why or row.label in arm_why:
             row.speed = row.speed.with_caveat(Caveat.CONFOUNDED)
     if claims:
         attach_claims(rows, ordered, claims)
@@ -425,6 +427,12 @@ def compare(
             f"warning: speed is confounded with run order: {order_why}; no speed-up here is a finding (gptlab-sweep "
             "launches arms interleaved; rerun the runs that way)"
         )
+    else:
+        warnings += [
+            f"warning: '{label}' speed is confounded with run order against the baseline: {why}; its speed-up is "
+            "no finding (gptlab-sweep launches arms interleaved; rerun the runs that way)"
+            for label, why in arm_why.items()
+        ]
     warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs)
     notes = arm_notes(ordered, base)
     if point.by == "tokens":
