@@ -240,6 +240,14 @@ def test_every_start_keeps_its_first_speed_warmup_steps_out_of_the_speed_medians
     assert (len(progress["warmup_ms"]), len(progress["step_ms"])) == (2, 2) and summary["warmup_s"] is not None
 
 
+def test_a_resumed_run_reports_when_it_first_started(tmp_path):
+    """compare's run-order check reads started_at: a resumed run recorded its last process's start, so an arm-major
+    sweep with one run resumed after the other arm's block passed the check (its speed medians cover both starts)."""
+    first = run_inprocess(tmp_path / "run", "schedule=constant", steps=6, eval_interval=3)
+    again = run_inprocess(tmp_path / "run", "schedule=constant", steps=10, eval_interval=3)
+    assert again["steps"] == 10 and again["started_at"] == first["started_at"] < first["ended_at"] < again["ended_at"]
+
+
 def test_optimizer_set_param_groups_follow_load_state_dict():
     """Muon's OptimizerSet: after load_state_dict the schedule must reach the live groups (it kept stale dicts)."""
     from gptlab.config.build import build_model, build_optimizer, compose

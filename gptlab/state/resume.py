@@ -55,6 +55,7 @@ class Progress:
     last_probes: dict = field(default_factory=dict)  # the last eval's probe/* values (summary.json carries them)
     probe_s: float = 0.0  # seconds spent measuring probes (outside step time, like eval)
     last_val_sets: dict = field(default_factory=dict)  # the last eval's val/<name>/loss per data.val_sets set
+    started_at: float | None = None  # when the run first started training (epoch s); a resume keeps it
 
 
 @dataclass

@@ -224,11 +224,12 @@ def _train_and_summarise(
     """The loop, then the summary every sink receives; the sinks are closed whatever happens."""
     model, ctx, data = run.model, run.ctx, run.data
     status = "failed"
-    started_at = time.time()  # wall clock (epoch s) of this process's training: compare checks run order against arms
+    if progress.started_at is None:  # the run's first start (epoch s), kept across resumes: compare checks run order
+        progress.started_at = time.time()  # against arms, and a resumed run's speed medians cover its first start too
     try:
         summary = train(run, sinks, progress, resumed=start.kind == "resume", stop=stop, trial=trial)
         summary |= {
-            "started_at": started_at,
+            "started_at": progress.started_at,
             "ended_at": time.time(),
             "params": model.num_params(),
             "params_non_embedding": model.num_params(non_embedding=True),
