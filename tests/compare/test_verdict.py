@@ -64,6 +64,10 @@ def test_a_floor_never_lowers_p_or_narrows_the_interval():
     assert plain.status is Status.WITHIN_NOISE and plain.p == pytest.approx(0.0617, abs=5e-4)
     assert floored.status is Status.WITHIN_NOISE and floored.p >= plain.p
     assert floored.interval[0] <= plain.interval[0] and floored.interval[1] >= plain.interval[1]
+    from gptlab.compare.statistics import power  # the smallest detectable difference: 0.25 with the floor, 0.58 without
+
+    la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
+    assert power._mde(la, lb, sd_floor=0.05) == power._mde(la, lb) == pytest.approx(0.5774, abs=1e-4)
 
 
 def test_words_for_every_status():
