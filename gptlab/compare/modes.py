@@ -187,14 +187,15 @@ def tables(req: Request) -> Tables | DecodeOnly:
     if record:
         for cmp in comparisons:
             cmp.notes += report_lines(record)
-    effects, warnings = _factorial(req, runs) if req.factorial or not req.split_by else (None, [])
+    effects, warnings = _factorial(req, runs, comparisons) if req.factorial or not req.split_by else (None, [])
     out = out_dir(req.out, req.paths[0], run_dirs)
     return Tables(runs, parts, comparisons, effects, out, left_out, warnings)
 
 
-def _factorial(req: Request, runs: list[Run]) -> tuple[dict | None, list[str]]:
+def _factorial(req: Request, runs: list[Run], comparisons: list[Comparison]) -> tuple[dict | None, list[str]]:
     """--factorial (or a factorial sweep dir): (the effects of its factors on these runs, or None when not one;
-    warnings). An auto-detected factorial that cannot be analysed warns; an asked-for one is refused."""
+    warnings). An auto-detected factorial that cannot be analysed warns; an asked-for one is refused. A copy or replay
+    the factorial counted once is named by the comparisons' own line already; one they did not name is added."""
     from gptlab.compare.studies import factorial
 
     sweep = one_sweep_dir(req)
@@ -206,11 +207,13 @@ def _factorial(req: Request, runs: list[Run]) -> tuple[dict | None, list[str]]:
     if not factors:
         return None, []
     try:
-        return factorial.analyse(runs, factors), []
+        doc = factorial.analyse(runs, factors)
     except ConfigError as exc:
         if req.factorial:
             raise
         return None, [f"warning: factorial effects not computed: {exc}"]
+    said = {line for cmp in comparisons for line in cmp.warnings}
+    return doc, [line for line in doc["warnings"] if line not in said]
 
 
 def decode_only(runs: list[Run], req: Request, run_dirs: list[Path]) -> DecodeOnly:

@@ -33,6 +33,7 @@ def arm_name(levels: dict[str, int]) -> str:
 def synthetic(loss_of, speed_of, seeds: int = 3, noise: float = 0.006, loaded_arm: str | None = None, rng_seed=1):
     """Runs of every arm x seed: planted loss / speed functions of the levels plus seeded Gaussian noise.
 
+    Each run's config records its seed, as a real run's does (runs of one arm and seed are one run counted once).
     At alpha 0.05 a term planted at zero is "found" in 5% of noise draws by design; the draw is fixed (rng_seed),
     so each test is deterministic."""
     rng = np.random.default_rng(rng_seed)
@@ -46,7 +47,7 @@ def synthetic(loss_of, speed_of, seeds: int = 3, noise: float = 0.006, loaded_ar
                 "tokens_per_s_median": speed_of(levels) * math.exp(float(rng.normal(0, noise))),
                 "outside_load": 0.6 if arm == loaded_arm else 0.02,
             }
-            runs.append(Run(Path(f"/s/{arm}/seed{seed}"), [], summary, {"arm": arm}, [], {}))
+            runs.append(Run(Path(f"/s/{arm}/seed{seed}"), [], summary, {"arm": arm, "seed": seed}, [], {}))
     return runs
 
 
@@ -192,3 +193,99 @@ def test_the_tests_are_calibrated_over_many_noise_draws():
         found += loss["gqa×mlp3"]["p"] < 0.05
         false += loss["gqa×sdpa"]["p"] < 0.05
     assert found >= 38 and false <= 6, (found, false)
+
+
+def two_by_two(speed_of, loss_of=lambda arm: 2.0, wiggle=(0.99, 1.0, 1.01)):
+    """Runs of a 2x2 (a x b), 3 seeds: speed_of(arm) tok/s times the seed's wiggle (None: no speed recorded), a loss
+    of loss_of(arm) (None: no final val loss) plus the same seed offset in every arm."""
+    runs = []
+    for arm in ("base", "a", "b", "a+b"):
+        for seed, w in enumerate(wiggle):
+            loss = loss_of(arm)
+            summary = {
+                "final_val_loss": None if loss is None else loss + 0.004 * (seed - 1),
+                "tokens_per_s_median": None if speed_of(arm) is None else speed_of(arm) * w,
+            }
+            runs.append(Run(Path(f"/s/{arm}/seed{seed}"), [], summary, {"arm": arm, "seed": seed}, [], {}))
+    return runs
+
+
+SPEEDS = {"base": 1000.0, "a": 2000.0, "b": 500.0, "a+b": 1000.0}  # exactly multiplicative: a ×2, b ×0.5
+
+
+def test_an_arm_without_speed_figures_leaves_the_speed_effects_out():
+    """With every arm's speed, the seeds' wiggle is the same in every arm, so the cell means of log speed differ by
+    exactly the planted logs: a ×2, b ×0.5, a×b ×1 (difference of differences), additive. Without arm b's speed its
+    cell is empty and no contrast of the full model is estimable: no speed effects, said in one line (the old fit
+    on the rank-deficient design gave a ×2.784, a×b ×1.938 and 'NOT multiplicative')."""
+    full = analyse(two_by_two(SPEEDS.get), ["a", "b"])
+    speed = effects(full["speed"])
+    assert math.exp(speed["a"]["effect"]) == pytest.approx(2.0, rel=1e-9)
+    assert math.exp(speed["b"]["effect"]) == pytest.approx(0.5, rel=1e-9)
+    assert math.exp(speed["a×b"]["effect"]) == pytest.approx(1.0, abs=1e-9)
+    assert full["speed"]["additivity"]["difference"][0] == pytest.approx(0.0, abs=1e-9)
+    assert full["speed"]["additivity"]["additive"] and full["speed_missing"] == []
+    doc = analyse(two_by_two(lambda arm: None if arm == "b" else SPEEDS[arm]), ["a", "b"])
+    assert "speed" not in doc and doc["speed_missing"] == ["b"]
+    assert doc["loss"] == full["loss"]  # the loss side is untouched
+    text = lines(doc)
+    assert text[-1] == "speed: not estimated: arm b recorded no tokens/s, and the effects need every one of the 4 arms"
+    assert not any(line.startswith("speed (tokens/s") for line in text)
+
+
+def test_an_arm_without_a_final_val_loss_is_a_missing_arm():
+    runs = two_by_two(SPEEDS.get, loss_of=lambda arm: None if arm == "a+b" else 2.0)
+    with pytest.raises(ConfigError, match="^factorial: 1 of the 4 arms of a x b have no finished run; effects need"):
+        analyse(runs, ["a", "b"])
+
+
+def test_a_contrast_over_an_arm_the_model_lacks_is_an_error_not_a_weight_of_zero():
+    from gptlab.compare.studies.factorial import _additivity, _table
+
+    df = _table([r for r in two_by_two(SPEEDS.get) if r.config["arm"] != "b"], ["a", "b"])
+    with pytest.raises(ValueError, match="arm b is not a cell of the log_speed model"):
+        _additivity(df, "log_speed", ["a", "b"], 0.05)
+
+
+def test_a_copied_run_and_a_replayed_seed_count_once_with_the_main_comparisons_lines(tmp_path):
+    """A 2x2 sweep (gqa x mlp3, 3 seeds; seed offsets -0.004, 0, +0.004 in every arm, so the cell means are the
+    planted gqa -0.05, mlp3 +0.02, no interaction) plus a copy of gqa/seed0 and a rerun of base with seed 0: the
+    factorial counts 12 runs, as the main comparison does, and says why once. Counted twice (the old factorial: 14
+    runs, residual df 10) the copy and the replay pull base and gqa toward their seed 0: mlp3 +0.0210."""
+    import shutil
+
+    sweep = tmp_path / "ff"
+    sweep.mkdir()
+    factors = {"gqa": ["attention=gqa"], "mlp3": ["mlp.ratio=3"]}
+    (sweep / "sweep.yaml").write_text(yaml.safe_dump({"factors": factors, "arms": factorial_arms(factors)}))
+
+    def run(arm: str, seed: int, where: str, tokens_per_s: float = 1000.0) -> None:
+        gqa, mlp3 = "gqa" in arm, "mlp3" in arm
+        final = 2.0 - 0.05 * gqa + 0.02 * mlp3 + 0.004 * (seed - 1)
+        write_run(
+            sweep / arm / where, seed=seed, choices={"attention": "gqa" if gqa else "mha"},
+            leaves={"mlp.ratio": 3 if mlp3 else 4, "arm": arm}, loss_at=lambda step, f=final: f + 0.01 * (100 - step),
+            tokens_per_s=tokens_per_s * (1 + 0.01 * seed),
+        )  # fmt: skip
+
+    for arm in ("base", "gqa", "mlp3", "gqa+mlp3"):
+        for seed in range(3):
+            run(arm, seed, f"seed{seed}")
+    shutil.copytree(sweep / "gqa" / "seed0", sweep / "gqa" / "seed0_copy")
+    run("base", 0, "seed0_again", tokens_per_s=1003.0)  # the same config and seeds, another measurement
+    done = run_cli("gptlab.cli.compare", str(sweep), "--noise-floor", "none")
+    assert done.returncode == 0, done.stderr
+    said = [
+        "warning: gqa/seed0_copy is a copy of gqa/seed0 (identical metrics.jsonl, summary.json and config): counted "
+        "once, as gqa/seed0",
+        "warning: base/seed0_again repeats base/seed0's config and seeds (data_seed 1234, seed 0): a replay is not a "
+        "new sample; counted once, as base/seed0",
+    ]
+    assert [done.stderr.splitlines().count(line) for line in said] == [1, 1], done.stderr
+    assert "factorial effects of gqa x mlp3 (12 runs" in done.stdout
+    doc = json.loads((sweep / "comparison" / "factorial.json").read_text())
+    assert doc["runs"] == 12 and doc["loss"]["df_resid"] == 8 and doc["warnings"] == said
+    loss = effects(doc["loss"])
+    assert loss["gqa"]["effect"] == pytest.approx(-0.05, abs=1e-9)
+    assert loss["mlp3"]["effect"] == pytest.approx(0.02, abs=1e-9)
+    assert loss["gqa×mlp3"]["effect"] == pytest.approx(0.0, abs=1e-9)

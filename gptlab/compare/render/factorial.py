@@ -51,6 +51,12 @@ def lines(doc: dict) -> list[str]:
         out.append(f"speed (tokens/s, effects as ratios){flag}:")
         out += ["  " + _effect_line(e, True) for e in doc["speed"]["effects"]]
         out.append("  " + additivity_line(doc["speed"], True, doc["factors"]))
+    elif doc.get("speed_missing"):
+        missing = doc["speed_missing"]
+        out.append(
+            f"speed: not estimated: {'arm' if len(missing) == 1 else 'arms'} {', '.join(missing)} recorded no "
+            f"tokens/s, and the effects need every one of the {2 ** len(doc['factors'])} arms"
+        )
     else:
         out.append("speed: not recorded in enough runs for effects")
     return out

@@ -11,18 +11,26 @@ The additivity line asks of the arm with every factor on: is its effect vs `base
 (speed) of the single-factor arms' effects? It is the cell-means contrast all - sum(singles) + (k - 1)·base, tested
 by OLS t_test; "additive" when its interval contains 0. Speed figures taken under outside load are flagged, as in
 every speed column of gptlab-compare.
+
+Each run counts once, as in the main comparison: a copied run dir (reading/identity.dedupe) and a rerun of an arm's
+config with the same seeds (reading/group.one_run_per_seed) are left out, with the same warning lines. Every one of
+the 2^k arms must have a final val loss; the speed effects are fitted only when every arm also has a speed figure
+(an arm without one leaves its cell empty, and the contrasts are then not estimable: `speed_missing` names it).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
+from gptlab.compare.reading.group import group_runs, one_run_per_seed
+from gptlab.compare.reading.identity import dedupe
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics.speed import loaded, run_speed
 from gptlab.compare.statistics.stats import ALPHA, median
 from gptlab.errors import ConfigError
-from gptlab.sweep.layout import BASE_ARM, cell_factors, read_sweep
+from gptlab.sweep.layout import BASE_ARM, FACTOR_SEP, cell_factors, read_sweep
 
 
 def sweep_factors(sweep_dir: Path) -> list[str]:
@@ -41,22 +49,43 @@ def arm_levels(arm: str, factors: list[str]) -> dict[str, int]:
     return {f: int(f in on) for f in factors}
 
 
+def _arm(run: Run) -> str:
+    arm = run.config.get("arm")
+    if not isinstance(arm, str):
+        raise ConfigError(f"{run.path}: no `arm` in its config; a factorial needs gptlab-sweep's arm names")
+    return arm
+
+
+def once(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """(each run once, in the order given; the main comparison's warning line per copy or replay left out).
+
+    Replays are looked for within an arm: two arms whose configs happen to agree are still two cells."""
+    runs, copies = dedupe(runs)
+    arms: dict[str, list[Run]] = {}
+    for run in runs:
+        arms.setdefault(_arm(run), []).append(run)
+    groups = [g for same in arms.values() for g in group_runs(same)]
+    replays = one_run_per_seed(groups)
+    kept = {id(r) for g in groups for r in g.runs}
+    return [r for r in runs if id(r) in kept], copies + replays
+
+
 def _table(runs: list[Run], factors: list[str]):
-    """One row per run: the factor codes (±1/2), arm, loss, log tokens/s and whether its speed was under load."""
+    """One row per run: the factor codes (±1/2), arm, loss (NaN when it has no final val loss), log tokens/s (NaN
+    when it recorded none) and whether its speed was under load."""
     import pandas as pd
 
     rows = []
     for run in runs:
-        arm = run.config.get("arm")
-        if not isinstance(arm, str):
-            raise ConfigError(f"{run.path}: no `arm` in its config; a factorial needs gptlab-sweep's arm names")
-        levels = arm_levels(arm, factors)
+        levels = arm_levels(_arm(run), factors)
+        arm = FACTOR_SEP.join(f for f in factors if levels[f]) or BASE_ARM  # in factor order, as _all_arms names it
         speed = run_speed(run, "tokens_per_s_median", "perf/tokens_per_s", median)
+        loss = run.summary.get("final_val_loss")
         rows.append(
             {
                 **{f"f{i}": levels[f] - 0.5 for i, f in enumerate(factors)},
                 "arm": arm,
-                "loss": float(run.summary["final_val_loss"]),
+                "loss": math.nan if loss is None else float(loss),
                 "log_speed": math.log(speed) if speed and speed > 0 else math.nan,
                 "loaded": loaded(run),
             }
@@ -64,16 +93,29 @@ def _table(runs: list[Run], factors: list[str]):
     return pd.DataFrame(rows)
 
 
+def _all_arms(factors: list[str]) -> list[str]:
+    """The 2^k arm names in design order: base, the singles, the pairs, ..., all factors on."""
+    on = [combo for n in range(len(factors) + 1) for combo in itertools.combinations(factors, n)]
+    return [FACTOR_SEP.join(combo) or BASE_ARM for combo in on]
+
+
+def _missing(df, column: str, factors: list[str]) -> list[str]:
+    """The arms (design order) with no run that has a `column` value: a cell the full model cannot estimate."""
+    present = set(df.loc[df[column].notna(), "arm"])
+    return [arm for arm in _all_arms(factors) if arm not in present]
+
+
 def _check_design(df, factors: list[str]) -> None:
-    """Every one of the 2^k arms present, and at least one residual degree of freedom (some arm with 2+ seeds)."""
+    """Every one of the 2^k arms with a final val loss, and at least one residual degree of freedom (some arm with 2+
+    seeds)."""
     wanted = 2 ** len(factors)
-    missing = wanted - df["arm"].nunique()
+    missing = len(_missing(df, "loss", factors))
     if missing:
         raise ConfigError(
             f"factorial: {missing} of the {wanted} arms of {' x '.join(factors)} have no finished run; "
             "effects need every combination"
         )
-    if len(df) <= wanted:
+    if df["loss"].notna().sum() <= wanted:
         raise ConfigError("factorial: one run per arm leaves no seed noise to test effects against; run 2+ seeds")
 
 
@@ -127,11 +169,14 @@ def _additivity(df, column: str, factors: list[str], alpha: float) -> dict:
     import statsmodels.formula.api as smf
 
     model = smf.ols(f"{column} ~ C(arm) - 1", data=df).fit()
-    names = list(model.params.index)
+    cells = [n.removeprefix("C(arm)[").removesuffix("]") for n in model.params.index]
     everything = "+".join(factors)
 
     def weights(arms: dict[str, float]) -> list[list[float]]:
-        return [[arms.get(n.removeprefix("C(arm)[").removesuffix("]"), 0.0) for n in names]]
+        absent = [arm for arm in arms if arm not in cells]
+        if absent:  # the callers fit only designs with every cell: a silent weight 0 would test another contrast
+            raise ValueError(f"factorial contrast: arm {absent[0]} is not a cell of the {column} model ({cells})")
+        return [[arms.get(cell, 0.0) for cell in cells]]
 
     def test(arms: dict[str, float]) -> list[float]:
         result = model.t_test(weights(arms))
@@ -151,14 +196,20 @@ def _additivity(df, column: str, factors: list[str], alpha: float) -> dict:
 
 
 def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA) -> dict:
-    """The JSON-ready factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags."""
+    """The JSON-ready factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags;
+    `speed_missing` (the arms with no speed figure: no speed effects then) and `warnings` (a line per copy or replay
+    counted once)."""
     if not factors:
         raise ConfigError("factorial: no factors (the sweep's sweep.yaml has no `factors:`)")
+    runs, warnings = once(runs)
     df = _table(runs, factors)
     _check_design(df, factors)
-    doc = {"factors": factors, "alpha": alpha, "runs": len(df), "loss": _fit(df, "loss", factors, alpha)}
-    if df["log_speed"].notna().sum() > 2 ** len(factors):
+    df = df[df["loss"].notna()]
+    doc: dict = {"factors": factors, "alpha": alpha, "runs": len(df), "loss": _fit(df, "loss", factors, alpha)}
+    doc["speed_missing"] = _missing(df, "log_speed", factors)
+    if not doc["speed_missing"] and df["log_speed"].notna().sum() > 2 ** len(factors):
         doc["speed"] = _fit(df, "log_speed", factors, alpha)
     loaded_arms = sorted(set(df.loc[df["loaded"], "arm"]))
     doc["speed_under_load"] = loaded_arms
+    doc["warnings"] = warnings
     return doc
