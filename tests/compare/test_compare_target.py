@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -332,3 +333,124 @@ def test_threshold_over_a_group_choice_keeps_table_order(tmp_path, capsys):
         "(seeds that reached it: attention=mqa: 0/2, attention=mha: 2/2, attention=gqa: 2/2)"
     )
     assert doc["thresholds"][0]["numeric"] is False
+
+
+def _log_ratio_test(arm_steps: list[float], base_steps: list[float]) -> tuple[float, float]:
+    """Independent reference: geometric-mean speed-up base/arm and Welch's p on the logs (scipy)."""
+    from scipy import stats as sps
+
+    la, lb = [-math.log(x) for x in arm_steps], [-math.log(x) for x in base_steps]
+    return math.exp(statistics.mean(la) - statistics.mean(lb)), float(sps.ttest_ind(la, lb, equal_var=False).pvalue)
+
+
+def test_a_seed_at_the_target_at_initialisation_leaves_the_speedups_undefined(tmp_path, capsys):
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
+    for job in (0, 1, 2):
+        curve(root / str(job), falls(50))
+    curve(root / "3", falls(0))  # seed 0 of the arm: at the target at step 0
+    curve(root / "4", falls(25))
+    curve(root / "5", falls(25))
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
+    base, arm = doc["targets"][0]["rows"]
+    assert [h["step"] for h in arm["seeds"]] == [0, 25, 25] and arm["n_reached"] == 3
+    for key in ("speedup_steps", "speedup_wall"):  # was: steps 2.0 decided on 2 of the 3 seeds, wall dropped silently
+        assert arm[key]["status"] == "not_measured" and arm[key]["effect"] is None and arm[key]["seeds"] == [0, 0]
+        assert base[key]["status"] == "baseline"
+    warning = (
+        "warning: val/loss <= 2: 'mlp.ratio=3' met it at initialisation (before any training) in seed 0, so its "
+        "speed-ups to it are not measured"
+    )
+    assert warning in capsys.readouterr().out
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert f"- {warning}" in md and "| mlp.ratio=3 | 3/3 | 16.7 ± 14.4 steps |" in md
+
+
+def test_a_baseline_seed_at_the_target_at_initialisation_leaves_every_speedup_undefined(tmp_path, capsys):
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
+    for job, cross in enumerate((0, 50, 50, 25, 25, 25)):
+        curve(root / str(job), falls(cross))
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
+    base, arm = doc["targets"][0]["rows"]
+    for row in (base, arm):
+        assert row["speedup_steps"]["status"] == row["speedup_wall"]["status"] == "not_measured"
+    warning = (
+        "warning: val/loss <= 2: 'mlp.ratio=4' met it at initialisation (before any training) in seed 0, so every "
+    )
+    assert f"{warning}arm's speed-up to it is not measured" in capsys.readouterr().out
+
+
+def test_speedup_on_one_eval_is_held_against_the_evals_around_it(tmp_path, capsys):
+    """Every seed crosses between the same two evals: the zero spread is the eval grid's, not the seeds'. The arm's
+    crossing lies in (50, 75], the baseline's in (75, 100]: a speed-up anywhere in (1, 2), so undecided."""
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
+    for job in (0, 1, 2):
+        curve(root / str(job), falls(100))
+    for job in (3, 4, 5):
+        curve(root / str(job), falls(75))
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
+    arm = doc["targets"][0]["rows"][1]
+    assert [(h["prev_step"], h["step"]) for h in arm["seeds"]] == [(50, 75)] * 3
+    assert [h["prev_wall_s"] for h in arm["seeds"]] == [pytest.approx(2.5)] * 3
+    for key in ("speedup_steps", "speedup_wall"):  # was: 1.3333 [1.3333, 1.3333] p 0 decided
+        v = arm[key]
+        assert v["effect"] == pytest.approx(100 / 75) and v["p"] == 0.0 and v["status"] == "unresolved"
+        assert v["direction"] == 0
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert "| 1.33× [1.33, 1.33] undecided (the evals around the reading could flip it) |" in md
+    assert "least favourable to it" in md
+
+
+def test_speedup_from_eval_placement_alone_is_unresolved(tmp_path, capsys):
+    """Identical curves crossing between steps 25 and 31; the arm recorded evals at 31 and 32 (train.eval_flops
+    plans evals per arm), the baseline at 36 and 37: 36 / 31 is where the evals fell, not a speed-up."""
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
+    grid = {s: 4.0 if s < 30 else 1.5 for s in (0, 25, 50, 75, 100)}
+    for job in (0, 1, 2):
+        curve(root / str(job), {**grid, 36: 1.5, 37: 1.5})
+    for job in (3, 4, 5):
+        curve(root / str(job), {**grid, 31: 1.5, 32: 1.5})
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
+    base, arm = doc["targets"][0]["rows"]
+    assert [h["step"] for h in base["seeds"]] == [36] * 3 and [h["step"] for h in arm["seeds"]] == [31] * 3
+    v = arm["speedup_steps"]  # was: 1.1613 decided, p 0
+    assert v["effect"] == pytest.approx(36 / 31) and v["status"] == "unresolved"
+
+
+def test_speedups_that_survive_their_brackets_stay_decided(tmp_path, capsys):
+    """Evals every 10 steps; seeds spread: the arm's worst ends (its hit evals) still beat the baseline's best
+    (the evals before its hits), so the verdicts and their numbers are those of the plain Welch test."""
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
+    base_hits, arm_hits, base_wall, arm_wall = (80, 90, 80), (40, 40, 50), (0.05, 0.052, 0.048), (0.02, 0.021, 0.019)
+    for job, (cross, wall) in enumerate(zip(base_hits + arm_hits, base_wall + arm_wall)):
+        curve(root / str(job), falls(cross, every=10), wall=wall)
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
+    arm = doc["targets"][0]["rows"][1]
+    effect, p = _log_ratio_test(list(arm_hits), list(base_hits))
+    worst_effect, worst_p = _log_ratio_test([40, 40, 50], [70, 80, 70])  # arm at its slowest, baseline its quickest
+    assert worst_effect > 1 and worst_p < 0.05  # the reference: robust to the brackets
+    v = arm["speedup_steps"]
+    assert (v["status"], v["direction"]) == ("decided", 1)
+    assert v["effect"] == pytest.approx(effect) and v["p"] == pytest.approx(p)
+    arm_s = [s * w for s, w in zip(arm_hits, arm_wall)]
+    base_s = [s * w for s, w in zip(base_hits, base_wall)]
+    effect, p = _log_ratio_test(arm_s, base_s)
+    worst = _log_ratio_test(arm_s, [(s - 10) * w for s, w in zip(base_hits, base_wall)])
+    assert worst[0] > 1 and worst[1] < 0.05
+    w = arm["speedup_wall"]
+    assert (w["status"], w["direction"]) == ("decided", 1)
+    assert w["effect"] == pytest.approx(effect) and w["p"] == pytest.approx(p)
+
+
+def test_wall_speedup_within_its_eval_bracket_is_unresolved(tmp_path, capsys):
+    """Both arms cross between steps 25 and 50 and the arm steps 25% faster: its wall time to target lies in about
+    (1.0, 2.0] s against the baseline's (1.25, 2.5] s, so the 1.25× could be either way."""
+    root = sweep(tmp_path, [{}, {"mlp.ratio": 3}])
+    for job, wall in enumerate((0.05, 0.051, 0.049, 0.04, 0.0408, 0.0392)):
+        curve(root / str(job), falls(50), wall=wall)
+    doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
+    arm = doc["targets"][0]["rows"][1]
+    assert arm["speedup_steps"]["status"] == "within_noise"  # both at step 50: 1.00×, unchanged
+    w = arm["speedup_wall"]  # was: decided faster
+    effect, p = _log_ratio_test([50 * x for x in (0.04, 0.0408, 0.0392)], [50 * x for x in (0.05, 0.051, 0.049)])
+    assert p < 0.05 and w["effect"] == pytest.approx(effect) and w["p"] == pytest.approx(p)
+    assert w["status"] == "unresolved"

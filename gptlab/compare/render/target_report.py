@@ -99,6 +99,24 @@ def _every(result: TargetResult) -> str:
     return "every " + " or ".join(map(str, gaps)) + " steps" if gaps else "at the steps it was logged"
 
 
+_UNSURE = Verdict("steps", Status.UNRESOLVED, ratio=True)
+
+
+def at_start_warnings(result: TargetResult) -> list[str]:
+    """One warning per row with a seed that met the target at initialisation: its speed-ups are not measured."""
+    out = []
+    for i, row in enumerate(result.rows):
+        seeds = [str(h.seed) for h in row.at_start]
+        if seeds:
+            whose = "every arm's speed-up to it is" if i == 0 else "its speed-ups to it are"
+            out.append(
+                f"warning: {result.target.text}: '{row.label}' met it at initialisation (before any training) in seed "
+                f"{', '.join(seeds)}, so {whose} not measured (a speed-up from a start already past the target is "
+                "undefined; a harder target measures one)"
+            )
+    return out
+
+
 def target_notes(cmp: Any) -> list[str]:
     """The rule behind the steps-to-target tables and the threshold sentences, in plain sentences."""
     if not cmp.targets:
@@ -111,8 +129,11 @@ def target_notes(cmp: Any) -> list[str]:
         "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
         "extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or wall time) to "
         "target and the arm's, with a 95% CI and a verdict (faster / slower / within noise: Welch's t-test on the "
-        "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed; wall-time speed-ups of "
-        "runs measured under outside load are marked so."
+        "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed and none at step 0 "
+        "(a speed-up from initialisation is undefined); wall-time speed-ups of runs measured under outside load "
+        "are marked so. Each seed's crossing lies between the previous record and the reported one, so a "
+        "faster / slower verdict must also hold with every seed at the end of that bracket least favourable to "
+        f"it (steps, and the wall times of the same two records), else it reads '{words.speed(_UNSURE)}'."
     ]
     out += [
         f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
@@ -120,6 +141,7 @@ def target_notes(cmp: Any) -> list[str]:
         "or before the reported step."
         for r in cmp.targets
     ]
+    out += [line for r in cmp.targets for line in at_start_warnings(r)]
     out += [f"Threshold: {t.sentence}." for t in cmp.thresholds]
     return out
 
@@ -139,10 +161,14 @@ def print_targets(cmp: Any, console) -> None:
     if cmp.targets:
         console.print(
             "steps/tokens/wall: mean ± std over the seeds that reached the target, the others counted as "
-            "not reached; speed-up only where both arms reached it in every seed (rule: comparison.md)",
+            "not reached; speed-up only where both arms reached it in every seed after step 0, undecided where the "
+            "evals around a crossing could flip it (rule: comparison.md)",
             highlight=False,
             markup=False,
+            soft_wrap=True,  # one line, never wrapped
         )
+    for warning in (w for result in cmp.targets for w in at_start_warnings(result)):
+        console.print(warning, highlight=False, markup=False, soft_wrap=True)
     for t in cmp.thresholds:
         console.print(t.sentence, highlight=False, markup=False, soft_wrap=True)  # one line, never wrapped
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
 from gptlab.compare.reading.group import Group
@@ -112,7 +112,11 @@ def x_at(run: Run, step: int, key: str) -> float | None:
 
 @dataclass
 class SeedHit:
-    """One run's first step at or past the target (None: not reached by last_step) and tokens/wall there."""
+    """One run's first step at or past the target (None: not reached by last_step) and tokens/wall there.
+
+    The target was crossed after the previous record of the metric (`prev_step`, 0 when the hit is the first
+    record: the start) and at or before `step`: each seed's steps to target lie in (prev_step, step], its wall
+    time in (prev_wall_s, wall_s] (the wall times of the same two evals; None where unknown)."""
 
     seed: Any
     run: str
@@ -122,18 +126,29 @@ class SeedHit:
     wall_s: float | None
     value: float | None
     last_step: int
+    prev_step: int | None = None
+    prev_wall_s: float | None = None
+
+    @property
+    def at_start(self) -> bool:
+        """Met the target at initialisation (step 0, or no training time yet): a rate of 1/0, no speed-up."""
+        return self.reached and (self.step == 0 or self.wall_s == 0.0)
 
 
 def first_hit(run: Run, target: Target) -> SeedHit:
     """Scan the steps where the run recorded the metric, in order, for the first one at or past the target."""
     steps = sorted(s for s, r in run.by_step.items() if r.get(target.metric) is not None)
     seed = run.config.get("seed")
-    for s in steps:
+    for i, s in enumerate(steps):
         value = float(run.by_step[s][target.metric])
         if target.reached(value):
-            return SeedHit(
+            prev = steps[i - 1] if i else 0  # the first record: crossed since the start
+            hit = SeedHit(
                 seed, str(run.path), True, s, x_at(run, s, "tokens"), x_at(run, s, "wall_s"), value, steps[-1]
             )
+            if s > 0:
+                hit.prev_step, hit.prev_wall_s = prev, x_at(run, prev, "wall_s")
+            return hit
     return SeedHit(seed, str(run.path), False, None, None, None, None, steps[-1] if steps else 0)
 
 
@@ -170,6 +185,11 @@ class TargetRow:
         """Every seed reached the target."""
         return self.n_reached == self.n_seeds
 
+    @property
+    def at_start(self) -> list[SeedHit]:
+        """The seeds that met the target at initialisation: no speed-up to it is defined for this row's pairs."""
+        return [h for h in self.seeds if h.at_start]
+
 
 def target_row(g: Group, target: Target) -> TargetRow:
     """Per-seed hits of one group summarised; the unreached seeds are counted, never averaged away."""
@@ -182,18 +202,49 @@ def target_row(g: Group, target: Target) -> TargetRow:
     )
 
 
-def _rates(hits: list[SeedHit], key: str) -> list[float]:
-    """1 / (steps or wall time) to target per seed: a rate, so verdict.ratio's higher-is-faster test applies."""
-    values = [getattr(h, key) for h in hits]
-    return [1.0 / v for v in values if v]
+def _rates(values: list[float | None]) -> list[float] | None:
+    """1 / (steps or wall time) to target per seed: a rate, so verdict.ratio's higher-is-faster test applies; None
+    unless every seed's value is known and positive (a seed is never dropped from a test silently)."""
+    if not values or any(v is None or v <= 0 for v in values):
+        return None
+    return [1.0 / cast(float, v) for v in values]
+
+
+def _brackets(hits: list[SeedHit], key: str) -> list[tuple[float, float]]:
+    """Each seed's (low, high) steps or wall time to target: the two evals around its crossing (low 0 when the
+    previous eval's wall time is unknown: the widest bracket the data allow)."""
+    if key == "step":
+        return [(float(cast(int, h.prev_step)), float(cast(int, h.step))) for h in hits]
+    out = []
+    for h in hits:
+        high = cast(float, h.wall_s)
+        out.append((min(h.prev_wall_s or 0.0, high), high))
+    return out
+
+
+def _held(found: Verdict, arm: list[tuple[float, float]], base: list[tuple[float, float]]) -> Verdict:
+    """verdict.bracketed for a speed-up to target: a decided speed-up must still be decided the same way with each
+    arm seed at the end of its bracket nearest the baseline and each baseline seed at the end nearest the arm
+    (faster: the arm at its slowest, the baseline at its quickest), else UNRESOLVED. Only ever adds caution."""
+    if not found.decided:
+        return found
+    faster = found.direction > 0
+    arm_worst = _rates([hi if faster else lo for lo, hi in arm])
+    base_worst = _rates([lo if faster else hi for lo, hi in base])
+    if arm_worst is None or base_worst is None:  # a bracket open to the start: any rate is possible
+        return replace(found, status=Status.UNRESOLVED)
+    worst = verdict.ratio(found.metric, arm_worst, base_worst, ALPHA)
+    return found if worst.direction == found.direction else replace(found, status=Status.UNRESOLVED)
 
 
 def _versus(row: TargetRow, base: TargetRow) -> None:
-    """Speed-ups to target with their noise: ratio of geometric means, 95% CI and Welch verdict (never bare)."""
-    row.speedup_steps = verdict.ratio("steps", _rates(row.seeds, "step"), _rates(base.seeds, "step"), ALPHA)
-    arm_wall, base_wall = _rates(row.seeds, "wall_s"), _rates(base.seeds, "wall_s")
-    if len(arm_wall) == row.n_seeds and len(base_wall) == base.n_seeds:  # every seed's wall time known
-        row.speedup_wall = verdict.ratio("wall_s", arm_wall, base_wall, ALPHA)
+    """Speed-ups to target with their noise: ratio of geometric means, 95% CI and Welch verdict (never bare), held
+    against the evals around each seed's crossing; each needs every seed's value."""
+    for key, attr in (("step", "speedup_steps"), ("wall_s", "speedup_wall")):
+        arm, ref = _rates([getattr(h, key) for h in row.seeds]), _rates([getattr(h, key) for h in base.seeds])
+        if arm is not None and ref is not None:
+            found = verdict.ratio(getattr(row, attr).metric, arm, ref, ALPHA)
+            setattr(row, attr, _held(found, _brackets(row.seeds, key), _brackets(base.seeds, key)))
 
 
 def resolution(runs: list[Run], metric: str) -> list[int]:
@@ -236,17 +287,20 @@ class TargetResult:
 
 
 def steps_to_target(groups: list[Group], target: Target, limit: float = OUTSIDE_LOAD_LIMIT) -> TargetResult:
-    """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed; a group
-    above `limit` outside load (the comparison's) is under load."""
+    """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed, none of
+    them at initialisation (a rate of 1/0: the speed-up is undefined, NOT_MEASURED); a group above `limit` outside
+    load (the comparison's) is under load."""
     rows = [target_row(g, target) for g in groups]
     base = rows[0]
     for row, g in zip(rows, groups):
         load = outside_load(g.runs)
         row.under_load = load is not None and load > limit
-        if row is base and row.all_reached and row.steps_mean:
+        if not (row.all_reached and base.all_reached) or row.at_start or base.at_start:
+            continue
+        if row is base:
             row.speedup_steps = verdict.baseline("steps", ratio=True)
-            if len(_rates(row.seeds, "wall_s")) == row.n_seeds:
+            if _rates([h.wall_s for h in row.seeds]) is not None:
                 row.speedup_wall = verdict.baseline("wall_s", ratio=True)
-        elif row.all_reached and base.all_reached and row.steps_mean:
+        else:
             _versus(row, base)
     return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows)
