@@ -93,6 +93,59 @@ def test_impossible_matches_are_refused_in_one_line(overrides, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+HYBRID = ["attention=hybrid", "attention.window=16", "model.match=params", "model.match_knob=n_layer"]
+TOO_FEW = (
+    "model.match=params: no model.n_layer in [1, 64] gives the baseline's 197,184 non-embedding params (the smallest "
+    "that builds gives {got} non-embedding params; below it, model.n_layer={n} {what}); allowed: another "
+    "model.match_knob, or an arm nearer the baseline"
+)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["attention.global_every=null", "attention.global_layers=[3]", "mlp.ratio=12"],
+            TOO_FEW.format(
+                got="459,328",
+                n=3,
+                what="leaves no global layer (attention.global_layers=[3]): sliding-window attention in every layer",
+            ),
+        ),
+        (
+            ["mlp.ratio=12"],  # hybrid's own global_every=4
+            TOO_FEW.format(
+                got="459,328",
+                n=3,
+                what="leaves no global layer (attention.global_every=4): sliding-window attention in every layer",
+            ),
+        ),
+        (
+            ["attention.global_every=null", "attention.global_layers=[0,1]", "mlp.ratio=8"],
+            TOO_FEW.format(
+                got="246,208", n=2, what="makes every layer global (attention.global_layers=[0, 1]): full attention"
+            ),
+        ),
+    ],
+)
+def test_a_depth_match_never_drops_a_hybrids_global_layers(overrides, message):
+    """model.match_knob=n_layer on attention=hybrid: a depth that leaves no global layer (a sliding-window model
+    labelled hybrid) or makes every layer global is not chosen; where only such depths reach the baseline, refused."""
+    from gptlab.config.validate import validate
+
+    with pytest.raises(ConfigError) as err:
+        validate(compose([*SMALL, "logger=none", *HYBRID, *overrides]))
+    assert str(err.value) == message
+
+
+def test_a_depth_match_that_keeps_a_hybrids_global_layers_is_chosen():
+    cfg = compose([*SMALL, *HYBRID, "attention.global_every=2", "mlp.ratio=6"])
+    _, record = matched(cfg, VOCAB)
+    model = build_model(cfg, vocab_size=VOCAB, device="meta")
+    windows = [block.attn.window for block in model.blocks]
+    assert record["resolved"] == 3 and windows == [16, None, 16]
+
+
 def test_match_to_names_the_baseline_and_the_knob_can_be_d_model():
     """An mlp_ratio arm matched on d_model to GPT-2 blocks (layernorm, learned positions) named by match_to."""
     blocks = ["norm=layernorm", "position=learned"]

@@ -54,6 +54,21 @@ from gptlab.util.paths import SWEEPS_DIR
             "attention; for global layers between windowed ones use attention=hybrid",
         ),
         (
+            ["attention=sliding", "attention.window=null"],
+            "attention=sliding with attention.window=null is full attention in every layer (no window); set "
+            "attention.window (>= 1; attention=sliding's default is 64)",
+        ),
+        (
+            ["attention=hybrid", "attention.window=null", "attention.global_every=null"],
+            "attention=hybrid with attention.window=null is full attention in every layer (no window); set "
+            "attention.window (>= 1; attention=hybrid's default is 64)",
+        ),
+        (
+            ["attention=hybrid", "attention.window=null"],  # the global_every line (INERT) says it, once
+            "attention.global_every=4 has no effect without attention.window (attention=hybrid): every layer is full "
+            "attention; for global layers between windowed ones use attention=hybrid",
+        ),
+        (
             ["mlp=swiglu", "model.d_model=64", "mlp.ratio=1"],
             "mlp=swiglu with mlp.match_params=true is a no-op: 2/3·1·64 rounds up to mlp.multiple_of=64 as 64",
         ),
@@ -147,6 +162,11 @@ INERT = [
         "hardware.reshard_after_forward=false has no effect without FSDP (hardware.strategy=ddp, distributed=true)",
     ),
     (["+hardware.tf32=false"], "hardware.tf32=false has no effect on hardware.device=cpu"),
+    (
+        ["mlp=swiglu", "mlp.match_params=false", "mlp.multiple_of=128"],
+        "mlp.multiple_of=128 has no effect with mlp.match_params=false (the hidden width is ratio·d_model, not "
+        "rounded); set mlp.match_params=true; or drop mlp.multiple_of",
+    ),
 ]
 
 
@@ -162,7 +182,9 @@ def test_an_inert_key_given_on_the_command_line_is_refused_in_one_line(overrides
         cfg.hydra.overrides.task = []  # as if every key came from a config file
     check_inert(cfg)  # no refusal ...
     warned = noop_choices(cfg)
-    always_set = any(k in needle for k in ("spike_window=", "temperature=0.3", "top_k=5", "bpe_", "reshard", "tf32"))
+    always_set = any(
+        k in needle for k in ("spike_window=", "temperature=0.3", "top_k=5", "bpe_", "reshard", "tf32", "multiple_of")
+    )
     assert warned == [] if always_set else [line for line in warned if needle.split(" has ")[0] in line], warned
 
 

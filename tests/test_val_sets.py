@@ -167,6 +167,36 @@ def test_the_cli_refuses_a_missing_val_set_file_in_one_line_and_leaves_no_run_di
     assert not run.exists()
 
 
+APART = "allowed: files apart from the training corpus (a val set scores text the model never trained on)"
+
+
+def test_a_val_set_of_the_training_files_is_refused_in_one_line(tmp_path):
+    """A named set that is the training corpus (by path, or a copy of it by content) would score windows the model
+    trained on: refused, naming the set and the file, before anything is written."""
+    from gptlab.data.text import TextData
+
+    files = _files(tmp_path)
+    copy = tmp_path / "copy" / "corpus.txt"
+    copy.parent.mkdir()
+    copy.write_text(CORPUS)
+    train = [*TINY, "data=text", f"data.paths=[{files['corpus']}]", "data.tokenizer=char", "logger=none"]
+    same = (
+        f"data.val_sets=[{{name: prose, paths: ['{files['prose']}']}}, {{name: heldout, paths: ['{tmp_path}/c*.txt']}}]"
+    )
+    run = tmp_path / "r"
+    with pytest.raises(ConfigError) as err:
+        run_inprocess(run, *train, same, steps=1, eval_interval=1)
+    corpus = files["corpus"].resolve()
+    assert str(err.value) == f"data.val_sets.heldout.paths: {corpus} is a training file (data.paths); {APART}"
+    assert not run.exists() or not any(run.iterdir())
+    with pytest.raises(ConfigError) as err:  # a copy elsewhere: the same bytes, found by content when data is built
+        TextData(seed=1, block_size=8, cache_dir=tmp_path / "cache", paths=[str(files["corpus"])], tokenizer="char",
+                 val_sets=[{"name": "heldout", "paths": [str(copy)]}])  # fmt: skip
+    assert str(err.value) == (
+        f"data.val_sets.heldout.paths: {copy.resolve()} has the content of training file {corpus} (data.paths); {APART}"
+    )
+
+
 def test_val_sets_need_a_text_data_choice(tmp_path):
     sets = f"+data.val_sets=[{{name: a, paths: ['{tmp_path}']}}]"
     with pytest.raises(ConfigError, match=r"^data\.val_sets: not a key of this data choice \(AssocRecallData\)"):

@@ -14,7 +14,9 @@ e.g. `[norm=layernorm, position=learned]` for GPT-2's own blocks) when given. Ev
 
 Refused in one line: no knob value within range reaches the baseline's cost, a knob the arm cannot move (mlp=none has
 no hidden width), a match_to override outside the four groups, and a match that turns the arm into its baseline (an
-mlp.ratio arm matched on the MLP width: pick d_model or n_layer).
+mlp.ratio arm matched on the MLP width: pick d_model or n_layer). A depth that breaks a hybrid's global layers (none
+left, every layer global, or a listed layer past the last) counts as one that does not build: it is never chosen, and
+where only such depths reach the baseline the match is refused.
 """
 
 from __future__ import annotations
@@ -154,12 +156,46 @@ def grid(cfg: DictConfig, knob: str) -> Grid:
     return Grid("model.n_layer", range(1, MAX_FACTOR * n_layer + 1), "model.n_layer")
 
 
+def _layout(cfg: DictConfig) -> str | None:
+    """What this sizing's model.n_layer does to a hybrid's global layers (attention.window with global_every or
+    global_layers), in words, where it breaks them: a listed layer past the last, no global layer (sliding-window
+    attention in every layer) or every layer global (full attention); None where windowed and global layers both stay."""
+    from gptlab.model.attention.gqa import layer_window
+
+    window, every, layers = (
+        OmegaConf.select(cfg, f"attention.{k}") for k in ("window", "global_every", "global_layers")
+    )
+    if window is None or (every is None and not layers):
+        return None
+    n = int(cfg.model.n_layer)
+    knobs = ", ".join(f"attention.{k}={v}" for k, v in (("global_every", every), ("global_layers", layers)) if v)
+    per_layer = [layer_window(i, window, every, layers) for i in range(n)]
+    if all(w is not None for w in per_layer):
+        return f"model.n_layer={n} leaves no global layer ({knobs}): sliding-window attention in every layer"
+    if all(w is None for w in per_layer):
+        return f"model.n_layer={n} makes every layer global ({knobs}): full attention"
+    past = [layer for layer in layers or [] if layer >= n]
+    return f"model.n_layer={n} has no layer {past[0]} ({knobs})" if past else None
+
+
 def _cost(measure: Measure, cfg: DictConfig, mode: str) -> float | None:
     """The sizing's params or FLOPs/token; None where the sizing does not build (below a feasible knob value)."""
     try:
         return float(getattr(measure(cfg), mode))
     except ConfigError:
         return None
+
+
+def _keeping_layout(measure: Measure) -> Measure:
+    """measure, refusing (as a sizing that does not build) a depth that breaks the global layers (_layout)."""
+
+    def checked(cfg: DictConfig) -> Costs:
+        why = _layout(cfg)
+        if why is not None:
+            raise ConfigError(why)
+        return measure(cfg)
+
+    return checked
 
 
 def _first_at_or_above(g: Grid, cfg: DictConfig, measure: Measure, mode: str, target: float) -> int:
@@ -188,6 +224,8 @@ def solve(cfg: DictConfig, s: MatchSettings, measure: Measure, defaults: Default
     base_costs, own_costs = measure(base), measure(own)
     target = float(getattr(base_costs, s.match))
     g = grid(own, knob)
+    if knob == "n_layer" and _layout(own) is None:  # a depth that breaks the hybrid's global layers does not build
+        measure = _keeping_layout(measure)
     i = _first_at_or_above(g, own, measure, s.match, target)
     above = _cost(measure, g.apply(own, i), s.match) if i < len(g.values) else None
     below = _cost(measure, g.apply(own, i - 1), s.match) if i > 0 else None
@@ -199,9 +237,11 @@ def solve(cfg: DictConfig, s: MatchSettings, measure: Measure, defaults: Default
     step = abs(cost - other) if other is not None else None
     if other is None and cost != target:  # the target lies outside what the knob's range reaches
         end = "largest" if above is None else "smallest that builds"
+        why = _layout(g.apply(own, i - 1)) if knob == "n_layer" and above is not None and i > 0 else None
         raise ConfigError(
             f"model.match={s.match}: no {g.what} in [{g.values[0]}, {g.values[-1]}] gives the baseline's "
-            f"{_words(s.match, target)} (the {end} gives {_words(s.match, cost)}); allowed: another "
+            f"{_words(s.match, target)} (the {end} gives {_words(s.match, cost)}"
+            f"{'; below it, ' + why if why else ''}); allowed: another "
             "model.match_knob, or an arm nearer the baseline"
         )
     resolved = g.apply(own, chosen)

@@ -1,9 +1,10 @@
 """Config choices and keys that do nothing: one line each, so an ablation arm is not silently the baseline again.
 
 Two kinds. A choice whose values make it another (GQA with n_kv_head == n_head is MHA, a window that covers the whole
-context): a warning. A key that cannot act under the other keys (`INERT`: a global-layer knob without a window, a
-spike dump without spike detection, sampling knobs when nothing is sampled, BPE sizes under another tokenizer, FSDP
-knobs without FSDP, match knobs without model.match): a warning, and a refusal (`check_inert`, called by validate)
+context, a windowed choice with window=null): a warning. A key that cannot act under the other keys (`INERT`: a
+global-layer knob without a window, mlp.multiple_of with mlp.match_params=false, a spike dump without spike
+detection, sampling knobs when nothing is sampled, BPE sizes under another tokenizer, FSDP knobs without FSDP, match
+knobs without model.match): a warning, and a refusal (`check_inert`, called by validate)
 when the key was given on the command line, where nothing else can have meant it. A key a choice's constructor does not take at all (wsd's
 decay_fraction under schedule=cosine, min_lr_ratio under schedule=constant) is refused by its signature
 (gptlab/config/build.py `_check_keys`), not listed here.
@@ -63,8 +64,30 @@ def _layer_windows(cfg: Mapping) -> list[int | None]:
     return [layer_window(i, window, every, layers) for i in range(int(_get(cfg, "model.n_layer", 0)))]
 
 
+def _choice_default(group: str, choice: str, key: str) -> Any:
+    """`key` as conf/<group>/<choice>.yaml sets it (through the group's own defaults list); None where no shipped
+    file of the choice sets it."""
+    from gptlab.util.paths import CONF_DIR
+
+    path = CONF_DIR / group / f"{choice}.yaml"
+    if not path.is_file():
+        return None
+    node = OmegaConf.to_container(OmegaConf.load(path))
+    if not isinstance(node, dict):
+        return None
+    if key in node:
+        return node[key]
+    parents = [d for d in node.get("defaults") or [] if isinstance(d, str) and d != "_self_" and d != choice]
+    for parent in reversed(parents):  # the last default wins
+        value = _choice_default(group, parent, key)
+        if value is not None:
+            return value
+    return None
+
+
 def _windows(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
-    """A window that covers the whole context, or global-layer knobs that change no layer."""
+    """A window that covers the whole context, global-layer knobs that change no layer, or a windowed choice whose
+    window is turned off."""
     attn = _choice(choices, "attention")
     window, block = _get(cfg, "attention.window"), _get(cfg, "model.block_size")
     every, layers = _get(cfg, "attention.global_every"), _get(cfg, "attention.global_layers")
@@ -72,7 +95,13 @@ def _windows(cfg: Mapping, choices: Mapping[str, str]) -> list[str]:
         f"attention.{k}={v}" for k, v in (("global_every", every), ("global_layers", layers)) if v not in (None, [])
     )
     if window is None:
-        return []  # global-layer knobs without a window: INERT's _window_knobs
+        default = _choice_default("attention", choices["attention"], "window") if "attention" in choices else None
+        if knobs or default is None:
+            return []  # global-layer knobs without a window: INERT's _window_knobs
+        return [
+            f"{attn} with attention.window=null is full attention in every layer (no window); set attention.window "
+            f"(>= 1; {attn}'s default is {default})"
+        ]
     if block is not None and window >= block:
         return [f"{attn} with attention.window={window} >= model.block_size={block} is full attention"]
     per_layer = _layer_windows(cfg)
@@ -163,6 +192,14 @@ def _window_knobs(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
     return [(knobs, why)] if knobs else []
 
 
+def _mlp_multiple(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """multiple_of rounds the match_params (2/3) width up: with match_params=false the width is ratio·d_model as is."""
+    if _get(cfg, "mlp.match_params") is not False or _get(cfg, "mlp.multiple_of") is None:
+        return []
+    why = "with mlp.match_params=false (the hidden width is ratio·d_model, not rounded); set mlp.match_params=true"
+    return [(("mlp.multiple_of",), why)]
+
+
 def _spikes(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
     """spike_dump and spike_window act only when spike_factor turns spike detection on."""
     if _get(cfg, "train.spike_factor") is not None:
@@ -211,9 +248,10 @@ def _match_knobs(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
     return [(keys, "with model.match=null (nothing is matched); set model.match=params or flops")] if keys else []
 
 
-INERT = (_window_knobs, _spikes, _sampling, _bpe, _hardware, _match_knobs)
+INERT = (_window_knobs, _mlp_multiple, _spikes, _sampling, _bpe, _hardware, _match_knobs)
 # keys every config carries a value for: named only when someone chose them (the command line), never by default
 _ALWAYS_SET = {
+    "mlp.multiple_of",
     "train.spike_window",
     "sample.temperature",
     "sample.top_k",

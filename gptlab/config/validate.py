@@ -118,6 +118,22 @@ def _global_layers(cfg: DictConfig) -> None:
             )
 
 
+def _val_sets_apart(cfg: DictConfig) -> None:
+    """A named val set may not hold a training file (data.paths): by resolved path here, before any file is read; by
+    content when the data is built (gptlab/data/val_sets.py check_apart)."""
+    paths, sets = OmegaConf.select(cfg, "data.paths"), OmegaConf.select(cfg, "data.val_sets")
+    if not paths or not sets:
+        return
+    from gptlab.data.files import resolve_paths
+    from gptlab.data.val_sets import check_apart
+
+    try:
+        files = resolve_paths(OmegaConf.to_container(paths, resolve=True) if OmegaConf.is_config(paths) else paths)
+    except ConfigError:
+        return  # data.paths' own error is the data's to report
+    check_apart(OmegaConf.to_container(sets, resolve=True) if OmegaConf.is_config(sets) else sets, files)
+
+
 def _nesterov(cfg: DictConfig) -> None:
     if OmegaConf.select(cfg, "optimizer.nesterov") and OmegaConf.select(cfg, "optimizer.momentum") == 0:
         raise ConfigError(
@@ -144,6 +160,7 @@ CROSS_RULES = (
     _unselected,
     _logger_paths,
     _global_layers,
+    _val_sets_apart,
     _nesterov,
     _decay_factor,
 )

@@ -19,7 +19,7 @@ from gptlab.data.lm import (
     Verify,
 )
 from gptlab.data.sources import FileSource
-from gptlab.data.val_sets import ValSets, open_val_sets
+from gptlab.data.val_sets import ValSets, check_apart, open_val_sets
 from gptlab.util.checks import Text, rule
 
 
@@ -46,6 +46,7 @@ class TextData(LMData):
         cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         files = resolve_paths(list(paths) if paths is not None and not isinstance(paths, str) else paths)
         hashes = content_hashes(files, cache_dir, verify)  # validates each file version once, before any tokenizing
+        check_apart(val_sets, files, hashes, cache_dir)  # a val set of training text: refused before tokenizing
         source = FileSource(files, column, source_key(files, hashes, column))
         splits = build_token_splits(
             source,

@@ -184,6 +184,38 @@ class ValSetsCheck:
 ValSets = Annotated[list | None, rule(check=ValSetsCheck())]
 
 
+def check_apart(value: Any, files: Sequence[Path], hashes: Sequence[str] | None = None, cache_dir=None) -> None:
+    """No files set may hold a training file (data.paths): its windows would score text the model trained on. Files
+    are compared by resolved path and, with the training files' content `hashes`, by content (a copy elsewhere)."""
+    train = {Path(f).resolve(): i for i, f in enumerate(files)}
+    by_hash = {h: Path(files[i]) for i, h in enumerate(hashes or ())}
+    for spec in parse_val_sets(value):
+        if not spec.paths:
+            continue
+        try:
+            own = resolve_paths(list(spec.paths))
+        except ConfigError as err:
+            raise rekeyed(err, spec) from None
+        for f in own:
+            if f in train:
+                raise ConfigError(
+                    f"{spec.key}.paths: {f} is a training file (data.paths); allowed: files apart from the training "
+                    "corpus (a val set scores text the model never trained on)"
+                )
+        if by_hash:
+            cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            try:
+                own_hashes = content_hashes(own, cache)
+            except ConfigError as err:
+                raise rekeyed(err, spec) from None
+            for f, h in zip(own, own_hashes, strict=True):
+                if h in by_hash:
+                    raise ConfigError(
+                        f"{spec.key}.paths: {f} has the content of training file {by_hash[h]} (data.paths); allowed: "
+                        "files apart from the training corpus (a val set scores text the model never trained on)"
+                    )
+
+
 class ValSet:
     """One named validation set: all of its source's tokens, its fingerprint, and its fixed windows."""
 
