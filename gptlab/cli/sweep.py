@@ -156,25 +156,71 @@ def _measure_floor(name: str, sweep_dir: Path) -> None:
         print(f"[{name}] {line}", flush=True)
 
 
-def _until_decided(sweep: Sweep, args) -> int:
-    """--until-decided: run the sweep's seeds, then at each look of the group-sequential plan add seeds only to the
-    arms still undecided (and the baseline, the first arm) until each is decided or the cap is reached."""
-    from gptlab.compare.render.until_decided import look_lines, plan_line
+def _design(sweep: Sweep, args):
+    """--until-decided's group-sequential plan, refused in one line (exit 2) for a sweep it cannot run or a sweep dir
+    whose until_decided.json records another plan: looks replayed over the same runs under a second plan would push
+    the false-decision rate above alpha (0.068-0.072 for a rerun with a larger --max-seeds), so only the recorded
+    plan continues there. Checked before anything is written."""
     from gptlab.compare.statistics.sequential import plan
-    from gptlab.compare.studies.until_decided import look, write_record
 
     if args.lr_grid or args.ladder or args.factorial or sweep.spec.get("aa") or args.detach:
         fail("gptlab-sweep: --until-decided: a plain arms x seeds sweep, run in the foreground (not with --lr-grid, "
              "--ladder, --factorial, --aa or --detach)")  # fmt: skip
     if args.max_seeds is None:
         fail("gptlab-sweep: --until-decided needs --max-seeds N (seeds per arm at most)")
-    arms = list(sweep.spec["arms"])
-    if len(arms) < 2:
+    if len(sweep.spec["arms"]) < 2:
         fail("gptlab-sweep: --until-decided: the sweep needs a baseline (its first arm) and at least one other arm")
     try:
         design = plan(len(sweep.seeds), args.seed_step, args.max_seeds, spending=args.spending)
     except ConfigError as err:
         fail(f"gptlab-sweep: --until-decided: {err}")
+    differs = _recorded_plan_differs(sweep.sweep_dir, design, next(iter(sweep.spec["arms"])))
+    if differs:
+        fail(f"gptlab-sweep: --until-decided: {differs}")
+    return design
+
+
+def _plan_flags(seeds: list[int], spending: str) -> dict[str, str]:
+    """A plan's seeds per look and spending as the flags that give them (first looks at the sweep's own seeds)."""
+    step = {"--seed-step": str(seeds[1] - seeds[0])} if len(seeds) > 1 else {}
+    return {"--seeds count": str(seeds[0]), **step, "--max-seeds": str(seeds[-1]), "--spending": spending}
+
+
+def _recorded_plan_differs(sweep_dir: Path, design, base: str) -> str | None:
+    """What differs between the plan of the sweep dir's until_decided.json and `design` (and what is allowed), in
+    words; None when the dir has no record or records this plan."""
+    from gptlab.compare.studies.until_decided import RECORD_FILE, read_record
+
+    path = sweep_dir / RECORD_FILE
+    if not path.exists():
+        return None
+    doc = read_record(sweep_dir) or {}
+    try:
+        was, baseline = doc["plan"], str(doc["baseline"])
+        seeds, spending, alpha = [int(n) for n in was["seeds"]], str(was["spending"]), float(was["alpha"])
+    except (TypeError, KeyError, ValueError):
+        return f"{path} cannot be read as a record of looks, so its plan is unknown; give a new --out"
+    old, now = _plan_flags(seeds, spending), _plan_flags(list(design.seeds), design.spending)
+    diffs = [f"{flag} {now.get(flag, '-')} (recorded: {old.get(flag, '-')})" for flag in dict.fromkeys([*old, *now])
+             if old.get(flag) != now.get(flag)]  # fmt: skip
+    diffs += [f"alpha {design.alpha:g} (recorded: {alpha:g})"] if alpha != design.alpha else []
+    diffs += [f"baseline '{base}' (recorded: '{baseline}')"] if baseline != base else []
+    if not diffs:
+        return None  # the same plan: it continues
+    recorded = ", ".join(f"{flag} {value}" for flag, value in old.items())
+    return (
+        f"{path} records looks of another plan: {', '.join(diffs)}; looks replayed under a second plan push the "
+        f"false-decision rate above alpha; allowed: the recorded plan ({recorded}) to continue it, or a new --out"
+    )
+
+
+def _until_decided(sweep: Sweep, args, design) -> int:
+    """--until-decided: run the sweep's seeds, then at each look of the group-sequential plan add seeds only to the
+    arms still undecided (and the baseline, the first arm) until each is decided or the cap is reached."""
+    from gptlab.compare.render.until_decided import look_lines, plan_line
+    from gptlab.compare.studies.until_decided import look, write_record
+
+    arms = list(sweep.spec["arms"])
     name, base, todo_arms, taken = sweep.name, arms[0], arms[1:], []
     extra = design.seeds[-1] - len(sweep.seeds)  # the next seeds after the sweep's own, in order
     seeds = sweep.seeds + list(range(max(sweep.seeds) + 1, max(sweep.seeds) + 1 + extra))
@@ -236,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             factorial=args.factorial, aa=aa, equal_flops=args.equal_flops, note=_note, word=one_line,
         )  # fmt: skip
         check_paths(sweep.sweep_dir, list(sweep.spec["arms"]), sweep.seeds, sweep.lrs, sweep.ladder)
+        design = _design(sweep, args) if args.until_decided else None  # refused before anything is written
         # a dry run answers as the launch would (a dir holding another sweep is refused), writing nothing
         added = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra, sweep.seeds, write=not args.dry_run)
         if added:
@@ -245,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as err:
         fail(err)
     if args.until_decided:
-        return _until_decided(sweep, args)
+        return _until_decided(sweep, args, design)
     if args.max_seeds is not None:
         fail("gptlab-sweep: --max-seeds needs --until-decided (without it the sweep runs exactly --seeds)")
     if args.detach and not args.dry_run:

@@ -37,6 +37,9 @@ PLAN_DIR = ".plan"  # inside the sweep dir: the generated configs, the plan, the
 PLAN_FILE = Path(PLAN_DIR) / "plan.json"  # relative to the sweep dir
 QUEUE_FILE = "queue.json"  # in PLAN_DIR
 REFUSED_FILE = Path(PLAN_DIR) / "refused.json"  # relative to the sweep dir
+# the scheduler jobs (.submitit/ folders) of earlier launches when plan.json was written: not this plan's runs
+EARLIER_JOBS_FILE = Path(PLAN_DIR) / "earlier_jobs.json"  # relative to the sweep dir
+SUBMITIT_DIR = ".submitit"  # in the sweep dir: one folder per SLURM job (<array>_<task>, or <id>)
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # no '/', no leading '.' (.plan is not an arm)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a rung or factor name: no '+', no '/'

@@ -30,7 +30,15 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import Rung
-from gptlab.sweep.layout import PLAN_DIR, PLAN_FILE, REFUSED_FILE, run_name, run_subdir
+from gptlab.sweep.layout import (
+    EARLIER_JOBS_FILE,
+    PLAN_DIR,
+    PLAN_FILE,
+    REFUSED_FILE,
+    SUBMITIT_DIR,
+    run_name,
+    run_subdir,
+)
 from gptlab.sweep.status import sweep_status
 from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import CONF_DIR, SWEEP_RUN_GROUP
@@ -119,8 +127,8 @@ def run_config(run: PlannedRun) -> str:
 
 
 def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
-    """The generated configs and plan.json (run order = Hydra job number = array task index); returns the folder
-    to put on hydra.searchpath."""
+    """The generated configs and plan.json (run order = Hydra job number = array task index; the scheduler jobs of
+    earlier launches in earlier_jobs.json); returns the folder to put on hydra.searchpath."""
     folder = sweep_dir / PLAN_DIR
     (folder / SWEEP_RUN_GROUP).mkdir(parents=True, exist_ok=True)
     for run in runs:
@@ -137,6 +145,9 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
         }
         for r in runs
     ]
+    # the jobs already in .submitit/ belong to earlier launches: status matches this plan's runs to the jobs after them
+    earlier = sorted(p.name for p in (sweep_dir / SUBMITIT_DIR).glob("*"))
+    atomic_write_text(sweep_dir / EARLIER_JOBS_FILE, json.dumps(earlier) + "\n")
     atomic_write_text(sweep_dir / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
     return folder
 

@@ -120,7 +120,8 @@ def config_name(spec: dict) -> str:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """--seeds "0,1,2" as integers in [0, 2**63) (what gptlab-train accepts as seed), else a one-line ConfigError."""
+    """--seeds "0,1,2" as distinct integers in [0, 2**63) (what gptlab-train accepts as seed), else a one-line
+    ConfigError (a seed given twice is refused, as in a sweep file)."""
     try:
         seeds = [int(s) for s in text.split(",")]
     except ValueError:
@@ -128,6 +129,11 @@ def parse_seeds(text: str) -> list[int]:
     bad = [s for s in seeds if not 0 <= s < 2**63]
     if bad:
         raise ConfigError(f"--seeds: seed {bad[0]} is out of range; allowed: integers in [0, 2**63)")
+    twice = [s for i, s in enumerate(seeds) if s in seeds[:i]]
+    if twice:  # one run dir per seed: a repeat would launch into it twice and count its run as two seeds
+        raise ConfigError(
+            f"--seeds: {text!r} lists seed {twice[0]} twice (it would count as two seeds); allowed: distinct integers"
+        )
     return seeds
 
 
@@ -176,6 +182,25 @@ def check_extra(extra: list[str], lr_grid: bool, spec: dict, word: Callable[[Bas
             compose([*spec.get("overrides", []), *runs], config_name(spec))
         except Exception as err:  # noqa: BLE001 - Hydra's composition errors, as gptlab-train words them
             raise ConfigError(f"extra override: {word(err)}") from None
+
+
+def check_arm_keys(extra: list[str], spec: dict) -> None:
+    """Refuse an extra override of a key an arm sets: it comes after the arm's own overrides, so it would replace
+    the arm's setting in every run of that arm without a word (as an lr grid and a ladder refuse an arm setting what
+    they set). Overrides of the sweep's shared keys stay allowed (e.g. train.max_steps=100)."""
+    for override in extra:
+        key = _key(override)
+        for arm, overrides in spec["arms"].items():
+            theirs = next((o for o in overrides if _key(o) == key), None)
+            if theirs is not None:
+                raise ConfigError(
+                    f"{override}: arm '{arm}' sets {theirs}, which this override would replace in every run of the "
+                    "arm; drop it, or change the arm in the sweep file (allowed: overrides of keys no arm sets)"
+                )
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
 
 
 GRID_KEY = "optimizer.lr"  # the key an lr grid sets for each run
@@ -284,6 +309,7 @@ def resolve(
         if sizes is not None or lrs is not None:
             raise ConfigError("aa: an A/A sweep repeats one config; drop the ladder / lr grid")
         spec = aa_spec(spec, copies, run_seeds)
+    check_arm_keys(extra, spec)  # the arms that run (an A/A's copies of the baseline)
     sweep_dir = (out or Path("outputs/sweeps") / name).resolve()
     if lr_grid is not None:  # recorded, so `status` and re-runs see the grid
         spec = {**spec, "lr_grid": lrs}

@@ -22,8 +22,10 @@ from gptlab.state.layout import LOCK_FILE, lock_held
 from gptlab.sweep.design import parse_ladder
 from gptlab.sweep.design import rungs as ladder_rungs
 from gptlab.sweep.layout import (
+    EARLIER_JOBS_FILE,
     PLAN_DIR,
     QUEUE_FILE,
+    SUBMITIT_DIR,
     SWEEP_FILE,
     planned_subdir,
     read_plan,
@@ -136,10 +138,14 @@ def _job_error(folder: Path) -> str | None:
 
 def job_ids(sweep_dir: Path) -> dict[int, str]:
     """The run's index in plan.json -> its SLURM job id, from submitit's folders `<array>_<task>` (arrays in id order,
-    their tasks one after another: the plan lists the runs in that order)."""
+    their tasks one after another: the plan lists the runs in that order). Only the jobs of the plan's own launch:
+    those of earlier launches (earlier_jobs.json, written with the plan) ran an earlier plan."""
     arrays: dict[int, dict[int, str]] = {}
     single = []
-    for folder in (sweep_dir / ".submitit").glob("*"):
+    earlier = _earlier_jobs(sweep_dir)
+    for folder in (sweep_dir / SUBMITIT_DIR).glob("*"):
+        if folder.name in earlier:
+            continue
         array, _, task = folder.name.partition("_")
         if array.isdigit() and task.isdigit():
             arrays.setdefault(int(array), {})[int(task)] = folder.name
@@ -153,6 +159,15 @@ def job_ids(sweep_dir: Path) -> dict[int, str]:
     if not ids and len(single) == 1 and len(read_plan(sweep_dir)) == 1:
         ids[0] = single[0]
     return ids
+
+
+def _earlier_jobs(sweep_dir: Path) -> set[str]:
+    """The .submitit/ folders that predate the plan's launch (none recorded: a sweep dir from before the record)."""
+    try:
+        names = json.loads((sweep_dir / EARLIER_JOBS_FILE).read_text())
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 def scheduler_states(ids: list[str]) -> dict[str, str]:
@@ -233,7 +248,7 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
     status.job_id = job
     summary = read_summary(run_dir / SUMMARY_FILE)
     log = sweep_dir / PLAN_DIR / "logs" / f"{entry['name']}.log"
-    err_logs = sorted((sweep_dir / ".submitit" / job).glob("*_log.err")) if job else []
+    err_logs = sorted((sweep_dir / SUBMITIT_DIR / job).glob("*_log.err")) if job else []
     if summary.get("status") == "finished":
         status.state = "finished"
         val = summary.get("final_val_loss")
@@ -243,9 +258,9 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
     elif sched in SLURM_STATES and SLURM_STATES[sched] != "finished":
         status.state = SLURM_STATES[sched]
         status.detail = _progress(run_dir) if status.state in ("running", "requeued") else ""
-    elif sched == "COMPLETED" or (job and _job_error(sweep_dir / ".submitit" / job)):
+    elif sched == "COMPLETED" or (job and _job_error(sweep_dir / SUBMITIT_DIR / job)):
         # the job ended without a finished run: the launcher caught the run's error
-        error = _job_error(sweep_dir / ".submitit" / job) if job else None
+        error = _job_error(sweep_dir / SUBMITIT_DIR / job) if job else None
         status.state, status.detail = "failed", error or _last_line(*err_logs, log, run_dir / "train.log")
     elif queued.get("state") in ("failed", "cancelled") or summary.get("status") in ("failed", "interrupted"):
         status.state = queued.get("state") or "failed"

@@ -115,7 +115,11 @@ def test_an_arm_run_after_all_the_others_is_confounded_against_the_baseline(tmp_
         seen[arm] += 1
     doc, captured = _compare(_sweep(tmp_path, starts), tmp_path, capsys)
     caveats = {r["label"].split(",")[0]: r["speed"]["caveats"] for r in doc["rows"][1:]}
-    assert len(caveats) == 3 and caveats.pop("attention=sliding") == ["confounded"] and all(c == [] for c in caveats.values())
+    assert (
+        len(caveats) == 3
+        and caveats.pop("attention=sliding") == ["confounded"]
+        and all(c == [] for c in caveats.values())
+    )
     assert (
         "warning: 'attention=sliding' speed is confounded with run order against the baseline: each arm's runs ran "
         "one after another (arm-major order); its speed-up is no finding (gptlab-sweep launches arms interleaved; "

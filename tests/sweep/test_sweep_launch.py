@@ -274,3 +274,26 @@ def test_status_names_the_signal_that_killed_a_run_and_where_it_stopped(tmp_path
     )
     exited = _one(tmp_path, entry, {"state": "failed", "returncode": 1}, None, None)
     assert exited.detail == "step 40/100 | loss 2.600"  # an exit code is the run's own: its last line is its error
+
+
+def test_status_matches_a_relaunched_run_to_its_own_array(tmp_path):
+    # .submitit/ keeps the first launch's array 100 (a__seed0 failed there); the relaunch plans b__seed1 alone and
+    # queues array 200: numbering every array from the oldest matched b__seed1 to 100_0 and called it failed
+    import pickle
+
+    from gptlab.sweep.status import job_ids
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"arms": {"a": [], "b": []}, "seeds": [0, 1], "overrides": []}))
+    runs = [PlannedRun(arm, seed, (f"seed={seed}",)) for seed in (0, 1) for arm in ("a", "b")]
+    write_plan(out, runs)
+    for task in range(4):
+        (out / ".submitit" / f"100_{task}").mkdir(parents=True)
+    (out / ".submitit/100_0/100_0_0_result.pkl").write_bytes(pickle.dumps(("error", "RuntimeError: CUDA OOM")))
+    assert job_ids(out) == {0: "100_0", 1: "100_1", 2: "100_2", 3: "100_3"}  # the first launch, as before
+    write_plan(out, [runs[3]])  # the relaunch: b__seed1 only
+    (out / ".submitit/200_0").mkdir()
+    assert job_ids(out) == {0: "200_0"}
+    relaunched = next(s for s in sweep_status(out) if s.name == "b__seed1")
+    assert (relaunched.job_id, relaunched.state) == ("200_0", "pending"), relaunched

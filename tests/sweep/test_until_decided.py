@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from gptlab.cli.compare import main as compare_main
+from gptlab.cli.sweep import main as sweep_main
 from gptlab.compare.statistics.sequential import plan
 from gptlab.compare.studies.until_decided import RECORD_FILE, look, read_record, write_record
 from helpers.cli import cli_env, run_cli
@@ -24,7 +25,7 @@ TINY = [
 
 def _sweep_file(tmp_path: Path, arms: dict, seeds=(0, 1)) -> Path:
     path = tmp_path / "ud.yaml"
-    path.write_text(yaml.safe_dump({"seeds": list(seeds), "overrides": TINY, "arms": arms}))
+    path.write_text(yaml.safe_dump({"seeds": list(seeds), "overrides": TINY, "arms": arms}, sort_keys=False))
     return path
 
 
@@ -87,3 +88,42 @@ def test_seeds_are_added_only_to_the_undecided_arm(tmp_path):
                    "slow/seed0", "slow/seed1"]  # fmt: skip  # no third seed for the decided arm
     doc = json.loads((out / RECORD_FILE).read_text())
     assert [sorted(taken) for taken in doc["looks"]] == [["same", "slow"], ["same"]]
+
+
+@pytest.mark.parametrize(
+    "args, differs",
+    [
+        (["--max-seeds", "6"], "--max-seeds 6 (recorded: 4)"),
+        (["--max-seeds", "4", "--spending", "pocock"], "--spending pocock (recorded: obrien_fleming)"),
+        (["--max-seeds", "4", "--seed-step", "2"], "--seed-step 2 (recorded: 1)"),
+        (["--max-seeds", "4", "--seeds", "0,1,2"], "--seeds count 3 (recorded: 2)"),
+    ],
+)
+def test_another_plan_over_a_recorded_one_is_refused(tmp_path, capsys, args, differs):
+    # a second plan over the same runs replays looks: 0.068-0.072 false decisions in A/A while the report said 0.05
+    path, out = _sweep_file(tmp_path, {"base": [], "b": ["mlp.ratio=2"]}), tmp_path / "out"
+    out.mkdir()
+    record = write_record(out, plan(2, 1, 4), "base", [])
+    before = record.read_bytes()
+    for dry in (["--dry-run"], []):  # nothing runs or is written either way
+        with pytest.raises(SystemExit) as exit_:
+            sweep_main([str(path), "--out", str(out), "--until-decided", *args, *dry])
+        err = capsys.readouterr().err.strip()
+        assert exit_.value.code == 2 and err == (
+            f"error: gptlab-sweep: --until-decided: {record} records looks of another plan: {differs}; looks replayed "
+            "under a second plan push the false-decision rate above alpha; allowed: the recorded plan (--seeds count "
+            "2, --seed-step 1, --max-seeds 4, --spending obrien_fleming) to continue it, or a new --out"
+        ), err
+        assert record.read_bytes() == before and sorted(p.name for p in out.iterdir()) == [RECORD_FILE]
+
+
+def test_the_recorded_plan_continues(tmp_path, capsys):
+    path, out = _sweep_file(tmp_path, {"base": [], "b": ["mlp.ratio=2"]}), tmp_path / "out"
+    out.mkdir()
+    write_record(out, plan(2, 1, 4), "base", [])
+    assert sweep_main([str(path), "--out", str(out), "--until-decided", "--max-seeds", "4", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "until decided: up to 3 looks at 2, 3, 4 seeds per arm (O'Brien-Fleming spending" in text
+    assert sorted(line.split(":")[0] for line in text.splitlines() if "gptlab-train" in line) == [
+        "[ud] b__seed0", "[ud] b__seed1", "[ud] base__seed0", "[ud] base__seed1"
+    ]  # fmt: skip
