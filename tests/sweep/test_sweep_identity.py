@@ -52,6 +52,19 @@ def test_an_arm_that_does_not_build_fails_the_dry_run_in_one_line(tmp_path, caps
     )
 
 
+def test_one_swiglu_width_asked_two_ways_is_one_model(tmp_path, capsys, monkeypatch):
+    """d_model 128: ratio 3 matched to the GELU MLP's params gives hidden 256, as ratio 2 unmatched does; the model
+    is the same, so the fingerprint is (what match_params kept is words, not the model)."""
+    monkeypatch.chdir(tmp_path)
+    arms = {
+        "matched": ["mlp=swiglu", "mlp.ratio=3"],
+        "plain": ["mlp=swiglu", "mlp.ratio=2", "mlp.match_params=false"],
+    }
+    assert main([_sweep_file(tmp_path, arms), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "arms 'matched' and 'plain' build the identical model" in out
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
 def test_shipped_sweeps_have_no_identical_arms(name):
     _, spec, _ = load_sweep(name)

@@ -43,11 +43,18 @@ class SwiGLU(MLP):
     ):
         check_ratio(ratio)
         super().__init__(d_model, swiglu_hidden(d_model, ratio, match_params, multiple_of), dropout)
-        self.invariant = "params (hidden = 2/3·ratio·d_model)" if match_params else "hidden width (ratio·d_model)"
+        # what the hidden width keeps: private, so it stays out of the model fingerprint (the same widths are the same
+        # model whichever way they were asked for)
+        self._invariant = "params (hidden = 2/3·ratio·d_model)" if match_params else "hidden width (ratio·d_model)"
         self.gate = nn.Linear(d_model, self.hidden, bias=bias)
         self.up = nn.Linear(d_model, self.hidden, bias=bias)
         self.down = nn.Linear(self.hidden, d_model, bias=bias)
         self.drop = nn.Dropout(dropout)
+
+    @property
+    def invariant(self) -> str:
+        """What mlp.match_params keeps equal to the GELU MLP of the same ratio: its params or its hidden width."""
+        return self._invariant
 
     def init_weights(self, n_layer: int, std: float) -> None:
         init_mlp([self.gate, self.up], self.down, n_layer, std)
