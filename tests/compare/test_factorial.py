@@ -46,6 +46,7 @@ def synthetic(loss_of, speed_of, seeds: int = 3, noise: float = 0.006, loaded_ar
                 "final_val_loss": loss_of(levels) + float(rng.normal(0, noise)),
                 "tokens_per_s_median": speed_of(levels) * math.exp(float(rng.normal(0, noise))),
                 "outside_load": 0.6 if arm == loaded_arm else 0.02,
+                "status": "finished",
             }
             runs.append(Run(Path(f"/s/{arm}/seed{seed}"), [], summary, {"arm": arm, "seed": seed}, [], {}))
     return runs
@@ -205,6 +206,7 @@ def two_by_two(speed_of, loss_of=lambda arm: 2.0, wiggle=(0.99, 1.0, 1.01)):
             summary = {
                 "final_val_loss": None if loss is None else loss + 0.004 * (seed - 1),
                 "tokens_per_s_median": None if speed_of(arm) is None else speed_of(arm) * w,
+                "status": "finished",
             }
             runs.append(Run(Path(f"/s/{arm}/seed{seed}"), [], summary, {"arm": arm, "seed": seed}, [], {}))
     return runs
@@ -237,6 +239,29 @@ def test_an_arm_without_a_final_val_loss_is_a_missing_arm():
     runs = two_by_two(SPEEDS.get, loss_of=lambda arm: None if arm == "a+b" else 2.0)
     with pytest.raises(ConfigError, match="^factorial: 1 of the 4 arms of a x b have no finished run; effects need"):
         analyse(runs, ["a", "b"])
+
+
+def test_an_unfinished_run_is_left_out_with_a_line_and_its_arm_keeps_its_finished_seeds():
+    """Arm a's seed 2 was preempted at an early eval: its last val loss 2.5 is not a final one. Counted (the old
+    factorial), it moves a's main effect from 0 to +0.083 and the a×b interaction to -0.165. Left out, a's cell
+    lacks only that seed's +0.004 offset: a -0.001, a×b +0.002 exactly, and the run is named once."""
+    runs = two_by_two(SPEEDS.get)
+    cut = next(r for r in runs if r.config == {"arm": "a", "seed": 2})
+    cut.summary.update(final_val_loss=2.5, status="preempted")
+    doc = analyse(runs, ["a", "b"])
+    loss = effects(doc["loss"])
+    assert loss["a"]["effect"] == pytest.approx(-0.001, abs=1e-9)
+    assert loss["a×b"]["effect"] == pytest.approx(0.002, abs=1e-9)
+    assert doc["runs"] == 11
+    assert doc["warnings"] == [
+        "warning: /s/a/seed2: status preempted: left out of the factorial effects (its last val loss is not a "
+        "finished run's)"
+    ]
+    every = [r for r in two_by_two(SPEEDS.get) if r.config["arm"] != "b"]
+    for run in [r for r in runs if r.config["arm"] == "b"]:
+        run.summary["status"] = "failed"
+    with pytest.raises(ConfigError, match="^factorial: 1 of the 4 arms of a x b have no finished run"):
+        analyse(every + [r for r in runs if r.config["arm"] == "b"], ["a", "b"])
 
 
 def test_a_contrast_over_an_arm_the_model_lacks_is_an_error_not_a_weight_of_zero():

@@ -13,9 +13,11 @@ by OLS t_test; "additive" when its interval contains 0. Speed figures taken unde
 every speed column of gptlab-compare.
 
 Each run counts once, as in the main comparison: a copied run dir (reading/identity.dedupe) and a rerun of an arm's
-config with the same seeds (reading/group.one_run_per_seed) are left out, with the same warning lines. Every one of
-the 2^k arms must have a final val loss; the speed effects are fitted only when every arm also has a speed figure
-(an arm without one leaves its cell empty, and the contrasts are then not estimable: `speed_missing` names it).
+config with the same seeds (reading/group.one_run_per_seed) are left out, with the same warning lines. So is a run
+that did not finish (preempted, diverged, failed: its last val loss is from another step), with a line of its own.
+Every one of the 2^k arms must have a finished run's final val loss; the speed effects are fitted only when every
+arm also has a speed figure (an arm without one leaves its cell empty, and the contrasts are then not estimable:
+`speed_missing` names it).
 """
 
 from __future__ import annotations
@@ -70,9 +72,20 @@ def once(runs: list[Run]) -> tuple[list[Run], list[str]]:
     return [r for r in runs if id(r) in kept], copies + replays
 
 
+def unfinished(runs: list[Run]) -> list[str]:
+    """A warning line per run that did not finish: its final val loss is from another step (or a diverging curve),
+    so the factorial leaves it out."""
+    return [
+        f"warning: {run.path}: status {run.status}: left out of the factorial effects (its last val loss is not a "
+        "finished run's)"
+        for run in runs
+        if run.status != "finished"
+    ]
+
+
 def _table(runs: list[Run], factors: list[str]):
-    """One row per run: the factor codes (±1/2), arm, loss (NaN when it has no final val loss), log tokens/s (NaN
-    when it recorded none) and whether its speed was under load."""
+    """One row per run: the factor codes (±1/2), arm, loss (NaN when it has no final val loss or did not finish),
+    log tokens/s (NaN when it recorded none) and whether its speed was under load."""
     import pandas as pd
 
     rows = []
@@ -80,7 +93,8 @@ def _table(runs: list[Run], factors: list[str]):
         levels = arm_levels(_arm(run), factors)
         arm = FACTOR_SEP.join(f for f in factors if levels[f]) or BASE_ARM  # in factor order, as _all_arms names it
         speed = run_speed(run, "tokens_per_s_median", "perf/tokens_per_s", median)
-        loss = run.summary.get("final_val_loss")
+        # a preempted or diverged run's last val loss is at another step than the others' final one
+        loss = run.summary.get("final_val_loss") if run.status == "finished" else None
         rows.append(
             {
                 **{f"f{i}": levels[f] - 0.5 for i, f in enumerate(factors)},
@@ -202,6 +216,7 @@ def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA) -> dict:
     if not factors:
         raise ConfigError("factorial: no factors (the sweep's sweep.yaml has no `factors:`)")
     runs, warnings = once(runs)
+    warnings += unfinished(runs)
     df = _table(runs, factors)
     _check_design(df, factors)
     df = df[df["loss"].notna()]
