@@ -218,13 +218,15 @@ def _until_decided(sweep: Sweep, args, design) -> int:
     """--until-decided: run the sweep's seeds, then at each look of the group-sequential plan add seeds only to the
     arms still undecided (and the baseline, the first arm) until each is decided or the cap is reached."""
     from gptlab.compare.render.until_decided import look_lines, plan_line
-    from gptlab.compare.studies.until_decided import look, write_record
+    from gptlab.compare.studies.until_decided import look, read_record, write_record
 
     arms = list(sweep.spec["arms"])
     name, base, todo_arms, taken = sweep.name, arms[0], arms[1:], []
     extra = design.seeds[-1] - len(sweep.seeds)  # the next seeds after the sweep's own, in order
     seeds = sweep.seeds + list(range(max(sweep.seeds) + 1, max(sweep.seeds) + 1 + extra))
     print(f"[{name}] {plan_line(design, base)}", flush=True)
+    if not args.dry_run and read_record(sweep.sweep_dir) is None:  # on record before any run: only it may continue
+        write_record(sweep.sweep_dir, design, base, [], finished=False)
     for k, n in enumerate(design.seeds):
         spec = {**sweep.spec, "arms": {a: sweep.spec["arms"][a] for a in [base, *todo_arms]}}
         try:
@@ -246,6 +248,7 @@ def _until_decided(sweep: Sweep, args, design) -> int:
         except ConfigError as err:
             fail(err)
         taken.append(found)
+        write_record(sweep.sweep_dir, design, base, taken, finished=False)
         for line in look_lines(found, base):
             print(f"[{name}] {line}", flush=True)
         todo_arms = [a for a in todo_arms if not found[a].stop]

@@ -127,3 +127,45 @@ def test_the_recorded_plan_continues(tmp_path, capsys):
     assert sorted(line.split(":")[0] for line in text.splitlines() if "gptlab-train" in line) == [
         "[ud] b__seed0", "[ud] b__seed1", "[ud] base__seed0", "[ud] base__seed1"
     ]  # fmt: skip
+
+
+def test_a_plan_stopped_half_way_is_on_record_and_only_it_may_continue(tmp_path, capsys, monkeypatch):
+    """The runs stand in for real ones (written as finished run dirs); the plan is stopped by Ctrl-C while look 2's
+    runs train. Before, until_decided.json was written only when the looks ended: the stopped plan left no record,
+    so a second plan (--max-seeds 6) replayed look 1 under other thresholds unchallenged."""
+    import gptlab.cli.sweep as sweep_cli
+
+    launched: list[list[str]] = []
+
+    def launch(sweep, todo, args):
+        launched.append(sorted(run.name for run in todo.runs))
+        if len(launched) == 2:
+            raise KeyboardInterrupt  # look 2's runs are training
+        for run in todo.runs:  # arms alike: undecided at look 1
+            write_run(run.run_dir(sweep.sweep_dir), seed=run.seed, loss_at=lambda s, n=run.seed: 2 + 0.01 * n)
+        return []
+
+    monkeypatch.setattr(sweep_cli, "_launch", launch)
+    path, out = _sweep_file(tmp_path, {"base": [], "b": ["mlp.ratio=2"]}), tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        sweep_main([str(path), "--out", str(out), "--until-decided", "--max-seeds", "4"])
+    assert launched[0] == ["b__seed0", "b__seed1", "base__seed0", "base__seed1"] and len(launched) == 2
+    assert {"b__seed2", "base__seed2"} <= set(launched[1])  # (the stand-ins' configs are not the plan's: rerun too)
+    doc = read_record(out)
+    assert doc is not None and doc["finished"] is False and doc["plan"]["seeds"] == [2, 3, 4]
+    assert [sorted(taken) for taken in doc["looks"]] == [["b"]]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        sweep_main([str(path), "--out", str(out), "--until-decided", "--max-seeds", "6"])
+    assert (
+        exit_.value.code == 2
+        and "records looks of another plan: --max-seeds 6 (recorded: 4)" in capsys.readouterr().err
+    )
+    assert compare_main([str(out), "--out", str(tmp_path / "cmp"), "--no-wandb", "--noise-floor", "none"]) == 0
+    notes = json.loads((tmp_path / "cmp" / "comparison.json").read_text())["notes"]
+    note = next(n for n in notes if "until decided" in n)
+    assert note.startswith(
+        "note: seeds are being added until decided and the plan has not finished: 1 of up to 3 looks taken "
+        "(O'Brien-Fleming spending, alpha 0.05 overall); an arm still undecided is not final"
+    ), note
+    assert "'b' at look 1, undecided" in note

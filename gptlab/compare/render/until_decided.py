@@ -43,9 +43,15 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     for taken in doc["looks"]:
         last.update(taken)
     arms = "; ".join(f"'{arm}' at look {f['look'] + 1}, {_decision(f, base)}" for arm, f in last.items())
+    plan = f"({SPENDING.get(design['spending'], design['spending'])} spending, alpha {design['alpha']} overall)"
+    welch = "The table's Welch p on these seeds ignores the looks and overstates the evidence"
+    if doc.get("finished") is False:  # interrupted (or still running): an arm's last look may not be its decision
+        return [
+            f"note: seeds are being added until decided and the plan has not finished: {len(doc['looks'])} of up "
+            f"to {design['looks']} looks taken {plan}; an arm still undecided is not final (rerun the sweep with the "
+            f"same flags to continue it). The looks so far: {arms or 'none'}. {welch}."
+        ]
     return [
-        f"note: seeds were added until decided: {len(doc['looks'])} of up to {design['looks']} looks taken "
-        f"({SPENDING.get(design['spending'], design['spending'])} spending, alpha {design['alpha']} overall). The "
-        f"sequential decisions: {arms}. The table's Welch p on these seeds ignores the looks and overstates the "
-        "evidence: read the decisions here."
+        f"note: seeds were added until decided: {len(doc['looks'])} of up to {design['looks']} looks taken {plan}. "
+        f"The sequential decisions: {arms}. {welch}: read the decisions here."
     ]

@@ -4,8 +4,9 @@
 compare/statistics/sequential.py plan reads the finished runs here (through compare/reading/runs.py and the
 like-with-like check), decides each arm still open against the baseline on its final val loss, and adds seeds only
 to the arms still undecided (and the baseline) until each is decided or the cap is reached. The looks are recorded
-in <sweep dir>/until_decided.json; gptlab-compare reports how many were taken and each arm's sequential decision,
-since a plain Welch p on data that grew until it was decided would overstate the evidence.
+in <sweep dir>/until_decided.json, from before the first launch on, so a plan stopped half-way is on record too.
+gptlab-compare reports how many were taken and each arm's sequential decision, since a plain Welch p on data that
+grew until it was decided would overstate the evidence.
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ def look(sweep_dir: Path, design: Plan, k: int, base: str, arms: list[str], seed
     return {arm: decide(design, k, [_final(r) for r in runs[arm]], base_values) for arm in arms}
 
 
-def write_record(sweep_dir: Path, design: Plan, base: str, looks: list[dict[str, Look]]) -> Path:
-    """until_decided.json: the plan and, per look, each open arm's test."""
+def write_record(sweep_dir: Path, design: Plan, base: str, looks: list[dict[str, Look]], finished: bool = True) -> Path:
+    """until_decided.json: the plan, per look each open arm's test, and whether the plan ran to its end (written
+    before the first launch and after every look, so an interrupted plan is on record and only it may continue)."""
     doc = {
         "baseline": base,
         "plan": {**asdict(design), "looks": design.looks},
         "looks": [{arm: asdict(found) for arm, found in taken.items()} for taken in looks],
+        "finished": finished,
     }
     path = sweep_dir / RECORD_FILE
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
