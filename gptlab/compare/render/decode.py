@@ -29,8 +29,9 @@ HEADERS = [
 NOTE = (
     "decode: mean ± std over the timed repeats of each group's runs (gptlab-decode); speed-ups are vs the "
     "baseline's same (batch, context, cache) point: ratio of geometric means with a 95% CI and a Welch verdict "
-    f"on the logs (p < {stats.ALPHA}); p50 latency speed-up = baseline latency / this latency; KV measured "
-    "from the cache tensors vs gptlab-flops' prediction."
+    f"on the logs (p < {stats.ALPHA}) of one value per run (the geometric mean of its repeats; with one run on a "
+    "side, the repeats of that one process, flagged); p50 latency speed-up = baseline latency / this latency; "
+    "KV measured from the cache tensors vs gptlab-flops' prediction."
 )
 
 

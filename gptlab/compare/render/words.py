@@ -11,6 +11,7 @@ from gptlab.compare.statistics.verdict import Caveat, Status, Trend, Verdict
 
 UNDER_LOAD = "under outside load"
 CONFOUNDED = "confounded with run order"
+ONE_PROCESS = "repeats of one process (run-to-run spread not measured)"
 IDENTICAL = "within noise (identical model)"
 
 
@@ -28,10 +29,10 @@ def _undecided(v: Verdict) -> str | None:
 
 
 def _loaded(v: Verdict, text: str) -> str:
-    """The verdict's word with its caveats about how the speed was taken (load, run order)."""
+    """The verdict's word with its caveats about how the speed was taken (load, run order, one process)."""
     if v.status in (Status.BASELINE, Status.NOT_MEASURED):
         return text
-    said = {Caveat.UNDER_LOAD: UNDER_LOAD, Caveat.CONFOUNDED: CONFOUNDED}
+    said = {Caveat.UNDER_LOAD: UNDER_LOAD, Caveat.CONFOUNDED: CONFOUNDED, Caveat.ONE_PROCESS: ONE_PROCESS}
     return ", ".join([text, *(said[c] for c in said if c in v.caveats)])
 
 

@@ -37,6 +37,7 @@ class Caveat(str, Enum):
     UNDER_LOAD = "under_load"  # speed taken while other processes used the machine
     CONFOUNDED = "confounded"  # arm is confounded with run order or load (compare/statistics/order.py)
     OPTIMISTIC = "optimistic"  # lr picked on the same seeds it is reported on
+    ONE_PROCESS = "one_process"  # speed timed as repeats within one process: run-to-run spread not in the interval
 
 
 class Trend(str, Enum):

@@ -4,6 +4,10 @@ The training-speed rules: each figure is mean ± std, here over the timed repeat
 (seeds pooled); decode tokens/s and p50 per-token latency get a speed-up vs the baseline's same point, the ratio
 of geometric means with a 95% CI and a verdict from Welch's t-test on the logs (faster / slower / within noise;
 within noise by definition for two arms that build one model); taken under outside load, the verdict says so.
+
+Runs are the unit of the test, as for training speed: one value per run (the geometric mean of its repeats), since
+repeats in one process share its allocator and clocks and miss the run-to-run spread. With one run on a side the
+test falls back to the repeats of that process, and the verdict carries Caveat.ONE_PROCESS.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class DecodeRow:
     latency_p50_ms: list[float] = field(default_factory=list)
     latency_p99_ms: list[float] = field(default_factory=list)
     prefill_ms: list[float] = field(default_factory=list)
+    run_tokens_per_s: list[float] = field(default_factory=list)  # one per measured run: its repeats' geometric mean
+    run_latency_p50_ms: list[float] = field(default_factory=list)  # the same for p50 latency
     kv_bytes_measured: int | None = None
     kv_bytes_predicted: int | None = None
     kv_bytes_ratio: float | None = None
@@ -51,8 +57,14 @@ def _key(p: dict) -> tuple[int, int, str]:
     return int(p["batch"]), int(p["context"]), str(p["cache"])
 
 
+def _run_value(repeats: list[float]) -> list[float]:
+    """[geometric mean of one run's repeats], or [] when it timed none."""
+    value = speed.geometric(repeats)[0]
+    return [] if value is None else [value]
+
+
 def _row(label: str, points: list[dict], loads: list[float]) -> DecodeRow:
-    """A group's row at one point from its runs' point dicts (values pooled over runs)."""
+    """A group's row at one point from its runs' point dicts (repeats pooled over runs, and one value per run)."""
     done = [p for p in points if p.get("status") == "measured"]
     first = (done or points)[0]
     row = DecodeRow(
@@ -68,6 +80,8 @@ def _row(label: str, points: list[dict], loads: list[float]) -> DecodeRow:
         row.latency_p50_ms += p["latency_ms_p50"]["values"]
         row.latency_p99_ms += p["latency_ms_p99"]["values"]
         row.prefill_ms += p["prefill_ms"]["values"]
+        row.run_tokens_per_s += _run_value(p["decode_tokens_per_s"]["values"])
+        row.run_latency_p50_ms += _run_value(p["latency_ms_p50"]["values"])
     if done:
         row.kv_bytes_measured, row.kv_bytes_predicted = first["kv_bytes_measured"], first["kv_bytes_predicted"]
         row.kv_bytes_ratio = first["kv_bytes_ratio"]
@@ -90,8 +104,13 @@ def _identical(g: Group, base: Group) -> bool:
     )
 
 
-def _versus(metric: str, arm: list[float], base: list[float], identical: bool, loaded: bool) -> Verdict:
-    found = verdict.ratio(metric, arm, base, stats.ALPHA, identical=identical)
+def _versus(metric: str, values: str, arm: DecodeRow, base: DecodeRow, identical: bool, loaded: bool) -> Verdict:
+    """arm / base on the row field `values`: tested on one value per run (`run_<values>`) when both sides have 2+
+    runs; else on the repeats of one process, flagged ONE_PROCESS (they miss the run-to-run spread)."""
+    one_process = min(len(getattr(arm, f"run_{values}")), len(getattr(base, f"run_{values}"))) < 2
+    unit = values if one_process else f"run_{values}"
+    found = verdict.ratio(metric, getattr(arm, unit), getattr(base, unit), stats.ALPHA, identical=identical)
+    found = found.with_caveat(Caveat.ONE_PROCESS) if one_process else found
     return found.with_caveat(Caveat.UNDER_LOAD) if loaded else found
 
 
@@ -118,10 +137,9 @@ def decode_rows(groups: list[Group]) -> list[DecodeRow]:
                     row.speedup = verdict.baseline("decode_tokens_per_s", ratio=True)
                     row.latency_speedup = verdict.baseline("latency_ms_p50", ratio=True)
                 else:
-                    row.speedup = _versus("decode_tokens_per_s", row.tokens_per_s, base.tokens_per_s, same, loaded)
-                    row.latency_speedup = _versus(
-                        "latency_ms_p50", base.latency_p50_ms, row.latency_p50_ms, same, loaded
-                    )
+                    row.speedup = _versus("decode_tokens_per_s", "tokens_per_s", row, base, same, loaded)
+                    # lower latency is faster: baseline / this
+                    row.latency_speedup = _versus("latency_ms_p50", "latency_p50_ms", base, row, same, loaded)
             out.append(row)
     return out
 
