@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gptlab.compare.reading.runs import Run
+from gptlab.compare.reading.runs import Run, common_root, where
 from gptlab.errors import ConfigError
 from gptlab.util.tree import flatten
 
@@ -112,8 +111,7 @@ def one_run_per_seed(groups: list[Group]) -> list[str]:
     seed noise at all. Of the replays the one with the most val/loss evals is kept, ties to the first found, as
     for copies (reading/identity.dedupe); a copy has already been counted once there.
     """
-    paths = [str(r.path) for g in groups for r in g.runs]
-    root = os.path.commonpath(paths) if len(paths) > 1 else ""
+    root = common_root([r for g in groups for r in g.runs])
     warnings = []
     for g in groups:
         by_seed: dict[str, list[Run]] = {}
@@ -128,15 +126,11 @@ def one_run_per_seed(groups: list[Group]) -> list[str]:
             for run in same:
                 if run is not best:
                     warnings.append(
-                        f"warning: {_where(run, root)} repeats {_where(best, root)}'s config and seeds ({seeds}): "
-                        f"a replay is not a new sample; counted once, as {_where(best, root)}"
+                        f"warning: {where(run, root)} repeats {where(best, root)}'s config and seeds ({seeds}): "
+                        f"a replay is not a new sample; counted once, as {where(best, root)}"
                     )
         g.runs = [r for r in g.runs if any(r is k for k in kept)]
     return warnings
-
-
-def _where(run: Run, root: str) -> str:
-    return os.path.relpath(run.path, root) if root else str(run.path)
 
 
 def diff_items(g: Group, base: Group, hide_implied: bool = True, name_values: bool = True) -> list[tuple[str, str]]:

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 
-from gptlab.compare.reading.runs import Run, wandb_identity
+from gptlab.compare.reading.runs import Run, common_root, wandb_identity, where
 
 
 @dataclass(frozen=True)
@@ -50,10 +49,6 @@ def identity(run: Run) -> Identity:
     return Identity(f"content:{digest.hexdigest()}", "identical metrics.jsonl, summary.json and config")
 
 
-def _where(run: Run, root: str) -> str:
-    return os.path.relpath(run.path, root) if root else str(run.path)
-
-
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[str]]:
     """(one run per identity in first-seen order, one warning per copy left out).
 
@@ -66,7 +61,7 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[str]]:
         ident = identity(run)
         by_key.setdefault(ident.key, []).append(run)
         how[ident.key] = ident.how
-    root = os.path.commonpath([str(r.path) for r in runs]) if len(runs) > 1 else ""
+    root = common_root(runs)
     keep: set[int] = set()
     warnings = []
     for key, same in by_key.items():
@@ -75,7 +70,7 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[str]]:
         for copy in same:
             if copy is not best:
                 warnings.append(
-                    f"warning: {_where(copy, root)} is a copy of {_where(best, root)} ({how[key]}): "
-                    f"counted once, as {_where(best, root)}"
+                    f"warning: {where(copy, root)} is a copy of {where(best, root)} ({how[key]}): "
+                    f"counted once, as {where(best, root)}"
                 )
     return [r for r in runs if id(r) in keep], warnings

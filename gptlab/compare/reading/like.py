@@ -28,7 +28,7 @@ from typing import Any
 
 from gptlab.compare.reading.group import Group, show
 from gptlab.compare.reading.identity import identity
-from gptlab.compare.reading.runs import Run
+from gptlab.compare.reading.runs import Run, where
 from gptlab.errors import ConfigError
 from gptlab.util.tree import flatten
 
@@ -103,11 +103,6 @@ def comparison_key(run: Run) -> Key:
 
 def _root(runs: list[Run]) -> str:
     return os.path.commonpath([str(r.path) for r in runs]) if len(runs) > 1 else str(runs[0].path.parent)
-
-
-def where(run: Run, root: str) -> str:
-    """The run's dir relative to the compared runs' common folder (how messages name a run)."""
-    return os.path.relpath(run.path, root)
 
 
 def _first_of_each(runs: list[Run], key: str) -> dict[str, Run]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,16 @@ class Run:
     def val_steps(self) -> list[int]:
         """Sorted steps at which this run measured `val/loss`."""
         return sorted(s for s, rec in self.by_step.items() if rec.get("val/loss") is not None)
+
+
+def common_root(runs: list[Run]) -> str:
+    """The compared runs' common folder ("" for a single run): what messages name runs relative to."""
+    return os.path.commonpath([str(r.path) for r in runs]) if len(runs) > 1 else ""
+
+
+def where(run: Run, root: str) -> str:
+    """How a message names a run: its dir relative to `root` (common_root), or in full without one."""
+    return os.path.relpath(run.path, root) if root else str(run.path)
 
 
 def is_run_dir(path: Path) -> bool:
