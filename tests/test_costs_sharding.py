@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gptlab.cli.flops import run
-from gptlab.config.build import build_cost_model, build_model, build_optimizer, compose, cost_report
+from gptlab.config.build import build_cost_model, build_model, build_optimizer, compose, cost_report, rank_memory
 from gptlab.costs.memory import optimizer_state_bytes_per_param
 from gptlab.costs.sharding import Sharding, communication, memory_per_rank, param_layout, per_rank, world_sizes
 from gptlab.errors import ConfigError
@@ -435,3 +435,117 @@ def test_training_memory_is_one_micro_batch_as_trainings_own_check(monkeypatch):
         str(err.value)
         == "batch_size=30 must be divisible by train.grad_accum x world_size = 4 x 1; allowed: a multiple of 4"
     )
+
+
+# The single-device training estimate (gptlab-flops' `train memory`, training's memory check) and ddp's per rank are
+# one estimate: autocast's compute-dtype weight copies are counted on both sides (costs.memory.autocast_copy_bytes).
+GPT2_8x1024 = ["model=gpt2", "model.vocab_size=50257", "batch_size=8", "seq_len=1024"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize(
+    "overrides", [GPT2_8x1024, [*TINY, "batch_size=8"], [*TINY, "batch_size=8", "train.grad_accum=2"]]
+)
+def test_the_single_device_estimate_is_ddp_and_fsdp_at_one_rank(overrides, dtype):
+    """Same run, one answer: CostReport.memory equals sharding.per_rank's N=1 memory term by term and in total (the
+    validation set, memory.eval_bytes, is added by training's check on top of both)."""
+    for strategy in ("ddp", "fsdp"):
+        d = _flops(*overrides, f"dtype={dtype}", f"strategy={strategy}", "world_size=1")
+        one, rank = d["memory"], d["sharding"]["memory"]
+        assert one["train_estimate_bytes"] == rank["total_bytes"] and rank["unsharded_bytes"] == 0, strategy
+        for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "autocast_copy_bytes", "activations_bytes"):
+            assert one[key] == rank["params_bytes" if key == "weights_bytes" else key], (strategy, key)
+        assert (one["autocast_copy_bytes"] > 0) == (dtype == "bf16")
+
+
+def test_gpt2_at_8x1024_in_bf16_counts_its_autocast_copies():
+    """The report that said 5.71 GB (single device) against 5.96 GB (ddp, N=1): both now count the 2·P_matmul copies."""
+    d = _flops(*GPT2_8x1024, "dtype=bf16", "strategy=ddp", "world_size=1")
+    matmul = 12 * 12 * 768**2 + 50257 * 768  # per layer q, k, v, proj (4·d²) and up, down (8·d²); the tied head once
+    assert d["memory"]["train_estimate_bytes"] == d["sharding"]["memory"]["total_bytes"] == 5_960_025_600
+    assert d["memory"]["autocast_copy_bytes"] == 2 * matmul == 2 * d["sharding"]["params"]["matmul_weights"]
+
+
+@pytest.mark.parametrize(("dtype", "copy"), [("bf16", 2), ("fp16", 2), ("fp32", 0)])
+def test_autocast_copies_are_every_linear_weight_once_in_the_compute_dtype(dtype, copy):
+    """TINY: 2 x (qkv 192 + proj 64 + up 256 + down 256) + the LM head 88 = 1624 matmul elements, tied or not (the
+    token table is looked up, never cast: untied it adds 88 parameters and no copy); fp32 keeps no copy."""
+    for tie, params in (("true", 1664), ("false", 1664 + 88)):
+        report = cost_report(compose([*TINY, f"model.tie_embeddings={tie}"]), 8, 16, dtype=dtype)
+        mem = report.memory
+        assert report.params["total"] == params and mem["autocast_copy_bytes"] == copy * 1624, tie
+        held = mem["weights_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"] + mem["autocast_copy_bytes"]
+        assert mem["train_estimate_bytes"] == held + mem["activations_bytes"]
+
+
+@pytest.mark.parametrize("tie", ["true", "false"])
+def test_autograd_saves_one_bf16_copy_of_every_linear_weight_under_cpu_autocast(tie):
+    """A real forward under torch.autocast('cpu', bfloat16): the tensors autograd saves for backward include exactly
+    one bf16 copy of each nn.Linear weight (the tied head once), and their bytes are the report's autocast copies."""
+    cfg = compose([*TINY, f"model.tie_embeddings={tie}"])
+    torch.manual_seed(0)
+    model = build_model(cfg, device="cpu")
+    weights = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}.values()
+    saved: list[torch.Tensor] = []
+    x = torch.randint(0, 11, (2, 16))
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x, x)[1]
+    loss.backward()  # outside autocast, as training runs it
+
+    def copy_of(t: torch.Tensor, w: torch.Tensor) -> bool:  # the saved tensor, or its transposed view, is bf16(w)
+        cast = w.detach().to(torch.bfloat16)
+        return t.dtype == torch.bfloat16 and (t.equal(cast) or (t.dim() == 2 and t.T.equal(cast)))
+
+    copies = {}  # storage -> bytes: the same copy saved by several ops counts once
+    for w in weights:
+        found = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved if copy_of(t, w)}
+        assert len(found) == 1, tuple(w.shape)
+        copies.update(found)
+    assert sum(copies.values()) == cost_report(cfg, 2, 16, dtype="bf16").memory["autocast_copy_bytes"]
+
+
+def test_trainings_memory_check_is_the_ddp_per_rank_estimate(monkeypatch):
+    """bundle._check_memory on 2 ddp ranks in bf16 hands check_fits what gptlab-flops strategy=ddp world_size=2 says
+    one rank holds, autocast copies included."""
+    from types import SimpleNamespace
+
+    from gptlab.train import bundle
+
+    seen = {}
+    monkeypatch.setattr(bundle, "check_fits", lambda report, *a, **kw: seen.update(report["memory"]))
+    cfg = compose([*TINY, "train.batch_size=8"])
+    bundle._check_memory(
+        cfg,
+        SimpleNamespace(dtype="bf16", strategy="ddp", device="cpu"),
+        SimpleNamespace(batch_size=8, grad_accum=1, eval_sequences=0),
+        SimpleNamespace(seq_len=16, vocab_size=11, val_sets=[]),
+        2,
+        {},
+    )
+    rank = _flops(*TINY, "train.batch_size=8", "seq_len=16", "dtype=bf16", "strategy=ddp", "world_size=2")
+    assert seen["train_estimate_bytes"] == rank["sharding"]["memory"]["total_bytes"]
+    assert seen["autocast_copy_bytes"] == rank["sharding"]["memory"]["autocast_copy_bytes"] == 2 * 1624
+
+
+def test_the_autocast_copies_are_shown_where_the_memory_is_broken_down():
+    """gptlab-flops' `train memory` line and check_fits' refusal name the copies when there are any (bf16), not in
+    fp32; an fsdp rank's check takes the rank's own copies (none: its gathered params are already bf16)."""
+    from gptlab.cli.flops_table import _summary_lines
+    from gptlab.costs.memory import GIB, check_fits
+    from gptlab.train.bundle import per_rank_report
+
+    for dtype, shown in (("bf16", True), ("fp32", False)):
+        d = _flops(*TINY, "batch_size=8", f"dtype={dtype}")
+        line = next(x for x in _summary_lines(d) if x.startswith("train memory"))
+        assert ("+ autocast copies 3.17KiB + activations" in line) == shown, line  # 2 x 1624 bytes
+        with pytest.raises(ConfigError) as err:
+            check_fits(d, "cpu", available_bytes=1)
+        copies = f", autocast copies {2 * 1624 / GIB:.3g} GiB, activations"
+        assert (copies in str(err.value)) == shown, str(err.value)
+    cfg = compose([*TINY, "train.batch_size=8"])
+    whole = cost_report(cfg, 4, 16, dtype="bf16").to_dict()
+    share = rank_memory(cfg, Sharding("fsdp", 2), batch_size=8, grad_accum=1, seq_len=16, dtype="bf16")
+    rank = per_rank_report(whole, share)["memory"]
+    assert whole["memory"]["autocast_copy_bytes"] == 2 * 1624 and rank["autocast_copy_bytes"] == 0
+    assert rank["train_estimate_bytes"] == share["total_bytes"]

@@ -49,8 +49,9 @@ def _summary_lines(d: dict) -> list[str]:
         f"inference mem {_si(mem['inference_estimate_bytes'], 'B')} = weights + KV cache"
         if d["mode"] != "train"
         else f"train memory  {_si(mem['train_estimate_bytes'], 'B')} = weights {_si(mem['weights_bytes'], 'B')} + grads "
-        f"{_si(mem['grads_bytes'], 'B')} + optimizer {_si(mem['optimizer_bytes'], 'B')} + activations "
-        f"{_si(mem['activations_bytes'], 'B')} (naive {_si(mem['activations_naive_bytes'], 'B')}, fused "
+        f"{_si(mem['grads_bytes'], 'B')} + optimizer {_si(mem['optimizer_bytes'], 'B')} + "
+        + (f"autocast copies {_si(mem['autocast_copy_bytes'], 'B')} + " if mem.get("autocast_copy_bytes") else "")
+        + f"activations {_si(mem['activations_bytes'], 'B')} (naive {_si(mem['activations_naive_bytes'], 'B')}, fused "
         f"{_si(mem['activations_fused_bytes'], 'B')}, checkpointed {_si(mem['activations_checkpointed_bytes'], 'B')})"
         + (
             f" at micro-batch {mem['micro_batch']} (batch / train.grad_accum)"

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from gptlab.costs.scores import dense_pairs
-from gptlab.costs.structure import BlockShape, ModelShape, layer_counts
+from gptlab.costs.structure import BlockShape, ModelShape, param_weights
 from gptlab.errors import ConfigError
 
 
@@ -49,6 +49,13 @@ def activation_bytes(
     return outside + sum(b * c for b, c in layers)
 
 
+def autocast_copy_bytes(matmul_weights: int, compute_bytes: int, param_bytes: int = 4) -> int:
+    """autocast's compute-dtype copy of every matmul weight, held from its cast in forward to backward (autocast's
+    weight cache, autograd's saved inputs): compute_bytes per element when the compute dtype is narrower than the
+    parameters (bf16/fp16 over fp32), 0 where the weights are used as they are (fp32)."""
+    return compute_bytes * matmul_weights if compute_bytes < param_bytes else 0
+
+
 def kv_cache(m: ModelShape, batch: int, seq: int, s: int, quant: str | None = None) -> dict:
     """KV-cache sizes: bytes per token (2·Σ n_kv_head·head_dim·s), for B×T, and with windowed layers capped.
 
@@ -71,14 +78,6 @@ def kv_cache(m: ModelShape, batch: int, seq: int, s: int, quant: str | None = No
 def _members(optimizer) -> list:
     """The optimizer plus any member optimizers it steps together (e.g. Muon + AdamW)."""
     return [optimizer, *getattr(optimizer, "optimizers", [])]
-
-
-def param_weights(model) -> dict[int, int]:
-    """id(parameter) -> layers it stands for: a cost-model skeleton's block counts, else 1."""
-    weights = {id(p): 1 for p in model.parameters()}
-    for block, count in zip(model.blocks, layer_counts(model)):
-        weights.update({id(p): count for p in block.parameters()})
-    return weights
 
 
 def optimizer_state_bytes_per_param(model, optimizer) -> float:
@@ -148,11 +147,13 @@ def check_fits(
     if need <= available_bytes:
         return
     each = f" ({processes} processes x {_gib(need // processes)})" if processes > 1 else ""
+    copies = f", autocast copies {_gib(mem['autocast_copy_bytes'])}" if mem.get("autocast_copy_bytes") else ""
     held = f", validation set {_gib(mem['eval_bytes'])}" if mem.get("eval_bytes") else ""
     raise ConfigError(
         f"{label} needs ~{_gib(need)}{each} for training at batch {d['batch_size']} x {d['seq_len']} tokens "
-        f"(weights+grads {_gib(mem['weights_bytes'] + mem['grads_bytes'])}, optimizer {_gib(mem['optimizer_bytes'])}, "
-        f"activations {_gib(mem['activations_bytes'])}{held}); {_gib(available_bytes)} available on {device} ({source}); "
+        f"(weights+grads {_gib(mem['weights_bytes'] + mem['grads_bytes'])}, optimizer {_gib(mem['optimizer_bytes'])}"
+        f"{copies}, activations {_gib(mem['activations_bytes'])}{held}); {_gib(available_bytes)} available on {device} "
+        f"({source}); "
         "lower train.batch_size (or raise train.grad_accum) or train.eval_sequences, turn on "
         "hardware.activation_checkpointing, or pick a smaller model"
     )

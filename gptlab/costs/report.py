@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 import torch.nn as nn
 
 from gptlab.costs.accounting import Accounting, intensity
-from gptlab.costs.memory import activation_bytes, kv_cache
+from gptlab.costs.memory import activation_bytes, autocast_copy_bytes, kv_cache
 from gptlab.costs.ops import Op, Shape, block_ops, forward_ops, loss_op, optimizer_op
 from gptlab.costs.sharding import micro_batch
 from gptlab.costs.structure import Contract, ModelShape, block_shape, describe, non_embedding_params
@@ -152,8 +152,9 @@ def _memory(
     param_bytes: int,
     state_bytes: float,
 ) -> dict:
-    """Training memory: weights, grads, optimizer state and saved activations (all three attention/ckpt cases) of one
-    `batch`-sequence micro-batch."""
+    """Training memory: weights, grads, optimizer state, autocast's compute-dtype weight copies (`s` bytes each when
+    narrower than `param_bytes`) and saved activations (all three attention/ckpt cases) of one `batch`-sequence
+    micro-batch: what costs.sharding.memory_per_rank holds at N=1."""
     acts = {
         f"activations_{k}_bytes": activation_bytes(m, batch, seq, s, mat, ck)
         for k, mat, ck in (("naive", True, False), ("fused", False, False), ("checkpointed", materialized, True))
@@ -163,16 +164,17 @@ def _memory(
         if checkpointing
         else (acts["activations_naive_bytes"] if materialized else acts["activations_fused_bytes"])
     )
-    state = {
+    held = {
         "weights_bytes": param_bytes * m.n_params,
         "grads_bytes": param_bytes * m.n_params,
         "optimizer_bytes": state_bytes * m.n_params,
+        "autocast_copy_bytes": autocast_copy_bytes(m.matmul_weights, s, param_bytes),
     }
     return {
-        **state,
+        **held,
         **acts,
         "activations_bytes": act,
-        "train_estimate_bytes": sum(state.values()) + act,
+        "train_estimate_bytes": sum(held.values()) + act,
         "micro_batch": batch,
     }
 

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 
 import torch.nn as nn
 
-from gptlab.costs.memory import activation_bytes, param_weights
-from gptlab.costs.structure import Contract, ModelShape, describe
+from gptlab.costs.memory import activation_bytes, autocast_copy_bytes
+from gptlab.costs.structure import Contract, ModelShape, describe, matmul_weights, param_weights
 from gptlab.errors import ConfigError
 
 STRATEGIES = ("ddp", "fsdp")
@@ -74,11 +74,10 @@ def param_layout(model: Contract) -> ParamLayout:
         (p.shape[0] if p.dim() else 1, math.prod(p.shape[1:]), weights[id(p)], id(p) in inside)
         for p in model.parameters()
     )
-    linear = {id(m.weight): m.weight for m in model.modules() if isinstance(m, nn.Linear)}
     return ParamLayout(
         tensors=tensors,
         largest_block=max((sum(p.numel() for p in b.parameters()) for b in model.blocks), default=0),
-        matmul_weights=sum(weights[i] * w.numel() for i, w in linear.items()),
+        matmul_weights=matmul_weights(model),
     )
 
 
@@ -119,7 +118,7 @@ def memory_per_rank(
         "params_bytes": on_device * param_bytes * kept,
         "grads_bytes": on_device * param_bytes * kept,
         "optimizer_bytes": on_device * state_bytes_per_param * kept,
-        "autocast_copy_bytes": compute_bytes * layout.matmul_weights if ddp and compute_bytes < param_bytes else 0,
+        "autocast_copy_bytes": autocast_copy_bytes(layout.matmul_weights, compute_bytes, param_bytes) if ddp else 0,
         "unsharded_bytes": 0 if ddp else _unsharded(layout, sh, compute_bytes),
         "activations_bytes": activations,
     }

@@ -86,6 +86,7 @@ class ModelShape:
     position_rotates: bool  # the position choice rotates q and k (RoPE)
     params: dict  # per component, shared tensors counted once
     n_params: int
+    matmul_weights: int  # elements of the nn.Linear weights (a tied LM head once): what autocast casts
 
     @property
     def n_layer(self) -> int:
@@ -156,6 +157,22 @@ def layer_counts(model: Contract) -> tuple[int, ...]:
     return tuple(getattr(model, "layer_counts", None) or (1,) * len(model.blocks))
 
 
+def param_weights(model: Contract) -> dict[int, int]:
+    """id(parameter) -> layers it stands for: a cost-model skeleton's block counts, else 1."""
+    weights = {id(p): 1 for p in model.parameters()}
+    for block, count in zip(model.blocks, layer_counts(model)):
+        weights.update({id(p): count for p in block.parameters()})
+    return weights
+
+
+def matmul_weights(model: Contract) -> int:
+    """Elements of every nn.Linear weight (a tied LM head once, a skeleton's blocks once per layer they stand for):
+    the weights autocast casts to the compute dtype (costs.memory.autocast_copy_bytes)."""
+    weights = param_weights(model)
+    linear = {id(m.weight): m.weight for m in model.modules() if isinstance(m, nn.Linear)}
+    return sum(weights[i] * w.numel() for i, w in linear.items())
+
+
 def count_params(model: Contract) -> dict:
     """Parameters per component (embedding, position, attention, mlp, norm, lm_head, other), each tensor once."""
     seen: set[int] = set()
@@ -213,6 +230,7 @@ def describe(model: Contract) -> ModelShape:
         position_rotates=_overrides(model.position, "rotate"),
         params=params,
         n_params=sum(params.values()),
+        matmul_weights=matmul_weights(model),
     )
 
 

@@ -242,6 +242,7 @@ def per_rank_report(report: dict, memory: dict) -> dict:
         "weights_bytes": memory["params_bytes"],
         "grads_bytes": memory["grads_bytes"],
         "optimizer_bytes": memory["optimizer_bytes"],
+        "autocast_copy_bytes": memory["autocast_copy_bytes"],
         "activations_bytes": memory["activations_bytes"],
         "train_estimate_bytes": memory["total_bytes"],
     }
