@@ -266,6 +266,22 @@ def test_a_config_rerun_with_the_same_seeds_counts_once(tmp_path, capsys):
     assert doc["rows"][1]["p_value"] == before["rows"][1]["p_value"] > 0
 
 
+def test_a_replay_left_out_moves_neither_the_point_nor_the_warnings(tmp_path, capsys):
+    """The baseline's seed 0 run again in another dir and stopped at step 50: counted once (as the finished run), yet
+    it used to set the comparison point (step 50 for every arm, where all counted runs reach 100) and add a 'status
+    failed' warning about a run the table does not hold."""
+    sweep = _two_by_two(tmp_path)
+    before, _, _ = _ok(tmp_path / "before", capsys, sweep)
+    again = write_sweep(tmp_path / "again", [dict(seed=0, loss_at=_shifted(0.0), stop_at=50)])
+    doc, _, err = _ok(tmp_path, capsys, sweep, again)
+    assert doc["step"] == before["step"] == 100
+    assert doc["warnings"] == [
+        "warning: again/2026-01-01_12-00-00/0 repeats sw/2026-01-01_12-00-00/0's config and seeds (data_seed 1234, "
+        "seed 0): a replay is not a new sample; counted once, as sw/2026-01-01_12-00-00/0"
+    ]
+    assert [r["val_loss_mean"] for r in doc["rows"]] == [r["val_loss_mean"] for r in before["rows"]]
+
+
 @pytest.mark.parametrize("key", ["val/loss", "probe/length/4x/loss"])
 def test_a_non_finite_figure_in_metrics_jsonl_is_refused_in_one_line(tmp_path, capsys, key):
     """gptlab writes a figure it could not measure as null; a NaN seed read from a damaged or foreign file made the

@@ -398,9 +398,11 @@ def compare(
     runs, copies = dedupe(runs)
     check_same_task(runs)
     unchecked = check_like(runs)
-    point, unequal = align(runs, step)
     groups = group_runs(runs)
     replays = one_run_per_seed(groups)
+    kept = {id(r) for g in groups for r in g.runs}
+    runs = [r for r in runs if id(r) in kept]  # a replay counted once is gone from the point and every warning too
+    point, unequal = align(runs, step)
     base = find_baseline(groups, baseline)
     assign_labels(groups, base)
     ordered = [base] + [g for g in groups if g is not base]
