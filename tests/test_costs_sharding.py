@@ -549,3 +549,10 @@ def test_the_autocast_copies_are_shown_where_the_memory_is_broken_down():
     rank = per_rank_report(whole, share)["memory"]
     assert whole["memory"]["autocast_copy_bytes"] == 2 * 1624 and rank["autocast_copy_bytes"] == 0
     assert rank["train_estimate_bytes"] == share["total_bytes"]
+    # the refusal's parts add up to its total: an fsdp rank's gathered blocks are named too
+    parts = ("weights_bytes", "grads_bytes", "optimizer_bytes", "autocast_copy_bytes", "unsharded_bytes")
+    assert sum(rank[k] for k in parts) + rank["activations_bytes"] == rank["train_estimate_bytes"]
+    assert rank["unsharded_bytes"] == share["unsharded_bytes"] > 0
+    with pytest.raises(ConfigError) as err:
+        check_fits(per_rank_report(whole, share), "cpu", available_bytes=1)
+    assert f", gathered for compute {share['unsharded_bytes'] / GIB:.3g} GiB, activations" in str(err.value)

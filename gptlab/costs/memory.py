@@ -148,6 +148,7 @@ def check_fits(
         return
     each = f" ({processes} processes x {_gib(need // processes)})" if processes > 1 else ""
     copies = f", autocast copies {_gib(mem['autocast_copy_bytes'])}" if mem.get("autocast_copy_bytes") else ""
+    copies += f", gathered for compute {_gib(mem['unsharded_bytes'])}" if mem.get("unsharded_bytes") else ""
     held = f", validation set {_gib(mem['eval_bytes'])}" if mem.get("eval_bytes") else ""
     raise ConfigError(
         f"{label} needs ~{_gib(need)}{each} for training at batch {d['batch_size']} x {d['seq_len']} tokens "

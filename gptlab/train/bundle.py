@@ -243,6 +243,7 @@ def per_rank_report(report: dict, memory: dict) -> dict:
         "grads_bytes": memory["grads_bytes"],
         "optimizer_bytes": memory["optimizer_bytes"],
         "autocast_copy_bytes": memory["autocast_copy_bytes"],
+        "unsharded_bytes": memory["unsharded_bytes"],  # fsdp: the blocks gathered for compute, their full grads
         "activations_bytes": memory["activations_bytes"],
         "train_estimate_bytes": memory["total_bytes"],
     }
