@@ -88,7 +88,7 @@ def measure(target, draft, idx: torch.Tensor, args: argparse.Namespace) -> tuple
         "target_ms_per_token": t_ms,
         "draft_ms_per_token": d_ms,
         "cost_ratio": c,
-        "expected_speedup": expected_speedup(stats["acceptance_rate"], k, c),
+        "expected_speedup": expected_speedup(stats["acceptance_rate"], stats["round_ks"], c),
         "matches_target_greedy": bool(torch.equal(out, plain)) if temp == 0 else None,
     }, out
 

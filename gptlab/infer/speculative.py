@@ -16,7 +16,8 @@ gptlab-speculative --target RUN --draft RUN [--k 4]"""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import cast
 
 import torch
@@ -31,9 +32,12 @@ def expected_tokens_per_forward(alpha: float, k: int) -> float:
     return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def expected_speedup(alpha: float, k: int, cost_ratio: float) -> float:
-    """Leviathan et al. 2023: (1 - α^(k+1)) / ((1 - α)(k·c + 1)), c = draft / target time per decode step."""
-    return expected_tokens_per_forward(alpha, k) / (k * cost_ratio + 1.0)
+def expected_speedup(alpha: float, round_ks: Sequence[int], cost_ratio: float) -> float:
+    """Leviathan et al. 2023: (1 - α^(k+1)) / ((1 - α)(k·c + 1)), c = draft / target time per decode step, over the
+    rounds as run: Σ E[tokens | k'] / Σ (k'·c + 1), since the last rounds propose fewer than k (k' = k every round
+    gives the paper's formula)."""
+    tokens = sum(expected_tokens_per_forward(alpha, k) for k in round_ks)
+    return tokens / sum(k * cost_ratio + 1.0 for k in round_ks)
 
 
 def rollback(caches: list, length: int) -> None:
@@ -114,6 +118,7 @@ class Stats:
     draft_forwards: int = 0
     new_tokens: int = 0  # per row
     wall_s: float = 0.0
+    round_ks: list[int] = field(default_factory=list)  # each round's proposals: k, fewer near the end
 
     def summary(self) -> dict:
         """acceptance_rate = accepted / tested drafts (the formulas' α); accepted_fraction = accepted / proposed. With
@@ -125,7 +130,12 @@ class Stats:
             "acceptance_rate": alpha,
             "accepted_fraction": self.accepted / self.proposed if self.proposed else nan,
             "tokens_per_target_forward": self.new_tokens / self.target_forwards if self.target_forwards else nan,
-            "expected_tokens_per_target_forward": expected_tokens_per_forward(alpha, self.k) if tested else nan,
+            # the expectation over the rounds as run: the last rounds propose fewer than k (k' = 0: one token)
+            "expected_tokens_per_target_forward": (
+                sum(expected_tokens_per_forward(alpha, k) for k in self.round_ks) / len(self.round_ks)
+                if tested and self.round_ks
+                else nan
+            ),
         }
 
 
@@ -159,6 +169,7 @@ def speculative_round(
     # every row keeps the batch's shortest accepted prefix + 1: a prefix of a target sample is one (exact law)
     n = int(accepted.min())
     stats.draft_forwards, stats.target_forwards = stats.draft_forwards + k, stats.target_forwards + 1
+    stats.round_ks.append(k)
     stats.proposed, stats.accepted = stats.proposed + k * seq.size(0), stats.accepted + int(accepted.sum())
     stats.rejected, stats.new_tokens = stats.rejected + int((accepted < k).sum()), stats.new_tokens + n + 1
     rollback(tcaches, L + n)  # held: seq[:L] + n accepted drafts; the round's last token is fed next round
