@@ -349,6 +349,22 @@ def test_a_tiny_max_tokens_is_refused_naming_it(tmp_path, tokenizer, max_tokens,
     assert (len(enough.train_tokens), len(enough.val_tokens)) == (360, 40)
 
 
+def test_max_tokens_stopping_inside_the_fitting_text_is_refused_not_leaked(tmp_path, monkeypatch):
+    """4 KB chunks, a 90 KB corpus, the char tokenizer fitted on its first 90%: data.max_tokens=5000 stops the stream
+    two chunks in, before the fitting text's end is seen. That end was then recorded as 0, so neither the refusal
+    nor the train extension fired, and all 500 val tokens were text the tokenizer was fitted on."""
+    monkeypatch.setattr(encode, "CHUNK_CHARS", 1 << 12)
+    path = tmp_path / "play.txt"
+    path.write_text(PLAY * (90_000 // len(PLAY) + 1))
+    with pytest.raises(ConfigError) as err:
+        TextData(seed=0, block_size=16, cache_dir=tmp_path / "c", paths=[str(path)], tokenizer="char", max_tokens=5000)
+    assert str(err.value) == (
+        "data.max_tokens=5000: the char tokenizer is fitted on text that runs past all 5,000 tokens kept and keeps "
+        "that text out of validation, so no val text is left; allowed: null, more tokens than its fitting text "
+        "holds, or a lower data.bpe_sample_bytes"
+    )
+
+
 def test_token_ids_out_of_range_in_a_cache_shard_are_refused_naming_the_entry(tmp_path, monkeypatch, capsys):
     from gptlab.cli import cache as cache_cli
 

@@ -141,7 +141,8 @@ def _build(
                 f"tokenizing ({tokenizer})",
             )
             if fit is not None and fit.prefix is not None:  # fitted on part of the first segment: val may follow it
-                fit_end = min(fit_end, len(tok.encode(fit.prefix)))
+                prefix = len(tok.encode(fit.prefix))
+                fit_end = prefix if fit_end is None else min(fit_end, prefix)
             meta = {
                 "format": CACHE_FORMAT,
                 "source": source.key,
@@ -243,15 +244,28 @@ def build_token_splits(
     tok = load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
     _check_ids(folder, shards, index, tok.vocab_size, verify)
     total = int(index["tokens"])
-    fitted = int(index.get("fit_end", 0))
-    fit_end = min(fitted, total)  # data.max_tokens may stop the stream inside the fitting text
+    fitted = index.get("fit_end")
+    # None: data.max_tokens stopped the stream inside the fitting text, before its end was seen (a cache written
+    # before that was told apart recorded 0, which no fitted tokenizer has)
+    past = tokenizer in FITTED and not fitted
+    fit_end = total if past else min(int(fitted or 0), total)  # data.max_tokens may stop inside the fitting text
     n_train = total - int(total * val_fraction)
     capped = max_tokens if max_tokens is not None and total >= max_tokens else None
     if capped is not None and fit_end >= total:
+        where, allowed = (
+            (
+                f"text that runs past all {total:,} tokens kept",
+                "null, more tokens than its fitting text holds, or a lower data.bpe_sample_bytes",
+            )
+            if past
+            else (
+                f"the first {fitted:,} tokens of the stream",
+                f"null, or more than {fitted:,} (or lower data.bpe_sample_bytes)",
+            )
+        )
         raise ConfigError(
-            f"data.max_tokens={max_tokens}: the {tokenizer} tokenizer is fitted on the first {fitted:,} tokens of "
-            f"the stream and keeps them out of validation, so no val text is left; allowed: null, or more than "
-            f"{fitted:,} (or lower data.bpe_sample_bytes)"
+            f"data.max_tokens={max_tokens}: the {tokenizer} tokenizer is fitted on {where} and keeps that text out "
+            f"of validation, so no val text is left; allowed: {allowed}"
         )
     if n_train < fit_end:
         log.warning(

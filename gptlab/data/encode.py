@@ -72,8 +72,11 @@ class _Stream:
         self.bar.update(nbytes, len(out))
 
 
-def tokenize_source(source, tok, writer: ShardWriter, fit_segments: int, num_proc: int, max_tokens, what: str) -> int:
-    """Stream the source through `tok` into `writer`, `num_proc` chunks at a time; returns the fit sample's end."""
+def tokenize_source(
+    source, tok, writer: ShardWriter, fit_segments: int, num_proc: int, max_tokens, what: str
+) -> int | None:
+    """Stream the source through `tok` into `writer`, `num_proc` chunks at a time; returns the fit sample's end (0
+    without one), None when data.max_tokens stopped the stream before it: the fitting text covers every kept token."""
     bar = DataProgress(what, source.total_bytes, done_tokens=writer.tokens)
     stream = _Stream(writer, fit_segments, max_tokens, bar)
     chunks = _chunks(source, stream.resume_chunk)
@@ -95,7 +98,7 @@ def tokenize_source(source, tok, writer: ShardWriter, fit_segments: int, num_pro
             for *_, fut in pending:
                 fut.cancel()
     bar.close()
-    return stream.fit_end or 0
+    return stream.fit_end
 
 
 def default_num_proc() -> int:
