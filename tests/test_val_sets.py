@@ -197,6 +197,34 @@ def test_a_val_set_of_the_training_files_is_refused_in_one_line(tmp_path):
     )
 
 
+def test_a_val_set_reading_training_text_as_a_dataset_is_refused(tmp_path):
+    """The training file given as a local dataset folder (`dataset:`), or the training hub dataset's own split: both
+    were accepted, and 59 of 64 windows of such a set occurred verbatim in the train split. Another split of the
+    same folder stays allowed."""
+    from gptlab.data.hf import HFData
+    from gptlab.data.text import TextData
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    rows = [PROSE[i : i + 300] for i in range(0, 1200, 300)]
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+    (folder / "test.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in [CODE[:400], CODE[400:800]]))
+    train = folder / "train.jsonl"
+    common = dict(seed=1, block_size=8, cache_dir=tmp_path / "cache", tokenizer="char")
+    with pytest.raises(ConfigError) as err:
+        TextData(**common, paths=[str(train)], val_sets=[{"name": "held", "dataset": str(folder)}])
+    assert str(err.value) == f"data.val_sets.held.dataset: {train.resolve()} is a training file (data.paths); {APART}"
+    fine = TextData(**common, paths=[str(train)], val_sets=[{"name": "held", "dataset": str(folder), "split": "test"}])
+    assert [s.name for s in fine.val_sets] == ["held"]
+    with pytest.raises(ConfigError) as err:
+        HFData(**common, name=str(folder), val_sets=[{"name": "held", "dataset": str(folder)}])
+    assert str(err.value) == (
+        f"data.val_sets.held.dataset: {folder} (config None, split train) is the training data (data.name, "
+        "data.config_name, data.split); allowed: another split or dataset (a val set scores text the model never "
+        "trained on)"
+    )
+
+
 def test_val_sets_need_a_text_data_choice(tmp_path):
     sets = f"+data.val_sets=[{{name: a, paths: ['{tmp_path}']}}]"
     with pytest.raises(ConfigError, match=r"^data\.val_sets: not a key of this data choice \(AssocRecallData\)"):

@@ -17,7 +17,7 @@ from gptlab.data.lm import (
     ValFraction,
     Verify,
 )
-from gptlab.data.val_sets import ValSets, open_val_sets
+from gptlab.data.val_sets import ValSets, check_apart, open_val_sets
 from gptlab.errors import ConfigError
 
 
@@ -49,6 +49,7 @@ class HFData(LMData):
                 f"data.name: got {name!r}; allowed: a hub dataset name like 'roneneldan/TinyStories' "
                 f"or a local dataset folder"
             )
+        check_apart(val_sets, [], hub=(name, config_name, split))  # the training split as a val set: refused
         source = load_hub_source(name, config_name, split, column, streaming, Path(cache_dir) if cache_dir else None)
         try:
             splits = build_token_splits(

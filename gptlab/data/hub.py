@@ -50,6 +50,18 @@ def _local_identity(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def local_split_files(folder: Path, config_name: str | None, split: str) -> list[Path]:
+    """The files `datasets` reads for `split` of a local dataset folder (its own data-file patterns), resolved; []
+    when it has no such split or cannot say."""
+    from datasets import load_dataset_builder
+
+    try:
+        found = load_dataset_builder(str(folder), config_name).config.data_files or {}
+    except Exception:  # a folder datasets cannot read fails where it is loaded, with its own message
+        return []
+    return [Path(f).resolve() for name, files in found.items() if str(name) == split for f in files]
+
+
 def _text_column(ds, name: str, column: str):
     """The dataset cut to `column`, renamed "text"; a one-line error naming the columns there are."""
     names = list(ds.column_names or ds.features or [])

@@ -28,7 +28,7 @@ import torch
 from gptlab.data import default_cache_dir
 from gptlab.data.corpus import tokenize_with
 from gptlab.data.files import content_hashes, resolve_paths, source_key
-from gptlab.data.hub import load_hub_source
+from gptlab.data.hub import load_hub_source, local_split_files
 from gptlab.data.lm import token_windows
 from gptlab.data.sources import FileSource
 from gptlab.errors import ConfigError
@@ -184,25 +184,39 @@ class ValSetsCheck:
 ValSets = Annotated[list | None, rule(check=ValSetsCheck())]
 
 
-def check_apart(value: Any, files: Sequence[Path], hashes: Sequence[str] | None = None, cache_dir=None) -> None:
-    """No files set may hold a training file (data.paths): its windows would score text the model trained on. Files
-    are compared by resolved path and, with the training files' content `hashes`, by content (a copy elsewhere)."""
+def check_apart(
+    value: Any,
+    files: Sequence[Path],
+    hashes: Sequence[str] | None = None,
+    cache_dir=None,
+    hub: tuple[str, str | None, str] | None = None,
+) -> None:
+    """No set may score training text: not a training file (data.paths), as given in `paths` or read from a local
+    dataset folder's split, and not the training hub dataset's own split (`hub`: data=hf's name, config_name,
+    split). Files are compared by resolved path and, with the training files' content `hashes`, by content (a copy
+    elsewhere)."""
     train = {Path(f).resolve(): i for i, f in enumerate(files)}
     by_hash = {h: Path(files[i]) for i, h in enumerate(hashes or ())}
+    apart = "allowed: files apart from the training corpus (a val set scores text the model never trained on)"
     for spec in parse_val_sets(value):
-        if not spec.paths:
-            continue
-        try:
-            own = resolve_paths(list(spec.paths))
-        except ConfigError as err:
-            raise rekeyed(err, spec) from None
+        if spec.dataset is not None and hub is not None and (spec.dataset, spec.config_name, spec.split) == hub:
+            raise ConfigError(
+                f"{spec.key}.dataset: {spec.dataset} (config {spec.config_name}, split {spec.split}) is the training "
+                "data (data.name, data.config_name, data.split); allowed: another split or dataset (a val set scores "
+                "text the model never trained on)"
+            )
+        field, own = "paths", []  # type: str, list[Path]
+        if spec.paths:
+            try:
+                own = resolve_paths(list(spec.paths))
+            except ConfigError as err:
+                raise rekeyed(err, spec) from None
+        elif spec.dataset is not None and train and Path(spec.dataset).expanduser().is_dir():
+            field, own = "dataset", local_split_files(Path(spec.dataset).expanduser(), spec.config_name, spec.split)
         for f in own:
             if f in train:
-                raise ConfigError(
-                    f"{spec.key}.paths: {f} is a training file (data.paths); allowed: files apart from the training "
-                    "corpus (a val set scores text the model never trained on)"
-                )
-        if by_hash:
+                raise ConfigError(f"{spec.key}.{field}: {f} is a training file (data.paths); {apart}")
+        if by_hash and own:
             cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
             try:
                 own_hashes = content_hashes(own, cache)
@@ -211,8 +225,7 @@ def check_apart(value: Any, files: Sequence[Path], hashes: Sequence[str] | None 
             for f, h in zip(own, own_hashes, strict=True):
                 if h in by_hash:
                     raise ConfigError(
-                        f"{spec.key}.paths: {f} has the content of training file {by_hash[h]} (data.paths); allowed: "
-                        "files apart from the training corpus (a val set scores text the model never trained on)"
+                        f"{spec.key}.{field}: {f} has the content of training file {by_hash[h]} (data.paths); {apart}"
                     )
 
 
