@@ -136,7 +136,7 @@ def _report(summary: dict, run_dir: Path) -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base=None)
 def train_app(cfg: DictConfig) -> float | None:
-    """Train one configuration; returns the final val loss (the objective for Hydra sweepers)."""
+    """Train one configuration; returns its final val loss when it finished (the objective for Hydra sweepers)."""
     from gptlab.config.build import group_choices
     from gptlab.sweep.prune import tune_trial
     from gptlab.train.run import execute
@@ -174,12 +174,19 @@ def train_app(cfg: DictConfig) -> float | None:
     _report(summary, run_dir)
     if summary["status"] != "preempted":
         stop.restore()
-        return summary["final_val_loss"]
+        return sweeper_value(summary)
     stop.forward()  # submitit's SIGUSR2 handler requeues the job and exits here
     if os.environ.get("SLURM_JOB_ID"):
         # SLURM requeues this job: exit without a result so submitit (and the sweep) wait for the next attempt
         raise SystemExit(143)
-    return summary["final_val_loss"]
+    return sweeper_value(summary)  # a handler that returned (submitit's SIGTERM bypass): still no result
+
+
+def sweeper_value(summary: dict) -> float | None:
+    """What a Hydra sweeper reads as the run's result: its final val loss when it finished; None when it stopped
+    before its end (preempted: its last val loss is a mid-run one, and a tune trial scored on it would compete
+    with finished ones), and for a pruned run (no final val loss)."""
+    return summary["final_val_loss"] if summary["status"] == "finished" else None
 
 
 _STARTED: dict[str, Path] = {}  # the run dir of this process's single run (a refused run leaves no folder behind)

@@ -110,6 +110,23 @@ def test_a_diverged_or_crashed_trial_is_failed_never_a_number(tmp_path):
     assert result["best_value"] == 1.0 and result["failed"] == 3
 
 
+def test_a_trial_stopped_before_its_end_is_failed_not_scored_mid_run(tmp_path):
+    """A trial preempted where the signal's own handler returns (submitit's local SIGTERM bypass) used to hand the
+    sweeper its mid-run val loss, scored as COMPLETE beside finished trials. gptlab-train's result for a sweeper
+    is the final val loss of a finished run only (cli/train.py sweeper_value)."""
+    from gptlab.cli.train import sweeper_value
+
+    finished = {"status": "finished", "final_val_loss": 2.0}
+    stopped = {"status": "preempted", "final_val_loss": 1.5}  # an early eval of a run that would have gone on
+    assert sweeper_value(finished) == 2.0
+    assert sweeper_value(stopped) is None and sweeper_value({"status": "pruned", "final_val_loss": None}) is None
+    outcomes = iter([sweeper_value(s) for s in (finished, stopped, finished)])
+    launch, _ = _launcher(lambda lr: next(outcomes))
+    study = _study(tmp_path, launch, n_trials=3, max_failure_rate=0.5)
+    assert [t.state for t in study.trials].count(optuna.trial.TrialState.FAIL) == 1
+    assert yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())["best_value"] == 2.0
+
+
 def test_more_failures_than_allowed_stop_the_study_in_one_line(tmp_path):
     launch, _ = _launcher(lambda lr: math.nan)
     with pytest.raises(
