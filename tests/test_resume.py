@@ -171,6 +171,7 @@ def test_summary_lost_in_a_kill_is_recomputed_from_the_checkpoint(tmp_path):
         "mfu_median",
         "peak_mem_bytes",
         "wall_s",
+        "train_s",
     ):
         assert again[key] == first[key], key
     assert not (run / ".summary.json.4242.tmp").exists()
@@ -197,7 +198,7 @@ def test_init_from_starts_a_new_run_with_the_configs_hyper_parameters(tmp_path):
         "val/loss": pytest.approx(old_eval["val/loss"], rel=1e-6),
         "tokens": old_eval["tokens"],
     }
-    assert set(new_rows[0]) == {"step", "val/loss", "tokens", "wall_s", "flops"}  # an eval row: x-axes, the loss
+    assert set(new_rows[0]) == {"step", "val/loss", "tokens", "wall_s", "train_s", "flops"}  # x-axes, the loss
     lr_rows = [r for r in new_rows if "train/lr" in r]
     assert [r["step"] for r in lr_rows] == [7, 8, 9]
     base_lr = (

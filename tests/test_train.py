@@ -192,6 +192,55 @@ def test_resume_continues_the_same_curve(tmp_path):
     assert second["final_val_loss"] == json.loads((full / "summary.json").read_text())["final_val_loss"]
 
 
+def test_train_s_counts_training_steps_alone_across_a_resume(tmp_path):
+    """train_s, the training-only clock: every step's time (perf/step_ms, warm-up steps too) summed, nothing else
+    (evals and probes every 2 steps fall outside it, as wall_s holds them), kept across a resume, and on an eval row
+    the same as on that step's train row. A checkpoint from before it was kept resumes with it unknown (None), never
+    restarted at 0."""
+    import gptlab.train.loop as loop
+    from gptlab.state import checkpoint
+
+    run = tmp_path / "r"
+    original, real_emit = signal.getsignal(signal.SIGUSR1), loop._emit
+
+    def emit_then_signal(sinks, ctx, row, step):
+        real_emit(sinks, ctx, row, step)
+        if step == 4 and "train/loss" in row:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    loop._emit = emit_then_signal
+    try:
+        run_inprocess(run, "probes=[induction]", steps=8, eval_interval=2)
+    finally:
+        loop._emit, _ = real_emit, signal.signal(signal.SIGUSR1, original)
+    last = run_inprocess(run, "probes=[induction]", steps=8, eval_interval=2)
+    train_rows = [r for r in rows(run) if "train/loss" in r]
+    assert [r["step"] for r in train_rows] == list(range(1, 9))  # both processes' steps, each once
+    clock = 0.0
+    for r in train_rows:
+        clock += r["perf/step_ms"] / 1000
+        assert r["train_s"] == pytest.approx(clock, rel=1e-9, abs=1e-12)
+        assert r["train_s"] < r["wall_s"]
+    at = {r["step"]: r["train_s"] for r in train_rows}
+    evals = [r for r in rows(run) if "val/loss" in r and r["step"] > 0]
+    assert evals and all(r["train_s"] == at[r["step"]] for r in evals)
+    assert last["train_s"] == pytest.approx(clock, rel=1e-9) and last["wall_s"] > last["train_s"]
+
+    older = tmp_path / "older"  # the same run stopped at step 4, its checkpoint as an older gptlab wrote it
+    loop._emit = emit_then_signal
+    try:
+        run_inprocess(older, steps=8, eval_interval=2)
+    finally:
+        loop._emit, _ = real_emit, signal.signal(signal.SIGUSR1, original)
+    path = checkpoint.latest_path(older)
+    state = torch.load(path, weights_only=False)
+    del state["progress"]["train_s"]
+    torch.save(state, path)
+    resumed = run_inprocess(older, steps=8, eval_interval=2)
+    assert resumed["steps"] == 8 and resumed["train_s"] is None
+    assert not any("train_s" in r for r in rows(older) if r["step"] > 4)
+
+
 @pytest.mark.parametrize("cls", [Cosine, Linear, WSD])
 def test_schedules_warmup_and_end_at_min(cls):
     s = cls(max_steps=100, warmup_steps=10, min_lr_ratio=0.1)

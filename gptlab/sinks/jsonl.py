@@ -19,7 +19,7 @@ SUMMARY_FILE = "summary.json"
 STATUSES = ("finished", "failed", "preempted", "interrupted", "pruned", "running")  # what close(status) records
 # summary figures that are counts, sizes, times, rates or losses: never negative (null: measured, not finite)
 NON_NEGATIVE = (
-    "steps", "tokens", "params", "flops", "flops_per_token", "peak_mem_bytes", "wall_s", "tokens_per_s_median",
+    "steps", "tokens", "params", "flops", "flops_per_token", "peak_mem_bytes", "wall_s", "train_s", "tokens_per_s_median",
     "step_ms_median", "data_ms_median", "mfu_median", "peak_flops", "seq_len", "batch_size", "final_val_loss",
     "best_val_loss",
 )  # fmt: skip

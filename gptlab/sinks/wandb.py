@@ -26,7 +26,8 @@ RUN_ID_FILE = "wandb_run_id"
 _ID_CHARS = string.ascii_lowercase + string.digits
 _ID_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 _DEFAULT_BASE_URL = "https://api.wandb.ai"
-X_AXES = ("step", "tokens", "wall_s", "flops")  # flops: cumulative training FLOPs (loss against compute)
+# flops: cumulative training FLOPs (loss against compute); train_s: seconds in training steps alone (no evals)
+X_AXES = ("step", "tokens", "wall_s", "train_s", "flops")
 RUN_FILES = ("provenance.json", ".hydra/*.yaml", "git*.diff")
 
 
@@ -169,7 +170,7 @@ class WandbSink:
             settings=wandb.Settings(silent=True),
             **init_args,
         )
-        for axis in X_AXES:  # every row carries all four, so any panel can switch its x-axis
+        for axis in X_AXES:  # every row carries them, so any panel can switch its x-axis
             run.define_metric(axis)
         run.define_metric("*", step_metric="step")
         return run

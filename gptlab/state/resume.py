@@ -42,6 +42,9 @@ class Progress:
     last_val_step: int | None = None  # the step last_val_loss was measured at
     nan_seen: int = 0
     wall_s: float = 0.0
+    # seconds in training steps alone (the step time of every step, warm-up included; evals, probes, checkpoints and
+    # the diagnostics' own time left out); None for a run begun before it was kept, which cannot know its own
+    train_s: float | None = 0.0
     peak_mem_bytes: int = 0
     tokens_per_s: list = field(default_factory=list)  # per timed step, after speed_warmup
     step_ms: list = field(default_factory=list)
@@ -297,7 +300,9 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
         if "rng" in state and start.kind == "resume":  # a new run draws from its own seed (dropout, sampling)
             set_rng_state(state["rng"])
         if start.kind == "resume":
-            progress = Progress(**({"last_val_step": _evaluated_at(state)} | state["progress"]))
+            # a checkpoint from before train_s was kept: its steps' time is unknown, never restarted at 0
+            older = {"last_val_step": _evaluated_at(state), "train_s": None}
+            progress = Progress(**(older | state["progress"]))
         else:  # a new run: its own figures, counting on from the checkpoint's step and tokens
             tokens = int(state.get("progress", state).get("tokens", 0))
             progress = Progress(step=int(state["step"]), tokens=tokens, init_from=init_record(start))

@@ -193,6 +193,7 @@ def summarise(p: Progress, status: str, ctx: Context) -> dict:
         "warmup_s": warmup_seconds(p),
         "peak_mem_bytes": p.peak_mem_bytes,
         "wall_s": p.wall_s,
+        "train_s": p.train_s,
         "status": status,
         "outside_load": p.outside_ticks / p.total_ticks if p.total_ticks else None,
         "sibling_load": p.sibling_ticks / p.total_ticks if p.total_ticks else None,  # the sweep's other runs
@@ -309,6 +310,10 @@ class _Loop:
     def wall(self) -> float:
         return self.wall0 + time.perf_counter() - self.started
 
+    def train_clock(self) -> dict:
+        """The training-only clock as a row's x-axis `train_s` (absent for a run begun before it was kept)."""
+        return {} if self.p.train_s is None else {"train_s": self.p.train_s}
+
     def run(self) -> dict:
         self.bundle.model.train()
         while self._between_steps():
@@ -343,6 +348,7 @@ class _Loop:
                 **({"perf/probe_ms": 1000 * probe_s} if probed else {}),
                 "tokens": p.tokens,
                 "wall_s": self.wall(),
+                **self.train_clock(),
                 "flops": p.tokens * self.bundle.ctx.flops_per_token,  # cumulative training FLOPs (the MFU model's)
             }  # every row has all x-axes
             _emit(self.sinks, ctx, row, p.step)
@@ -443,6 +449,8 @@ class _Loop:
         step_mfu = mfu(
             self.bundle.ctx.flops_per_token, tokens_per_step / step_s, self.bundle.ctx.peak_flops, self.bundle.ctx.world
         )
+        if p.train_s is not None:
+            p.train_s += step_s
         if d.step - self.start_step <= settings.speed_warmup:  # each start warms up: a resume compiles, allocates
             p.warmup_ms.append(step_s * 1000)
         else:
@@ -463,6 +471,7 @@ class _Loop:
                 "perf/mfu": step_mfu,
                 "mem/peak_bytes": max(p.peak_mem_bytes, self.peak.read()),
                 "wall_s": self.wall(),
+                **self.train_clock(),
                 "flops": d.tokens * self.bundle.ctx.flops_per_token,  # an x-axis: loss against compute
                 **d.extra,
                 **({"perf/diag_ms": d.diag_s * 1000} if self.monitor.diag is not None else {}),
@@ -474,7 +483,7 @@ class _Loop:
             _emit(
                 self.sinks,
                 self.bundle.ctx,
-                {**d.extra, "tokens": d.tokens, "wall_s": self.wall(), "flops": flops},
+                {**d.extra, "tokens": d.tokens, "wall_s": self.wall(), **self.train_clock(), "flops": flops},
                 d.step,
             )
 

@@ -1,8 +1,8 @@
 """One name per metric, the same in metrics.jsonl, W&B, TensorBoard and CSV: each figure lives under its section
 (`train/`, `val/` with `val/<name>/loss` per data.val_sets set, `perf/` for speed, `mem/` for memory, `diag/`,
-`probe/`, `spike/`), beside the x-axes every row carries (`step`, `tokens`, `wall_s`, and `flops` on eval rows). Run
-dirs written before the sections existed used bare names; `canonical` reads such a row under today's names, so every
-reader sees one vocabulary."""
+`probe/`, `spike/`), beside the x-axes every row carries (`step`, `tokens`, `wall_s`, `train_s`: seconds in training
+steps alone, and `flops`). Run dirs written before the sections existed used bare names; `canonical` reads such a row
+under today's names, so every reader sees one vocabulary."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ RENAMED = {
     "mfu": "perf/mfu",
     "peak_mem_bytes": "mem/peak_bytes",
 }
-AXES = ("step", "tokens", "wall_s", "flops")
+AXES = ("step", "tokens", "wall_s", "train_s", "flops")
 
 
 def canonical(row: dict[str, Any]) -> dict[str, Any]:

@@ -191,6 +191,7 @@ NUMERIC = (
     "params",
     "flops_per_token",
     "wall_s",
+    "train_s",
     "flops",
     "outside_load",
     "val/loss",
