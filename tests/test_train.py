@@ -250,6 +250,14 @@ def test_schedules_warmup_and_end_at_min(cls):
     assert all(s(i) >= s(i + 1) - 1e-12 for i in range(10, 100))
 
 
+def test_wsd_cools_down_over_the_last_fraction_of_the_post_warmup_steps():
+    """As conf/schedule/wsd.yaml says: max_steps 500, warmup 50, decay_fraction 0.2 -> flat to step 410, then 90
+    linear steps to min_lr_ratio (the fraction is of the steps after warmup, as every shape's progress is)."""
+    s = WSD(max_steps=500, warmup_steps=50, min_lr_ratio=0.0, decay_fraction=0.2)
+    assert s(50) == s(410) == 1.0 and s(411) == pytest.approx(89 / 90) and s(455) == pytest.approx(0.5)
+    assert s(500) == 0.0
+
+
 def test_constant_schedule():
     s = Constant(max_steps=50, warmup_steps=5)
     assert s(0) == pytest.approx(1 / 6) and s(5) == 1.0 and s(50) == 1.0

@@ -63,7 +63,8 @@ class Constant(Schedule):
 
 @dataclass(frozen=True)
 class WSD(Schedule):
-    """Warmup-stable-decay: flat at 1, then a linear cooldown over the last `decay_fraction` of steps."""
+    """Warmup-stable-decay: flat at 1, then a linear cooldown over the last `decay_fraction` of the post-warmup steps
+    (as every shape here spans them: max_steps 500, warmup 50, 0.2 cools down over the last 90 steps)."""
 
     decay_fraction: Annotated[float, rule("(0, 1]")] = 0.2
 
