@@ -104,3 +104,16 @@ def test_false_decisions_on_aa_data_stay_at_alpha(kind):
         found = difference("x", list(a), list(b)) if kind == "difference" else ratio("x", list(a), list(b))
         decided += found.decided
     assert 0.03 <= decided / 2000 <= 0.07, decided  # binomial sd at 5 %: 0.5 points
+
+
+def test_a_printed_p_never_rounds_across_the_threshold():
+    """Two significant digits printed 0.0498 (significant) and 0.0502 (not) both as 'p=0.05', beside opposite words;
+    the table's p keeps as many digits as its side of alpha (or a look's threshold) needs."""
+    assert words.p_value(0.0498) == "0.0498" and words.p_value(0.0502) == "0.05"  # 0.05 is not below 0.05
+    assert words.p_value(0.03) == "0.03" and words.p_value(0.12345) == "0.12" and words.p_value(None) == "n/a"
+    assert words.p_value(0.00559, threshold=0.0056) == "0.00559"  # a look's threshold, not alpha
+    base = [1.70, 1.71, 1.72]
+    for shift, decided in ((0.0227, True), (0.0226, False)):  # Welch p 0.04981 / 0.05044
+        found = difference("val/loss", [x + shift for x in base], base, 0.05)
+        assert found.decided is decided and round(found.p, 2) == 0.05
+        assert (float(words.p_value(found.p)) < 0.05) is decided

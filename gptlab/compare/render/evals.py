@@ -20,7 +20,7 @@ def cell_text(cell: ArmCell) -> str:
     v = cell.verdict
     if v is None or v.status is Status.NO_TEST:
         return f"{text} Δ {cell.delta:+.4f} n/a (1 seed)"
-    return f"{text} Δ {cell.delta:+.4f} {words.significance(v)} (p={v.p:.2g})"
+    return f"{text} Δ {cell.delta:+.4f} {words.significance(v)} (p={words.p_value(v.p)})"
 
 
 def table(rows: list[EvalRow]) -> tuple[list[str], list[list[str]]]:

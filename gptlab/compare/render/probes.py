@@ -17,7 +17,7 @@ def _verdict(cell: ArmCell, better: str) -> str:
     if v.status is Status.NO_TEST:
         return f" Δ {cell.delta:+.4f} n/a (1 seed)"
     word = words.better_or_worse(v, better) if v.decided else words.significance(v)
-    return f" Δ {cell.delta:+.4f} {word} (p={v.p:.2g})"
+    return f" Δ {cell.delta:+.4f} {word} (p={words.p_value(v.p)})"
 
 
 def cell_text(cell: ArmCell, better: str) -> str:

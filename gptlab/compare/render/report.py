@@ -101,7 +101,7 @@ def verdict(row: Row, base: str | None) -> str:
         return f"{delta} noise: identical model"
     if row.significant is None:
         return f"{delta} n/a (1 seed)"
-    return f"{delta} {words.significance(row.loss)} (p={row.p_value:.2g})"
+    return f"{delta} {words.significance(row.loss)} (p={words.p_value(row.p_value)})"
 
 
 def _spread(mean: float | None, std: float | None, fmt: str) -> str:
@@ -162,7 +162,7 @@ def _loss_clause(row: Row) -> str:
         return f"val loss {delta} (1 seed on a side: no verdict; a verdict needs ≥ 2 seeds per arm)"
     shown = f"val loss {delta} ± {half:.4f}"
     if row.loss.decided:
-        return f"{shown} ({words.side(row.loss)} than the baseline beyond noise, p={row.p_value:.2g})"
+        return f"{shown} ({words.side(row.loss)} than the baseline beyond noise, p={words.p_value(row.p_value)})"
     mde = row.power.mde_val_loss if row.power else None
     could = f", could have detected ≥ {mde:.4f}" if mde is not None else ""
     return f"{shown} (within noise{could})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from gptlab.compare.render.words import p_value
 from gptlab.compare.statistics.sequential import Look, Plan
 
 SPENDING = {"obrien_fleming": "O'Brien-Fleming", "pocock": "Pocock"}
@@ -25,10 +26,10 @@ def _decision(f: dict[str, Any], base: str) -> str:
     """One look's test of one arm (a Look as its JSON dict) in words."""
     if f["decided"]:
         side = "higher" if f["direction"] > 0 else "lower"
-        return f"decided: val loss {side} than '{base}' (Δ {f['diff']:+.4f}, p={f['p']:.2g} < {f['threshold']:.2g})"
+        return f"decided: val loss {side} than '{base}' (Δ {f['diff']:+.4f}, p={p_value(f['p'], f['threshold'])} < {f['threshold']:.2g})"
     if f["final"]:
-        return f"undecided at the cap of {f['seeds']} seeds (p={f['p']:.2g}, needed < {f['threshold']:.2g})"
-    return f"undecided (p={f['p']:.2g}, needs < {f['threshold']:.2g}): more seeds"
+        return f"undecided at the cap of {f['seeds']} seeds (p={p_value(f['p'], f['threshold'])}, needed < {f['threshold']:.2g})"
+    return f"undecided (p={p_value(f['p'], f['threshold'])}, needs < {f['threshold']:.2g}): more seeds"
 
 
 def look_lines(found: dict[str, Look], base: str) -> list[str]:

@@ -7,12 +7,25 @@ a better side), and every report says "within noise", "within noise floor", "wit
 
 from __future__ import annotations
 
+from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Caveat, Status, Trend, Verdict
 
 UNDER_LOAD = "under outside load"
 CONFOUNDED = "confounded with run order"
 ONE_PROCESS = "repeats of one process (run-to-run spread not measured)"
 IDENTICAL = "within noise (identical model)"
+
+
+def p_value(p: float | None, threshold: float = ALPHA) -> str:
+    """p to two significant digits, or as many more as keep it on its own side of `threshold` (the test's alpha, or
+    a look's): 0.0498 and 0.0502 both read '0.05' at two, beside 'significant' and 'not significant'."""
+    if p is None:
+        return "n/a"
+    for digits in range(2, 7):
+        shown = f"{p:.{digits}g}"
+        if (float(shown) < threshold) == (p < threshold):
+            return shown
+    return f"{p:.6g}"
 
 
 def _undecided(v: Verdict) -> str | None:
