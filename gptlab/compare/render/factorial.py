@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 
+from gptlab.compare.render.words import p_value
 from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT
 
 
 def _effect_line(e: dict, speed: bool) -> str:
     if speed:  # log tokens/s: a ratio of speeds
-        return f"{e['term']:<22} ×{math.exp(e['effect']):.3f} [×{math.exp(e['lo']):.3f}, ×{math.exp(e['hi']):.3f}]  p={e['p']:.2g}"
-    return f"{e['term']:<22} {e['effect']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]  p={e['p']:.2g}"
+        return f"{e['term']:<22} ×{math.exp(e['effect']):.3f} [×{math.exp(e['lo']):.3f}, ×{math.exp(e['hi']):.3f}]  p={p_value(e['p'])}"
+    return f"{e['term']:<22} {e['effect']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]  p={p_value(e['p'])}"
 
 
 def additivity_line(fit: dict, speed: bool, factors: list[str]) -> str:
@@ -31,7 +32,7 @@ def additivity_line(fit: dict, speed: bool, factors: list[str]) -> str:
             f"loss: {everything} {c:+.4f} vs the sum of its parts {p:+.4f}; difference {d:+.4f} [{lo:+.4f}, {hi:+.4f}]"
         )
         what = "additive (the parts compose)" if add["additive"] else "NOT additive: the parts interact"
-    return f"{head}: {what} (p={add['difference'][3]:.2g})"
+    return f"{head}: {what} (p={p_value(add['difference'][3])})"
 
 
 def lines(doc: dict) -> list[str]:
