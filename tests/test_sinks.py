@@ -17,7 +17,7 @@ from gptlab.sinks.jsonl import JsonlSink
 from gptlab.sinks.progress import ProgressSink, format_duration
 from gptlab.sinks.safe import SafeSink
 from gptlab.sinks.wandb import RUN_ID_FILE, WandbSink, api_key_configured, resolve_mode
-from helpers.wandb_read import inspect_records, of_type
+from helpers.wandb_read import history, inspect_records, of_type
 
 CONF_LOGGER = Path(__file__).resolve().parents[1] / "conf" / "logger"
 
@@ -80,6 +80,28 @@ def test_jsonl_fresh_start_drops_stale_files(tmp_path):
 
 
 # ---------------------------------------------------------------- WandbSink (offline, read back)
+def test_a_resume_logs_each_step_to_wandb_once(tmp_path):
+    """An attempt logs steps 5-20 and stops; its checkpoint was at step 10, so the resume redoes 15 and 20. W&B keeps
+    what was logged (each offline start is a folder `wandb sync` replays), so the W&B run held steps 15 and 20
+    twice, beside metrics.jsonl's once. The resume now leaves W&B's steps alone and logs from 25 on."""
+    first = WandbSink(tmp_path, mode="offline")
+    for step in (5, 10, 15, 20):
+        first.log({"train/loss": 4.0 - step / 10}, step)
+    first.close("preempted")
+    again = WandbSink(tmp_path, mode="offline", resumed=True)
+    again.truncate_after(10)  # what the loop calls on a resume from step 10
+    for step in (15, 20, 25, 30):
+        again.log({"train/loss": 4.01 - step / 10}, step)
+    again.close("finished")
+    steps = [h["step"] for folder in again.offline_folders() for h in history(inspect_records(folder))]
+    assert steps == [5, 10, 15, 20, 25, 30]
+    fresh = WandbSink(tmp_path, mode="offline")  # a fresh start in the dir: a new W&B run, every row its own
+    fresh.truncate_after(-1)
+    fresh.log({"train/loss": 9.0}, 5)
+    fresh.close("finished")
+    assert [h["step"] for h in history(inspect_records(fresh.run_dir_path))] == [5]
+
+
 def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     config = {"seed": 3, "model": {"n_layer": 2, "d_model": 64}, "train": {"max_steps": 30}}
     sink = WandbSink(

@@ -23,6 +23,7 @@ log = logging.getLogger("gptlab.sinks")
 
 MODES = ("auto", "online", "offline", "disabled")
 RUN_ID_FILE = "wandb_run_id"
+LAST_STEP_FILE = "wandb/gptlab_last_step"  # the highest step this run logged to W&B (a resume does not log it again)
 _ID_CHARS = string.ascii_lowercase + string.digits
 _ID_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 _DEFAULT_BASE_URL = "https://api.wandb.ai"
@@ -88,6 +89,14 @@ def run_id_for(run_dir: Path) -> str:
     return run_id
 
 
+def _last_step(path: Path) -> int:
+    """The step in LAST_STEP_FILE; -1 when absent or unreadable (every row is then logged)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return -1
+
+
 def _clean_tags(tags: Iterable[Any] | None) -> list[str]:
     """Tags as unique strings of at most 64 characters (the W&B limit), order kept."""
     out: list[str] = []
@@ -107,7 +116,10 @@ class WandbSink:
     """Logs rows, the resolved config, group, tags and summary to one W&B run stored under run_dir.
 
     A resumed WandbSink (resumed=True) on the same run_dir reuses the id in run_dir/wandb_run_id (resume="allow"),
-    so a resumed or requeued job continues the same W&B run. A fresh start in a dir that holds an id (an attempt
+    so a resumed or requeued job continues the same W&B run. W&B cannot take rows back (an offline start writes a
+    folder of its own, and `wandb sync` replays them all), so the steps the last attempt logged after its checkpoint
+    are not logged again when the resume redoes them: the highest step logged is kept in LAST_STEP_FILE, and the
+    W&B run holds each step once (the first attempt's row; metrics.jsonl holds the redone one). A fresh start in a dir that holds an id (an attempt
     killed before its first checkpoint: its metrics.jsonl is started afresh too) opens a new W&B run, so the old
     attempt's rows never mix into the new run's history or its `wandb sync` command. If W&B cannot start, an online run
     falls back to offline and an offline one to no W&B at all, each with one warning: the local files
@@ -138,8 +150,12 @@ class WandbSink:
         if self.mode == "disabled":
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.logged_through = -1  # on a resume: the highest step W&B already holds, not logged again
         if not resumed:
             (self.run_dir / RUN_ID_FILE).unlink(missing_ok=True)
+            (self.run_dir / LAST_STEP_FILE).unlink(missing_ok=True)
+        else:
+            self.logged_through = _last_step(self.run_dir / LAST_STEP_FILE)
         self.run_id = run_id_for(self.run_dir)
         init_args = dict(
             project=project,
@@ -243,13 +259,27 @@ class WandbSink:
         except (Exception, SystemExit):  # the service is already gone; nothing left to flush
             pass
 
+    def truncate_after(self, step: int) -> None:
+        """A resume from checkpoint `step` (-1: a fresh start): the steps after it that W&B already holds are not
+        logged again."""
+        if self.logged_through > step >= 0:
+            log.info(
+                "W&B already holds steps %d-%d from the last attempt; the resume's rows for them go to the local "
+                "files only",
+                step + 1,
+                self.logged_through,
+            )
+        else:
+            self.logged_through = -1
+
     def log(self, metrics: dict[str, float], step: int) -> None:
         """One W&B history row; the `step` key is the x-axis of every curve."""
-        if self.run is None:
+        if self.run is None or step <= self.logged_through:
             return
         row = {k: _scalar(v) for k, v in metrics.items()}
         row["step"] = int(step)
         self._guarded(self.run.log, row)
+        (self.run_dir / LAST_STEP_FILE).write_text(f"{int(step)}\n")  # small, and no fsync: a torn one reads -1
 
     def _log_checkpoint(self) -> None:
         """Upload the final checkpoint as a model artifact (aliases latest and step<N>)."""
