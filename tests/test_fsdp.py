@@ -284,3 +284,33 @@ def test_the_memory_check_of_an_fsdp_run_counts_one_ranks_share():
     with pytest.raises(ConfigError, match="lower train.batch_size"):
         check_fits(whole, "cpu", available_bytes=int(each * 1.5))
     check_fits(rank, "cpu", available_bytes=int(each * 1.5))
+
+
+def test_each_rank_draws_its_own_dropout_stream():
+    """The model is built from the seed alike on every rank; the dropout masks must not be alike too (one seed on every
+    rank drew the same masks on each rank's own samples). One process keeps drawing from the seed."""
+    from gptlab.train.run import own_streams
+
+    draws = []
+    for rank in (0, 1):
+        torch.manual_seed(3)  # where the model's init leaves every rank
+        own_streams(3, rank, 2)
+        draws.append(torch.rand(8))
+    assert not torch.equal(draws[0], draws[1])
+    torch.manual_seed(3)
+    own_streams(3, 0, 1)
+    alone = torch.rand(8)
+    torch.manual_seed(3)
+    assert torch.equal(alone, torch.rand(8))
+
+
+@pytest.mark.slow  # three 2-rank runs (~1 min on 2 cores)
+def test_two_ranks_with_dropout_resume_bit_identically_each_on_its_own_stream(tmp_path):
+    """With dropout on 2 ranks each rank draws its own masks, so a checkpoint keeps every rank's RNG state and each
+    rank resumes its own: the resumed curve equals the uninterrupted one to the bit."""
+    full = train(tmp_path / "full", 2, "model.dropout=0.2")
+    state = checkpoint.load(checkpoint.ckpt_dir(full) / "step_0000004.dcp")
+    assert len(state["rng_ranks"]) == 2 and not torch.equal(*(r["torch"] for r in state["rng_ranks"]))
+    run = interrupted_copy(full, tmp_path / "again", keep_step=4)
+    wait(launch(run, 2, "model.dropout=0.2"), run)
+    assert curve(run) == curve(full)

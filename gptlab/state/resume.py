@@ -218,6 +218,16 @@ def rng_state() -> dict:
     return out
 
 
+def gather_rng(world: int) -> list[dict] | None:
+    """Collective on `world` > 1 ranks: every rank's rng_state(), in rank order (each draws its own dropout masks);
+    None for one process."""
+    if world <= 1:
+        return None
+    states: list = [None] * world
+    torch.distributed.all_gather_object(states, rng_state())
+    return states
+
+
 def set_rng_state(saved: dict) -> None:
     """Restore rng_state(); CUDA states go back only where the device count matches (else a warning)."""
     torch.set_rng_state(saved["torch"])
@@ -238,9 +248,10 @@ def _as_tuple(value):
     return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
-def state_dict(model, optimizer, scaler, progress: Progress, identity: dict) -> dict:
-    """Everything a checkpoint holds."""
+def state_dict(model, optimizer, scaler, progress: Progress, identity: dict, rng_ranks: list | None = None) -> dict:
+    """Everything a checkpoint holds; with several ranks, each rank's RNG state too (gather_rng)."""
     return {
+        **({"rng_ranks": rng_ranks} if rng_ranks else {}),
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict(),
@@ -286,8 +297,9 @@ def _evaluated_at(state: dict) -> int | None:
     return None
 
 
-def restore(model, optimizer, scaler, start: Start) -> Progress:
-    """Load `start` into model/optimizer/scaler/RNGs; returns the progress to continue (a fresh one for init)."""
+def restore(model, optimizer, scaler, start: Start, rank: int = 0, world: int = 1) -> Progress:
+    """Load `start` into model/optimizer/scaler/RNGs (on a resume, this rank's own RNG state where the checkpoint
+    holds one per rank of this world size); returns the progress to continue (a fresh one for init)."""
     if start.kind == "fresh":
         return Progress()
     state = start.state
@@ -298,7 +310,8 @@ def restore(model, optimizer, scaler, start: Start) -> Progress:
         if state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
         if "rng" in state and start.kind == "resume":  # a new run draws from its own seed (dropout, sampling)
-            set_rng_state(state["rng"])
+            ranks = state.get("rng_ranks") or []
+            set_rng_state(ranks[rank] if len(ranks) == world else state["rng"])
         if start.kind == "resume":
             # a checkpoint from before train_s was kept: its steps' time is unknown, never restarted at 0
             older = {"last_val_step": _evaluated_at(state), "train_s": None}

@@ -202,20 +202,23 @@ def summarise(p: Progress, status: str, ctx: Context) -> dict:
 
 
 def save_checkpoint(model, optimizer, scaler, p: Progress, ctx: Context) -> None:
-    """Sharded: every rank writes its shards (collective). Single file: rank 0 writes, the others wait for it."""
+    """Sharded: every rank writes its shards (collective). Single file: rank 0 writes, the others wait for it. Either
+    way every rank's RNG state goes in (collective), so each rank resumes its own dropout stream."""
+    rng_ranks = resume.gather_rng(ctx.world)
     if ctx.sharded:
         sharded.save(
             ctx.run_dir,
             p.step,
             model,
             optimizer,
-            resume.state_dict(model, optimizer, scaler, p, ctx.identity),
+            resume.state_dict(model, optimizer, scaler, p, ctx.identity, rng_ranks),
             ctx.rank,
             ctx.world,
         )
         return
     if ctx.is_main:
-        checkpoint.save(ctx.run_dir, p.step, resume.state_dict(model, optimizer, scaler, p, ctx.identity))
+        state = resume.state_dict(model, optimizer, scaler, p, ctx.identity, rng_ranks)
+        checkpoint.save(ctx.run_dir, p.step, state)
     if ctx.world > 1:
         torch.distributed.barrier()
 

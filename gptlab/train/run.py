@@ -18,6 +18,7 @@ from gptlab.config import build
 from gptlab.config.schema import curve_free_keys
 from gptlab.config.validate import validate
 from gptlab.data import default_cache_dir
+from gptlab.data.streams import stream_seed
 from gptlab.errors import ConfigError
 from gptlab.runtime import distributed
 from gptlab.sinks import dashboard, provenance
@@ -156,7 +157,9 @@ def _resume_and_train(
             f"train.max_steps={settings.max_steps}: train.init_from starts at step {init_step}, so this run would "
             f"train nothing; allowed: train.max_steps > {init_step}"
         )
-    progress = resume.restore(run.model, run.optimizer, run.scaler, start)
+    progress = resume.restore(run.model, run.optimizer, run.scaler, start, run.ctx.rank, run.ctx.world)
+    if start.kind != "resume":
+        own_streams(settings.seed, run.ctx.rank, run.ctx.world)
     name = dashboard.run_name(
         cfg.get("name"), cfg.get("arm"), settings.seed, overrides, dashboard.launch_info(), set(choices)
     )
@@ -169,6 +172,14 @@ def _resume_and_train(
     if settings.profile:
         profile_run(run)
     return _train_and_summarise(run, sinks, start, progress, choices, name, stop, trial)
+
+
+def own_streams(seed: int, rank: int, world: int) -> None:
+    """On several ranks, seed each rank's global RNG (dropout) from (seed, rank): the model is built from `seed` alike
+    on every rank first, but one seed on every rank drew the same dropout masks on each rank's own samples. One
+    process keeps drawing from `seed`, as before."""
+    if world > 1:
+        torch.manual_seed(stream_seed(seed, "rank", rank))
 
 
 def _hf_init(run: Bundle):
