@@ -158,15 +158,11 @@ def test_same_seed_twice_gives_identical_losses(tmp_path):
     assert any("val/acc" in r for r in rows(tmp_path / "a"))
 
 
-def test_resume_continues_the_same_curve(tmp_path):
-    """Stop at step 4 (SIGUSR1, as SLURM sends), resume with train.resume=auto: same rows as one run."""
-    full = tmp_path / "full"
-    run_inprocess(full, steps=8, eval_interval=2)
-    part = tmp_path / "part"
-    original = signal.getsignal(signal.SIGUSR1)
+def _stopped_at_step_4(run_dir, *overrides: str) -> dict:
+    """8 steps with evals every 2, stopped at step 4 by SIGUSR1 (as SLURM sends): the first attempt's summary."""
     import gptlab.train.loop as loop
 
-    real_emit = loop._emit
+    original, real_emit = signal.getsignal(signal.SIGUSR1), loop._emit
 
     def emit_then_signal(sinks, ctx, row, step):
         real_emit(sinks, ctx, row, step)
@@ -175,14 +171,18 @@ def test_resume_continues_the_same_curve(tmp_path):
 
     loop._emit = emit_then_signal
     try:
-        first = run_inprocess(
-            part,
-            steps=8,
-            eval_interval=2,
-        )
+        return run_inprocess(run_dir, *overrides, steps=8, eval_interval=2)
     finally:
         loop._emit = real_emit
         signal.signal(signal.SIGUSR1, original)
+
+
+def test_resume_continues_the_same_curve(tmp_path):
+    """Stop at step 4 (SIGUSR1, as SLURM sends), resume with train.resume=auto: same rows as one run."""
+    full = tmp_path / "full"
+    run_inprocess(full, steps=8, eval_interval=2)
+    part = tmp_path / "part"
+    first = _stopped_at_step_4(part)
     assert first["status"] == "preempted" and first["steps"] == 4
     second = run_inprocess(part, steps=8, eval_interval=2)
     assert second["status"] == "finished" and second["steps"] == 8
@@ -197,22 +197,10 @@ def test_train_s_counts_training_steps_alone_across_a_resume(tmp_path):
     (evals and probes every 2 steps fall outside it, as wall_s holds them), kept across a resume, and on an eval row
     the same as on that step's train row. A checkpoint from before it was kept resumes with it unknown (None), never
     restarted at 0."""
-    import gptlab.train.loop as loop
     from gptlab.state import checkpoint
 
     run = tmp_path / "r"
-    original, real_emit = signal.getsignal(signal.SIGUSR1), loop._emit
-
-    def emit_then_signal(sinks, ctx, row, step):
-        real_emit(sinks, ctx, row, step)
-        if step == 4 and "train/loss" in row:
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-    loop._emit = emit_then_signal
-    try:
-        run_inprocess(run, "probes=[induction]", steps=8, eval_interval=2)
-    finally:
-        loop._emit, _ = real_emit, signal.signal(signal.SIGUSR1, original)
+    _stopped_at_step_4(run, "probes=[induction]")
     last = run_inprocess(run, "probes=[induction]", steps=8, eval_interval=2)
     train_rows = [r for r in rows(run) if "train/loss" in r]
     assert [r["step"] for r in train_rows] == list(range(1, 9))  # both processes' steps, each once
@@ -227,11 +215,7 @@ def test_train_s_counts_training_steps_alone_across_a_resume(tmp_path):
     assert last["train_s"] == pytest.approx(clock, rel=1e-9) and last["wall_s"] > last["train_s"]
 
     older = tmp_path / "older"  # the same run stopped at step 4, its checkpoint as an older gptlab wrote it
-    loop._emit = emit_then_signal
-    try:
-        run_inprocess(older, steps=8, eval_interval=2)
-    finally:
-        loop._emit, _ = real_emit, signal.signal(signal.SIGUSR1, original)
+    _stopped_at_step_4(older)
     path = checkpoint.latest_path(older)
     state = torch.load(path, weights_only=False)
     del state["progress"]["train_s"]
