@@ -102,6 +102,30 @@ def test_a_resume_logs_each_step_to_wandb_once(tmp_path):
     assert [h["step"] for h in history(inspect_records(fresh.run_dir_path))] == [5]
 
 
+def test_every_offline_folder_of_a_run_is_found_in_start_order(tmp_path):
+    """A start in the same second as the last one gets W&B's numbered folder `offline-run-<time>-<id>-1`; the glob
+    `offline-run-*-<id>` missed it, so `wandb sync` and summary.json's folders left that attempt's rows out (seen
+    when a test resumed within the second)."""
+    from gptlab.sinks.wandb import offline_folders
+
+    names = [
+        "offline-run-20261129_210704-abcd1234",
+        "offline-run-20261129_210703-abcd1234-1",
+        "offline-run-20261129_210703-abcd1234",
+        "offline-run-20261129_210703-abcd1234-2",
+        "offline-run-20261129_210703-other999",
+        "offline-run-20261129_210703-xabcd1234",
+    ]
+    for name in names:
+        (tmp_path / name).mkdir()
+    assert [p.name for p in offline_folders(tmp_path, "abcd1234")] == [
+        "offline-run-20261129_210703-abcd1234",
+        "offline-run-20261129_210703-abcd1234-1",
+        "offline-run-20261129_210703-abcd1234-2",
+        "offline-run-20261129_210704-abcd1234",
+    ]
+
+
 def test_wandb_offline_round_trip_and_run_id_reuse(tmp_path):
     config = {"seed": 3, "model": {"n_layer": 2, "d_model": 64}, "train": {"max_steps": 30}}
     sink = WandbSink(

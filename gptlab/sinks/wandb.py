@@ -97,6 +97,16 @@ def _last_step(path: Path) -> int:
         return -1
 
 
+def offline_folders(wandb_dir: Path, run_id: str) -> list[Path]:
+    """The offline folders of W&B run `run_id` under `wandb_dir`, in start order: `offline-run-<time>-<id>`, and
+    `...-<id>-<n>` for a start in the same second as an earlier one (W&B numbers those rather than reuse a folder)."""
+    name = re.compile(rf"^offline-run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?$")
+    found = [
+        (m.group(1), int(m.group(2) or 0), p) for p in wandb_dir.glob("offline-run-*") if (m := name.match(p.name))
+    ]
+    return [p for *_, p in sorted(found)]
+
+
 def _clean_tags(tags: Iterable[Any] | None) -> list[str]:
     """Tags as unique strings of at most 64 characters (the W&B limit), order kept."""
     out: list[str] = []
@@ -219,9 +229,7 @@ class WandbSink:
 
     def offline_folders(self) -> list[Path]:
         """Every offline folder of this W&B run in start order (a resumed run writes one per start)."""
-        if self.run_id is None:
-            return []
-        return sorted((self.run_dir / "wandb").glob(f"offline-run-*-{self.run_id}"))
+        return [] if self.run_id is None else offline_folders(self.run_dir / "wandb", self.run_id)
 
     @property
     def sync_command(self) -> str | None:
