@@ -182,7 +182,7 @@ def test_all_outputs_exist_pngs_are_valid_and_html_is_self_contained(tmp_path, c
         "val_loss_vs_step",
         "train_loss_vs_step",
         "delta_val_loss_vs_step",
-        "val_loss_vs_wall_time",
+        "val_loss_vs_training_time",
         "val_loss_vs_tokens",
         "val_loss_vs_flops",  # these older-format runs get their flops from flops_per_token x tokens
         "tokens_per_s",

@@ -298,19 +298,39 @@ def test_a_non_finite_figure_in_metrics_jsonl_is_refused_in_one_line(tmp_path, c
     )
 
 
+def _observing_twins(train_clock: bool) -> list[dict]:
+    specs = [dict(seed=s, loss_at=_shifted(0.01 * s), train_clock=train_clock) for s in (0, 1)]
+    specs += [
+        dict(seed=s, choices={"attention": "gqa"}, loss_at=_shifted(0.1 + 0.02 * s), train_clock=train_clock)
+        for s in (0, 1)
+    ]
+    specs[2]["leaves"] = specs[3]["leaves"] = {"train.ckpt_interval": 10, "train.diagnostics": True}
+    return specs
+
+
 def test_runs_that_differ_in_observing_keys_are_named_for_their_wall_time(tmp_path, capsys):
     """Probes, extra val sets, diagnostics and checkpoints never make two arms, but their time is inside wall_s: an
-    arm run with probes read 1.07 lower at equal wall time and 2.76x faster to target than its identical twin."""
-    specs = [dict(seed=s, loss_at=_shifted(0.01 * s)) for s in (0, 1)]
-    specs += [dict(seed=s, choices={"attention": "gqa"}, loss_at=_shifted(0.1 + 0.02 * s)) for s in (0, 1)]
-    specs[2]["leaves"] = specs[3]["leaves"] = {"train.ckpt_interval": 10, "train.diagnostics": True}
-    doc, _, err = _ok(tmp_path, capsys, write_sweep(tmp_path / "sw", specs))
+    arm run with probes read 1.07 lower at equal wall time and 2.76x faster to target than its identical twin. Runs
+    without a training clock (train_s) are read on wall time, so every such key is named."""
+    doc, _, err = _ok(tmp_path, capsys, write_sweep(tmp_path / "sw", _observing_twins(train_clock=False)))
     line = (
         "warning: the runs differ in train.diagnostics, train.ckpt_interval, whose work is inside their wall time: "
-        "equal-wall-time readings and wall time to target charge some runs more than others (read the step and FLOP "
+        "equal-time readings and wall time to target charge some runs more than others (read the step and FLOP "
         "readings, or rerun the arms alike)"
     )
-    assert doc["warnings"] == [line] and line in err.splitlines() and len(doc["rows"]) == 2
+    assert doc["clock"] == "wall_s" and doc["warnings"] == [line] and line in err.splitlines()
+    assert len(doc["rows"]) == 2
+
+
+def test_on_training_time_only_keys_that_work_inside_a_step_are_named(tmp_path, capsys):
+    """train_s leaves checkpoints (and evals, probes) out: only the diagnostics, which sync inside the step, are."""
+    doc, _, err = _ok(tmp_path, capsys, write_sweep(tmp_path / "sw", _observing_twins(train_clock=True)))
+    line = (
+        "warning: the runs differ in train.diagnostics, whose work is inside their training time: equal-time "
+        "readings and training time to target charge some runs more than others (read the step and FLOP readings, "
+        "or rerun the arms alike)"
+    )
+    assert doc["clock"] == "train_s" and doc["warnings"] == [line] and line in err.splitlines()
 
 
 def test_one_wandb_run_in_two_dirs_counts_once_as_the_dir_that_got_further(tmp_path, capsys):
@@ -682,10 +702,10 @@ def test_speed_plots_mark_the_run_under_outside_load_as_the_table_does(verdicts)
     assert len(crosses) == 1 and list(crosses[0].get_offsets()[:, 1]) == [1520.0]
     legend = [t.get_text() for t in figures["tokens_per_s"].legends[0].get_texts()]  # below the tick labels
     assert f"one run, {LOADED}" in legend and LOADED in legend
-    wall = figures["val_loss_vs_wall_time"].axes[0]
+    wall = figures["val_loss_vs_training_time"].axes[0]
     marked = [line for line in wall.get_lines() if line.get_label() == f"one run, {LOADED}"]
     assert len(marked) == 1 and marked[0].get_color() == "grey"
-    assert marked[0].get_xdata()[-1] == pytest.approx(100 * 128_000 / 1520.0 / 1000)  # its own wall time, in s
+    assert marked[0].get_xdata()[-1] == pytest.approx(100 * 128_000 / 1520.0 / 1000)  # its own training time, in s
     hatched = [c for c in wall.collections if isinstance(c, PolyCollection) and c.get_hatch() == "//"]
     assert len(hatched) == 1  # the loaded group's seed band
     assert "attention=mqa, attention.n_kv_head=1 (n=3, under outside load)" in [

@@ -69,14 +69,15 @@ def test_crossing_steps_tokens_wall_and_not_reached(tmp_path, capsys):
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2.0")
     (block,) = doc["targets"]
     assert (block["metric"], block["op"], block["value"], block["resolution_steps"]) == ("val/loss", "<=", 2.0, [25])
+    assert block["clock"] == "wall_s"  # these rows hold no train_s (runs from before it): time is wall time
     base, arm = block["rows"]
-    hits = [(h["step"], h["tokens"], h["wall_s"], h["reached"]) for h in base["seeds"]]
+    hits = [(h["step"], h["tokens"], h["time_s"], h["reached"]) for h in base["seeds"]]
     assert hits[0] == (50, 6400.0, pytest.approx(2.5), True)
     assert hits[1] == (25, 3200.0, pytest.approx(1.25), True)
     assert hits[2] == (None, None, None, False) and base["not_reached_by"] == [100]
     assert (base["n_reached"], base["n_seeds"], base["steps_mean"]) == (2, 3, 37.5)
     assert base["steps_std"] == pytest.approx(statistics.stdev([50, 25]))
-    assert base["tokens_mean"] == 4800.0 and base["wall_s_mean"] == pytest.approx(1.875)
+    assert base["tokens_mean"] == 4800.0 and base["time_s_mean"] == pytest.approx(1.875)
     assert base["speedup_steps"]["effect"] is None and arm["speedup_steps"]["effect"] is None  # baseline missed it once
     assert base["speedup_steps"]["status"] == arm["speedup_steps"]["status"] == "not_measured"
     assert (arm["n_reached"], arm["steps_mean"], arm["steps_std"]) == (3, 25.0, 0.0)
@@ -101,12 +102,12 @@ def test_speedup_eval_row_figures_and_no_extrapolation(tmp_path, capsys):
     curve(root / "5", {**falls(200, last=100), 105: 1.0}, last=100)
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss<=2", "--step", "100")
     base, fast, late = doc["targets"][0]["rows"]
-    assert [h["wall_s"] for h in base["seeds"]] == [3.0, 3.0]  # the eval row's own wall_s (2.5 + 0.5)
+    assert [h["time_s"] for h in base["seeds"]] == [3.0, 3.0]  # the eval row's own wall_s (2.5 + 0.5)
     assert base["speedup_steps"]["effect"] == 1.0 and base["speedup_steps"]["status"] == "baseline"
     assert fast["speedup_steps"]["effect"] == 2.0
-    assert fast["speedup_wall"]["effect"] == pytest.approx(3.0 / 1.75)
+    assert fast["speedup_time"]["effect"] == pytest.approx(3.0 / 1.75)
     assert [h["step"] for h in late["seeds"]] == [105, 105] and late["tokens_mean"] is None
-    assert late["seeds"][0]["tokens"] is None and late["seeds"][0]["wall_s"] is None  # never extrapolated
+    assert late["seeds"][0]["tokens"] is None and late["seeds"][0]["time_s"] is None  # never extrapolated
     out = capsys.readouterr().out
     assert "1.00× (baseline)" in out and "2.00×" in out and "1.71×" in out
 
@@ -116,7 +117,7 @@ def test_step_zero_is_zero_tokens_and_seconds(tmp_path, capsys):
     curve(root / "0", {0: 1.0, 50: 1.0}, eval_x=True)
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
     (hit,) = doc["targets"][0]["rows"][0]["seeds"]
-    assert (hit["step"], hit["tokens"], hit["wall_s"]) == (0, 0.0, 0.0)
+    assert (hit["step"], hit["tokens"], hit["time_s"]) == (0, 0.0, 0.0)
     assert doc["targets"][0]["rows"][0]["steps_std"] is None
 
 
@@ -179,7 +180,7 @@ def test_unknown_metric_names_logged_ones(tmp_path, capsys):
     assert err == (
         "gptlab-compare: error: --target val/acc >= 0.9: unknown metric 'val/acc' (no run logged it); "
         "metrics logged: train/loss, train/lr, train/grad_norm, tokens, perf/tokens_per_s, perf/step_ms, perf/mfu, "
-        "mem/peak_bytes, wall_s, val/loss\n"  # the fixture's bare names, read under today's
+        "mem/peak_bytes, wall_s, train_s, val/loss\n"  # the fixture's bare names, read under today's
     )
     assert not (tmp_path / "out").exists()
 
@@ -299,6 +300,7 @@ def test_real_multirun_steps_to_target_and_threshold(tmp_path, capsys):
     )
     (block,) = doc["targets"]  # the threshold's target is the same one: one table
     assert block["resolution_steps"] == [3] and sum(r["n_seeds"] for r in block["rows"]) == 4
+    assert doc["clock"] == block["clock"] == "train_s"  # real runs record the training-only clock
     for row in block["rows"]:
         for hit in row["seeds"]:
             path = Path(hit["run"])
@@ -307,7 +309,8 @@ def test_real_multirun_steps_to_target_and_threshold(tmp_path, capsys):
             if want is not None:
                 eval_row = next(x for x in records[path] if x["step"] == want and "val/loss" in x)
                 assert hit["tokens"] == eval_row["tokens"] == want * 4 * 32  # batch 4 x block 32 per step
-                assert hit["wall_s"] == (0.0 if want == 0 else eval_row["wall_s"])
+                assert hit["time_s"] == (0.0 if want == 0 else eval_row["train_s"])
+                assert want == 0 or eval_row["train_s"] < eval_row["wall_s"]  # evals and start-up are outside it
             else:
                 assert hit["last_step"] == 12 and 12 in row["not_reached_by"]
         ok = [h["step"] for h in row["seeds"] if h["reached"]]
@@ -353,7 +356,7 @@ def test_a_seed_at_the_target_at_initialisation_leaves_the_speedups_undefined(tm
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
     base, arm = doc["targets"][0]["rows"]
     assert [h["step"] for h in arm["seeds"]] == [0, 25, 25] and arm["n_reached"] == 3
-    for key in ("speedup_steps", "speedup_wall"):  # was: steps 2.0 decided on 2 of the 3 seeds, wall dropped silently
+    for key in ("speedup_steps", "speedup_time"):  # was: steps 2.0 decided on 2 of the 3 seeds, wall dropped silently
         assert arm[key]["status"] == "not_measured" and arm[key]["effect"] is None and arm[key]["seeds"] == [0, 0]
         assert base[key]["status"] == "baseline"
     warning = (
@@ -372,7 +375,7 @@ def test_a_baseline_seed_at_the_target_at_initialisation_leaves_every_speedup_un
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
     base, arm = doc["targets"][0]["rows"]
     for row in (base, arm):
-        assert row["speedup_steps"]["status"] == row["speedup_wall"]["status"] == "not_measured"
+        assert row["speedup_steps"]["status"] == row["speedup_time"]["status"] == "not_measured"
     warning = (
         "warning: val/loss <= 2: 'mlp.ratio=4' met it at initialisation (before any training) in seed 0, so every "
     )
@@ -390,8 +393,8 @@ def test_speedup_on_one_eval_is_held_against_the_evals_around_it(tmp_path, capsy
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
     arm = doc["targets"][0]["rows"][1]
     assert [(h["prev_step"], h["step"]) for h in arm["seeds"]] == [(50, 75)] * 3
-    assert [h["prev_wall_s"] for h in arm["seeds"]] == [pytest.approx(2.5)] * 3
-    for key in ("speedup_steps", "speedup_wall"):  # was: 1.3333 [1.3333, 1.3333] p 0 decided
+    assert [h["prev_time_s"] for h in arm["seeds"]] == [pytest.approx(2.5)] * 3
+    for key in ("speedup_steps", "speedup_time"):  # was: 1.3333 [1.3333, 1.3333] p 0 decided
         v = arm[key]
         assert v["effect"] == pytest.approx(100 / 75) and v["p"] == 0.0 and v["status"] == "unresolved"
         assert v["direction"] == 0
@@ -436,7 +439,7 @@ def test_speedups_that_survive_their_brackets_stay_decided(tmp_path, capsys):
     effect, p = _log_ratio_test(arm_s, base_s)
     worst = _log_ratio_test(arm_s, [(s - 10) * w for s, w in zip(base_hits, base_wall)])
     assert worst[0] > 1 and worst[1] < 0.05
-    w = arm["speedup_wall"]
+    w = arm["speedup_time"]
     assert (w["status"], w["direction"]) == ("decided", 1)
     assert w["effect"] == pytest.approx(effect) and w["p"] == pytest.approx(p)
 
@@ -450,7 +453,7 @@ def test_wall_speedup_within_its_eval_bracket_is_unresolved(tmp_path, capsys):
     doc = run_compare(tmp_path, capsys, str(root), "--target", "val/loss=2")
     arm = doc["targets"][0]["rows"][1]
     assert arm["speedup_steps"]["status"] == "within_noise"  # both at step 50: 1.00×, unchanged
-    w = arm["speedup_wall"]  # was: decided faster
+    w = arm["speedup_time"]  # was: decided faster
     effect, p = _log_ratio_test([50 * x for x in (0.04, 0.0408, 0.0392)], [50 * x for x in (0.05, 0.051, 0.049)])
     assert p < 0.05 and w["effect"] == pytest.approx(effect) and w["p"] == pytest.approx(p)
     assert w["status"] == "unresolved"

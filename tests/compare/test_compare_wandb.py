@@ -259,7 +259,12 @@ def test_workspace_spec_offline_panels_axes_grouping_and_filter(tmp_path, capsys
     for choice in ("attention", "mlp"):
         assert panels[f"val/loss by choice/{choice}"] == [
             (f"val/loss vs {t} by choice/{choice}", x, ["val/loss"], f"choice/{choice}.value", "minmax")
-            for x, t in (("step", "step"), ("tokens", "tokens"), ("wall_s", "wall time (s)"))
+            for x, t in (
+                ("step", "step"),
+                ("tokens", "tokens"),
+                ("train_s", "training time (s)"),
+                ("wall_s", "wall time (s)"),
+            )
         ]
     # two choices vary: speed follows the run set's nested grouping (one line per attention x mlp combination)
     assert [(p[1], p[2], p[3], p[4]) for p in panels["speed and memory"]] == [

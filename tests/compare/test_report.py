@@ -102,7 +102,8 @@ def _curves(ax) -> dict[str, object]:
 def test_every_loss_plot_has_a_band_per_group_markers_and_step_zero(report):
     cmp, images, figures, _ = report
     assert [r.label for r in cmp.rows] == LABELS
-    for name in ("val_loss_vs_step", "val_loss_vs_wall_time", "val_loss_vs_tokens"):
+    assert "val_loss_vs_wall_time" not in figures  # one time axis: the runs' training time
+    for name in ("val_loss_vs_step", "val_loss_vs_training_time", "val_loss_vs_tokens"):
         ax = figures[name].axes[0]
         assert "band = min–max over seeds" in ax.get_title()
         assert "band: min–max over seeds" in [t.get_text() for t in ax.get_legend().get_texts()]
@@ -118,14 +119,14 @@ def test_every_loss_plot_has_a_band_per_group_markers_and_step_zero(report):
             assert (lo, hi) == pytest.approx((default_loss(100) + shift, default_loss(0) + shift + 0.06))
 
 
-def test_x_axes_are_tokens_and_the_seeds_mean_wall_time_with_readable_units(report):
+def test_x_axes_are_tokens_and_the_seeds_mean_training_time_with_readable_units(report):
     _, _, figures, _ = report
     tokens = figures["val_loss_vs_tokens"].axes[0]
     assert list(_curves(tokens)["attention=mha"].get_xdata()) == [0, 3200, 6400, 9600, 12800]
     labels = _ticks(tokens)
     assert "4k" in labels and "10k" in labels and not any("000" in t for t in labels)
-    wall = figures["val_loss_vs_wall_time"].axes[0]
-    assert wall.get_xlabel() == "wall time (min), x = mean over seeds"
+    wall = figures["val_loss_vs_training_time"].axes[0]
+    assert wall.get_xlabel() == "training time (min), x = mean over seeds"
     for arm, label in zip(ARMS, LABELS):  # 100 steps at each seed's own step time, averaged, in minutes
         mean_min = statistics.mean(100 * _step_ms(t) / 1000 for t in ARMS[arm][1]) / 60
         assert _curves(wall)[label].get_xdata()[-1] == pytest.approx(mean_min)

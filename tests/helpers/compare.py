@@ -95,10 +95,13 @@ def write_run(
     fingerprint: str | None = None,
     data_fingerprint: str | None = None,
     outside_load: float | None = None,
+    train_clock: bool = True,
 ) -> Path:
     """Write one run dir; stop_at < max_steps makes it a crashed run (status "failed" unless given).
 
     fingerprint / data_fingerprint / outside_load go into summary.json only when given (older runs lack them).
+    train_clock: rows and summary carry `train_s` (= wall_s here: these runs spend no time outside their steps), as
+    every run gptlab writes now; False writes a run from before it was kept.
     """
     chosen = {**DEFAULT_CHOICES, **(choices or {})}
     leaves = dict(leaves or {})
@@ -121,6 +124,7 @@ def write_run(
             "mfu": mfu * wiggle,
             "peak_mem_bytes": peak_mem_bytes,
             "wall_s": step * step_ms / 1000.0,
+            **({"train_s": step * step_ms / 1000.0} if train_clock else {}),
         }
         records.append(rec)
         speeds.append(rec)
@@ -147,6 +151,7 @@ def write_run(
                     "params": params,
                     "flops_per_token": flops_per_token,
                     "wall_s": last * step_ms / 1000.0,
+                    **({"train_s": last * step_ms / 1000.0} if train_clock else {}),
                     "choices": chosen,
                     "status": status,
                     **{

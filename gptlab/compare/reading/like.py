@@ -16,7 +16,8 @@ A run's comparison key (comparison_key) has three parts:
 
 Keys that only observe (probes, extra validation sets, diagnostics, checkpoints, log rows) never make two runs
 different arms, but their time is inside a run's wall time: runs that differ in them are named (overhead_warnings),
-since equal-wall-time readings and wall time to target would charge one side for it.
+since equal-time readings and time to target on wall time would charge one side for it. On training time
+(reading/clock.py) only the keys that add work or host syncs inside a step are named.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gptlab.compare.reading.clock import TRAIN, WALL, Clock
 from gptlab.compare.reading.group import Group, show
 from gptlab.compare.reading.identity import identity
 from gptlab.compare.reading.runs import Run, where
@@ -204,29 +206,33 @@ def init_from(run: Run) -> str | None:
     return f"{record['checkpoint']} at step {record.get('step', '?')}"
 
 
-# Keys outside the arm (reading.group ignores them) whose work runs inside a run's wall time, or adds host syncs
-OVERHEAD_KEYS = (
-    "probes",
-    "data.val_sets",
-    "train.diagnostics",
-    "train.spike_factor",
-    "train.detect_anomaly",
-    "train.ckpt_interval",
-    "train.log_interval",
-)
+# Keys outside the arm (reading.group ignores them) whose work runs inside a run's time, per clock: wall time holds
+# every eval, probe and checkpoint; training time only what runs inside a step (a per-step read-back, the pipeline
+# drained by a sync, the diagnostics' sync)
+OVERHEAD_KEYS = {
+    WALL: (
+        "probes",
+        "data.val_sets",
+        "train.diagnostics",
+        "train.spike_factor",
+        "train.detect_anomaly",
+        "train.ckpt_interval",
+        "train.log_interval",
+    ),
+    TRAIN: ("train.diagnostics", "train.spike_factor", "train.detect_anomaly", "train.log_interval"),
+}
 
 
-def overhead_warnings(runs: list[Run]) -> list[str]:
-    """One warning naming the observing keys the runs differ in: their evals, probes, checkpoints and read-backs are
-    in wall_s, so the equal-wall-time reading and wall time to target charge the runs unequally (step, token and
-    FLOP readings are unaffected)."""
-    differ = [key for key in OVERHEAD_KEYS if len({value(r, key) for r in runs}) > 1]
+def overhead_warnings(runs: list[Run], clock: Clock) -> list[str]:
+    """One warning naming the observing keys the runs differ in whose work is inside `clock`'s time, so equal-time
+    readings and time to target charge the runs unequally (step, token and FLOP readings are unaffected)."""
+    differ = [key for key in OVERHEAD_KEYS[clock.key] if len({value(r, key) for r in runs}) > 1]
     if not differ:
         return []
     return [
-        f"warning: the runs differ in {', '.join(differ)}, whose work is inside their wall time: equal-wall-time "
-        "readings and wall time to target charge some runs more than others (read the step and FLOP readings, or "
-        "rerun the arms alike)"
+        f"warning: the runs differ in {', '.join(differ)}, whose work is inside their {clock.name}: equal-time "
+        f"readings and {clock.name} to target charge some runs more than others (read the step and FLOP readings, "
+        "or rerun the arms alike)"
     ]
 
 

@@ -2,8 +2,9 @@
 with its 95% interval, smoothed train loss, speed/memory bars.
 
 Plots carry the verdict: the numbers the Δ, train-loss and speed plots draw come from gptlab.compare.tables.curves (the
-table's statistics), and every speed-dependent plot (the wall-time axis, tokens/s) marks runs taken under outside
-load in grey / hatched with a legend note.
+table's statistics), and every speed-dependent plot (the time axis, tokens/s) marks runs taken under outside load in
+grey / hatched with a legend note. The time axis is the comparison's clock (reading/clock.py): training time where
+every run recorded it, else wall time; one of the two is drawn, never both.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import EngFormatter, FuncFormatter  # noqa: E402
 
+from gptlab.compare.reading.clock import NAMES  # noqa: E402
 from gptlab.compare.reading.group import Group  # noqa: E402
 from gptlab.compare.reading.runs import Run  # noqa: E402
 from gptlab.compare.render.layers import layer_figures  # noqa: E402
@@ -32,10 +34,12 @@ from gptlab.compare.tables.analysis import Comparison  # noqa: E402
 # x-axis key -> (axis label, file/plot name)
 CURVES = {
     "step": ("step", "val_loss_vs_step"),
+    "train_s": ("training time", "val_loss_vs_training_time"),
     "wall_s": ("wall time", "val_loss_vs_wall_time"),
     "tokens": ("tokens", "val_loss_vs_tokens"),
     "flops": ("training FLOPs", "val_loss_vs_flops"),  # metrics.jsonl `flops` (compare.compute rebuilds old runs')
 }
+TIMES = set(NAMES)  # the time keys: train_s, wall_s
 
 
 def _color(i: int):
@@ -54,7 +58,7 @@ class LossBand:
 
 
 def x_at_evals(run: Run, key: str) -> dict[int, float]:
-    """Eval step -> x (the step, or `tokens`/`wall_s` interpolated between the steps that recorded it)."""
+    """Eval step -> x (the step, or `tokens`/a time interpolated between the steps that recorded it)."""
     steps = run.val_steps()
     if key == "step":
         return {s: float(s) for s in steps}
@@ -71,8 +75,8 @@ def x_at_evals(run: Run, key: str) -> dict[int, float]:
 def loss_band(g: Group, key: str) -> LossBand | None:
     """Mean and min–max of val loss over the seeds at each eval step, placed at x = the seeds' mean `key`.
 
-    Tokens per step are identical across seeds, so their x is exact. Wall time differs per seed: each eval
-    point sits at the seeds' mean wall time at that step, and the band is the loss spread at equal steps.
+    Tokens per step are identical across seeds, so their x is exact. Time differs per seed: each eval point sits
+    at the seeds' mean time at that step, and the band is the loss spread at equal steps.
     """
     xs = [x_at_evals(r, key) for r in g.runs]
     points = []
@@ -86,7 +90,7 @@ def loss_band(g: Group, key: str) -> LossBand | None:
 
 
 def _time_unit(seconds: float) -> tuple[float, str]:
-    """(divisor, unit) that keeps wall-time ticks short: s below 2 min, min below 2 h, else h."""
+    """(divisor, unit) that keeps time ticks short: s below 2 min, min below 2 h, else h."""
     if seconds < 120:
         return 1.0, "s"
     return (60.0, "min") if seconds < 7200 else (3600.0, "h")
@@ -112,11 +116,11 @@ def _loaded_patch(label: str = LOADED) -> Patch:
 
 
 def _mark_loaded_runs(ax, cmp: Comparison, scale: float) -> bool:
-    """Each run taken under outside load as its own grey dashed val-loss curve on the wall-time axis; True if any."""
+    """Each run taken under outside load as its own grey dashed val-loss curve on the time axis; True if any."""
     first = True
     for g in cmp.groups:
         for run in curves.loaded_runs(g, cmp.load_limit):
-            xs = x_at_evals(run, "wall_s")
+            xs = x_at_evals(run, cmp.clock.key)
             if not xs:
                 continue
             steps = sorted(xs)
@@ -135,15 +139,15 @@ def _mark_loaded_runs(ax, cmp: Comparison, scale: float) -> bool:
 
 
 def _loss_figure(cmp: Comparison, key: str):
-    """val loss vs `key` (step, wall_s or tokens) for every group; None when no group has that x."""
+    """val loss vs `key` (step, tokens, flops or a time) for every group; None when no group has that x."""
     found = [(i, row, loss_band(g, key)) for i, (g, row) in enumerate(zip(cmp.groups, cmp.rows))]
     bands = [(i, row, b) for i, row, b in found if b is not None]
     if not bands:
         return None
     name, _ = CURVES[key]
-    scale, unit = _time_unit(max(b.x.max() for _, _, b in bands)) if key == "wall_s" else (1.0, "")
+    timed = key in TIMES  # the one loss axis that depends on speed
+    scale, unit = _time_unit(max(b.x.max() for _, _, b in bands)) if timed else (1.0, "")
     fig, ax = plt.subplots(figsize=(8, 5))
-    timed = key == "wall_s"  # the one loss axis that depends on speed
     for i, row, b in bands:
         b.x = b.x / scale
         loaded = timed and row.under_load
@@ -156,8 +160,8 @@ def _loss_figure(cmp: Comparison, key: str):
         ax.axvline(cmp.step, color="grey", linestyle="--", linewidth=1, label=f"common step {cmp.step}")
     elif key == by == "tokens" and cmp.point:
         ax.axvline(cmp.point.value, color="grey", linestyle="--", linewidth=1, label=f"compared at {cmp.at()}")
-    ax.xaxis.set_major_formatter(FuncFormatter(_plain) if key == "wall_s" else EngFormatter(sep=""))
-    where = ", x = mean over seeds" if key == "wall_s" else ""
+    ax.xaxis.set_major_formatter(FuncFormatter(_plain) if timed else EngFormatter(sep=""))
+    where = ", x = mean over seeds" if timed else ""
     ax.set_xlabel(f"{name} ({unit}){where}" if unit else name)
     ax.set_ylabel("val loss")
     ax.set_title(f"val loss vs {name}: mean over seeds, band = {BAND}")
@@ -377,7 +381,8 @@ def make_plots(cmp: Comparison, out: Path, figures: dict | None = None) -> dict[
     by = cmp.point.by if cmp.point else "step"
     made = {"val_loss_vs_step": _loss_figure(cmp, "step"), "train_loss_vs_step": _train_figure(cmp)}
     made[f"delta_val_loss_vs_{by}"] = _delta_figure(cmp)  # train loss sits beside val loss in the two columns
-    made |= {name: _loss_figure(cmp, key) for key, (_, name) in CURVES.items() if key != "step"}
+    skip = {"step", *(TIMES - {cmp.clock.key})}  # the time axis: the comparison's clock alone
+    made |= {name: _loss_figure(cmp, key) for key, (_, name) in CURVES.items() if key not in skip}
     made["tokens_per_s"] = _speed_figure(cmp)
     made["peak_memory"] = _memory_figure(cmp)
     made |= layer_figures(cmp.groups, [r.label for r in cmp.rows])  # runs with train.diagnostics=true

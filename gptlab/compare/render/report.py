@@ -340,8 +340,9 @@ def notes(cmp: Comparison) -> list[str]:
         f"mean tokens/s with a 95% CI and a verdict (faster / slower / within noise) from Welch's t-test on "
         f"log tokens/s, p < {ALPHA}; n/a with 1 seed.",
         f"Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "
-        f"{BAND}; on the wall-time plot each point sits at the seeds' mean wall time at that step. "
-        f"Memory bars: {BARS} (the table's peak mem is each group's max); tokens/s bars: {GEO_BARS}. On the wall-time and tokens/s "
+        f"{BAND}; on the {cmp.clock.name} plot each point sits at the seeds' mean {cmp.clock.name} at that step. "
+        f"Memory bars: {BARS} (the table's peak mem is each group's max); tokens/s bars: {GEO_BARS}. On the "
+        f"{cmp.clock.name} and tokens/s "
         f"plots a run {loaded_label(cmp.load_limit)} is grey (its group hatched). Δ val loss plot: each arm minus "
         "the baseline at every "
         "shared eval with its 95% Welch interval and a zero line (the table's test, at the compared point the "
@@ -408,7 +409,7 @@ def print_table(cmp: Comparison, console=None, power: bool = False) -> None:
         console.print(ptable)
         console.print(power_note(), highlight=False, markup=False)
     print_targets(cmp, console)
-    for sentence in compute.lines(cmp.compute):  # val loss at equal FLOPs / wall time, matched arms
+    for sentence in compute.lines(cmp.compute):  # val loss at equal FLOPs / time, matched arms
         console.print(sentence, highlight=False, markup=False)
     extra_table.print_table(val_sets.extra_table(cmp.val_sets), console)
     extra_table.print_table(probes.extra_table(cmp.probes), console)

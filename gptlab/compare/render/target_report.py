@@ -5,11 +5,25 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from gptlab.compare.reading.clock import Clock
 from gptlab.compare.render import words
 from gptlab.compare.statistics.verdict import Status, Verdict
 from gptlab.compare.tables.target import TargetResult, TargetRow
 
-HEADERS = ["label", "seeds reached", "steps", "tokens", "wall time", "speed-up (steps)", "speed-up (wall)"]
+SHORT = {"train_s": "training time", "wall_s": "wall"}  # a clock's name in a speed-up column's header
+
+
+def headers(clock: Clock) -> list[str]:
+    """The table's columns, the time ones named after the clock its times are on."""
+    return [
+        "label",
+        "seeds reached",
+        "steps",
+        "tokens",
+        clock.name,
+        "speed-up (steps)",
+        f"speed-up ({SHORT[clock.key]})",
+    ]
 
 
 def _n(x: float) -> str:
@@ -31,15 +45,15 @@ def _pm(mean: float | None, std: float | None, fmt) -> str:
     return fmt(mean) + (f" ± {fmt(std)}" if std is not None else "")
 
 
-def _wall_unit(seconds: float) -> tuple[str, float]:
+def _time_unit(seconds: float) -> tuple[str, float]:
     return ("h", 3600.0) if seconds >= 7200 else ("min", 60.0) if seconds >= 120 else ("s", 1.0)
 
 
-def _wall(mean: float | None, std: float | None) -> str:
-    """Wall time in s, min or h (the unit the mean needs), e.g. `12.3 ± 0.4 s`."""
+def _time(mean: float | None, std: float | None) -> str:
+    """A time in s, min or h (the unit the mean needs), e.g. `12.3 ± 0.4 s`."""
     if mean is None:
         return "–"
-    unit, scale = _wall_unit(mean)
+    unit, scale = _time_unit(mean)
     return _pm(mean / scale, None if std is None else std / scale, lambda v: f"{v:.1f}") + f" {unit}"
 
 
@@ -60,7 +74,7 @@ def steps_cell(row: TargetRow) -> str:
 
 
 def _partial(row: TargetRow, text: str) -> str:
-    """Tokens/wall cell: `not reached` for none, the seed count appended when only some reached it."""
+    """Tokens/time cell: `not reached` for none, the seed count appended when only some reached it."""
     if row.n_reached == 0:
         return "not reached"
     return text if row.all_reached or text == "–" else f"{text} ({row.n_reached}/{row.n_seeds} reached)"
@@ -86,12 +100,12 @@ def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]
                 f"{row.n_reached}/{row.n_seeds}",
                 steps_cell(row),
                 _partial(row, _pm(row.tokens_mean, row.tokens_std, _si)),
-                _partial(row, _wall(row.wall_s_mean, row.wall_s_std)),
+                _partial(row, _time(row.time_s_mean, row.time_s_std)),
                 _ratio(row.speedup_steps),
-                _ratio(row.speedup_wall, i > 0 and (row.under_load or result.rows[0].under_load)),
+                _ratio(row.speedup_time, i > 0 and (row.under_load or result.rows[0].under_load)),
             ]
         )
-    return f"Steps to {result.target.text}", list(HEADERS), body
+    return f"Steps to {result.target.text}", headers(result.clock), body
 
 
 def _every(result: TargetResult) -> str:
@@ -121,19 +135,20 @@ def target_notes(cmp: Any) -> list[str]:
     """The rule behind the steps-to-target tables and the threshold sentences, in plain sentences."""
     if not cmp.targets:
         return []
+    time = cmp.clock.name
     out = [
         "Steps to target: for each seed, the first step at which the metric was recorded at or past the target "
         "(METRIC=X means ≤ X for a loss, ≥ X for an accuracy); mean ± std over the seeds that reached it, with "
         "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
-        "— an unreached seed is never averaged away. Tokens and wall time are those of that step (interpolated "
+        f"— an unreached seed is never averaged away. Tokens and {time} are those of that step (interpolated "
         "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
-        "extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or wall time) to "
+        f"extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or {time}) to "
         "target and the arm's, with a 95% CI and a verdict (faster / slower / within noise: Welch's t-test on the "
         "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed and none at step 0 "
-        "(a speed-up from initialisation is undefined); wall-time speed-ups of runs measured under outside load "
+        f"(a speed-up from initialisation is undefined); {time} speed-ups of runs measured under outside load "
         "are marked so. Each seed's crossing lies between the previous record and the reported one, so a "
         "faster / slower verdict must also hold with every seed at the end of that bracket least favourable to "
-        f"it (steps, and the wall times of the same two records), else it reads '{words.speed(_UNSURE)}'."
+        f"it (steps, and the {time}s of the same two records), else it reads '{words.speed(_UNSURE)}'."
     ]
     out += [
         f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
@@ -160,7 +175,7 @@ def print_targets(cmp: Any, console) -> None:
         console.print(table)
     if cmp.targets:
         console.print(
-            "steps/tokens/wall: mean ± std over the seeds that reached the target, the others counted as "
+            f"steps/tokens/{SHORT[cmp.clock.key]}: mean ± std over the seeds that reached the target, the others counted as "
             "not reached; speed-up only where both arms reached it in every seed after step 0, undecided where the "
             "evals around a crossing could flip it (rule: comparison.md)",
             highlight=False,

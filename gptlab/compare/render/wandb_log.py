@@ -226,7 +226,7 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
 
 
 def extra_tables(cmp: Comparison) -> dict[str, Any]:
-    """The report's verdicts beyond the main table, as W&B tables: val loss at equal FLOPs and at equal wall time
+    """The report's verdicts beyond the main table, as W&B tables: val loss at equal FLOPs and at equal time
     (one sentence per arm and axis, as comparison.md words them), and the validation-set, probe and downstream-eval
     tables."""
     import wandb

@@ -102,6 +102,7 @@ def trend(t: Trend) -> str:
 LENSES = {  # a verdict-matrix column, and how a sentence names it
     "equal_steps": "equal steps",
     "equal_flops": "equal FLOPs",
+    "equal_training_time": "equal training time",
     "equal_wall_time": "equal wall time",
     "own_best_lr": "own best lr",
     "matched": "matched",

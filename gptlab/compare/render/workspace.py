@@ -1,4 +1,4 @@
-"""A saved W&B workspace view of a sweep (wandb_workspaces): val/loss vs step, tokens and wall time grouped by each
+"""A saved W&B workspace view of a sweep (wandb_workspaces): val/loss vs step, tokens, training and wall time by each
 varying choice, speed and memory panels, runs filtered to the sweep's W&B group. Offline it is written as JSON
 and pushed later:
 
@@ -20,7 +20,8 @@ from gptlab.errors import ConfigError
 from gptlab.util.tree import flatten
 
 SPEC_FILE = "workspace.json"
-LOSS_AXES = {"step": "step", "tokens": "tokens", "wall_s": "wall time (s)"}  # x-axis key -> its title
+# x-axis key -> its title (training time: each step's time summed; wall time: evals and checkpoints too)
+LOSS_AXES = {"step": "step", "tokens": "tokens", "train_s": "training time (s)", "wall_s": "wall time (s)"}
 SPEED_METRICS = {"perf/tokens_per_s": "tokens/s", "perf/mfu": "MFU", "mem/peak_bytes": "peak memory (bytes)"}
 ARM_KEY = "arm"  # the sweep arm: the grouping when neither a choice nor a config value differs
 
@@ -63,7 +64,7 @@ def config_path(key: str) -> str:
 
 
 def _loss_section(key: str, max_runs: int):
-    """val/loss against step, tokens and wall time, grouped by one config key: mean line, min..max band."""
+    """val/loss against step, tokens, training time and wall time, grouped by one config key: mean line, min..max band."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from gptlab.compare.reading.align import Point, align
 from gptlab.compare.reading.claims import attach_claims
+from gptlab.compare.reading.clock import WALL, Clock, clock_of
 from gptlab.compare.reading.group import (
     Group,
     assign_labels,
@@ -150,6 +151,7 @@ class Comparison:
     noise_floor: Floor | None = None
     floor_note: str = ""
     load_limit: float = speed.OUTSIDE_LOAD_LIMIT
+    clock: Clock = field(default_factory=lambda: Clock(WALL))  # the time axis of equal time and time to target
 
     def at(self) -> str:
         """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
@@ -163,6 +165,7 @@ class Comparison:
             "baseline": self.baseline,
             "alpha": ALPHA,
             "power": POWER,
+            "clock": self.clock.key,
             "validation_set": self.validation_set,
             "peak_flops": self.peak.flops if self.peak else None,
             "peak_flops_source": self.peak.source if self.peak else None,
@@ -435,8 +438,9 @@ def compare(
             "no finding (gptlab-sweep launches arms interleaved; rerun the runs that way)"
             for label, why in arm_why.items()
         ]
-    warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs)
-    notes = arm_notes(ordered, base)
+    clock = clock_of(runs)
+    warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs, clock)
+    notes = arm_notes(ordered, base) + ([clock.note] if clock.note else [])
     if point.by == "tokens":
         steps = ", ".join(f"'{r.label}' step {r.at_step}" for r in rows)
         notes.append(
@@ -445,6 +449,7 @@ def compare(
     cmp = Comparison(point.step_of(base.runs[0]), base.label, rows, ordered, warnings, point=point, peak=peak)
     cmp.notes = notes
     cmp.noise_floor, cmp.floor_note, cmp.load_limit = floor, floor_note, load_limit(floor)
+    cmp.clock = clock
     # check_like made every recorded value equal: the first run that recorded each key speaks for all
     cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
     cmp.probes, probe_warnings = probe_rows(ordered, [r.label for r in rows], point)
@@ -468,6 +473,6 @@ def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: lis
             check_metric(t, runs, flag)
     results: dict = {}
     for t in [*targets, *thresholds]:
-        results.setdefault(t, steps_to_target(cmp.groups, t, cmp.load_limit))
+        results.setdefault(t, steps_to_target(cmp.groups, t, cmp.load_limit, cmp.clock))
     cmp.targets = list(results.values())
     cmp.thresholds = [threshold(cmp.groups, results[t], key) for t in thresholds]

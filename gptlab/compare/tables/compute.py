@@ -1,4 +1,4 @@
-"""Equal compute: val loss at equal training FLOPs and at equal wall time, and what each matched arm re-solved.
+"""Equal compute: val loss at equal training FLOPs and at equal time, and what each matched arm re-solved.
 
 Equal steps stay the comparison's contract; this is the cost view beside it. Every eval row of metrics.jsonl carries
 `flops`, the cumulative training FLOPs (tokens × the cost model's training FLOPs per token, the MFU numerator); a run
@@ -9,8 +9,9 @@ grid (every run evaluated a step either side of each point), at the largest grid
 reading is all but measured. Each arm is held against the baseline there with a 95% Welch interval over seeds. A
 chord between two evals is not the curve (over a convex curve it sits above it, favouring the arm read nearer an
 eval), so a decided verdict is held against each seed's bracket (the two evals around its reading) and is
-"unresolved" when the bracket could flip it. The wall-time verdict depends on speed, so it carries the table's
-under-load and run-order caveats; an identical model is noise on both axes.
+"unresolved" when the bracket could flip it. Time is the comparison's clock (reading/clock.py): training time
+(`train_s`) where every run recorded it, else wall time. The equal-time verdict depends on speed, so it carries the
+table's under-load and run-order caveats; an identical model is noise on both axes.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from gptlab.compare.reading.clock import NAMES
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics import stats, verdict
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Caveat, Verdict
 from gptlab.compare.tables.analysis import Comparison
 
-AXES = {"flops": "training FLOPs", "wall_s": "wall time"}
+AXES = {"flops": "training FLOPs", **NAMES}  # x key -> its name (the time keys: reading/clock.py)
 
 
 def fill_flops(run: Run) -> str | None:
@@ -98,7 +100,8 @@ class ArmAt:
 
 @dataclass
 class AxisResult:
-    """Val loss at equal `axis` (flops or wall_s): the common x and one ArmAt per group (baseline first); or why not."""
+    """Val loss at equal `axis` (flops, train_s or wall_s): the common x and one ArmAt per group (baseline first); or
+    why not."""
 
     axis: str
     x: float | None
@@ -136,7 +139,8 @@ def at_equal(cmp: Comparison, axis: str) -> AxisResult:
     for g, row, per in zip(cmp.groups, cmp.rows, curves):
         losses = [loss_at(*c, x) for _, c in per if c is not None]
         brackets = [bracket(*c, x) for _, c in per if c is not None]
-        loaded = axis == "wall_s" and (row.under_load or cmp.rows[0].under_load)  # the table's own flags
+        timed = axis != "flops"  # a time axis: speed is in it
+        loaded = timed and (row.under_load or cmp.rows[0].under_load)  # the table's own flags
         if g is cmp.groups[0]:
             found = verdict.baseline(f"val/loss@{axis}")
         else:
@@ -145,7 +149,7 @@ def at_equal(cmp: Comparison, axis: str) -> AxisResult:
             found = verdict.bracketed(found, brackets, base_brackets)
         if loaded:
             found = found.with_caveat(Caveat.UNDER_LOAD)
-        if axis == "wall_s" and Caveat.CONFOUNDED in row.speed.caveats:  # wall time is speed: the same confound
+        if timed and Caveat.CONFOUNDED in row.speed.caveats:  # time is speed: the same confound
             found = found.with_caveat(Caveat.CONFOUNDED)
         delta = stats.mean(losses) - stats.mean(base)
         result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, found, loaded, brackets))
@@ -173,7 +177,8 @@ class EqualCompute:
 
 
 def equal_compute(cmp: Comparison) -> EqualCompute:
-    """The equal-FLOPs and equal-wall-time verdicts of a comparison (older runs get their flops column rebuilt)."""
+    """The equal-FLOPs and equal-time verdicts (on the comparison's clock) of a comparison (older runs get their
+    flops column rebuilt)."""
     rebuilt, why = [], []
     for g in cmp.groups:
         for run in g.runs:
@@ -182,7 +187,7 @@ def equal_compute(cmp: Comparison) -> EqualCompute:
             why += [reason] if reason else []
             if not had and not reason:
                 rebuilt.append(str(run.path))
-    axes = [at_equal(cmp, axis) for axis in AXES]
+    axes = [at_equal(cmp, axis) for axis in ("flops", cmp.clock.key)]
     if why:
         axes[0] = AxisResult("flops", None, missing=f"not available: {why[0]}")
     matched = {

@@ -2,8 +2,9 @@
 together.
 
 A lens is a way of holding the comparison fair: equal steps (the main table's contract), equal training FLOPs and
-equal wall time (tables/compute.py), each arm at its own best lr (studies/lr_grid.py) and the arm re-solved to the
-baseline's FLOPs or params (`model.match`, folded into the row of the arm it was matched from). Each cell is the
+equal time on the comparison's clock (tables/compute.py: training time, else wall time), each arm at its own best lr
+(studies/lr_grid.py) and the arm re-solved to the baseline's FLOPs or params (`model.match`, folded into the row of
+the arm it was matched from). Each cell is the
 Verdict that lens already made; nothing is recomputed here. `reconcile` then names where the lenses agree and where
 they disagree — as values (Finding), worded only in compare/render/words.py.
 """
@@ -25,7 +26,8 @@ class Lens(str, Enum):
 
     EQUAL_STEPS = "equal_steps"
     EQUAL_FLOPS = "equal_flops"
-    EQUAL_WALL = "equal_wall_time"
+    EQUAL_TRAIN_TIME = "equal_training_time"  # the comparison's clock (reading/clock.py) is training time
+    EQUAL_WALL = "equal_wall_time"  # ... or wall time, where a run recorded no training time
     OWN_BEST_LR = "own_best_lr"
     MATCHED = "matched"  # the arm re-solved to the baseline's FLOPs/token or params (model.match), at equal steps
 
@@ -103,7 +105,7 @@ class Matrix:
     baseline: str
     arms: list[ArmLenses]
     lenses: list[Lens]
-    lr_grid: bool = False  # an lr grid's: equal steps at the baseline's best lr, FLOPs and wall time at each own best
+    lr_grid: bool = False  # an lr grid's: equal steps at the baseline's best lr, FLOPs and time at each own best
 
     def to_json(self) -> dict:
         return {
@@ -169,12 +171,12 @@ def _matched_from(cmp: Comparison) -> dict[int, tuple[int, str]]:
 def build(
     cmp: Comparison, own_best_lr: dict[str, Verdict] | None = None, at_baseline_lr: dict[str, Verdict] | None = None
 ) -> Matrix:
-    """The matrix of one comparison: equal steps from its rows, equal FLOPs / wall time from its equal-compute
+    """The matrix of one comparison: equal steps from its rows, equal FLOPs / time from its equal-compute
     axes (where measured). For an lr grid (`cmp` holds each arm at its own best lr): `own_best_lr` and
     `at_baseline_lr` are the grid's verdicts by row label, the latter filling the equal-steps column (every arm at
     the baseline's best lr: the comparison a plain ablation makes)."""
     axes = {ax.axis: ax for ax in (cmp.compute.axes if cmp.compute is not None else []) if ax.x is not None}
-    lens_of_axis = {"flops": Lens.EQUAL_FLOPS, "wall_s": Lens.EQUAL_WALL}
+    lens_of_axis = {"flops": Lens.EQUAL_FLOPS, "train_s": Lens.EQUAL_TRAIN_TIME, "wall_s": Lens.EQUAL_WALL}
     folded = _matched_from(cmp)
     into = {j for j, _ in folded.values()}
     arms = []

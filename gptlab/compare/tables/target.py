@@ -8,10 +8,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
+from gptlab.compare.reading.clock import Clock
 from gptlab.compare.reading.group import Group
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics import stats, verdict
-from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT, outside_load
+from gptlab.compare.statistics.speed import outside_load
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Status, Verdict
 from gptlab.errors import ConfigError
@@ -95,7 +96,7 @@ def check_metric(target: Target, runs: list[Run], flag: str = "--target") -> Non
 
 
 def x_at(run: Run, step: int, key: str) -> float | None:
-    """`tokens`/`wall_s` at step: as recorded, else interpolated from neighbouring rows; never extrapolated."""
+    """`tokens`/`train_s`/`wall_s` at step: as recorded, else interpolated from neighbouring rows; never extrapolated."""
     if step == 0:
         return 0.0  # the initial model: no token seen, no training time (an eval row's own duration is not training)
     known = {s: float(r[key]) for s, r in run.by_step.items() if r.get(key) is not None}
@@ -112,30 +113,31 @@ def x_at(run: Run, step: int, key: str) -> float | None:
 
 @dataclass
 class SeedHit:
-    """One run's first step at or past the target (None: not reached by last_step) and tokens/wall there.
+    """One run's first step at or past the target (None: not reached by last_step) and tokens/time there (time: the
+    comparison's clock, training time or wall time).
 
     The target was crossed after the previous record of the metric (`prev_step`, 0 when the hit is the first
-    record: the start) and at or before `step`: each seed's steps to target lie in (prev_step, step], its wall
-    time in (prev_wall_s, wall_s] (the wall times of the same two evals; None where unknown)."""
+    record: the start) and at or before `step`: each seed's steps to target lie in (prev_step, step], its time in
+    (prev_time_s, time_s] (the times of the same two evals; None where unknown)."""
 
     seed: Any
     run: str
     reached: bool
     step: int | None
     tokens: float | None
-    wall_s: float | None
+    time_s: float | None
     value: float | None
     last_step: int
     prev_step: int | None = None
-    prev_wall_s: float | None = None
+    prev_time_s: float | None = None
 
     @property
     def at_start(self) -> bool:
         """Met the target at initialisation (step 0, or no training time yet): a rate of 1/0, no speed-up."""
-        return self.reached and (self.step == 0 or self.wall_s == 0.0)
+        return self.reached and (self.step == 0 or self.time_s == 0.0)
 
 
-def first_hit(run: Run, target: Target) -> SeedHit:
+def first_hit(run: Run, target: Target, clock: Clock) -> SeedHit:
     """Scan the steps where the run recorded the metric, in order, for the first one at or past the target."""
     steps = sorted(s for s, r in run.by_step.items() if r.get(target.metric) is not None)
     seed = run.config.get("seed")
@@ -144,10 +146,10 @@ def first_hit(run: Run, target: Target) -> SeedHit:
         if target.reached(value):
             prev = steps[i - 1] if i else 0  # the first record: crossed since the start
             hit = SeedHit(
-                seed, str(run.path), True, s, x_at(run, s, "tokens"), x_at(run, s, "wall_s"), value, steps[-1]
+                seed, str(run.path), True, s, x_at(run, s, "tokens"), x_at(run, s, clock.key), value, steps[-1]
             )
             if s > 0:
-                hit.prev_step, hit.prev_wall_s = prev, x_at(run, prev, "wall_s")
+                hit.prev_step, hit.prev_time_s = prev, x_at(run, prev, clock.key)
             return hit
     return SeedHit(seed, str(run.path), False, None, None, None, None, steps[-1] if steps else 0)
 
@@ -162,7 +164,7 @@ def _spread(xs: list[float | None]) -> tuple[float | None, float | None]:
 
 @dataclass
 class TargetRow:
-    """One arm's steps/tokens/wall to the target: mean ± std over the seeds that reached it, and how many did."""
+    """One arm's steps/tokens/time to the target: mean ± std over the seeds that reached it, and how many did."""
 
     label: str
     n_seeds: int
@@ -171,13 +173,13 @@ class TargetRow:
     steps_std: float | None
     tokens_mean: float | None
     tokens_std: float | None
-    wall_s_mean: float | None
-    wall_s_std: float | None
+    time_s_mean: float | None
+    time_s_std: float | None
     not_reached_by: list[int]
-    # Speed-ups to target (rates: 1 / steps, 1 / wall time), Welch on the logs; NOT_MEASURED until compared.
+    # Speed-ups to target (rates: 1 / steps, 1 / time), Welch on the logs; NOT_MEASURED until compared.
     speedup_steps: Verdict = field(default_factory=lambda: Verdict("steps", Status.NOT_MEASURED, ratio=True))
-    speedup_wall: Verdict = field(default_factory=lambda: Verdict("wall_s", Status.NOT_MEASURED, ratio=True))
-    under_load: bool = False  # wall times taken while other processes held the cores (not worth trusting)
+    speedup_time: Verdict = field(default_factory=lambda: Verdict("time_s", Status.NOT_MEASURED, ratio=True))
+    under_load: bool = False  # times taken while other processes held the cores (not worth trusting)
     seeds: list[SeedHit] = field(default_factory=list)
 
     @property
@@ -191,19 +193,19 @@ class TargetRow:
         return [h for h in self.seeds if h.at_start]
 
 
-def target_row(g: Group, target: Target) -> TargetRow:
+def target_row(g: Group, target: Target, clock: Clock) -> TargetRow:
     """Per-seed hits of one group summarised; the unreached seeds are counted, never averaged away."""
-    hits = [first_hit(r, target) for r in g.runs]
+    hits = [first_hit(r, target, clock) for r in g.runs]
     ok = [h for h in hits if h.reached]
     steps = _spread([float(cast(int, h.step)) for h in ok])  # a seed that reached the target has its step
-    tokens, wall = _spread([h.tokens for h in ok]), _spread([h.wall_s for h in ok])
+    tokens, time = _spread([h.tokens for h in ok]), _spread([h.time_s for h in ok])
     return TargetRow(
-        g.label, len(hits), len(ok), *steps, *tokens, *wall, [h.last_step for h in hits if not h.reached], seeds=hits
+        g.label, len(hits), len(ok), *steps, *tokens, *time, [h.last_step for h in hits if not h.reached], seeds=hits
     )
 
 
 def _rates(values: list[float | None]) -> list[float] | None:
-    """1 / (steps or wall time) to target per seed: a rate, so verdict.ratio's higher-is-faster test applies; None
+    """1 / (steps or time) to target per seed: a rate, so verdict.ratio's higher-is-faster test applies; None
     unless every seed's value is known and positive (a seed is never dropped from a test silently)."""
     if not values or any(v is None or v <= 0 for v in values):
         return None
@@ -211,14 +213,14 @@ def _rates(values: list[float | None]) -> list[float] | None:
 
 
 def _brackets(hits: list[SeedHit], key: str) -> list[tuple[float, float]]:
-    """Each seed's (low, high) steps or wall time to target: the two evals around its crossing (low 0 when the
-    previous eval's wall time is unknown: the widest bracket the data allow)."""
+    """Each seed's (low, high) steps or time to target: the two evals around its crossing (low 0 when the previous
+    eval's time is unknown: the widest bracket the data allow)."""
     if key == "step":
         return [(float(cast(int, h.prev_step)), float(cast(int, h.step))) for h in hits]
     out = []
     for h in hits:
-        high = cast(float, h.wall_s)
-        out.append((min(h.prev_wall_s or 0.0, high), high))
+        high = cast(float, h.time_s)
+        out.append((min(h.prev_time_s or 0.0, high), high))
     return out
 
 
@@ -240,7 +242,7 @@ def _held(found: Verdict, arm: list[tuple[float, float]], base: list[tuple[float
 def _versus(row: TargetRow, base: TargetRow) -> None:
     """Speed-ups to target with their noise: ratio of geometric means, 95% CI and Welch verdict (never bare), held
     against the evals around each seed's crossing; each needs every seed's value."""
-    for key, attr in (("step", "speedup_steps"), ("wall_s", "speedup_wall")):
+    for key, attr in (("step", "speedup_steps"), ("time_s", "speedup_time")):
         arm, ref = _rates([getattr(h, key) for h in row.seeds]), _rates([getattr(h, key) for h in base.seeds])
         if arm is not None and ref is not None:
             found = verdict.ratio(getattr(row, attr).metric, arm, ref, ALPHA)
@@ -260,11 +262,12 @@ def resolution(runs: list[Run], metric: str) -> list[int]:
 
 @dataclass
 class TargetResult:
-    """The target, its step resolution and one row per group (baseline first)."""
+    """The target, its step resolution, one row per group (baseline first) and the clock its times are on."""
 
     target: Target
     resolution: list[int]
     rows: list[TargetRow]
+    clock: Clock
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json `targets` entry."""
@@ -274,11 +277,12 @@ class TargetResult:
             "value": self.target.value,
             "text": self.target.text,
             "resolution_steps": self.resolution,
+            "clock": self.clock.key,  # what time_s is: train_s (training time) or wall_s (wall time)
             "rows": [
                 {
                     **asdict(r),
                     "speedup_steps": r.speedup_steps.to_json(),
-                    "speedup_wall": r.speedup_wall.to_json(),
+                    "speedup_time": r.speedup_time.to_json(),
                     "all_reached": r.all_reached,
                 }
                 for r in self.rows
@@ -286,11 +290,11 @@ class TargetResult:
         }
 
 
-def steps_to_target(groups: list[Group], target: Target, limit: float = OUTSIDE_LOAD_LIMIT) -> TargetResult:
+def steps_to_target(groups: list[Group], target: Target, limit: float, clock: Clock) -> TargetResult:
     """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed, none of
     them at initialisation (a rate of 1/0: the speed-up is undefined, NOT_MEASURED); a group above `limit` outside
-    load (the comparison's) is under load."""
-    rows = [target_row(g, target) for g in groups]
+    load (the comparison's) is under load; times on `clock` (the comparison's)."""
+    rows = [target_row(g, target, clock) for g in groups]
     base = rows[0]
     for row, g in zip(rows, groups):
         load = outside_load(g.runs)
@@ -299,8 +303,8 @@ def steps_to_target(groups: list[Group], target: Target, limit: float = OUTSIDE_
             continue
         if row is base:
             row.speedup_steps = verdict.baseline("steps", ratio=True)
-            if _rates([h.wall_s for h in row.seeds]) is not None:
-                row.speedup_wall = verdict.baseline("wall_s", ratio=True)
+            if _rates([h.time_s for h in row.seeds]) is not None:
+                row.speedup_time = verdict.baseline("time_s", ratio=True)
         else:
             _versus(row, base)
-    return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows)
+    return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows, clock)
