@@ -37,8 +37,9 @@ from gptlab.data.tokenizers import make_tokenizer
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
-CACHE_FORMAT = 3  # bump when the on-disk layout, the segment rule, the split rule or the fit rule changes
-# (3: a first segment longer than the fit limit contributes its prefix; 2 fitted nothing there: vocabulary 1)
+CACHE_FORMAT = 4  # bump when the on-disk layout, the segment rule, the split rule or the fit rule changes
+# (4: segments are cut where GPT-2's pre-tokenizer splits, not after any newline; 3: a first segment longer than the
+# fit limit contributes its prefix; 2 fitted nothing there: vocabulary 1)
 SHARD_TOKENS = 1 << 27  # ids per shard (256 MiB as uint16)
 
 
