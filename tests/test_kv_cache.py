@@ -89,6 +89,22 @@ def test_a_full_ring_writes_only_the_new_positions_slots(monkeypatch):
     torch.testing.assert_close(ring._ordered(4)[0][:, :, -1:], k)  # the newest held position is the new key
 
 
+@pytest.mark.parametrize("quant,dtype", [("int8", torch.float32), (None, torch.bfloat16)])
+def test_a_ring_returns_what_a_static_cache_returns_for_the_positions_it_holds(quant, dtype):
+    """Both caches hand attention the stored K/V, the new positions too. The ring returned the step's own K/V as
+    given (unquantised under int8, fp32 in a bf16 cache) where the static cache returns them as stored: the same
+    positions read differently by the cache type."""
+    ring, static = RingCache(1, 2, 4, 8, dtype=dtype, quant=quant), StaticCache(1, 2, 12, 8, dtype=dtype, quant=quant)
+    gen = torch.Generator().manual_seed(0)
+    for T in (6, 1, 1, 3):  # prefill past the window, decode steps, a chunk
+        k, v = torch.randn(1, 2, T, 8, generator=gen), torch.randn(1, 2, T, 8, generator=gen)
+        rk, rv, start = ring.update(k, v)
+        sk, sv, _ = static.update(k, v)
+        assert rk.dtype == sk.dtype == dtype
+        torch.testing.assert_close(rk, sk[:, :, start:], rtol=0, atol=0)
+        torch.testing.assert_close(rv, sv[:, :, start:], rtol=0, atol=0)
+
+
 def test_cache_refuses_to_overflow():
     cache = StaticCache(1, 1, 4, 2)
     cache.update(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))

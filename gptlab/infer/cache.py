@@ -49,6 +49,12 @@ class _Store:
         else:
             self.data[:, :, start:end], self.scale[:, :, start:end] = quantize(x)
 
+    def as_stored(self, x: torch.Tensor) -> torch.Tensor:
+        """x as a read returns it after a write: in the store's dtype, through int8 and back where quantised."""
+        if self.scale is None:
+            return x.to(self.dtype)
+        return dequantize(*quantize(x), self.dtype)
+
     def read(self, start: int, end: int) -> torch.Tensor:
         if self.scale is None:
             return self.data[:, :, start:end]
@@ -109,14 +115,16 @@ class RingCache(_LayerCache):
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         kept = min(self.length, self.window)  # positions held, the oldest at slot (length - kept) % window
         old_k, old_v = self._ordered(kept)
-        keys, values = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)  # (B, H, kept + T, hd)
-        k_start = self.length - kept
+        # the new positions as stored (int8: quantised), as a StaticCache returns them: both caches give one answer
+        new_k, new_v = self.k.as_stored(k), self.v.as_stored(v)
+        keys, values = torch.cat([old_k, new_k], dim=2), torch.cat([old_v, new_v], dim=2)  # (B, H, kept + T, hd)
+        k_start, first = self.length - kept, self.length  # first: the absolute position of k[:, :, 0]
         self.length += k.size(2)
         tail = min(self.window, k.size(2))  # only the new positions need a slot; older ones already hold theirs
         for pos in range(self.length - tail, self.length):  # slot by slot: at most `window` (usually 1) writes
-            j = pos - k_start
-            self.k.write(pos % self.window, keys[:, :, j : j + 1])
-            self.v.write(pos % self.window, values[:, :, j : j + 1])
+            j = pos - first
+            self.k.write(pos % self.window, k[:, :, j : j + 1])
+            self.v.write(pos % self.window, v[:, :, j : j + 1])
         return keys, values, k_start
 
     def _ordered(self, kept: int) -> tuple[torch.Tensor, torch.Tensor]:
