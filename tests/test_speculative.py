@@ -306,3 +306,21 @@ def test_cli_on_two_trained_runs(tmp_path, capsys):
     with pytest.raises(SystemExit) as code:
         main([*args[:4], "--tokens", "1"])
     assert code.value.code == 2 and capsys.readouterr().err.strip() == "error: --tokens=1: must be >= 2"
+
+
+def test_the_timers_wait_for_the_device_on_both_sides(monkeypatch):
+    """On CUDA a host clock around queued kernels times their launches: every timed region of gptlab-speculative
+    is bracketed by a device sync (torch.cuda.synchronize mocked: no GPU here), and none is made off CUDA."""
+    from gptlab.cli.speculative import timed
+
+    calls: list = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(("sync", str(device))))
+
+    def work():
+        calls.append("work")
+        return 7
+
+    seconds, out = timed(work, torch.device("cuda:0"))
+    assert (out, calls) == (7, [("sync", "cuda:0"), "work", ("sync", "cuda:0")]) and seconds >= 0
+    calls.clear()
+    assert timed(work, torch.device("cpu"))[1] == 7 and calls == ["work"]

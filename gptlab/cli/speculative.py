@@ -16,6 +16,7 @@ import torch
 from gptlab.errors import ConfigError
 from gptlab.infer import speculative
 from gptlab.infer.speculative import expected_speedup, speculative_generate, static_caches
+from gptlab.runtime.metrics import sync
 from gptlab.util.io import atomic_write_text
 
 
@@ -24,9 +25,11 @@ def decode_ms_per_token(model, idx: torch.Tensor, n: int) -> float:
     """Plain greedy decoding of n tokens: milliseconds per single-token step (the n - 1 after the prefill)."""
     caches = static_caches(model, idx.size(0), idx.size(1) + n - 1)
     token = model(idx, caches=caches)[0][:, -1:].argmax(-1)  # prefill, (1, 1)
+    sync(idx.device)
     start = time.perf_counter()
     for _ in range(n - 1):
         token = model(token, caches=caches)[0][:, -1:].argmax(-1)
+    sync(idx.device)
     return (time.perf_counter() - start) * 1000 / max(n - 1, 1)
 
 
@@ -48,10 +51,12 @@ def same_tokenizer(ta, tb, target_dir, draft_dir) -> None:
         raise ConfigError(f"--target {target_dir} and --draft {draft_dir} do not share a tokenizer ({why})")
 
 
-def timed(fn):
-    """(seconds, result) of one call of fn."""
+def timed(fn, device: torch.device):
+    """(seconds, result) of one call of fn, the device's queued work waited for on both sides."""
+    sync(device)
     start = time.perf_counter()
     out = fn()
+    sync(device)
     return time.perf_counter() - start, out
 
 
@@ -68,7 +73,7 @@ def measure(target, draft, idx: torch.Tensor, args: argparse.Namespace) -> tuple
         )
 
     for i in range(args.repeats + 1):
-        (s, (out, stats)), (p, plain) = timed(spec), timed(own)
+        (s, (out, stats)), (p, plain) = timed(spec, idx.device), timed(own, idx.device)
         if i:  # the first repeat is a warm-up
             rows.append((s, p, decode_ms_per_token(target, idx, n), decode_ms_per_token(draft, idx, n)))
     spec_s, plain_s, t_ms, d_ms = (statistics.median(col) for col in zip(*rows))

@@ -41,7 +41,7 @@ from gptlab.costs.memory import kv_cache
 from gptlab.costs.structure import describe
 from gptlab.infer.cache import cache_nbytes, make_caches
 from gptlab.runtime.cpu_load import LoadSampler
-from gptlab.runtime.metrics import PeakMemory
+from gptlab.runtime.metrics import PeakMemory, sync
 
 CACHES = ("static", "none")
 PERCENTILES = (50, 90, 99)
@@ -73,11 +73,6 @@ class Generation:
     kv_bytes: int | None  # bytes the caches' tensors held; None for cache=none
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
 
@@ -88,16 +83,16 @@ def generate(model, prompt: torch.Tensor, new_tokens: int, cache: str, quant: st
     B, T = prompt.shape
     device = prompt.device
     caches = make_caches(model, B, T + new_tokens, quant=quant) if cache == "static" else None
-    _sync(device)
+    sync(device)
     start = perf_counter()
     nxt = _greedy(model(prompt, caches=caches)[0])
-    _sync(device)
+    sync(device)
     prefill_s, steps, idx, out, forward = perf_counter() - start, [], prompt, [nxt], prompt.numel()
     for _ in range(new_tokens - 1):
         idx = torch.cat([idx, nxt], dim=1) if caches is None else nxt  # none: the whole context again
         start = perf_counter()
         nxt = _greedy(model(idx, caches=caches)[0])
-        _sync(device)
+        sync(device)
         steps.append(perf_counter() - start)
         out.append(nxt)
         forward += idx.numel()

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
 from gptlab.infer.cache import StaticCache
+from gptlab.runtime.metrics import sync
 
 
 def expected_tokens_per_forward(alpha: float, k: int) -> float:
@@ -214,10 +215,12 @@ def speculative_generate(
 ) -> tuple[torch.Tensor, dict]:
     """idx (B, T) -> (tokens (B, T + max_new_tokens), stats): target.generate's law (its very tokens when greedy)."""
     check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k)
+    sync(idx.device)  # on CUDA the clock must not start (or stop) with work still queued
     start, end, B = time.perf_counter(), idx.size(1) + max_new_tokens, idx.size(0)
     tcaches, dcaches = static_caches(target, B, end - 1), static_caches(draft, B, end - 1)
     sampler, stats, seq = Sampler(temperature, top_k, generator), Stats(k=k, rows=B), idx
     while seq.size(1) < end:  # the last round proposes fewer so that nothing past max_new_tokens is computed
         seq = speculative_round(target, draft, tcaches, dcaches, seq, min(k, end - seq.size(1) - 1), sampler, stats)
+    sync(idx.device)
     stats.wall_s = time.perf_counter() - start
     return seq, stats.summary()

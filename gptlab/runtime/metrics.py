@@ -92,6 +92,14 @@ class StepClock:
         return start.elapsed_time(end) / 1000 if self.cuda else end - start
 
 
+def sync(device: torch.device | str) -> None:
+    """Wait for the work queued on `device` (a no-op off CUDA): a host clock read around GPU work times only the
+    launches unless it is bracketed by this."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def median(values: list[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
