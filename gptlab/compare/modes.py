@@ -21,6 +21,7 @@ from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs, unprun
 from gptlab.compare.render import decode as decode_text
 from gptlab.compare.render.until_decided import report_lines
 from gptlab.compare.statistics import noise_floor
+from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.studies.until_decided import read_record
 from gptlab.compare.tables import decode, matrix
@@ -207,7 +208,8 @@ def _factorial(req: Request, runs: list[Run], comparisons: list[Comparison]) -> 
     if not factors:
         return None, []
     try:
-        doc = factorial.analyse(runs, factors)
+        limit = comparisons[0].load_limit if comparisons else OUTSIDE_LOAD_LIMIT  # the main table's: one rule
+        doc = factorial.analyse(runs, factors, load_limit=limit)
     except ConfigError as exc:
         if req.factorial:
             raise

@@ -20,7 +20,7 @@ from gptlab.compare.studies.factorial import analyse, arm_levels
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import factorial_arms
 from gptlab.sweep.spec import load_sweep
-from helpers.cli import run_cli
+from helpers.cli import cli_env, run_cli
 from helpers.compare import write_run
 
 FACTORS = ["gqa", "sdpa", "mlp3"]
@@ -180,6 +180,45 @@ def test_compare_adds_the_factorial_section_to_a_factorial_sweep(tmp_path):
     assert "<h2>Factorial effects</h2>" in (sweep / "comparison" / "comparison.html").read_text()
     bad = run_cli("gptlab.cli.compare", str(sweep / "base"), "--factorial")
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--factorial" in bad.stderr
+
+
+def test_the_factorial_flags_load_by_the_comparisons_own_limit(tmp_path, monkeypatch):
+    """With a measured noise floor (A/A under 4 % load: limit 9 %) the main table flags the gqa+mlp3 runs at 15 %
+    outside load; the factorial used the fixed 25 % and called their speed effects sound."""
+    sweep = tmp_path / "ff"
+    sweep.mkdir()
+    factors = {"gqa": ["attention=gqa"], "mlp3": ["mlp.ratio=3"]}
+    (sweep / "sweep.yaml").write_text(yaml.safe_dump({"factors": factors, "arms": factorial_arms(factors)}))
+    for gqa, mlp3 in itertools.product((0, 1), repeat=2):
+        arm = "+".join(n for n, on in (("gqa", gqa), ("mlp3", mlp3)) if on) or "base"
+        for seed in range(3):
+            run = write_run(
+                sweep / arm / f"seed{seed}", seed=seed, choices={"attention": "gqa" if gqa else "mha"},
+                leaves={"mlp.ratio": 3 if mlp3 else 4, "arm": arm}, loss_at=lambda step: 2.0 + 0.01 * (100 - step),
+                tokens_per_s=1000.0 * (1.2 if gqa else 1.0) * (1 + 0.01 * seed),
+                outside_load=0.15 if arm == "gqa+mlp3" else 0.02,
+            )  # fmt: skip
+            hardware = {"hardware": {"cpu": "Test CPU", "cpu_cores": [0, 1]}}
+            (run / "provenance.json").write_text(json.dumps(hardware))
+    machine = "Test CPU | 2 cores"
+    floor = {
+        "machine": machine, "measured_at": "2026-01-01T00:00:00Z", "sweep_dir": "/aa", "runs": 6, "arms": 2,
+        "seeds": 3, "speed_sd": 0.02, "step_sd": 0.02, "max_speedup": 1.06, "loss_sd": 0.01,
+        "same_seed_loss_gap": 0.0, "mem_spread": 0.01, "outside_load": 0.04, "quiet": True, "conditions": {},
+    }  # fmt: skip
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "noise_floors_v1.json").write_text(json.dumps({machine: floor}))
+    done = run_cli("gptlab.cli.compare", str(sweep), env=cli_env(GPTLAB_CACHE=str(cache)))
+    assert done.returncode == 0, done.stderr
+    table = json.loads((sweep / "comparison" / "comparison.json").read_text())
+    limit = table["noise_floor"]["load_limit"]
+    assert limit == pytest.approx(0.09)
+    loaded_rows = [r["label"] for r in table["rows"] if r["under_load"]]
+    assert len(loaded_rows) == 1 and "attention=gqa" in loaded_rows[0] and "mlp.ratio=3" in loaded_rows[0]
+    doc = json.loads((sweep / "comparison" / "factorial.json").read_text())
+    assert doc["speed_under_load"] == ["gqa+mlp3"] and doc["load_limit"] == pytest.approx(limit)
+    assert "[under load: gqa+mlp3 ran with > 9% of cores" in done.stdout
 
 
 def test_the_tests_are_calibrated_over_many_noise_draws():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from gptlab.compare.render.words import p_value
-from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT
 
 
 def _effect_line(e: dict, speed: bool) -> str:
@@ -44,7 +43,7 @@ def lines(doc: dict) -> list[str]:
     out.append("  " + additivity_line(doc["loss"], False, doc["factors"]))
     if "speed" in doc:
         flag = (
-            f"  [under load: {', '.join(doc['speed_under_load'])} ran with > {100 * OUTSIDE_LOAD_LIMIT:.0f}% of cores "
+            f"  [under load: {', '.join(doc['speed_under_load'])} ran with > {100 * doc['load_limit']:.0f}% of cores "
             "busy elsewhere: speed effects not to be trusted]"
             if doc["speed_under_load"]
             else ""

@@ -29,7 +29,7 @@ from pathlib import Path
 from gptlab.compare.reading.group import group_runs, one_run_per_seed
 from gptlab.compare.reading.identity import dedupe
 from gptlab.compare.reading.runs import Run
-from gptlab.compare.statistics.speed import loaded, run_speed
+from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT, loaded, run_speed
 from gptlab.compare.statistics.stats import ALPHA, median
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import BASE_ARM, FACTOR_SEP, cell_factors, read_sweep
@@ -83,9 +83,9 @@ def unfinished(runs: list[Run]) -> list[str]:
     ]
 
 
-def _table(runs: list[Run], factors: list[str]):
+def _table(runs: list[Run], factors: list[str], load_limit: float = OUTSIDE_LOAD_LIMIT):
     """One row per run: the factor codes (±1/2), arm, loss (NaN when it has no final val loss or did not finish),
-    log tokens/s (NaN when it recorded none) and whether its speed was under load."""
+    log tokens/s (NaN when it recorded none) and whether its speed was under load (outside load above load_limit)."""
     import pandas as pd
 
     rows = []
@@ -101,7 +101,7 @@ def _table(runs: list[Run], factors: list[str]):
                 "arm": arm,
                 "loss": math.nan if loss is None else float(loss),
                 "log_speed": math.log(speed) if speed and speed > 0 else math.nan,
-                "loaded": loaded(run),
+                "loaded": loaded(run, load_limit),
             }
         )
     return pd.DataFrame(rows)
@@ -209,15 +209,16 @@ def _additivity(df, column: str, factors: list[str], alpha: float) -> dict:
     }
 
 
-def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA) -> dict:
-    """The JSON-ready factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags;
+def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA, load_limit: float = OUTSIDE_LOAD_LIMIT) -> dict:
+    """The JSON-ready factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags
+    (runs above `load_limit` outside load: the comparison's, from a measured noise floor where one is used);
     `speed_missing` (the arms with no speed figure: no speed effects then) and `warnings` (a line per copy or replay
     counted once)."""
     if not factors:
         raise ConfigError("factorial: no factors (the sweep's sweep.yaml has no `factors:`)")
     runs, warnings = once(runs)
     warnings += unfinished(runs)
-    df = _table(runs, factors)
+    df = _table(runs, factors, load_limit)
     _check_design(df, factors)
     df = df[df["loss"].notna()]
     doc: dict = {"factors": factors, "alpha": alpha, "runs": len(df), "loss": _fit(df, "loss", factors, alpha)}
@@ -225,6 +226,6 @@ def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA) -> dict:
     if not doc["speed_missing"] and df["log_speed"].notna().sum() > 2 ** len(factors):
         doc["speed"] = _fit(df, "log_speed", factors, alpha)
     loaded_arms = sorted(set(df.loc[df["loaded"], "arm"]))
-    doc["speed_under_load"] = loaded_arms
+    doc["speed_under_load"], doc["load_limit"] = loaded_arms, load_limit
     doc["warnings"] = warnings
     return doc
