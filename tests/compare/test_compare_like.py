@@ -298,39 +298,28 @@ def test_a_non_finite_figure_in_metrics_jsonl_is_refused_in_one_line(tmp_path, c
     )
 
 
-def _observing_twins(train_clock: bool) -> list[dict]:
+@pytest.mark.parametrize(
+    "train_clock,clock,keys",
+    [(False, "wall time", "train.diagnostics, train.ckpt_interval"), (True, "training time", "train.diagnostics")],
+)
+def test_runs_that_differ_in_observing_keys_are_named_for_their_time(train_clock, clock, keys, tmp_path, capsys):
+    """Probes, extra val sets, diagnostics and checkpoints never make two arms, but their time is inside wall_s: an
+    arm run with probes read 1.07 lower at equal wall time and 2.76x faster to target than its identical twin. Runs
+    without a training clock (train_s) are read on wall time, where every such key is named; training time leaves
+    checkpoints (and evals, probes) out, so only the diagnostics, which sync inside the step, are."""
     specs = [dict(seed=s, loss_at=_shifted(0.01 * s), train_clock=train_clock) for s in (0, 1)]
     specs += [
         dict(seed=s, choices={"attention": "gqa"}, loss_at=_shifted(0.1 + 0.02 * s), train_clock=train_clock)
         for s in (0, 1)
     ]
     specs[2]["leaves"] = specs[3]["leaves"] = {"train.ckpt_interval": 10, "train.diagnostics": True}
-    return specs
-
-
-def test_runs_that_differ_in_observing_keys_are_named_for_their_wall_time(tmp_path, capsys):
-    """Probes, extra val sets, diagnostics and checkpoints never make two arms, but their time is inside wall_s: an
-    arm run with probes read 1.07 lower at equal wall time and 2.76x faster to target than its identical twin. Runs
-    without a training clock (train_s) are read on wall time, so every such key is named."""
-    doc, _, err = _ok(tmp_path, capsys, write_sweep(tmp_path / "sw", _observing_twins(train_clock=False)))
+    doc, _, err = _ok(tmp_path, capsys, write_sweep(tmp_path / "sw", specs))
     line = (
-        "warning: the runs differ in train.diagnostics, train.ckpt_interval, whose work is inside their wall time: "
-        "equal-time readings and wall time to target charge some runs more than others (read the step and FLOP "
-        "readings, or rerun the arms alike)"
+        f"warning: the runs differ in {keys}, whose work is inside their {clock}: equal-time readings and {clock} to "
+        "target charge some runs more than others (read the step and FLOP readings, or rerun the arms alike)"
     )
-    assert doc["clock"] == "wall_s" and doc["warnings"] == [line] and line in err.splitlines()
-    assert len(doc["rows"]) == 2
-
-
-def test_on_training_time_only_keys_that_work_inside_a_step_are_named(tmp_path, capsys):
-    """train_s leaves checkpoints (and evals, probes) out: only the diagnostics, which sync inside the step, are."""
-    doc, _, err = _ok(tmp_path, capsys, write_sweep(tmp_path / "sw", _observing_twins(train_clock=True)))
-    line = (
-        "warning: the runs differ in train.diagnostics, whose work is inside their training time: equal-time "
-        "readings and training time to target charge some runs more than others (read the step and FLOP readings, "
-        "or rerun the arms alike)"
-    )
-    assert doc["clock"] == "train_s" and doc["warnings"] == [line] and line in err.splitlines()
+    assert doc["clock"] == ("train_s" if train_clock else "wall_s") and doc["warnings"] == [line]
+    assert line in err.splitlines() and len(doc["rows"]) == 2
 
 
 def test_one_wandb_run_in_two_dirs_counts_once_as_the_dir_that_got_further(tmp_path, capsys):

@@ -21,7 +21,7 @@ from gptlab.errors import ConfigError
 from gptlab.sweep.design import factorial_arms
 from gptlab.sweep.spec import load_sweep
 from helpers.cli import cli_env, run_cli
-from helpers.compare import write_run
+from helpers.compare import store_noise_floor, write_run
 
 FACTORS = ["gqa", "sdpa", "mlp3"]
 
@@ -200,15 +200,8 @@ def test_the_factorial_flags_load_by_the_comparisons_own_limit(tmp_path, monkeyp
             )  # fmt: skip
             hardware = {"hardware": {"cpu": "Test CPU", "cpu_cores": [0, 1]}}
             (run / "provenance.json").write_text(json.dumps(hardware))
-    machine = "Test CPU | 2 cores"
-    floor = {
-        "machine": machine, "measured_at": "2026-01-01T00:00:00Z", "sweep_dir": "/aa", "runs": 6, "arms": 2,
-        "seeds": 3, "speed_sd": 0.02, "step_sd": 0.02, "max_speedup": 1.06, "loss_sd": 0.01,
-        "same_seed_loss_gap": 0.0, "mem_spread": 0.01, "outside_load": 0.04, "quiet": True, "conditions": {},
-    }  # fmt: skip
     cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "noise_floors_v1.json").write_text(json.dumps({machine: floor}))
+    store_noise_floor(cache, "Test CPU | 2 cores", outside_load=0.04)
     done = run_cli("gptlab.cli.compare", str(sweep), env=cli_env(GPTLAB_CACHE=str(cache)))
     assert done.returncode == 0, done.stderr
     table = json.loads((sweep / "comparison" / "comparison.json").read_text())

@@ -209,3 +209,15 @@ def bad_acc_vs_lm(tmp: Path) -> list[Path]:
 def speed_words(row: dict) -> str:
     """A comparison.json row's speed verdict as every report words it (e.g. `faster, under outside load`)."""
     return words.speed(verdict.from_json(row["speed"]))
+
+
+def store_noise_floor(cache: Path, machine: str, outside_load: float = 0.04) -> None:
+    """A measured noise floor for `machine` in the gptlab cache (what `gptlab-sweep aa` stores): its A/A ran under
+    `outside_load`, so compare's load limit there is that plus 5 points."""
+    floor = {
+        "machine": machine, "measured_at": "2026-01-01T00:00:00Z", "sweep_dir": "/aa", "runs": 6, "arms": 2,
+        "seeds": 3, "speed_sd": 0.02, "step_sd": 0.02, "max_speedup": 1.06, "loss_sd": 0.01,
+        "same_seed_loss_gap": 0.0, "mem_spread": 0.01, "outside_load": outside_load, "quiet": True, "conditions": {},
+    }  # fmt: skip
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "noise_floors_v1.json").write_text(json.dumps({machine: floor}))

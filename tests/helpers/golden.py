@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers.compare import write_run
+from helpers.compare import store_noise_floor, write_run
 
 SEED_NOISE = (0.0, 0.012, -0.009)  # the seeds' val-loss offsets, the same in every arm
 SPEED_NOISE = (1.0, 1.03, 0.98)
@@ -65,14 +65,7 @@ def with_floor(tmp: Path, cache: Path) -> list[str]:
     _arm_runs(root, "mqa", 1.60, 1500.0, "fp-mqa", choices={"attention": "mqa"}, outside_load=0.03)
     for run in root.glob("*/seed*"):
         (run / "provenance.json").write_text(json.dumps({"hardware": {"cpu": "Golden CPU", "cpu_cores": [0, 1]}}))
-    machine = "Golden CPU | 2 cores"
-    floor = {
-        "machine": machine, "measured_at": "2026-01-01T00:00:00Z", "sweep_dir": "/aa", "runs": 6, "arms": 2,
-        "seeds": 3, "speed_sd": 0.02, "step_sd": 0.02, "max_speedup": 1.06, "loss_sd": 0.01,
-        "same_seed_loss_gap": 0.0, "mem_spread": 0.01, "outside_load": 0.04, "quiet": True, "conditions": {},
-    }  # fmt: skip
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / "noise_floors_v1.json").write_text(json.dumps({machine: floor}))
+    store_noise_floor(cache, "Golden CPU | 2 cores")
     return [str(root)]
 
 
