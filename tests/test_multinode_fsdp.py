@@ -123,8 +123,21 @@ class Nodes:
     def rank_env(self, node: int) -> dict[str, str]:
         """The distributed env of the rank this node's agent started (waits until the rendezvous started it)."""
         agent = self.agents[node]
-        wait_until(lambda: workers(agent.pid), [agent], what=f"rank on node {node}")
-        return {k: v for k, v in environ(workers(agent.pid)[0]).items() if k in RANK_KEYS}
+        found: dict[str, str] = {}
+
+        def started() -> bool:
+            # between the agent's fork and the rank's exec the child still holds the agent's argv and environment
+            # (no RANK; seen once in a whole run): wait for the exec'd rank's own environment
+            for pid in workers(agent.pid):
+                with contextlib.suppress(OSError):
+                    found.update((k, v) for k, v in environ(pid).items() if k in RANK_KEYS)
+                if "RANK" in found:
+                    return True
+                found.clear()
+            return False
+
+        wait_until(started, [agent], what=f"rank on node {node}")
+        return found
 
     def kill(self, node: int) -> None:
         """The node dies: SIGKILL its agent's process group and its rank's (torchrun gives the rank its own session)."""
