@@ -130,10 +130,10 @@ class Nodes:
             # (no RANK; seen once in a whole run): wait for the exec'd rank's own environment
             for pid in workers(agent.pid):
                 with contextlib.suppress(OSError):
-                    found.update((k, v) for k, v in environ(pid).items() if k in RANK_KEYS)
-                if "RANK" in found:
-                    return True
-                found.clear()
+                    env = {k: v for k, v in environ(pid).items() if k in RANK_KEYS}
+                    if "RANK" in env:
+                        found.update(env)
+                        return True
             return False
 
         wait_until(started, [agent], what=f"rank on node {node}")
