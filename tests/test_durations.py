@@ -138,12 +138,16 @@ def test_machine_probe_times_the_same_work_before_and_after_the_run_and_records_
     scratch_suite(tmp_path, {"test_b.py": "def test_one(): pass\n"})
     probed = run_pytest(tmp_path, "-q", *XDIST, "--store-durations", "--machine-probe", ".")
     assert probed.returncode == 0, probed.stdout[-3000:]
-    line = re.search(r"^machine probe \(.*\): python (\d+) -> (\d+) ms, matmul (\d+) -> (\d+) ms$", probed.stdout, re.M)
+    numbers = r"(\d+) -> (\d+) ms"
+    line = re.search(
+        rf"^machine probe \(.*\): python {numbers}, matmul {numbers}, torch_start {numbers}$", probed.stdout, re.M
+    )
     assert line, probed.stdout[-3000:]
     recorded = json.loads((tmp_path / "durations.json").read_text())["machine_probe"]
-    assert set(recorded) == {"start", "end"} and all(set(t) == {"python_ms", "matmul_ms"} for t in recorded.values())
+    kinds = ("python_ms", "matmul_ms", "torch_start_ms")
+    assert set(recorded) == {"start", "end"} and all(set(t) == set(kinds) for t in recorded.values())
     shown = [int(v) for v in line.groups()]
-    assert shown == [round(recorded[w][k]) for k in ("python_ms", "matmul_ms") for w in ("start", "end")]
+    assert shown == [round(recorded[w][k]) for k in kinds for w in ("start", "end")]
     assert all(v > 0 for v in shown)
     plain = run_pytest(tmp_path, "-q", *XDIST, "--store-durations", ".")
     assert plain.returncode == 0 and "machine probe" not in plain.stdout
