@@ -38,6 +38,7 @@ def _best_ms(work, repeats: int = 3) -> float:
 
 
 def _fresh_torch() -> None:
+    # a bare environment: the same work whatever PYTHONPATH, OMP_* or the suite's caches are set to
     subprocess.run([sys.executable, "-c", "import torch"], check=True, env={"PATH": "/usr/bin:/bin"})
 
 
