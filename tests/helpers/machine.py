@@ -68,4 +68,4 @@ def probe() -> dict[str, float]:
 def line(start: dict[str, float], end: dict[str, float]) -> str:
     """The summary line: each piece of work's time at the start and at the end of the run."""
     parts = [f"{name.removesuffix('_ms')} {start[name]:.0f} -> {end[name]:.0f} ms" for name in start]
-    return "machine probe (fixed CPU work on one core, lower is faster; start -> end): " + ", ".join(parts)
+    return "machine probe (fixed work on one core, lower is faster; start -> end): " + ", ".join(parts)
