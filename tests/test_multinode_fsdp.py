@@ -25,6 +25,7 @@ from unittest import mock
 import pytest
 from test_multinode import sbatch_text
 
+from gptlab.runtime.distributed import master_port
 from gptlab.state import checkpoint
 from helpers.cli import cli_env, python_bin
 from helpers.fsdp import ARGS as FSDP_ARGS
@@ -340,6 +341,22 @@ def test_the_slurm_path_of_a_two_node_fsdp_job_is_that_torchrun_line(tmp_path):
     assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in slurm.values()} == {("gpu07", slurm[0]["MASTER_PORT"])}
     other_job = exported(slurm_task_env("4243", "gpu[07-08]", 0))
     assert other_job["MASTER_PORT"] != slurm[0]["MASTER_PORT"]  # another job, another rendezvous
+
+
+def test_a_slurm_jobs_port_lies_below_the_ports_outgoing_connections_take():
+    """submitit's own MASTER_PORT (20000-60000, seeded by the job id) fell inside Linux's default ephemeral range
+    (32768-60999) two times in three; a CI run met one held by a connection: rank 0's store failed with EADDRINUSE
+    and rank 1 waited for it until the job's time limit. Every job id now gets a port in 20000-32767, one per id
+    for the last 12,768 ids, the same on every rank."""
+    ids = range(1, 40_000, 3)
+    ports = [int(exported(slurm_task_env(str(j), "gpu[07-08]", 0))["MASTER_PORT"]) for j in ids[:200]]
+    ports += [master_port(j) for j in ids[200:]]
+    assert min(ports) >= 20000 and max(ports) <= 32767
+    assert len({master_port(j) for j in range(100_000, 100_000 + 12_768)}) == 12_768
+    for j in ("113", "4242", "987654"):
+        assert {exported(slurm_task_env(j, "gpu[07-08]", n))["MASTER_PORT"] for n in (0, 1)} == {
+            str(master_port(int(j)))
+        }
 
 
 @pytest.mark.slow  # 11 s (2 busy cores): two ranks

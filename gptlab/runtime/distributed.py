@@ -15,6 +15,12 @@ import torch.distributed as dist
 # fsyncing a large checkpoint while the other ranks wait in barrier(), which would kill a healthy job.
 DEFAULT_TIMEOUT_S = 30 * 60
 
+# MASTER_PORT of a SLURM job: every rank computes it from the job id alone, in 20000-32767, below Linux's default
+# ephemeral range (32768-60999) from which the node's outgoing connections take their local ports. submitit's own
+# pick (20000-60000, seeded by the job id) lands in that range ~70 % of the time, and a port one of those connections
+# holds fails rank 0's store with EADDRINUSE while the other ranks wait DEFAULT_TIMEOUT_S for it.
+MASTER_PORT_BASE, MASTER_PORT_SPAN = 20000, 12768
+
 
 def setup(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int, str]:
     """Join the process group; returns (rank, world size, this rank's device). One process: (0, 1, device)."""
@@ -33,7 +39,7 @@ def setup(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int, 
 
 
 def export_slurm_env() -> None:
-    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node) and MASTER_PORT (from the job id) for one
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node) and MASTER_PORT (master_port) for one
     task of a SLURM job (`srun` / a submitit job with nodes x tasks_per_node tasks), as torchrun would set them;
     a MASTER_ADDR / MASTER_PORT the job script exported is kept (e.g. a node's address on a fast network).
     CUDA_VISIBLE_DEVICES is left alone: every rank sees its node's GPUs and takes cuda:LOCAL_RANK, as under
@@ -43,7 +49,15 @@ def export_slurm_env() -> None:
     os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")  # set by submitit's sbatch script; not by a plain srun
     kept = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if k in os.environ}  # the job script's own
     submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    if job_id.isdigit():  # unique per job, and per task of a job array
+        os.environ["MASTER_PORT"] = str(master_port(int(job_id)))
     os.environ.update(kept)
+
+
+def master_port(job_id: int) -> int:
+    """The store's port for a SLURM job: the same on every rank, another for the next job id (MASTER_PORT_BASE)."""
+    return MASTER_PORT_BASE + job_id % MASTER_PORT_SPAN
 
 
 def init_args(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
