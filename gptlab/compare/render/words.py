@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Caveat, Status, Trend, Verdict
+from gptlab.util.note import Note
 
 UNDER_LOAD = "under outside load"
 CONFOUNDED = "confounded with run order"
@@ -157,3 +158,10 @@ def reconciled(label: str, by_outcome: dict[str, list[str]], findings: list[str]
     why = [meaning[f] for f in findings if f in meaning]
     text = f"{label}: {'; '.join(parts) or 'not measured'}"
     return text + (f" — {'; '.join(why)}" if why else "") + f"; speed {speed}."
+
+
+def note(n: Note) -> str:
+    """A Note as the one line every report prints: `warning: <text>` for a warning, the text alone for a note; the
+    fix, where there is one and the text does not already carry it, after the text."""
+    text = n.text if not n.fix or n.fix in n.text else f"{n.text} ({n.fix})"
+    return f"warning: {text}" if n.is_warning else text
