@@ -104,7 +104,8 @@ def markdown(doc: dict, sections: list[str] = (), described: list[tuple[str, str
     lines = [
         "# GPU check",
         "",
-        f"Measured by `{meta['command']}` on **{meta['device']}** ({meta['count']} visible), "
+        # two lines: a study's command alone can fill one (tests/test_docs.py: no prose line over 300 characters)
+        f"Measured by `{meta['command']}` on **{meta['device']}** ({meta['count']} visible),",
         f"{meta['date']}; torch {meta['torch']}, CUDA {meta['cuda']}. Raw figures: gpu.json.",
         "",
         "| check | result | figures | measured |",

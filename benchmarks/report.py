@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 from benchmarks import ablation, minimal_gpt, overhead, quality, scaling, startup, throughput
@@ -25,6 +26,19 @@ TABLES = {
     "scaling": scaling.markdown,
     "minimal_gpt": minimal_gpt.markdown,
 }
+
+
+PROSE_WIDTH = 120  # the page's paragraphs are wrapped (tests/test_docs.py refuses a prose line over 300 characters)
+
+
+def _wrapped(part: str) -> str:
+    """`part` with each one-line paragraph refilled to PROSE_WIDTH; tables, headings and multi-line blocks as they are."""
+    return "\n\n".join(
+        block
+        if "\n" in block or block.startswith(("|", "#"))
+        else textwrap.fill(block, PROSE_WIDTH, break_long_words=False, break_on_hyphens=False)
+        for block in part.split("\n\n")
+    )
 
 
 # This page is the CPU's; the GPU's figures (`make gpu-study`) live on their own pages.
@@ -301,7 +315,7 @@ def markdown(results: dict, ran: set[str] | None = None, head: str | None = None
             TABLES[name](res),
             READINGS[name](res).strip() + _contention(res),
         ]
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(_wrapped(part) for part in parts) + "\n"
 
 
 def kept_sections(old: str, ran: set[str] | None = None) -> str:

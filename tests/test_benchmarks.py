@@ -257,3 +257,15 @@ def test_the_minimal_gpt_is_gptlabs_architecture():
     assert sum(p.numel() for p in mini.parameters()) == ours.num_params()
     x, y = built["data"].train_samples(0, s["B"])
     assert mini(x, y).item() == pytest.approx(ours(x, y)[1].item(), rel=1e-5)
+
+
+def test_the_pages_paragraphs_are_wrapped_and_its_tables_and_headings_kept():
+    """BENCHMARKS.md's readings are refilled to PROSE_WIDTH (docs' prose lines stay under 300 characters), word for
+    word; a table row, however long, and a heading stay as written."""
+    from benchmarks import report
+
+    paragraph = " ".join(f"word{i}" for i in range(150))
+    table = "| a | b |\n|---|---|\n| " + "x" * 400 + " | y |"
+    title, wrapped, kept = report._wrapped(f"## Title\n\n{paragraph}\n\n{table}").split("\n\n")
+    assert title == "## Title" and kept == table
+    assert max(map(len, wrapped.splitlines())) <= report.PROSE_WIDTH and wrapped.split() == paragraph.split()

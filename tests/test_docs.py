@@ -21,7 +21,8 @@ commands that run offline on a CPU in seconds; SLURM, GPU and long commands stay
 
 The blocks run in the `slow` tests (about 1-2 minutes on 2 cores, -n 2); the fast ones check the parsing (every marker
 is on a bash block, every page's blocks are found), the README's length (<= 220 lines), that no internal tracker
-numbers ("issue 16") are left in the docs, and that relative links and their #anchors resolve.
+numbers ("issue 16") are left in the docs, that relative links and their #anchors resolve, that no prose line (outside
+tables and code blocks) is over 300 characters and that no heading starts with a date.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ FENCE = re.compile(r"^(?P<ticks>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 
 README_MAX_LINES = 220
 ISSUE_REF = re.compile(r"\bissues?\s*#?\d+", re.IGNORECASE)
+PROSE_MAX_CHARS = 300  # a paragraph is wrapped, not one line per paragraph; tables and code blocks aside
+# gptlab-compare's reports, copied verbatim into docs/ by the GPU study: their prose is wrapped by the writer in
+# gptlab/compare/render/, not here
+VERBATIM_REPORTS = {"gpu_d12_compare.md", "gpu_d12_seed_compare.md"}
+DATED_HEADING = re.compile(r"^#{1,6}\s+\d{4}-\d{2}-\d{2}")  # a lab notebook's "## 2026-11-29: ..."
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,38 @@ def test_no_internal_tracker_numbers_in_the_docs():
         if ISSUE_REF.search(line)
     ]
     assert not hits, hits
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """(line number, line) of every line of a page outside its fenced blocks and its tables."""
+    fenced: set[int] = set()
+    for block in blocks(path):
+        if block.info != "stray marker":  # the fence, its text and the closing fence
+            fenced.update(range(block.line, block.line + block.text.count("\n") + 3))
+    lines = enumerate(path.read_text().splitlines(), 1)
+    return [(n, line) for n, line in lines if n not in fenced and not line.lstrip().startswith("|")]
+
+
+def test_no_prose_line_is_over_300_characters():
+    long = [
+        f"{path.relative_to(REPO)}:{n}: {len(line)} characters"
+        for path in DOCS
+        if path.name not in VERBATIM_REPORTS
+        for n, line in _prose(path)
+        if len(line) > PROSE_MAX_CHARS
+    ]
+    assert not long, f"wrap these lines at <= {PROSE_MAX_CHARS} characters: {long}"
+
+
+def test_no_heading_starts_with_a_date():
+    """A reference page says how things are now; its dated history belongs in the commit bodies."""
+    dated = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in DOCS
+        for n, line in _prose(path)
+        if DATED_HEADING.match(line)
+    ]
+    assert not dated, dated
 
 
 def _slug(heading: str) -> str:

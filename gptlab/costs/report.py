@@ -232,9 +232,7 @@ def analyze(
     peak = float(peak_flops or DEFAULT_PEAK_FLOPS)
     bw = float(mem_bandwidth or DEFAULT_MEM_BANDWIDTH)
     x = Shape(batch=batch_size, tq=1 if mode == "decode" else seq_len, tk=seq_len, s=s)
-    ops = forward_ops(m, x, acc)
-    if mode == "train" and not acc.blocks_only:
-        ops += [loss_op(m, x.tokens, s), optimizer_op(m.n_params, param_bytes, optimizer_state_bytes_per_param)]
+    ops = _step_ops(m, x, mode, acc, param_bytes, optimizer_state_bytes_per_param)
     materialized = any(b.attn.traits.materializes_scores for b in m.blocks)
     rows = _op_rows(ops, mode, not materialized, activation_checkpointing, peak, bw, x.tokens)
     flops = _flops(ops, rows, m, x, batch_size, seq_len, acc)
@@ -261,6 +259,15 @@ def analyze(
         accounting=asdict(acc),
         **_roofline(rows, peak, bw, assumed=peak_flops is None or mem_bandwidth is None),
     )
+
+
+def _step_ops(m: ModelShape, x: Shape, mode: str, acc: Accounting, param_bytes: int, state_bytes: float) -> list[Op]:
+    """The step's ops: the forward's, plus in train mode (unless the accounting counts blocks only) the loss and the
+    optimizer update."""
+    ops = forward_ops(m, x, acc)
+    if mode == "train" and not acc.blocks_only:
+        ops += [loss_op(m, x.tokens, x.s), optimizer_op(m.n_params, param_bytes, state_bytes)]
+    return ops
 
 
 def _traffic(ops: list, rows: list[dict]) -> dict:

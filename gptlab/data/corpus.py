@@ -90,6 +90,52 @@ def given_cache_key(source_key: str, tok, max_tokens) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+def _tokenizer_for(tokenizer: str, fit: FitSample | None, given, cache_dir: Path, bpe_vocab_size: int):
+    """The `given` tokenizer, else `tokenizer` made (and fitted on `fit`'s sample when it is fitted)."""
+    if given is not None:
+        return given
+    started = time.monotonic()
+    tok = make_tokenizer(tokenizer, fit if fit is not None else "", cache_dir, bpe_vocab_size=bpe_vocab_size)
+    if fit is not None:
+        log.info(
+            "fitted the %s tokenizer on %d segments (at most %s bytes, data.bpe_sample_bytes) in %.1f s",
+            tokenizer,
+            fit.segments,
+            f"{fit.limit:,}",
+            time.monotonic() - started,
+        )
+    return tok
+
+
+def _tokenize(
+    source, tok, writer: ShardWriter, fit: FitSample | None, tokenizer: str, num_proc: int, max_tokens
+) -> dict:
+    """Tokenize `source` into `writer` from its last complete shard on -> the entry's index metadata."""
+    if writer.lengths:
+        log.info(
+            "resuming tokenization at %s tokens (%d complete shards in %s)",
+            f"{writer.tokens:,}",
+            len(writer.lengths),
+            writer.folder,
+        )
+    fit_segments = fit.segments if fit is not None else 0
+    fit_end = encode.tokenize_source(
+        source, tok, writer, fit_segments, num_proc, max_tokens, f"tokenizing ({tokenizer})"
+    )
+    if fit is not None and fit.prefix is not None:  # fitted on part of the first segment: val may follow it
+        prefix = len(tok.encode(fit.prefix))
+        fit_end = prefix if fit_end is None else min(fit_end, prefix)
+    return {
+        "format": CACHE_FORMAT,
+        "source": source.key,
+        "tokenizer": tokenizer,
+        "identity": tok.identity(),
+        "tokenizer_state": save_tokenizer(tok, writer.folder),
+        "fit_end": fit_end,
+        "vocab_size": tok.vocab_size,
+    }
+
+
 def _build(
     source,
     folder: Path,
@@ -107,52 +153,12 @@ def _build(
     publish as `folder`."""
     partial.mkdir(parents=True, exist_ok=True)
     try:
-        started = time.monotonic()
-        fitted = fit if fit is not None else ""
-        tok = (
-            given if given is not None else make_tokenizer(tokenizer, fitted, cache_dir, bpe_vocab_size=bpe_vocab_size)
-        )
-        if fit is not None:
-            log.info(
-                "fitted the %s tokenizer on %d segments (at most %s bytes, data.bpe_sample_bytes) in %.1f s",
-                tokenizer,
-                fit.segments,
-                f"{fit.limit:,}",
-                time.monotonic() - started,
-            )
-        dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
-        writer = ShardWriter(partial, dtype, shard_tokens())
+        tok = _tokenizer_for(tokenizer, fit, given, cache_dir, bpe_vocab_size)
+        writer = ShardWriter(partial, np.uint16 if tok.vocab_size < 2**16 else np.uint32, shard_tokens())
         if writer.state.get("done"):  # killed after the last shard, before index.json
             meta = writer.state["meta"]
         else:
-            if writer.lengths:
-                log.info(
-                    "resuming tokenization at %s tokens (%d complete shards in %s)",
-                    f"{writer.tokens:,}",
-                    len(writer.lengths),
-                    partial,
-                )
-            fit_end = encode.tokenize_source(
-                source,
-                tok,
-                writer,
-                fit.segments if fit is not None else 0,
-                num_proc,
-                max_tokens,
-                f"tokenizing ({tokenizer})",
-            )
-            if fit is not None and fit.prefix is not None:  # fitted on part of the first segment: val may follow it
-                prefix = len(tok.encode(fit.prefix))
-                fit_end = prefix if fit_end is None else min(fit_end, prefix)
-            meta = {
-                "format": CACHE_FORMAT,
-                "source": source.key,
-                "tokenizer": tokenizer,
-                "identity": tok.identity(),
-                "tokenizer_state": save_tokenizer(tok, partial),
-                "fit_end": fit_end,
-                "vocab_size": tok.vocab_size,
-            }
+            meta = _tokenize(source, tok, writer, fit, tokenizer, num_proc, max_tokens)
     except ConfigError:  # bad input: nothing worth resuming (a kill or Ctrl-C keeps the complete shards)
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -245,29 +251,23 @@ def build_token_splits(
     tok = load_tokenizer(tokenizer, folder, index.get("tokenizer_state", {}), Path(cache_dir))
     _check_ids(folder, shards, index, tok.vocab_size, verify)
     total = int(index["tokens"])
-    fitted = index.get("fit_end")
-    # None: data.max_tokens stopped the stream inside the fitting text, before its end was seen (a cache written
-    # before that was told apart recorded 0, which no fitted tokenizer has)
+    n_train, capped = _train_end(total, index.get("fit_end"), tokenizer, val_fraction, max_tokens)
+    train = TokenStream(shards, 0, n_train, tok.vocab_size, folder)
+    val = TokenStream(shards, n_train, total, tok.vocab_size, folder)
+    return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}", capped)
+
+
+def _train_end(total: int, fitted, tokenizer: str, val_fraction: float, max_tokens) -> tuple[int, int | None]:
+    """Where train ends in a stream of `total` tokens whose first `fitted` were the fitting text -> (that token,
+    data.max_tokens if it stopped the stream): the last `val_fraction`, moved later so val never holds fitting text."""
+    # fitted None: data.max_tokens stopped the stream inside the fitting text, before its end was seen (a cache
+    # written before that was told apart recorded 0, which no fitted tokenizer has)
     past = tokenizer in FITTED and not fitted
     fit_end = total if past else min(int(fitted or 0), total)  # data.max_tokens may stop inside the fitting text
     n_train = total - int(total * val_fraction)
     capped = max_tokens if max_tokens is not None and total >= max_tokens else None
     if capped is not None and fit_end >= total:
-        where, allowed = (
-            (
-                f"text that runs past all {total:,} tokens kept",
-                "null, more tokens than its fitting text holds, or a lower data.bpe_sample_bytes",
-            )
-            if past
-            else (
-                f"the first {fitted:,} tokens of the stream",
-                f"null, or more than {fitted:,} (or lower data.bpe_sample_bytes)",
-            )
-        )
-        raise ConfigError(
-            f"data.max_tokens={max_tokens}: the {tokenizer} tokenizer is fitted on {where} and keeps that text out "
-            f"of validation, so no val text is left; allowed: {allowed}"
-        )
+        raise _no_val_left(total, fitted, past, tokenizer, max_tokens)
     if n_train < fit_end:
         log.warning(
             "data: the validation tail would overlap the %s tokenizer's fitting text; train is extended to "
@@ -277,9 +277,26 @@ def build_token_splits(
             f"{total - fit_end:,}",
         )
         n_train = fit_end
-    train = TokenStream(shards, 0, n_train, tok.vocab_size, folder)
-    val = TokenStream(shards, n_train, total, tok.vocab_size, folder)
-    return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}", capped)
+    return n_train, capped
+
+
+def _no_val_left(total: int, fitted, past: bool, tokenizer: str, max_tokens) -> ConfigError:
+    """The one-line error for a data.max_tokens cap that leaves only fitting text (`past`: the cap cut inside it)."""
+    where, allowed = (
+        (
+            f"text that runs past all {total:,} tokens kept",
+            "null, more tokens than its fitting text holds, or a lower data.bpe_sample_bytes",
+        )
+        if past
+        else (
+            f"the first {fitted:,} tokens of the stream",
+            f"null, or more than {fitted:,} (or lower data.bpe_sample_bytes)",
+        )
+    )
+    return ConfigError(
+        f"data.max_tokens={max_tokens}: the {tokenizer} tokenizer is fitted on {where} and keeps that text out "
+        f"of validation, so no val text is left; allowed: {allowed}"
+    )
 
 
 @dataclass

@@ -5,23 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gptlab.data.corpus import build_token_splits
+from gptlab.data.corpus_data import CorpusData
 from gptlab.data.hub import load_hub_source
 from gptlab.data.lm import (
     BpeSampleBytes,
     BpeVocabSize,
-    LMData,
     MaxTokens,
     NumProc,
     TokenizerName,
     ValFraction,
     Verify,
 )
-from gptlab.data.val_sets import ValSets, check_apart, open_val_sets
+from gptlab.data.val_sets import ValSets, check_apart
 from gptlab.errors import ConfigError
 
 
-class HFData(LMData):
+class HFData(CorpusData):
     """Dataset `name` (config, split, column) -> token shards -> last `val_fraction` of tokens is val."""
 
     def __init__(
@@ -51,20 +50,9 @@ class HFData(LMData):
             )
         check_apart(val_sets, [], hub=(name, config_name, split))  # the training split as a val set: refused
         source = load_hub_source(name, config_name, split, column, streaming, Path(cache_dir) if cache_dir else None)
-        try:
-            splits = build_token_splits(
-                source,
-                tokenizer=tokenizer,
-                bpe_vocab_size=bpe_vocab_size,
-                val_fraction=val_fraction,
-                cache_dir=cache_dir,
-                num_proc=num_proc,
-                bpe_sample_bytes=bpe_sample_bytes,
-                max_tokens=max_tokens,
-                verify=verify,
-            )
-        finally:
-            source.close()
         self.dataset_name = name
-        self._open_splits("hf", splits, seed, block_size)
-        self.val_sets = open_val_sets(val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify)
+        self._open_source(
+            "hf", source, seed=seed, block_size=block_size, cache_dir=cache_dir, num_proc=num_proc, verify=verify,
+            val_sets=val_sets, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
+            bpe_sample_bytes=bpe_sample_bytes, max_tokens=max_tokens,
+        )  # fmt: skip

@@ -87,21 +87,6 @@ class LMData:
             if hasattr(tokens, "windows"):  # a corrupt cache entry's first window is refused before any run file
                 tokens.windows(np.zeros(1, dtype=np.int64), self.seq_len + 1)
 
-    def _open_splits(self, name: str, splits, seed: int, block_size: int) -> None:
-        """Initialise from gptlab.data.corpus.build_token_splits' result: its tokenizer, train/val views and entry."""
-        self.cache_path, self.from_cache = splits.cache_path, splits.from_cache
-        LMData.__init__(
-            self,
-            name=name,
-            tokenizer=splits.tokenizer,
-            train=splits.train,
-            val=splits.val,
-            seed=seed,
-            block_size=block_size,
-            fingerprint=splits.fingerprint,
-            capped_at=splits.capped_at,
-        )
-
     def _windows(
         self, tokens: np.ndarray | TokenStream, stream: str, first: int, count: int, length: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

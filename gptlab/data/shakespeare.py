@@ -6,10 +6,10 @@ import gzip
 import hashlib
 from pathlib import Path
 
-from gptlab.data.corpus import build_token_splits
-from gptlab.data.lm import BpeVocabSize, LMData, NumProc, TokenizerName, ValFraction, Verify
+from gptlab.data.corpus_data import CorpusData
+from gptlab.data.lm import BpeVocabSize, NumProc, TokenizerName, ValFraction, Verify
 from gptlab.data.sources import TextSource
-from gptlab.data.val_sets import ValSets, open_val_sets
+from gptlab.data.val_sets import ValSets
 from gptlab.util.paths import ASSETS_DIR
 
 ASSET = ASSETS_DIR / "shakespeare.txt.gz"
@@ -20,7 +20,7 @@ def load_shakespeare_text() -> str:
     return gzip.decompress(ASSET.read_bytes()).decode("utf-8")
 
 
-class ShakespeareData(LMData):
+class ShakespeareData(CorpusData):
     """Bundled corpus as one document; val = the last `val_fraction` of its tokens."""
 
     def __init__(
@@ -38,14 +38,8 @@ class ShakespeareData(LMData):
     ):
         raw = ASSET.read_bytes()
         source = TextSource(gzip.decompress(raw).decode("utf-8"), f"shakespeare:{hashlib.sha256(raw).hexdigest()}")
-        splits = build_token_splits(
-            source,
-            tokenizer=tokenizer,
-            bpe_vocab_size=bpe_vocab_size,
+        self._open_source(
+            "shakespeare", source, seed=seed, block_size=block_size, cache_dir=cache_dir, num_proc=num_proc,
+            verify=verify, val_sets=val_sets, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size,
             val_fraction=val_fraction,
-            cache_dir=cache_dir,
-            num_proc=num_proc,
-            verify=verify,
-        )
-        self._open_splits("shakespeare", splits, seed, block_size)
-        self.val_sets = open_val_sets(val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify)
+        )  # fmt: skip

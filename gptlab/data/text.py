@@ -6,12 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 from gptlab.data import default_cache_dir
-from gptlab.data.corpus import build_token_splits
+from gptlab.data.corpus_data import CorpusData
 from gptlab.data.files import content_hashes, resolve_paths, source_key
 from gptlab.data.lm import (
     BpeSampleBytes,
     BpeVocabSize,
-    LMData,
     MaxTokens,
     NumProc,
     TokenizerName,
@@ -19,11 +18,11 @@ from gptlab.data.lm import (
     Verify,
 )
 from gptlab.data.sources import FileSource
-from gptlab.data.val_sets import ValSets, check_apart, open_val_sets
+from gptlab.data.val_sets import ValSets, check_apart
 from gptlab.util.checks import Text, rule
 
 
-class TextData(LMData):
+class TextData(CorpusData):
     """Files in order -> one token stream -> last `val_fraction` of tokens is val; cache keyed by file contents."""
 
     def __init__(
@@ -48,17 +47,9 @@ class TextData(LMData):
         hashes = content_hashes(files, cache_dir, verify)  # validates each file version once, before any tokenizing
         check_apart(val_sets, files, hashes, cache_dir)  # a val set of training text: refused before tokenizing
         source = FileSource(files, column, source_key(files, hashes, column))
-        splits = build_token_splits(
-            source,
-            tokenizer=tokenizer,
-            bpe_vocab_size=bpe_vocab_size,
-            val_fraction=val_fraction,
-            cache_dir=cache_dir,
-            num_proc=num_proc,
-            bpe_sample_bytes=bpe_sample_bytes,
-            max_tokens=max_tokens,
-            verify=verify,
-        )
         self.files = files
-        self._open_splits("text", splits, seed, block_size)
-        self.val_sets = open_val_sets(val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify)
+        self._open_source(
+            "text", source, seed=seed, block_size=block_size, cache_dir=cache_dir, num_proc=num_proc, verify=verify,
+            val_sets=val_sets, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
+            bpe_sample_bytes=bpe_sample_bytes, max_tokens=max_tokens,
+        )  # fmt: skip

@@ -17,6 +17,10 @@ import torch.nn as nn
 
 from gptlab.errors import ConfigError
 from gptlab.model.attention.kernels import KERNELS, check_impl_name, prepare_flex
+from gptlab.util.checks import Number
+
+# attention.window's one range: the schema checks the key with it (gqa.py's rule), every Attention its layer's window
+WINDOW = Number(">= 1", int, null=True)
 
 
 class KVCache:
@@ -47,8 +51,7 @@ def check_heads(d_model: int, n_head: int, n_kv_head: int | None, window: int | 
         )
     if n_kv_head is not None and (n_kv_head < 1 or n_head % n_kv_head):
         raise ConfigError(f"attention.n_kv_head={n_kv_head} must be >= 1 and divide model.n_head={n_head}")
-    if window is not None and window < 1:
-        raise ConfigError(f"attention.window={window} must be >= 1 (or null for full causal attention)")
+    WINDOW("attention.window", window)
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"attention.dropout={dropout} must be in [0, 1)")
 

@@ -129,15 +129,42 @@ def run_study(
 
     With a `pruner` node the study lives where the trials' runs reach it (prune.address) and each job gets
     `+hydra.sweeper.trial=<number>`; a trial its run told Optuna it pruned stays PRUNED, whatever the job returned."""
-    optuna = _optuna()
-    from gptlab.sweep import prune
+    _check_settings(direction, n_trials, n_jobs, max_failure_rate)
+    study, pruning = _open_study(study_name, storage, sweep_dir, direction=direction, seed=seed, pruner=pruner)
+    done = failed = 0
+    asked: list[int] = []
+    while done < n_trials:
+        trials = [study.ask(space) for _ in range(min(n_jobs, n_trials - done))]
+        asked += [t.number for t in trials]
+        overrides = [
+            [*fixed, *(f"{k}={t.params[k]}" for k in space), *([f"+hydra.sweeper.trial={t.number}"] if pruning else [])]
+            for t in trials
+        ]
+        failed += _tell(study, trials, launch(overrides, done))
+        done += len(trials)
+        if failed / done > max_failure_rate:
+            raise ConfigError(
+                f"tune: {failed} of {done} trials failed, more than hydra.sweeper.max_failure_rate={max_failure_rate}"
+            )
+    return _write_results(study, direction, asked, failed, sweep_dir)
 
+
+def _check_settings(direction: str, n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
+    """The sweeper's own keys in range, else a one-line ConfigError naming the key and the allowed values."""
     if direction not in ("minimize", "maximize"):
         raise ConfigError(f"hydra.sweeper.direction: {direction!r} is not allowed; allowed: minimize, maximize")
     if n_trials < 1 or n_jobs < 1:
         raise ConfigError(f"hydra.sweeper: n_trials={n_trials} and n_jobs={n_jobs} must be >= 1")
     if not 0.0 <= max_failure_rate <= 1.0:
         raise ConfigError(f"hydra.sweeper.max_failure_rate={max_failure_rate}: must be in [0, 1]")
+
+
+def _open_study(study_name: str, storage: str | None, sweep_dir: Path, *, direction: str, seed: int | None, pruner):
+    """The Optuna study (TPE sampler) -> (study, whether its trials' runs prune); a pruning study moves to where the
+    runs reach it."""
+    optuna = _optuna()
+    from gptlab.sweep import prune
+
     pruning = prune.make_pruner(pruner)
     if pruning is not None:
         study_name, storage = prune.address(study_name, storage, sweep_dir)
@@ -149,32 +176,25 @@ def run_study(
         direction=direction,
         load_if_exists=storage is not None,
     )
-    done = failed = 0
-    asked: list[int] = []
-    while done < n_trials:
-        trials = [study.ask(space) for _ in range(min(n_jobs, n_trials - done))]
-        asked += [t.number for t in trials]
-        overrides = [
-            [*fixed, *(f"{k}={t.params[k]}" for k in space), *([f"+hydra.sweeper.trial={t.number}"] if pruning else [])]
-            for t in trials
-        ]
-        returns = launch(overrides, done)
-        told = {t.number: t.state for t in study.get_trials(deepcopy=False)}  # the runs' own PRUNED
-        for trial, job_return in zip(trials, returns):
-            if told.get(trial.number) == optuna.trial.TrialState.PRUNED:
-                continue
-            value = objective(job_return)
-            if value is None:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                failed += 1
-            else:
-                study.tell(trial, value)
-        done += len(trials)
-        if failed / done > max_failure_rate:
-            raise ConfigError(
-                f"tune: {failed} of {done} trials failed, more than hydra.sweeper.max_failure_rate={max_failure_rate}"
-            )
-    return _write_results(study, direction, asked, failed, sweep_dir)
+    return study, pruning is not None
+
+
+def _tell(study, trials: list, returns: list) -> int:
+    """Tell Optuna each launched trial's objective (a failure as FAIL; one its run pruned is left PRUNED) -> the
+    number that failed."""
+    optuna = _optuna()
+    told = {t.number: t.state for t in study.get_trials(deepcopy=False)}  # the runs' own PRUNED
+    failed = 0
+    for trial, job_return in zip(trials, returns):
+        if told.get(trial.number) == optuna.trial.TrialState.PRUNED:
+            continue
+        value = objective(job_return)
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            failed += 1
+        else:
+            study.tell(trial, value)
+    return failed
 
 
 def _write_results(study, direction: str, asked: list[int], failed: int, sweep_dir: Path):

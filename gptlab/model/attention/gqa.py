@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from gptlab.errors import ConfigError
 from gptlab.model.attention.kernels import IMPLS
-from gptlab.model.base import Attention, KVCache, Position
+from gptlab.model.base import WINDOW, Attention, KVCache, Position
 from gptlab.util.checks import Number, OneOf, Seq, rule
 
 __all__ = ["GroupedQueryAttention", "KVCache", "layer_window"]
@@ -39,7 +39,7 @@ class GroupedQueryAttention(Attention):
         norm,
         n_kv_head: Annotated[int | None, rule(">= 1")] = None,
         impl: Annotated[str, rule(check=OneOf(IMPLS))] = "sdpa",
-        window: Annotated[int | None, rule(">= 1")] = None,
+        window: Annotated[int | None, rule(check=WINDOW)] = None,
         global_every: Annotated[int | None, rule(">= 1")] = None,
         global_layers: Annotated[list[int] | None, rule(check=Seq(Number(">= 0", int), null=True))] = None,
         qk_norm: bool = False,
@@ -48,8 +48,7 @@ class GroupedQueryAttention(Attention):
     ):
         if global_every is not None and global_every < 1:
             raise ConfigError(f"attention.global_every={global_every} must be >= 1 (or null)")
-        if window is not None and window < 1:
-            raise ConfigError(f"attention.window={window} must be >= 1 (or null for full causal attention)")
+        WINDOW("attention.window", window)  # the key as given: every layer may be global (the base sees None)
         super().__init__(
             d_model,
             n_head,
