@@ -123,6 +123,23 @@ def train_step(run: Bundle, batches: list, monitor=None) -> tuple[torch.Tensor, 
     return ce, grad_norm, {f"train/{name}": v for name, v in extra.items()}
 
 
+def set_lr(run: Bundle, step: int) -> None:
+    """Every param group's lr for `step`: its initial lr (kept as `initial_lr` the first time) x the schedule's
+    factor. The loop's and the timing session's (gptlab/train/timing.py) one way to set it."""
+    factor = run.schedule(step)
+    for group in run.optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+        group["lr"] = group["initial_lr"] * factor
+
+
+def apply_update(run: Bundle) -> None:
+    """The optimizer step after train_step: through the GradScaler (fp16: skipped when the scaled gradients
+    overflowed, the scale then shrinks), then the gradients freed. The loop's and the timing session's one update."""
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+
+
 def read_figures(values: list[float], names: list[str], world: int) -> tuple[float, float, dict[str, float]]:
     """(loss, grad norm, extra terms) from one step's figures read back as [loss sum, grad norm, *term sums]."""
     loss, grad_norm, *terms = values
@@ -397,9 +414,7 @@ class _Loop:
         """
         p, optimizer, scaler, monitor = self.p, self.bundle.optimizer, self.bundle.scaler, self.monitor
         settings = self.bundle.settings
-        factor = self.bundle.schedule(p.step)
-        for group in optimizer.param_groups:
-            group["lr"] = group["initial_lr"] * factor
+        set_lr(self.bundle, p.step)
         start = self.clock.mark()
         t0 = time.perf_counter()
         batches = self.source.take(p.step)  # a skipped step is not redrawn: p.step moves on, as does the prefetcher
@@ -415,9 +430,7 @@ class _Loop:
                 skip_step(optimizer, scaler, seen[0], seen[1], p, settings, self.bundle.ctx)
                 return
         monitor.before_update()
-        scaler.step(optimizer)  # fp16: skipped when the scaled gradients overflowed (the scale then shrinks)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        apply_update(self.bundle)
         extra = monitor.after_update(p.step, seen[0] if seen else math.nan, batches)  # NaN: no spike check asked
         diag_s = monitor.take_spent()  # the diagnostics' own time: not the step's, reported as diag_ms
         end = self.clock.mark()
