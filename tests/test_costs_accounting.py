@@ -272,8 +272,8 @@ def test_bad_switch_values_are_one_line_errors(kwargs, message):
 
 
 def _flops(*args: str) -> dict:
-    """gptlab-flops' report for these overrides, composed in-process (the CLI's own run())."""
-    from gptlab.cli.flops import run
+    """gptlab-flops' report for these overrides, composed in-process (what the CLI calls: config/costing.py)."""
+    from gptlab.config.costing import flops_report as run
 
     cfg = compose(
         ["hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", *SMALL, "batch_size=2", *args], config_name="flops"

@@ -97,7 +97,7 @@ def _flops_cli(*args: str, cwd) -> dict:
 
 
 def _flops_inprocess(*args: str) -> dict:
-    from gptlab.cli.flops import run
+    from gptlab.config.costing import flops_report as run
 
     cfg = compose(
         ["format=json", "hardware.peak_flops=1e12", "hardware.mem_bandwidth=2e10", *args], config_name="flops"

@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from gptlab.cli.flops import run
 from gptlab.config.build import build_cost_model, build_model, build_optimizer, compose, cost_report, rank_memory
+from gptlab.config.costing import flops_report as run
 from gptlab.costs.memory import optimizer_state_bytes_per_param
 from gptlab.costs.sharding import Sharding, communication, memory_per_rank, param_layout, per_rank, world_sizes
 from gptlab.errors import ConfigError

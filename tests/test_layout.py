@@ -48,6 +48,7 @@ ROOMS = (
     "train",  # with its profiler (train/profile/): profile=true times the training loss itself
     "sweep",
     "compare",  # reads run dirs; may read the sweep layout, never training (test_compare_imports_nothing_of_training)
+    "study",  # orchestration over sweep/ and compare/ (until-decided looks), so that no CLI holds a loop
     "cli",
 )
 # what compare/ may import: the run reader needs no torch, Hydra or training code

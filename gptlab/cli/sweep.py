@@ -13,7 +13,8 @@ launcher) gets ONE `gptlab-train -m +sweep_run=...` multirun, i.e. one job array
 instead (a run is finished once it wrote decode.json).
 
 This module parses arguments, prints and picks the exit code; the work is in gptlab/sweep/: the definition
-(spec.py), arm identity (identity.py), the plan (plan.py), launching (launch.py) and status (status.py).
+(spec.py), arm identity (identity.py), the plan (plan.py), launching (launch.py) and status (status.py); the
+--until-decided looks (launch, compare, decide, record) are gptlab/study/until_decided.py's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gptlab.cli import fail
 from gptlab.cli.train import one_line
@@ -32,6 +34,9 @@ from gptlab.sweep.layout import PLAN_DIR
 from gptlab.sweep.plan import COMMANDS, Pending, pending, plain_command, write_plan, write_refused
 from gptlab.sweep.spec import Sweep, record_definition, resolve
 from gptlab.sweep.status import format_status, status_of
+
+if TYPE_CHECKING:
+    from gptlab.compare.statistics.sequential import Look, Plan
 
 
 def one_experiment(keys: list[str]) -> bool:
@@ -65,6 +70,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="local CPU queue: start each run as a fresh interpreter (default: fork it from one that imported torch)",
     )
+    _design_flags(parser)
+    return parser
+
+
+def _design_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that shape the sweep beyond arms x seeds: lr grid, equal FLOPs, ladder, factorial, A/A, until
+    decided (added after the run flags, in --help's order)."""
     parser.add_argument(
         "--lr-grid",
         help="every arm at every lr: 3e-4,1e-3,3e-3 or 1e-4:1e-2:5 (log-spaced); run dirs <arm>/lr<v>/seed<k>",
@@ -111,7 +123,6 @@ def _parser() -> argparse.ArgumentParser:
         default="obrien_fleming",
         help="with --until-decided: the alpha-spending function (default obrien_fleming: spends little early)",
     )
-    return parser
 
 
 def _launch(sweep: Sweep, todo: Pending, args) -> list[str]:
@@ -156,106 +167,49 @@ def _measure_floor(name: str, sweep_dir: Path) -> None:
         print(f"[{name}] {line}", flush=True)
 
 
-def _design(sweep: Sweep, args):
-    """--until-decided's group-sequential plan, refused in one line (exit 2) for a sweep it cannot run or a sweep dir
-    whose until_decided.json records another plan: looks replayed over the same runs under a second plan would push
-    the false-decision rate above alpha (0.068-0.072 for a rerun with a larger --max-seeds), so only the recorded
-    plan continues there. Checked before anything is written."""
-    from gptlab.compare.statistics.sequential import plan
-
+def _design(sweep: Sweep, args) -> Plan:
+    """--until-decided's plan (gptlab/study/until_decided.py), refused in one line (exit 2) for flags it cannot run
+    with, a sweep it cannot run or a sweep dir that records another plan. Checked before anything is written."""
     if args.lr_grid or args.ladder or args.factorial or sweep.spec.get("aa") or args.detach:
         fail("gptlab-sweep: --until-decided: a plain arms x seeds sweep, run in the foreground (not with --lr-grid, "
              "--ladder, --factorial, --aa or --detach)")  # fmt: skip
     if args.max_seeds is None:
         fail("gptlab-sweep: --until-decided needs --max-seeds N (seeds per arm at most)")
-    if len(sweep.spec["arms"]) < 2:
-        fail("gptlab-sweep: --until-decided: the sweep needs a baseline (its first arm) and at least one other arm")
+    from gptlab.study.until_decided import plan_for
+
     try:
-        design = plan(len(sweep.seeds), args.seed_step, args.max_seeds, spending=args.spending)
+        return plan_for(sweep, args.max_seeds, args.seed_step, args.spending)
     except ConfigError as err:
         fail(f"gptlab-sweep: --until-decided: {err}")
-    differs = _recorded_plan_differs(sweep.sweep_dir, design, next(iter(sweep.spec["arms"])))
-    if differs:
-        fail(f"gptlab-sweep: --until-decided: {differs}")
-    return design
 
 
-def _plan_flags(seeds: list[int], spending: str) -> dict[str, str]:
-    """A plan's seeds per look and spending as the flags that give them (first looks at the sweep's own seeds)."""
-    step = {"--seed-step": str(seeds[1] - seeds[0])} if len(seeds) > 1 else {}
-    return {"--seeds count": str(seeds[0]), **step, "--max-seeds": str(seeds[-1]), "--spending": spending}
-
-
-def _recorded_plan_differs(sweep_dir: Path, design, base: str) -> str | None:
-    """What differs between the plan of the sweep dir's until_decided.json and `design` (and what is allowed), in
-    words; None when the dir has no record or records this plan."""
-    from gptlab.compare.studies.until_decided import RECORD_FILE, read_record
-
-    path = sweep_dir / RECORD_FILE
-    if not path.exists():
-        return None
-    doc = read_record(sweep_dir) or {}
-    try:
-        was, baseline = doc["plan"], str(doc["baseline"])
-        seeds, spending, alpha = [int(n) for n in was["seeds"]], str(was["spending"]), float(was["alpha"])
-    except (TypeError, KeyError, ValueError):
-        return f"{path} cannot be read as a record of looks, so its plan is unknown; give a new --out"
-    old, now = _plan_flags(seeds, spending), _plan_flags(list(design.seeds), design.spending)
-    diffs = [f"{flag} {now.get(flag, '-')} (recorded: {old.get(flag, '-')})" for flag in dict.fromkeys([*old, *now])
-             if old.get(flag) != now.get(flag)]  # fmt: skip
-    diffs += [f"alpha {design.alpha:g} (recorded: {alpha:g})"] if alpha != design.alpha else []
-    diffs += [f"baseline '{base}' (recorded: '{baseline}')"] if baseline != base else []
-    if not diffs:
-        return None  # the same plan: it continues
-    recorded = ", ".join(f"{flag} {value}" for flag, value in old.items())
-    return (
-        f"{path} records looks of another plan: {', '.join(diffs)}; looks replayed under a second plan push the "
-        f"false-decision rate above alpha; allowed: the recorded plan ({recorded}) to continue it, or a new --out"
-    )
-
-
-def _until_decided(sweep: Sweep, args, design) -> int:
-    """--until-decided: run the sweep's seeds, then at each look of the group-sequential plan add seeds only to the
-    arms still undecided (and the baseline, the first arm) until each is decided or the cap is reached."""
+def _until_decided(sweep: Sweep, args, design: Plan) -> int:
+    """--until-decided: print the plan, each look's runs and decisions, and how it ended; the exit code."""
     from gptlab.compare.render.until_decided import look_lines, plan_line
-    from gptlab.compare.studies.until_decided import look, read_record, write_record
+    from gptlab.study.until_decided import baseline
+    from gptlab.study.until_decided import run as run_until_decided
 
-    arms = list(sweep.spec["arms"])
-    name, base, todo_arms, taken = sweep.name, arms[0], arms[1:], []
-    extra = design.seeds[-1] - len(sweep.seeds)  # the next seeds after the sweep's own, in order
-    seeds = sweep.seeds + list(range(max(sweep.seeds) + 1, max(sweep.seeds) + 1 + extra))
+    name, base = sweep.name, baseline(sweep)
     print(f"[{name}] {plan_line(design, base)}", flush=True)
-    if not args.dry_run and read_record(sweep.sweep_dir) is None:  # on record before any run: only it may continue
-        write_record(sweep.sweep_dir, design, base, [], finished=False)
-    for k, n in enumerate(design.seeds):
-        spec = {**sweep.spec, "arms": {a: sweep.spec["arms"][a] for a in [base, *todo_arms]}}
-        try:
-            todo = pending(name, spec, seeds[:n], sweep.sweep_dir, sweep.extra)
-            if todo.runs and not args.dry_run:
-                write_plan(sweep.sweep_dir, todo.runs)
-        except ConfigError as err:
-            fail(err)
-        failures = _launch(sweep, todo, args)
-        if args.dry_run:
-            return 0  # the first look's runs; the rest depend on what it decides
-        if failures:
-            print(
-                f"[{name}] look {k + 1}: {len(failures)} runs failed; stopped (gptlab-sweep status {sweep.sweep_dir})"
-            )
-            return 1
-        try:
-            found = look(sweep.sweep_dir, design, k, base, todo_arms, seeds[:n])
-        except ConfigError as err:
-            fail(err)
-        taken.append(found)
-        write_record(sweep.sweep_dir, design, base, taken, finished=False)
+
+    def heard(found: dict[str, Look]) -> None:
         for line in look_lines(found, base):
             print(f"[{name}] {line}", flush=True)
-        todo_arms = [a for a in todo_arms if not found[a].stop]
-        if not todo_arms:
-            break
-    record = write_record(sweep.sweep_dir, design, base, taken)
-    print(f"[{name}] {len(taken)} look(s) taken, recorded in {record}; compare: gptlab-compare {sweep.sweep_dir}")
+
+    try:
+        done = run_until_decided(
+            sweep, design, lambda todo: _launch(sweep, todo, args), dry_run=args.dry_run, on_look=heard
+        )
+    except ConfigError as err:
+        fail(err)
+    if args.dry_run:
+        return 0
+    if done.failed:
+        stopped = f"look {len(done.looks) + 1}: {len(done.failed)} runs failed"
+        print(f"[{name}] {stopped}; stopped (gptlab-sweep status {sweep.sweep_dir})")
+        return 1
+    taken = f"{len(done.looks)} look(s) taken, recorded in {done.record}"
+    print(f"[{name}] {taken}; compare: gptlab-compare {sweep.sweep_dir}")
     return 0
 
 
@@ -294,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{sweep.name}] the lr grid {grows} by {lrs} in place: finished runs are reused", flush=True)
     except (ConfigError, ValueError) as err:
         fail(err)
-    if args.until_decided:
+    if design is not None:  # --until-decided
         return _until_decided(sweep, args, design)
     if args.max_seeds is not None:
         fail("gptlab-sweep: --max-seeds needs --until-decided (without it the sweep runs exactly --seeds)")
