@@ -234,8 +234,8 @@ def test_a_real_run_logs_probes_and_compare_reports_them_with_seed_statistics(tm
 def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_sets():
     from types import SimpleNamespace as NS
 
-    from gptlab.compare.render.extra_table import markdown
-    from gptlab.compare.render.probes import extra_table
+    from gptlab.compare.render import markdown, per_arm, words
+    from gptlab.compare.render.sections import Document
     from gptlab.compare.statistics.stats import welch_interval, welch_test
     from gptlab.compare.tables.probes import probe_rows
 
@@ -255,22 +255,24 @@ def test_the_probe_table_has_the_val_loss_statistics_and_never_pools_different_s
     assert cell.delta == pytest.approx(0.19) and cell.verdict.p == pytest.approx(welch_test(a, b).p)
     assert cell.verdict.interval == pytest.approx((welch_interval(a, b, 0.05).lo, welch_interval(a, b, 0.05).hi))
     assert cell.verdict.decided and warnings == []
-    text = "\n".join(markdown(extra_table(rows)))
+    table = per_arm.table(per_arm.PROBES, [(r.metric, r.better, r.cells) for r in rows])
+    text = "\n".join(markdown.block(table))
     assert "| probe/induction/acc | 0.5200 ± 0.0200 | 0.7100 ± 0.0100 Δ +0.1900 better (p=" in text
     assert "| probe/length/2x/loss | 3.1000 ± 0.0000 | – |" in text  # learned: 1x only, no made-up 2x
     assert "| probe/length/1x/loss | 3.0000 ± 0.0000 | 2.9000 ± 0.0000 Δ -0.1000 better (p=0) |" in text  # lower loss
     # the W&B comparison run logs the same table (columns and cells as the report's)
-    from gptlab.compare.render.wandb_log import extra_tables
+    from gptlab.compare.render.wandb_log import report_tables
 
-    logged = extra_tables(NS(compute=None, val_sets=[], probes=rows, evals=[]))
+    logged = report_tables(Document("probes", "", (table,)))
     assert set(logged) == {"probes"} and logged["probes"].columns == ["probe", "rope", "learned"]
-    assert logged["probes"].data == extra_table(rows).body
+    assert logged["probes"].data == [list(row) for row in table.rows]
     rows, warnings = probe_rows([NS(runs=base), NS(runs=other)], ["rope", "other"], point)
     assert "probe/induction/acc" not in {r.metric for r in rows}
-    assert warnings == [
+    assert [words.note(w) for w in warnings] == [
         "warning: probe/induction/acc: the runs measured it on different fixed sets (induction:aa, induction:cc; "
         "summary.json probe_sets), so it is left out of the probe table"
     ]
+    assert warnings[0].subject == "probe/induction/acc"
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from gptlab.compare import modes
-from gptlab.compare.render import decode, wandb_log
+from gptlab.compare.render import decode, json_report, terminal, wandb_log, words
+from gptlab.compare.render.sections import Document
 from gptlab.compare.tables.analysis import Comparison
 from gptlab.errors import ConfigError
 from gptlab.util.extras import require
@@ -166,9 +167,9 @@ def parse_peak(text: str | None) -> float | None:
     return value
 
 
-def log_to_wandb(cmp: Comparison, images: dict[str, Path], runs: list, out: Path, mode: str | None) -> None:
+def log_to_wandb(cmp: Comparison, doc: Document, runs: list, out: Path, mode: str | None) -> None:
     """Log the comparison run and print where it went (and the `wandb sync` line when offline)."""
-    logged = wandb_log.log_comparison(cmp, images, runs, out, mode or "auto")
+    logged = wandb_log.log_comparison(cmp, doc, runs, out, mode or "auto")
     if logged is None:
         return
     if logged.folder is None:
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         return _error(exc)
     if isinstance(found, modes.DecodeOnly):
-        decode.print_decode(found.rows, found.baseline)
+        terminal.print_document(decode.page(found.rows, found.baseline))
         if args.wandb or args.workspace:
             print("note: W&B logging covers training comparisons; this decode-only one is in the local files")
         print(f"wrote {found.out}/comparison.md and comparison.json")
@@ -243,35 +244,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_tables(found: modes.Tables, args: argparse.Namespace) -> None:
-    """Print each part's table (and decode, factorial), write its reports, log W&B; then the files written."""
+    """Write each part's reports and print its report document (decode and factorial effects in it), log W&B; then
+    the files written."""
     from gptlab.compare.render import factorial
-    from gptlab.compare.render.report import print_table
 
-    for line in found.warnings + found.left_out:
-        print(line, file=sys.stderr)
+    for n in found.warnings + found.left_out:
+        print(words.note(n), file=sys.stderr)
     out, written = found.out, []
     for part, cmp in zip(found.parts, found.comparisons):
-        for line in cmp.warnings + cmp.notes:
-            print(line, file=sys.stderr)
+        for n in cmp.warnings + cmp.notes:
+            print(words.note(n), file=sys.stderr)
         cmp.warnings = found.left_out + cmp.warnings
-        print_table(cmp, power=args.power)
-        if cmp.decode:
-            decode.print_decode(cmp.decode, cmp.baseline)
         where = out / part.slug if args.split_by else out
-        sections = ("", "")
+        studies = [factorial.section(found.effects)] if found.effects is not None else []
+        doc, images = modes.write_reports(cmp, where, args.power, studies)
+        terminal.print_document(doc)
         if found.effects is not None:
-            print("\n".join(factorial.lines(found.effects)))
-            sections = (factorial.markdown(found.effects), factorial.html(found.effects))
-        images = modes.write_reports(cmp, where, args.power, sections)
-        if found.effects is not None:
-            atomic_write_text(where / "factorial.json", json.dumps(strict_json(found.effects), indent=1) + "\n")
+            atomic_write_text(
+                where / "factorial.json", json.dumps(strict_json(json_report.plain(found.effects)), indent=1) + "\n"
+            )
         if wandb_log.wanted(args.wandb, args.wandb_mode):
-            log_to_wandb(cmp, images, part.runs, where, args.wandb_mode)
+            log_to_wandb(cmp, doc, part.runs, where, args.wandb_mode)
         written.append(f"{where}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")
     if args.split_by:
         modes.write_index(found.parts, found.comparisons, out, args.split_by)
     if args.workspace and (failed := modes.workspace(found.runs, out, args.wandb_mode)):
-        print(failed, file=sys.stderr)
+        print(words.note(failed), file=sys.stderr)
     for line in written:
         print(f"wrote {line}")
     if args.split_by:

@@ -8,8 +8,8 @@ arguments, picks the mode, prints and chooses the exit code.
 
 from __future__ import annotations
 
-import html
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,13 @@ from gptlab.compare.reading.like import Part, split
 from gptlab.compare.reading.runs import Run, discover, expand_paths, is_run_dir, load_run
 from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs, unpruned
 from gptlab.compare.render import decode as decode_text
+from gptlab.compare.render import document, html_page, json_report, markdown, words
+from gptlab.compare.render.sections import Document, Section
 from gptlab.compare.render.until_decided import report_lines
 from gptlab.compare.statistics import noise_floor
 from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT
 from gptlab.compare.statistics.stats import ALPHA
+from gptlab.compare.studies.lr_grid import FINISHED, GridReport
 from gptlab.compare.studies.until_decided import read_record
 from gptlab.compare.tables import decode, matrix
 from gptlab.compare.tables.analysis import Comparison, add_targets, compare
@@ -32,6 +35,7 @@ from gptlab.errors import ConfigError
 from gptlab.state.layout import check_output
 from gptlab.sweep.layout import read_sweep
 from gptlab.util.io import atomic_write_text, strict_json
+from gptlab.util.note import Note, note, warning
 
 
 @dataclass
@@ -90,21 +94,19 @@ def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
 
 
 def write_reports(
-    cmp: Comparison, out: Path, power: bool = False, sections: tuple[str, str] = ("", "")
-) -> dict[str, Path]:
-    """Write PNGs, comparison.json/.md/.html into out (the --power table in md/html with power; `sections`: more
-    (markdown, html) at the end, e.g. factorial effects); returns the PNGs by name."""
+    cmp: Comparison, out: Path, power: bool = False, studies: Sequence[Section] = ()
+) -> tuple[Document, dict[str, Path]]:
+    """Write PNGs, comparison.json/.md/.html into out (the --power table with power; `studies`: more sections at the
+    end, e.g. factorial effects); returns the report document and the PNGs by name."""
     from gptlab.compare.render.plots import make_plots
-    from gptlab.compare.render.report import html_report, markdown
 
     out.mkdir(parents=True, exist_ok=True)
     images = make_plots(cmp, out)
-    (out / "comparison.json").write_text(json.dumps(strict_json(cmp.to_json()), indent=2) + "\n")
-    extra = "\n".join(decode_text.markdown(cmp.decode)) + "\n" if cmp.decode else ""
-    (out / "comparison.md").write_text(markdown(cmp, images, power) + extra + sections[0])
-    extra_html = (decode_text.html(cmp.decode) if cmp.decode else "") + sections[1]
-    (out / "comparison.html").write_text(html_report(cmp, images, extra_html, power))
-    return images
+    (out / "comparison.json").write_text(json.dumps(strict_json(json_report.comparison(cmp)), indent=2) + "\n")
+    doc = document.build(cmp, images, power, studies)
+    (out / "comparison.md").write_text(markdown.write(doc))
+    (out / "comparison.html").write_text(html_page.write(doc))
+    return doc, images
 
 
 def write_index(parts: list[Part], comparisons: list[Comparison], out: Path, keys: list[str]) -> None:
@@ -137,8 +139,8 @@ class Tables:
     comparisons: list[Comparison]
     effects: dict[str, Any] | None
     out: Path
-    left_out: list[str]
-    warnings: list[str] = field(default_factory=list)
+    left_out: list[Note]
+    warnings: list[Note] = field(default_factory=list)
 
 
 @dataclass
@@ -187,13 +189,13 @@ def tables(req: Request) -> Tables | DecodeOnly:
     record = read_record(sweep) if sweep else None
     if record:
         for cmp in comparisons:
-            cmp.notes += report_lines(record)
+            cmp.notes += [note(line) for line in report_lines(record)]
     effects, warnings = _factorial(req, runs, comparisons) if req.factorial or not req.split_by else (None, [])
     out = out_dir(req.out, req.paths[0], run_dirs)
     return Tables(runs, parts, comparisons, effects, out, left_out, warnings)
 
 
-def _factorial(req: Request, runs: list[Run], comparisons: list[Comparison]) -> tuple[dict | None, list[str]]:
+def _factorial(req: Request, runs: list[Run], comparisons: list[Comparison]) -> tuple[dict | None, list[Note]]:
     """--factorial (or a factorial sweep dir): (the effects of its factors on these runs, or None when not one;
     warnings). An auto-detected factorial that cannot be analysed warns; an asked-for one is refused. A copy or replay
     the factorial counted once is named by the comparisons' own line already; one they did not name is added."""
@@ -213,9 +215,9 @@ def _factorial(req: Request, runs: list[Run], comparisons: list[Comparison]) -> 
     except ConfigError as exc:
         if req.factorial:
             raise
-        return None, [f"warning: factorial effects not computed: {exc}"]
-    said = {line for cmp in comparisons for line in cmp.warnings}
-    return doc, [line for line in doc["warnings"] if line not in said]
+        return None, [warning(f"factorial effects not computed: {exc}")]
+    said = {n for cmp in comparisons for n in cmp.warnings}
+    return doc, [n for n in doc["warnings"] if n not in said]
 
 
 def decode_only(runs: list[Run], req: Request, run_dirs: list[Path]) -> DecodeOnly:
@@ -231,14 +233,9 @@ def decode_only(runs: list[Run], req: Request, run_dirs: list[Path]) -> DecodeOn
     out.mkdir(parents=True, exist_ok=True)
     doc = {"baseline": baseline, "alpha": ALPHA, "decode": decode.to_json(rows)}
     (out / "comparison.json").write_text(json.dumps(strict_json(doc), indent=2) + "\n")
-    (out / "comparison.md").write_text(
-        "\n".join([f"# Decode comparison (baseline: {baseline})", *decode_text.markdown(rows)[1:]]) + "\n"
-    )
-    title = html.escape(f"Decode comparison (baseline: {baseline})")
-    (out / "comparison.html").write_text(
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}'
-        f"</title></head><body>\n<h1>{title}</h1>\n{decode_text.html(rows)}</body></html>\n"
-    )
+    page = decode_text.page(rows, baseline)
+    (out / "comparison.md").write_text(markdown.write(page))
+    (out / "comparison.html").write_text(html_page.write(page))
     return DecodeOnly(baseline, rows, out)
 
 
@@ -274,21 +271,19 @@ def lr_grid(req: Request) -> tuple[str, Path]:
     doc = grid.report(curves, holdout)
     at_best = _at_best_lr(sweep, curves, doc, holdout)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "lr_grid.json", json.dumps(strict_json(grid.to_json(doc)), indent=1) + "\n")
+    atomic_write_text(out / "lr_grid.json", json.dumps(strict_json(doc.to_json()), indent=1) + "\n")
     grid_text.plot_curves(curves, out / "lr_curves.png")
     text = grid_text.format_report(doc)
     if at_best is not None:
-        write_reports(at_best, out, sections=grid_text.sections(text, out / "lr_curves.png"))
+        write_reports(at_best, out, studies=grid_text.sections(text, out / "lr_curves.png"))
         text += f"\nreport (verdict matrix, each arm at its own best lr, the grid): {out / 'comparison.html'}"
     return text, out
 
 
-def _at_best_lr(sweep: Path, curves: dict, doc: dict, holdout: set[int] | None) -> Comparison | None:
+def _at_best_lr(sweep: Path, curves: dict, doc: GridReport, holdout: set[int] | None) -> Comparison | None:
     """The main comparison of an lr grid: each arm's finished runs at its own best lr (the verdict seeds), with its
     verdict matrix (equal steps at the baseline's best lr, FLOPs and wall time at each own best, own best lr); None
     when fewer than two arms have a best lr (the grid's table says why)."""
-    from gptlab.compare.studies.lr_grid import FINISHED
-
     picked = {
         arm: [(sweep / r.where).resolve() for r in c.at(c.best_lr, holdout) if r.state == FINISHED and r.where]
         for arm, c in curves.items()
@@ -307,24 +302,29 @@ def _at_best_lr(sweep: Path, curves: dict, doc: dict, holdout: set[int] | None) 
         for arm, dirs in picked.items()
         if dirs
     }
-    rows = {row["arm"]: row for row in doc["rows"]}
-    own = {label_of[a]: rows[a]["vs_baseline_own_best"] for a in label_of if "vs_baseline_own_best" in rows[a]}
-    shared = {label_of[a]: rows[a]["vs_baseline_shared_lr"] for a in label_of if "vs_baseline_shared_lr" in rows[a]}
+    versus = {label_of[a]: vs for a in label_of if (vs := doc.row(a).versus) is not None}
+    own = {label: vs.own_best for label, vs in versus.items()}
+    shared = {label: vs.shared_lr for label, vs in versus.items()}
     cmp.matrix = matrix.build(cmp, own_best_lr=own, at_baseline_lr=shared)
     gone = {a: 0 for a in picked}  # verdict seeds that diverged at the arm's own best lr: this table has survivors only
-    for a, row in rows.items():
-        arm_n, base_n = (row.get("diverged_verdict_seeds") or {}).get("own_best") or [0, 0]
-        gone[a], gone[base] = gone.get(a, 0) + arm_n, max(gone.get(base, 0), base_n)
+    for row in doc.rows:
+        arm_n, base_n = row.versus.own_best_diverged if row.versus else [0, 0]
+        gone[row.arm], gone[base] = gone.get(row.arm, 0) + arm_n, max(gone.get(base, 0), base_n)
     cmp.warnings += [
-        f"warning: {a}: {n} verdict seed{'s' * (n > 1)} diverged at its best lr {curves[a].best_lr:g}; this table "
-        "reads the seeds that finished, the grid's own-best verdict is n/a"
+        warning(
+            f"{a}: {n} verdict seed{'s' * (n > 1)} diverged at its best lr {curves[a].best_lr:g}; this table reads the "
+            "seeds that finished, the grid's own-best verdict is n/a",
+            subject=a,
+        )
         for a, n in gone.items()
         if n
     ]
     cmp.notes.append(
-        "note: an lr grid: each arm's runs at its own best lr ("
-        + ", ".join(f"{a} {curves[a].best_lr:g}" for a in picked)
-        + f"); the grid's own table and curves follow. {doc['selection']}"
+        note(
+            "note: an lr grid: each arm's runs at its own best lr ("
+            + ", ".join(f"{a} {curves[a].best_lr:g}" for a in picked)
+            + f"); the grid's own table and curves follow. {words.note(doc.selection)}"
+        )
     )
     return cmp
 
@@ -350,14 +350,16 @@ def ladder(req: Request) -> tuple[str, Path]:
         grids, found = ladder_lr.read(sweep, req.ladder_x, req.baseline)
         both = ladder_lr.report(grids, found)
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "ladder.json", json.dumps(strict_json(both["ladder"]), indent=1) + "\n")
-        atomic_write_text(out / "ladder_lr.json", json.dumps(strict_json(both), indent=1) + "\n")
+        atomic_write_text(
+            out / "ladder.json", json.dumps(strict_json(json_report.plain(both["ladder"])), indent=1) + "\n"
+        )
+        atomic_write_text(out / "ladder_lr.json", json.dumps(strict_json(json_report.plain(both)), indent=1) + "\n")
         scale_text.plot(found, both["ladder"], out / "ladder.png")
         return scale_text.format_lr_trend(both), out
     found = scale.read_ladder(sweep, req.ladder_x, req.baseline)
     doc = scale.report(found)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "ladder.json", json.dumps(strict_json(doc), indent=1) + "\n")
+    atomic_write_text(out / "ladder.json", json.dumps(strict_json(json_report.plain(doc)), indent=1) + "\n")
     scale_text.plot(found, doc, out / "ladder.png")
     return scale_text.format_report(doc), out
 
@@ -386,13 +388,13 @@ def is_ladder(req: Request) -> bool:
     return sweep is not None and recorded(sweep)
 
 
-def workspace(runs: list[Run], out: Path, mode: str | None) -> str | None:
-    """--workspace: the W&B view of the sweep; a failure is a warning line (returned), never a failed comparison."""
+def workspace(runs: list[Run], out: Path, mode: str | None) -> Note | None:
+    """--workspace: the W&B view of the sweep; a failure is a warning (returned), never a failed comparison."""
     try:
         from gptlab.compare.render.workspace import publish
 
         publish(runs, out, mode or "auto")
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"warning: W&B workspace not written ({first}); the local report is complete"
+        return warning(f"W&B workspace not written ({first}); the local report is complete")
     return None

@@ -148,7 +148,8 @@ def test_one_seed_gives_no_verdict(tmp_path, capsys):
     write_run(tmp_path / "b", seed=0, choices={"mlp": "swiglu"}, loss_at=_shifted(0.5))
     doc = _compare_json(tmp_path, capsys, tmp_path / "a", tmp_path / "b")
     assert doc["rows"][1]["label"] == "mlp=swiglu" and doc["rows"][1]["significant"] is None
-    assert "n/a (1 seed)" in (tmp_path / "out" / "comparison.md").read_text()
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert "| +0.5000 n/a: 1 seed |" in md and "n/a (1 seed)" not in md  # one vocabulary: words.py's
 
 
 def test_crashed_and_short_runs_are_compared_at_the_common_step_with_a_warning(tmp_path, capsys):

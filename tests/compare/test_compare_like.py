@@ -672,10 +672,13 @@ def test_delta_figure_draws_that_data_with_a_zero_line_per_arm(verdicts):
         band = next(c for c in ax.collections if isinstance(c, PolyCollection)).get_paths()[0].vertices[:, 1]
         assert (band.min(), band.max()) == pytest.approx((min(curve.lo), max(curve.hi)))
     assert titles[0].startswith("attention=mqa, attention.n_kv_head=1: Δ +0.1000 [") and titles[0].endswith(
-        "at step 100: higher than baseline"
+        "at step 100: higher val loss"
     )
     assert titles[1].endswith("at step 100: within noise")
-    assert titles[2] == "attention=gqa, attention.n_kv_head=4: identical model, every difference is noise"
+    gqa4 = next(r for r in cmp.rows if r.label == "attention=gqa, attention.n_kv_head=4")  # the table's row
+    assert titles[2] == (
+        f"attention=gqa, attention.n_kv_head=4: Δ {gqa4.delta_val_loss:+.4f} at step 100: within noise (identical model)"
+    )
 
 
 def test_speed_plots_mark_the_run_under_outside_load_as_the_table_does(verdicts):

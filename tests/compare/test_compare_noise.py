@@ -61,7 +61,7 @@ def test_identical_models_are_flagged_and_every_difference_is_noise(tmp_path, ca
     assert twin["p_value"] < 0.05 and twin["speedup_p"] < 0.05
     assert twin["significant"] is False and speed_words(twin) == "within noise (identical model)"
     assert twin["speedup"] == pytest.approx(0.73, rel=1e-3)
-    assert "noise: identical model" in md and "| = attention=mha |" in md
+    assert f"| {twin['delta_val_loss']:+.4f} within noise (identical model) |" in md and "| = attention=mha |" in md
     assert "| 0.73× within noise (identical model) |" in md  # no CI quoted for a gap that is not there
     assert "faster" not in _table(md) and "slower" not in _table(md) and " significant (p=" not in md
     assert (

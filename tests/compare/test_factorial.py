@@ -16,6 +16,7 @@ import yaml
 from gptlab.cli.sweep import main as sweep_main
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.render.factorial import additivity_line, lines
+from gptlab.compare.render.words import note
 from gptlab.compare.studies.factorial import analyse, arm_levels
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import factorial_arms
@@ -285,10 +286,11 @@ def test_an_unfinished_run_is_left_out_with_a_line_and_its_arm_keeps_its_finishe
     assert loss["a"]["effect"] == pytest.approx(-0.001, abs=1e-9)
     assert loss["a×b"]["effect"] == pytest.approx(0.002, abs=1e-9)
     assert doc["runs"] == 11
-    assert doc["warnings"] == [
+    assert [note(w) for w in doc["warnings"]] == [
         "warning: /s/a/seed2: status preempted: left out of the factorial effects (its last val loss is not a "
         "finished run's)"
     ]
+    assert doc["warnings"][0].subject == "/s/a/seed2"
     every = [r for r in two_by_two(SPEEDS.get) if r.config["arm"] != "b"]
     for run in [r for r in runs if r.config["arm"] == "b"]:
         run.summary["status"] = "failed"

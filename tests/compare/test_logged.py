@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+from rich.console import Console
+
 from gptlab.compare import modes
 from gptlab.compare.reading.logged import EVERY_ARM, by_arm, run_messages
-from gptlab.compare.render.report import html_report, logged_lines, markdown
+from gptlab.compare.render import document, html_page, json_report, markdown, terminal
 from tests.helpers.compare import write_run
 
 WARMUP = "schedule.warmup_steps=50 is 100% of train.max_steps=40: most of this run is lr warm-up (lower ...)"
@@ -66,9 +68,14 @@ def test_the_report_shows_each_arms_logged_warnings(tmp_path):
     cmp = found.comparisons[0]
     label = next(r.label for r in cmp.rows if "gqa" in r.label)
     expected = f"{label} (2 of 2 runs): warning: {SPIKE}"
-    assert logged_lines(cmp) == [f"logged: {expected}"]
-    assert f"- {expected}" in markdown(cmp, {})
-    page = html_report(cmp, {})
+    report = document.build(cmp)
+    console = Console(width=400, record=True)
+    terminal.print_document(report, console)
+    assert [line for line in console.export_text().splitlines() if line.startswith("logged:")] == [
+        f"logged: {expected}"
+    ]
+    assert f"- {expected}" in markdown.write(report)
+    page = html_page.write(report)
     assert "What the runs logged while training" in page and "2 of 2" in page and "loss spike 4.1 &gt; 3" in page
-    doc = json.loads(json.dumps(cmp.to_json()))
+    doc = json.loads(json.dumps(json_report.comparison(cmp)))
     assert doc["logged"] == [{"arm": label, "level": "WARNING", "message": SPIKE, "runs": 2, "of": 2}]

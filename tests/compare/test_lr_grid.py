@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gptlab.compare.render import words
 from gptlab.compare.render.lr_grid import format_report, plot_curves
 from gptlab.compare.statistics.verdict import Caveat, Status
 from gptlab.compare.studies.lr_grid import DIVERGE_FACTOR, read_grid, report
@@ -62,17 +63,23 @@ def test_best_lr_edge_warning_both_verdicts_and_stability(tmp_path):
         },
     )
     doc = report(read_grid(sweep))
-    rows = {r["arm"]: r for r in doc["rows"]}
-    assert [r["arm"] for r in doc["rows"]] == ["base", "wide", "fragile"]  # sweep.yaml's order: base first
-    assert rows["base"]["best_lr"] == 3e-3 and rows["wide"]["best_lr"] == 1e-2 and rows["fragile"]["best_lr"] == 3e-3
-    assert doc["warnings"] == ["wide's best lr 0.01 is the largest tried: extend the grid to larger lrs"]
-    own, shared = rows["wide"]["vs_baseline_own_best"], rows["wide"]["vs_baseline_shared_lr"]
+    rows = {r.arm: r for r in doc.rows}
+    assert [r.arm for r in doc.rows] == ["base", "wide", "fragile"]  # sweep.yaml's order: base first
+    assert rows["base"].best_lr == 3e-3 and rows["wide"].best_lr == 1e-2 and rows["fragile"].best_lr == 3e-3
+    assert [words.note(w) for w in doc.warnings] == [
+        "warning: wide's best lr 0.01 is the largest tried: extend the grid to larger lrs"
+    ]
+    assert (doc.warnings[0].subject, doc.warnings[0].fix) == ("wide", "extend the grid to larger lrs")
+    assert doc.to_json()["warnings"] == ["wide's best lr 0.01 is the largest tried: extend the grid to larger lrs"]
+    versus = rows["wide"].versus
+    assert versus is not None and rows["base"].versus is None
+    own, shared = versus.own_best, versus.shared_lr
     assert own.effect == pytest.approx(-0.3) and own.direction == -1 and Caveat.OPTIMISTIC in own.caveats
     assert shared.effect == pytest.approx(0.1) and shared.direction == 1
     assert "-0.3000 [" in format_report(doc) and "+0.1000 [" in format_report(doc)
-    assert rows["fragile"]["max_stable_lr"] == 3e-3 and rows["base"]["max_stable_lr"] == 1e-2
-    assert rows["fragile"]["diverged_runs"] == 2  # the NaN seed and the 7.0 > 1.5 x 4.0 seed, counted
-    assert 7.0 > DIVERGE_FACTOR * 4.0 and "optimistic" in doc["selection"]
+    assert rows["fragile"].max_stable_lr == 3e-3 and rows["base"].max_stable_lr == 1e-2
+    assert rows["fragile"].diverged_runs == 2  # the NaN seed and the 7.0 > 1.5 x 4.0 seed, counted
+    assert 7.0 > DIVERGE_FACTOR * 4.0 and "optimistic" in doc.selection.text
     text = format_report(doc)
     assert "wide" in text and "warning: wide's best lr" in text
     assert plot_curves(read_grid(sweep), tmp_path / "lr.png").stat().st_size > 1000
@@ -94,8 +101,8 @@ def test_holdout_seeds_pick_on_the_others(tmp_path):
     # seed 2 alone would pick 1e-2; seeds 0 and 1 pick 3e-3 and the verdict uses seed 2 only
     sweep = grid(tmp_path, {"base": {3e-3: [2.0, 2.0, 3.0], 1e-2: [2.5, 2.5, 2.1]}})
     doc = report(read_grid(sweep), holdout={2})
-    assert doc["rows"][0]["best_lr"] == 3e-3 and doc["rows"][0]["val_loss_at_best"] == 3.0
-    assert "holdout seeds [2]" in doc["selection"]
+    assert doc.rows[0].best_lr == 3e-3 and doc.rows[0].val_loss_at_best == 3.0
+    assert "holdout seeds [2]" in doc.selection.text
 
 
 def test_a_seed_that_diverged_at_the_judged_lr_leaves_no_verdict(tmp_path):
@@ -111,10 +118,11 @@ def test_a_seed_that_diverged_at_the_judged_lr_leaves_no_verdict(tmp_path):
     )
     shutil.rmtree(sweep / "shaky" / "lr0.001" / "seed4")  # two diverged runs with equal files would be one copied
     fake_run(sweep / "shaky" / "lr0.001" / "seed4", 4.1, None, nan=True)
-    row = report(read_grid(sweep))["rows"][1]
-    assert row["best_lr"] == 3e-4 and row["vs_baseline_own_best"].decided  # its own best: every seed finished
-    assert row["vs_baseline_shared_lr"].status is Status.NOT_MEASURED
-    assert row["diverged_verdict_seeds"] == {"own_best": [0, 0], "shared_lr": [2, 0]}
+    row = report(read_grid(sweep)).rows[1]
+    assert row.versus is not None
+    assert row.best_lr == 3e-4 and row.versus.own_best.decided  # its own best: every seed finished
+    assert row.versus.shared_lr.status is Status.NOT_MEASURED
+    assert (row.versus.own_best_diverged, row.versus.shared_lr_diverged) == ([0, 0], [2, 0])
     assert "| n/a (shaky: 2 seeds diverged at 0.001)" in format_report(report(read_grid(sweep)))
     six = [3.0, 3.01, 3.02, 3.03, 3.04, 3.05]
     held = grid(
@@ -124,9 +132,10 @@ def test_a_seed_that_diverged_at_the_judged_lr_leaves_no_verdict(tmp_path):
             "arm": {1e-3: six, 3e-3: [v - 0.1 for v in six[:5]] + [None]},
         },
     )
-    row = report(read_grid(held), holdout={3, 4, 5})["rows"][1]
-    assert row["best_lr"] == 3e-3 and row["vs_baseline_own_best"].status is Status.NOT_MEASURED
-    assert row["diverged_verdict_seeds"]["own_best"] == [1, 0]
+    row = report(read_grid(held), holdout={3, 4, 5}).rows[1]
+    assert row.versus is not None
+    assert row.best_lr == 3e-3 and row.versus.own_best.status is Status.NOT_MEASURED
+    assert row.versus.own_best_diverged == [1, 0]
 
 
 def test_the_own_best_table_names_a_holdout_seed_that_diverged_there(tmp_path):
@@ -172,9 +181,9 @@ def test_a_two_arm_three_lr_two_seed_grid_end_to_end(tmp_path):
         f"{a}/lr{lr}/seed{s}" for a in ("mha", "mqa") for lr in ("0.001", "0.01", "5") for s in (0, 1)
     ]
     doc = report(read_grid(out))
-    for row in doc["rows"]:
-        assert row["best_lr"] in (1e-3, 1e-2)  # lr 5 diverges: never the pick
-        assert row["max_stable_lr"] == 1e-2 and row["diverged_runs"] >= 1
+    for row in doc.rows:
+        assert row.best_lr in (1e-3, 1e-2)  # lr 5 diverges: never the pick
+        assert row.max_stable_lr == 1e-2 and row.diverged_runs >= 1
     assert done.returncode in (0, 1)  # a diverged run may end non-zero; the sweep itself completes
     shown = run_cli("gptlab.cli.compare", str(out), "--lr-grid", "--holdout-seeds", "1")
     assert shown.returncode == 0, shown.stderr
@@ -192,7 +201,7 @@ def test_spikes_are_a_dash_when_spike_detection_was_off(tmp_path, factor, shown)
         rows += [{"step": 7, "spike/loss": 9.0}] if factor else []
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     doc = report(read_grid(sweep))
-    assert doc["rows"][0]["spikes_at_best"] == (None if factor is None else 2)
+    assert doc.rows[0].spikes_at_best == (None if factor is None else 2)
     line = next(row for row in format_report(doc).splitlines() if row.startswith("base"))
     assert line.split()[7] == shown  # arm, best lr, loss ± std, max stable lr, diverged, spikes
 

@@ -14,7 +14,7 @@ import yaml
 
 from gptlab.cli.compare import main
 from gptlab.compare.render.lr_grid import format_report
-from gptlab.compare.studies.lr_grid import STOPPED_ON_NONFINITE, read_grid, report
+from gptlab.compare.studies.lr_grid import STOPPED_ON_NONFINITE, GridReport, GridRow, read_grid, report
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import REFUSED_FILE
 
@@ -52,8 +52,13 @@ def sweep(root: Path, table: dict, lrs: list[float] | None = None, seeds: list[i
     return root
 
 
-def rows(doc: dict) -> dict:
-    return {r["arm"]: r for r in doc["rows"]}
+def rows(doc: GridReport) -> dict[str, GridRow]:
+    return {r.arm: r for r in doc.rows}
+
+
+def said(doc: GridReport) -> list[str]:
+    """The grid's warnings as their texts (what lr_grid.json keeps)."""
+    return [w.text for w in doc.warnings]
 
 
 BASE = {1e-3: [3.0, 3.02, 2.98], 1e-2: [2.5, 2.52, 2.48]}
@@ -68,12 +73,11 @@ def test_refused_lrs_are_shown_and_never_read_as_room_to_grow(tmp_path):
     (root / REFUSED_FILE).parent.mkdir()
     (root / REFUSED_FILE).write_text(json.dumps({f"{a}/lr10/seed{s}": why for a in ("base", "wide") for s in range(3)}))
     doc = report(read_grid(root))
-    assert not any("extend the grid to larger lrs" in w for w in doc["warnings"])
-    assert (
-        "base's best lr 0.01 is the largest that ran (larger lrs of the grid did not: 10 refused)" in doc["warnings"][0]
-    )
-    assert f"base: lr 10 refused at start (seeds 0, 1, 2): {why}" in doc["warnings"]
-    assert rows(doc)["base"]["refused_runs"] == 3 and rows(doc)["base"]["diverged_runs"] == 0
+    assert not any("extend the grid to larger lrs" in w for w in said(doc))
+    assert "base's best lr 0.01 is the largest that ran (larger lrs of the grid did not: 10 refused)" in said(doc)[0]
+    assert f"base: lr 10 refused at start (seeds 0, 1, 2): {why}" in said(doc)
+    assert doc.warnings[0].subject == "base" and not doc.warnings[0].fix  # the optimum's side: no grid to extend
+    assert rows(doc)["base"].refused_runs == 3 and rows(doc)["base"].diverged_runs == 0
     line = next(x for x in format_report(doc).splitlines() if x.startswith("base"))
     assert line.split()[8:11] == ["0", "3", "0"]  # unfinished, refused, not run
 
@@ -85,11 +89,9 @@ def test_a_killed_run_is_unfinished_not_diverged(tmp_path):
     run_dir(root / "base" / "lr0.03" / "seed2", "base", 3e-2, 2, None, status=None)
     doc = report(read_grid(root))
     row = rows(doc)["base"]
-    assert (row["diverged_runs"], row["unfinished_runs"]) == (0, 1)
-    assert row["max_stable_lr"] == 3e-2 and row["best_lr"] == 3e-2  # on the seeds that finished there
-    assert any(
-        "1 runs unfinished, neither picked nor counted as diverged: lr 0.03 seed 2" in w for w in doc["warnings"]
-    )
+    assert (row.diverged_runs, row.unfinished_runs) == (0, 1)
+    assert row.max_stable_lr == 3e-2 and row.best_lr == 3e-2  # on the seeds that finished there
+    assert any("1 runs unfinished, neither picked nor counted as diverged: lr 0.03 seed 2" in w for w in said(doc))
 
 
 def test_a_run_stopped_on_a_nonfinite_loss_is_diverged(tmp_path):
@@ -108,7 +110,7 @@ def test_a_run_stopped_on_a_nonfinite_loss_is_diverged(tmp_path):
     run_dir(stopped, "base", 1e-2, 1, None, status="failed")
     (stopped / "train.log").write_text(f"step 5 ...\nerror: {line}\n")
     row = rows(report(read_grid(root)))["base"]
-    assert (row["diverged_runs"], row["unfinished_runs"], row["best_lr"], row["max_stable_lr"]) == (1, 0, 1e-3, 1e-3)
+    assert (row.diverged_runs, row.unfinished_runs, row.best_lr, row.max_stable_lr) == (1, 0, 1e-3, 1e-3)
 
 
 def test_the_lr_and_seed_are_read_from_the_run_not_its_folder(tmp_path):
@@ -120,24 +122,25 @@ def test_the_lr_and_seed_are_read_from_the_run_not_its_folder(tmp_path):
     grid = read_grid(root)
     at = {(r.lr, r.seed): r.state for r in grid["base"].runs}
     assert at[1e-3, 2] == "finished" and at[1e-2, 2] == "not run"
-    assert any("base/lr0.01/seed2: its own config says arm base, lr 0.001, seed 2" in n for n in grid.notes)
+    assert any("base/lr0.01/seed2: its own config says arm base, lr 0.001, seed 2" in n.text for n in grid.notes)
 
 
 def test_a_copied_seed_dir_counts_once(tmp_path):
     root = sweep(tmp_path / "s", {"base": BASE, "wide": BASE})
     shutil.copytree(root / "wide" / "lr0.01" / "seed0", root / "wide" / "lr0.01" / "seed7")
     doc = report(read_grid(root))
-    assert rows(doc)["wide"]["curve"]["0.01"] == [2.5, 2.52, 2.48]  # not 4 values: the copy is seed 0 again
-    assert any("wide/lr0.01/seed7 is a copy of wide/lr0.01/seed0" in w for w in doc["warnings"])
+    assert rows(doc)["wide"].curve["0.01"] == [2.5, 2.52, 2.48]  # not 4 values: the copy is seed 0 again
+    assert any("wide/lr0.01/seed7 is a copy of wide/lr0.01/seed0" in w for w in said(doc))
 
 
 def test_an_arm_not_run_at_the_baselines_lr_is_named_so(tmp_path):
     root = sweep(tmp_path / "s", {"base": BASE, "other": {1e-3: [2.9, 2.95, 2.92]}})
     doc = report(read_grid(root))
-    assert rows(doc)["other"]["not_run"] == 3 and rows(doc)["other"]["at_baseline_lr"]["states"] == ["not run"]
+    versus = rows(doc)["other"].versus
+    assert rows(doc)["other"].not_run == 3 and versus is not None and versus.states_at_baseline_lr == ["not run"]
     line = next(x for x in format_report(doc).splitlines() if x.startswith("other"))
     assert line.endswith("| n/a (not run at 0.01)") and "needs 2+ seeds" not in line
-    assert "other: not run at lr 0.01 (seeds 0, 1, 2): the sweep dir has no run there" in doc["warnings"]
+    assert "other: not run at lr 0.01 (seeds 0, 1, 2): the sweep dir has no run there" in said(doc)
 
 
 @pytest.mark.parametrize(
@@ -172,8 +175,8 @@ def test_a_malformed_layout_is_read_cell_by_cell_or_refused_in_one_line(tmp_path
     (root / "wide" / "lrx" / "seed0").mkdir(parents=True)
     (root / "stray").mkdir()
     doc = report(read_grid(root))
-    assert rows(doc)["wide"]["not_run"] == 1 and [r["arm"] for r in doc["rows"]] == ["base", "wide"]
-    assert "wide: not run at lr 0.001 (seeds 1): the sweep dir has no run there" in doc["warnings"]
+    assert rows(doc)["wide"].not_run == 1 and [r.arm for r in doc.rows] == ["base", "wide"]
+    assert "wide: not run at lr 0.001 (seeds 1): the sweep dir has no run there" in said(doc)
     other = run_dir(root / "wide" / "lr0.001" / "seed9", "wide", 1e-3, 0, 3.3)  # another run claiming seed 0
     with pytest.raises(ConfigError, match="two different runs of arm wide at lr 0.001, seed 0"):
         read_grid(root)
@@ -192,13 +195,13 @@ def test_two_sweep_dirs_are_read_as_one_grid_and_an_arm_that_differs_between_the
     wider = {"base": {3e-2: [2.3, 2.31, 2.29]}, "wide": {3e-2: [2.2, 2.21, 2.19]}}
     second = sweep(tmp_path / "second", wider)
     alone = report(read_grid(first))
-    assert alone["rows"][0]["best_lr"] == 1e-2 and "largest" in format_report(alone)  # at the edge of one grid
+    assert alone.rows[0].best_lr == 1e-2 and "largest" in format_report(alone)  # at the edge of one grid
     grid = read_grid(first, second)
     assert grid.lrs == [1e-3, 1e-2, 3e-2]
     assert grid["wide"].at(3e-2)[0].where == "second/wide/lr0.03/seed0"
     doc = report(grid)
-    assert [rows(doc)[a]["best_lr"] for a in ("base", "wide")] == [3e-2, 3e-2]
-    assert any("one grid read from 2 sweep dirs" in n for n in grid.notes)
+    assert [rows(doc)[a].best_lr for a in ("base", "wide")] == [3e-2, 3e-2]
+    assert any("one grid read from 2 sweep dirs" in n.text for n in grid.notes)
     out = tmp_path / "cmp"
     assert main([str(first), str(second), "--lr-grid", "--out", str(out)]) == 0
     assert json.loads((out / "lr_grid.json").read_text())["rows"][0]["best_lr"] == 3e-2

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gptlab.compare import modes
+from gptlab.compare.render import json_report
 from gptlab.compare.render import matrix as matrix_text
 from gptlab.compare.statistics.verdict import Status, Verdict, baseline, difference
 from gptlab.compare.tables.matrix import ArmLenses, Finding, Lens, reconcile
@@ -134,6 +135,6 @@ def test_a_matched_arm_folds_into_the_arm_it_was_matched_from(tmp_path):
     )
     assert mqa.cost == pytest.approx(6.0 / 7.2)
     assert list(mqa.cells)[:2] == [Lens.EQUAL_STEPS, Lens.EQUAL_FLOPS]
-    doc = found.comparisons[0].to_json()["verdict_matrix"]
+    doc = json_report.comparison(found.comparisons[0])["verdict_matrix"]
     assert doc["arms"][0]["cells"]["matched"]["status"] == mqa.cells[Lens.MATCHED].status.value
     assert doc["lenses"][0] == "equal_steps"

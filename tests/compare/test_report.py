@@ -17,8 +17,9 @@ from PIL import Image
 from rich.console import Console
 
 from gptlab.compare.reading.runs import discover, load_run
+from gptlab.compare.render import document, html_page, markdown, terminal
 from gptlab.compare.render.plots import make_plots, x_at_evals
-from gptlab.compare.render.report import cells, html_report, markdown, print_table
+from gptlab.compare.render.report import cells
 from gptlab.compare.tables.analysis import compare
 from helpers.cli import cli_env, run_cli
 from helpers.compare import default_loss, write_sweep
@@ -73,7 +74,7 @@ def report(tmp_path_factory):
     cmp = compare([load_run(p) for p in discover([str(_write(out / "sweep"))])])
     figures: dict = {}
     images = make_plots(cmp, out, figures=figures)
-    (out / "comparison.html").write_text(html_report(cmp, images))
+    (out / "comparison.html").write_text(html_page.write(document.build(cmp, images)))
     for fig in figures.values():
         fig.canvas.draw()  # tick labels exist only once drawn
     yield cmp, images, figures, out
@@ -211,12 +212,12 @@ def test_flags_in_the_table_markdown_and_terminal(report):
     flags = [line[headers.index("flags")] for line in body]
     # mqa's seeds peak at 40, 41 and 45 MiB: 12.5% apart, above the 5% a seed of one config may vary without a floor
     assert flags == ["identical model", "identical model; speed within noise", "under load; peak mem varies"]
-    md = markdown(cmp, images)
+    md = markdown.write(document.build(cmp, images))
     header = next(line for line in md.splitlines() if line.startswith("| label |"))  # below the verdicts
     assert "| flags |" in header + " " and "identical model; speed within noise |" in md
     assert "shaded band = min–max over seeds" in md and "bar = mean ± std over seeds, dots = each run" in md
     console = Console(width=400, record=True)
-    print_table(cmp, console)
+    terminal.print_document(document.build(cmp), console)
     assert "identical model; speed within noise" in console.export_text()
 
 

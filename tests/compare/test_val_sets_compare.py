@@ -91,17 +91,19 @@ def test_each_val_set_gets_its_own_verdict_in_every_report(tmp_path, capsys):
 def test_the_wandb_comparison_logs_the_same_table(tmp_path, capsys):
     from types import SimpleNamespace as NS
 
-    from gptlab.compare.render.val_sets import extra_table
-    from gptlab.compare.render.wandb_log import extra_tables
+    from gptlab.compare.render import per_arm
+    from gptlab.compare.render.sections import Document
+    from gptlab.compare.render.wandb_log import report_tables
     from gptlab.compare.tables.val_sets import val_set_rows
 
     runs = [
         NS(by_step={100: {"val/code/loss": v}}, summary={"val_sets": {"code": {"fingerprint": "f"}}}) for v in (1, 2)
     ]
     rows_, warnings = val_set_rows([NS(runs=runs[:1]), NS(runs=runs[1:])], ["a", "b"], NS(step_of=lambda r: 100))
-    logged = extra_tables(NS(compute=None, val_sets=rows_, probes=[], evals=[]))
+    table = per_arm.table(per_arm.VAL_SETS, [(r.metric, "lower", r.cells) for r in rows_])
+    logged = report_tables(Document("val sets", "", (table,)))
     assert set(logged) == {"val_sets"} and logged["val_sets"].columns == ["validation set", "a", "b"]
-    assert logged["val_sets"].data == extra_table(rows_).body and warnings == []
+    assert logged["val_sets"].data == [list(row) for row in table.rows] and warnings == []
 
 
 def test_runs_that_scored_another_set_under_one_name_are_never_pooled(tmp_path, capsys):

@@ -92,10 +92,10 @@ def test_a_run_that_cannot_start_is_planned_as_refused_and_the_analysis_shows_it
         (folder / "summary.json").write_text(json.dumps({"status": "finished", "final_val_loss": final}))
         (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "val/loss": 4.0}) + "\n")
     doc = report(read_grid(sweep.sweep_dir))
-    assert [r["refused_runs"] for r in doc["rows"]] == [2, 2]
-    assert not any("extend the grid to larger lrs" in w for w in doc["warnings"])
+    assert [r.refused_runs for r in doc.rows] == [2, 2]
+    assert not any("extend the grid to larger lrs" in w.text for w in doc.warnings)
     assert any(
-        w.startswith("base: lr 10 refused at start (seeds 0, 1): optimizer.weight_decay") for w in doc["warnings"]
+        w.text.startswith("base: lr 10 refused at start (seeds 0, 1): optimizer.weight_decay") for w in doc.warnings
     )
     # gptlab-sweep status names them refused, with the reason, not "never ran"
     from gptlab.sweep.status import format_status, status_of
@@ -129,7 +129,7 @@ def test_the_seeds_launched_are_recorded_not_the_files(tmp_path):
     assert read_sweep(two.sweep_dir).seeds == [0, 1]
     _finish(two)
     grid = read_grid(two.sweep_dir)
-    assert grid.seeds == [0, 1] and not [n for n in grid.notes if "not run" in n]
+    assert grid.seeds == [0, 1] and not [n for n in grid.notes if "not run" in n.text]
     assert all(r.state != "not run" for c in grid.values() for r in c.runs)
     third = _resolve(tmp_path, doc, lr_grid="1e-3,1e-2", seeds="2")
     assert record_definition(third.sweep_dir, third.spec, third.extra, third.seeds) == []
@@ -160,7 +160,7 @@ def test_a_wider_grid_extends_the_sweep_in_place_and_reuses_finished_runs(tmp_pa
     assert read_sweep(between.sweep_dir).lrs == [1e-3, 3e-3, 1e-2, 1e-1]
     again = _resolve(tmp_path, doc, lr_grid="1e-2,1e-1")
     assert record_definition(again.sweep_dir, again.spec, again.extra) == []  # nothing new: the file is unchanged
-    other = _resolve(tmp_path, {**doc, "arms": {"base": [], "wide": [], "third": []}}, lr_grid="1e-3,1e-2")
+    other = _resolve(tmp_path, {**doc, "overrides": ["model=tiny", "train.max_steps=7"]}, lr_grid="1e-3,1e-2")
     with pytest.raises(ConfigError, match="holds a different sweep definition"):
         record_definition(other.sweep_dir, other.spec, other.extra)
     plain = _resolve(tmp_path, doc)

@@ -17,6 +17,7 @@ from pathlib import Path
 from gptlab.compare.reading.like import tokens_per_step
 from gptlab.compare.reading.runs import Run
 from gptlab.errors import ConfigError
+from gptlab.util.note import Note, warning
 
 
 @dataclass(frozen=True)
@@ -72,16 +73,15 @@ def _at_step(runs: list[Run], step: int) -> Point:
     return Point("step", step, {r.path: step for r in runs})
 
 
-def _unequal(runs: list[Run], step: int, why: str) -> str:
+def _unequal(runs: list[Run], step: int, why: str) -> Note:
     seen = sorted({tokens_at(r, step) or 0 for r in runs})
-    return (
-        f"warning: the runs differ in tokens per step and are compared at equal step {step} ({why}): there they "
-        f"have seen {', '.join(f'{t:,}' for t in seen)} tokens, so a val loss difference mixes the arm with the "
-        "amount of data"
+    return warning(
+        f"the runs differ in tokens per step and are compared at equal step {step} ({why}): there they have seen "
+        f"{', '.join(f'{t:,}' for t in seen)} tokens, so a val loss difference mixes the arm with the amount of data"
     )
 
 
-def align(runs: list[Run], step: int | None = None) -> tuple[Point, list[str]]:
+def align(runs: list[Run], step: int | None = None) -> tuple[Point, list[Note]]:
     """(the point to compare at, warnings): see the module docstring."""
     per = {tokens_per_step(r) for r in runs}
     if len(per) <= 1 or None in per:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gptlab.compare.reading.runs import Run
+from gptlab.util.note import Note, note
 
 TRAIN = "train_s"
 WALL = "wall_s"
@@ -24,7 +25,7 @@ class Clock:
     """`key`: the row key read as time (train_s or wall_s); `note`: why it is wall time, when it is."""
 
     key: str
-    note: str | None = None
+    note: Note | None = None
 
     @property
     def name(self) -> str:
@@ -46,6 +47,9 @@ def clock_of(runs: list[Run]) -> Clock:
     more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
     return Clock(
         WALL,
-        f"note: time is wall time (evals, probes and checkpoints included), not training time: {lacking[0].path}"
-        f"{more} recorded no train_s at some step (written before it was kept, or resumed from such a checkpoint)",
+        note(
+            f"note: time is wall time (evals, probes and checkpoints included), not training time: {lacking[0].path}"
+            f"{more} recorded no train_s at some step (written before it was kept, or resumed from such a checkpoint)",
+            subject=str(lacking[0].path),
+        ),
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from gptlab.compare.reading.runs import Run, common_root, where
 from gptlab.errors import ConfigError
+from gptlab.util.note import Note, warning
 from gptlab.util.tree import flatten
 
 # Keys that vary between seeds of one configuration: runs differing only here form one group.
@@ -19,6 +20,8 @@ IGNORED_TOP = frozenset(
     {"paths", "logger", "hydra", "wandb", "name", "run_name", "tags", "notes", "sweep", "arm", "sample", "profile"}
     | {"probes"}  # capability probes only observe (compare.probes checks their sets apart)
 )
+# Keys that only log, checkpoint or observe: each one gptlab/config/settings.py holds is `curve=False` there, which
+# compare may not import; tests/compare/test_ignored_keys.py ties the two lists.
 IGNORED_KEYS = frozenset(
     {
         "train.resume",
@@ -103,7 +106,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return list(groups.values())
 
 
-def one_run_per_seed(groups: list[Group]) -> list[str]:
+def one_run_per_seed(groups: list[Group]) -> list[Note]:
     """Keep one run per seed in every group (in place); one warning per run left out.
 
     A configuration run again with the same seeds (the baseline in two sweep dirs on one command line) is a
@@ -126,8 +129,11 @@ def one_run_per_seed(groups: list[Group]) -> list[str]:
             for run in same:
                 if run is not best:
                     warnings.append(
-                        f"warning: {where(run, root)} repeats {where(best, root)}'s config and seeds ({seeds}): "
-                        f"a replay is not a new sample; counted once, as {where(best, root)}"
+                        warning(
+                            f"{where(run, root)} repeats {where(best, root)}'s config and seeds ({seeds}): a replay "
+                            f"is not a new sample; counted once, as {where(best, root)}",
+                            subject=where(run, root),
+                        )
                     )
         g.runs = [r for r in g.runs if any(r is k for k in kept)]
     return warnings

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 
 from gptlab.compare.reading.runs import Run, common_root, wandb_identity, where
+from gptlab.util.note import Note, warning
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def identity(run: Run) -> Identity:
     return Identity(f"content:{digest.hexdigest()}", "identical metrics.jsonl, summary.json and config")
 
 
-def dedupe(runs: list[Run]) -> tuple[list[Run], list[str]]:
+def dedupe(runs: list[Run]) -> tuple[list[Run], list[Note]]:
     """(one run per identity in first-seen order, one warning per copy left out).
 
     Of the dirs of one run the one with the most val/loss evals is kept (a copy taken mid-run has fewer), ties to
@@ -70,7 +71,10 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[str]]:
         for copy in same:
             if copy is not best:
                 warnings.append(
-                    f"warning: {where(copy, root)} is a copy of {where(best, root)} ({how[key]}): "
-                    f"counted once, as {where(best, root)}"
+                    warning(
+                        f"{where(copy, root)} is a copy of {where(best, root)} ({how[key]}): counted once, as "
+                        f"{where(best, root)}",
+                        subject=where(copy, root),
+                    )
                 )
     return [r for r in runs if id(r) in keep], warnings

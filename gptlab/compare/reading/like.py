@@ -32,6 +32,7 @@ from gptlab.compare.reading.group import Group, show
 from gptlab.compare.reading.identity import identity
 from gptlab.compare.reading.runs import Run, where
 from gptlab.errors import ConfigError
+from gptlab.util.note import Note, note, warning
 from gptlab.util.tree import flatten
 
 VAL_SET_KEYS = ("data_fingerprint", "data_seed", "train.eval_sequences", "seq_len")
@@ -120,7 +121,7 @@ def _listing(firsts: dict[str, Run], root: str, limit: int = 4) -> str:
     return ", ".join(items) + (", ..." if len(firsts) > limit else "")
 
 
-def check_like(runs: list[Run]) -> list[str]:
+def check_like(runs: list[Run]) -> list[Note]:
     """Refuse runs scored on different validation sets (ConfigError, one line naming the key, two runs and
     --split-by); returns warnings for runs whose data fingerprint is unrecorded while others have one."""
     root = _root(runs)
@@ -133,8 +134,11 @@ def check_like(runs: list[Run]) -> list[str]:
             if firsts:
                 shown = ", ".join(unrecorded[:4]) + (", ..." if len(unrecorded) > 4 else "")
                 warnings.append(
-                    f"warning: {shown}: no data_fingerprint recorded (older runs), so their validation data is "
-                    "checked by config only (data, tokenizer, data_seed, train.eval_sequences, sequence length)"
+                    warning(
+                        f"{shown}: no data_fingerprint recorded (older runs), so their validation data is checked by "
+                        "config only (data, tokenizer, data_seed, train.eval_sequences, sequence length)",
+                        subject=shown,
+                    )
                 )
         if len(firsts) > 1:
             raise ConfigError(
@@ -223,26 +227,33 @@ OVERHEAD_KEYS = {
 }
 
 
-def overhead_warnings(runs: list[Run], clock: Clock) -> list[str]:
+def overhead_warnings(runs: list[Run], clock: Clock) -> list[Note]:
     """One warning naming the observing keys the runs differ in whose work is inside `clock`'s time, so equal-time
     readings and time to target charge the runs unequally (step, token and FLOP readings are unaffected)."""
     differ = [key for key in OVERHEAD_KEYS[clock.key] if len({value(r, key) for r in runs}) > 1]
     if not differ:
         return []
+    keys = ", ".join(differ)
     return [
-        f"warning: the runs differ in {', '.join(differ)}, whose work is inside their {clock.name}: equal-time "
-        f"readings and {clock.name} to target charge some runs more than others (read the step and FLOP readings, "
-        "or rerun the arms alike)"
+        warning(
+            f"the runs differ in {keys}, whose work is inside their {clock.name}: equal-time readings and "
+            f"{clock.name} to target charge some runs more than others",
+            subject=keys,
+            fix="read the step and FLOP readings, or rerun the arms alike",
+        )
     ]
 
 
-def arm_notes(groups: list[Group], base: Group) -> list[str]:
+def arm_notes(groups: list[Group], base: Group) -> list[Note]:
     """One note per arm whose budget (train.max_steps or tokens per step) differs from the baseline's, and one per
     group that started from another run's checkpoint when not every group did the same."""
     starts = {id(g): init_from(g.runs[0]) for g in groups}
     notes = [
-        f"note: '{g.label}' starts from another run's checkpoint ({starts[id(g)]}), not from scratch: its val loss "
-        "includes that run's training"
+        note(
+            f"note: '{g.label}' starts from another run's checkpoint ({starts[id(g)]}), not from scratch: its val "
+            "loss includes that run's training",
+            subject=g.label,
+        )
         for g in groups
         if starts[id(g)] and len(set(starts.values())) > 1
     ]
@@ -252,15 +263,21 @@ def arm_notes(groups: list[Group], base: Group) -> list[str]:
         steps, base_steps = _shared(g, "train.max_steps"), _shared(base, "train.max_steps")
         if steps != base_steps and not {steps, base_steps} & {UNSET, None}:
             notes.append(
-                f"note: '{g.label}' differs from the baseline in budget: train.max_steps {steps} vs {base_steps}, "
-                "an arm difference (at one step their learning-rate schedules are at different points)"
+                note(
+                    f"note: '{g.label}' differs from the baseline in budget: train.max_steps {steps} vs {base_steps}, "
+                    "an arm difference (at one step their learning-rate schedules are at different points)",
+                    subject=g.label,
+                )
             )
         tps, base_tps = _shared(g, "tokens_per_step"), _shared(base, "tokens_per_step")
         if tps != base_tps and not {tps, base_tps} & {UNSET, None}:
             run, ref = g.runs[0], base.runs[0]
             notes.append(
-                f"note: '{g.label}' differs from the baseline in tokens per step: {tps} vs {base_tps} "
-                f"(batch size {batch_size(run)} vs {batch_size(ref)} × sequence length {seq_len(run)}), "
-                "an arm difference: it sees other numbers of tokens at one step"
+                note(
+                    f"note: '{g.label}' differs from the baseline in tokens per step: {tps} vs {base_tps} "
+                    f"(batch size {batch_size(run)} vs {batch_size(ref)} × sequence length {seq_len(run)}), "
+                    "an arm difference: it sees other numbers of tokens at one step",
+                    subject=g.label,
+                )
             )
     return notes

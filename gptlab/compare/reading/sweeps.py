@@ -22,6 +22,7 @@ from pathlib import Path
 from gptlab.compare.reading.runs import Run, is_run_dir
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import PLAN_FILE, SWEEP_FILE, planned_subdir, read_plan
+from gptlab.util.note import Note, note, warning
 
 
 def _under(run: Run, root: Path) -> list[Path]:
@@ -78,7 +79,7 @@ def _plan(sweep_dir: Path) -> list[Path]:
     return [sweep_dir / subdir for subdir in subdirs if subdir]
 
 
-def finished_runs(paths: list[Path], runs: list[Run]) -> tuple[list[Run], list[str]]:
+def finished_runs(paths: list[Path], runs: list[Run]) -> tuple[list[Run], list[Note]]:
     """(runs to compare, warnings): in a planned sweep dir at or below a given folder, runs without summary.json
     are left out and, with the planned runs never started, named in one warning per sweep dir."""
     sweep_dirs: dict[Path, list[Run]] = {}
@@ -119,8 +120,11 @@ def finished_runs(paths: list[Path], runs: list[Run]) -> tuple[list[Run], list[s
         done = len(members) - len(unfinished)
         has, are = ("has", "is") if len(missing) == 1 else ("have", "are")
         warnings.append(
-            f"warning: sweep {sweep_dir}: {len(missing)} of its runs {has} not finished (no summary.json; "
-            f"{len(plan)} in its latest launch) and {are} left out: {', '.join(why)}; compared: the {done} that finished"
+            warning(
+                f"sweep {sweep_dir}: {len(missing)} of its runs {has} not finished (no summary.json; {len(plan)} in "
+                f"its latest launch) and {are} left out: {', '.join(why)}; compared: the {done} that finished",
+                subject=str(sweep_dir),
+            )
         )
     kept = [r for r in runs if id(r) not in left_out]
     if not kept:
@@ -131,7 +135,7 @@ def finished_runs(paths: list[Path], runs: list[Run]) -> tuple[list[Run], list[s
     return kept, warnings
 
 
-def unpruned(runs: list[Run]) -> tuple[list[Run], list[str]]:
+def unpruned(runs: list[Run]) -> tuple[list[Run], list[Note]]:
     """(runs to compare, a note naming the runs a tune pruner stopped, which are left out); every run pruned is a
     one-line ConfigError."""
     pruned = [r for r in runs if r.status == "pruned"]
@@ -146,6 +150,8 @@ def unpruned(runs: list[Run]) -> tuple[list[Run], list[str]]:
     root = os.path.commonpath([str(r.path) for r in runs])
     named = ", ".join(f"{os.path.relpath(r.path, root)} (step {r.summary.get('pruned_at_step', '?')})" for r in pruned)
     return kept, [
-        f"note: {len(pruned)} run(s) pruned by the tune search's pruner are left out (a pruned run has no final val "
-        f"loss; it stopped at the step given): {named}"
+        note(
+            f"note: {len(pruned)} run(s) pruned by the tune search's pruner are left out (a pruned run has no final "
+            f"val loss; it stopped at the step given): {named}"
+        )
     ]

@@ -1,1 +1,2 @@
-"""The only room that makes words: verdict words, terminal / Markdown / HTML reports, plots, W&B and its workspace."""
+"""The only room that makes words: words.py (every verdict word), one report document (sections.py, built once in
+document.py) that the terminal, Markdown, HTML and W&B writers walk, plots, and the W&B workspace."""

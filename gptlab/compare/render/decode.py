@@ -1,8 +1,9 @@
-"""The decode table rendered: terminal (rich), Markdown and HTML cells from the decode rows."""
+"""The decode table in words: its cells from the decode rows, and the table as a section of the report."""
 
 from __future__ import annotations
 
 from gptlab.compare.render import words
+from gptlab.compare.render.sections import Document, Table
 from gptlab.compare.statistics import stats
 from gptlab.compare.statistics.speed import mem_text
 from gptlab.compare.statistics.verdict import Status, Verdict
@@ -79,34 +80,13 @@ def cells(rows: list[DecodeRow]) -> list[list[str]]:
     return body
 
 
-def print_decode(rows: list[DecodeRow], baseline: str, console=None) -> None:
-    """The decode table with rich, then its note."""
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console(width=None if sys.stdout.isatty() else 260)
-    table = Table(title=f"gptlab-compare: decode vs baseline '{baseline}'")
-    for h in HEADERS:
-        table.add_column(h, justify="left" if h in ("label", "cache") else "right")
-    for line in cells(rows):
-        table.add_row(*line)
-    console.print(table)
-    console.print(NOTE, highlight=False, markup=False)
+def table(rows: list[DecodeRow], baseline: str) -> Table:
+    """The decode table as a section of the report document, its note under it."""
+    title = f"gptlab-compare: decode vs baseline '{baseline}'"
+    body = tuple(tuple(line) for line in cells(rows))
+    return Table("", title, tuple(HEADERS), body, heading="Decode", left=("label", "cache"), note=NOTE)
 
 
-def markdown(rows: list[DecodeRow]) -> list[str]:
-    """comparison.md's decode section."""
-    lines = ["", "## Decode", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in cells(rows)]
-    return lines + ["", f"- {NOTE}"]
-
-
-def html(rows: list[DecodeRow]) -> str:
-    """comparison.html's decode section: the same cells as the table and comparison.md."""
-    from html import escape
-
-    head = "".join(f"<th>{escape(h)}</th>" for h in HEADERS)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in line) + "</tr>\n" for line in cells(rows))
-    return f"<h2>Decode</h2>\n<table>\n<tr>{head}</tr>\n{body}</table>\n<p>{escape(NOTE)}</p>\n"
+def page(rows: list[DecodeRow], baseline: str) -> Document:
+    """A decode-only comparison's report document: the decode table alone."""
+    return Document(f"Decode comparison (baseline: {baseline})", "", (table(rows, baseline),))

@@ -1,9 +1,10 @@
-"""Factorial effects in words: the terminal lines, the Markdown and HTML sections."""
+"""Factorial effects in words: the lines, and the section of the report document that holds them."""
 
 from __future__ import annotations
 
 import math
 
+from gptlab.compare.render.sections import Preformatted
 from gptlab.compare.render.words import p_value
 
 
@@ -62,13 +63,6 @@ def lines(doc: dict) -> list[str]:
     return out
 
 
-def markdown(doc: dict) -> str:
-    """The factorial section of comparison.md."""
-    return "\n## Factorial effects\n\n```\n" + "\n".join(lines(doc)) + "\n```\n"
-
-
-def html(doc: dict) -> str:
-    """The factorial section of comparison.html."""
-    import html as escape
-
-    return "<h2>Factorial effects</h2>\n<pre>" + escape.escape("\n".join(lines(doc))) + "</pre>\n"
+def section(doc: dict) -> Preformatted:
+    """The factorial effects as a section of the report document, laid out as the terminal lines."""
+    return Preformatted("Factorial effects", "\n".join(lines(doc)))

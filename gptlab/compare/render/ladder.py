@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from gptlab.compare.render import words
-from gptlab.compare.statistics.verdict import Trend
+from gptlab.compare.statistics.verdict import Status, Trend, Verdict
 from gptlab.compare.studies.ladder import SIZE_LABEL, Ladder
 
 
 def _ci(t) -> str:
     return f"{t[0]:+.4f} [{t[1]:+.4f}, {t[2]:+.4f}]"
+
+
+def _swap(s: dict) -> Verdict:
+    """A ranking swap's test between two rungs as a Verdict (the ladder records whether it was decided)."""
+    return Verdict("val/loss", Status.DECIDED if s["decided"] else Status.WITHIN_NOISE)
 
 
 def format_report(doc: dict) -> str:
@@ -42,7 +47,7 @@ def format_report(doc: dict) -> str:
                 f"smallest {_ci(gap['gap_at_smallest'])}, largest {_ci(gap['gap_at_largest'])}"
             )
         elif gap:
-            lines.append(f"{'':<14} gap vs {doc['baseline']}: n/a ({gap['why']})")
+            lines.append(f"{'':<14} gap vs {doc['baseline']}: {words.no_verdict(gap['why'])}")
     rank = doc["ranking"]
     gaps = rank.get("missing") or {}
     absent = "; ".join(f"{', '.join(arms)} not at {r}" for r, arms in gaps.items())
@@ -54,14 +59,13 @@ def format_report(doc: dict) -> str:
         )
     else:
         swaps = "; ".join(
-            f"{s['pair'][0]} vs {s['pair'][1]} between {s['rungs'][0]} and {s['rungs'][1]}"
-            + (" (decided)" if s["decided"] else " (within noise)")
+            f"{s['pair'][0]} vs {s['pair'][1]} between {s['rungs'][0]} and {s['rungs'][1]} {words.swap(_swap(s))}"
             for s in rank["swaps"]
         )
         lines.append(f"ranking CHANGES with size: {swaps}" + (f" ({absent})" if absent else ""))
         lines += [f"  {r}: {' < '.join(order)}" for r, order in rank["per_rung"].items()]
     lines += [f"note: {n}" for n in doc["notes"]]
-    lines += doc["warnings"]
+    lines += [words.note(w) for w in doc["warnings"]]
     return "\n".join(lines)
 
 
@@ -122,7 +126,7 @@ def format_lr_trend(doc: dict) -> str:
         slope = entry["slope"]
         ci = entry["slope_ci"]
         shown = (
-            "n/a (fewer than 2 rungs with a best lr)"
+            words.no_verdict("fewer than 2 rungs with a best lr")
             if slope is None
             else f"{slope:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else " (no interval: 1 seed per cell)")
         )
@@ -136,14 +140,7 @@ def format_lr_trend(doc: dict) -> str:
         if vs and vs["difference"] is not None:
             ci = vs["ci"]
             where = f"{vs['difference']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else " (no interval)")
-            if vs["moves_differently"]:
-                said = (
-                    f"its best lr MOVES DIFFERENTLY with size from {doc['baseline']}'s: a transferred lr would be off"
-                )
-            elif vs["moves_differently"] is None:
-                said = f"undecided whether its best lr moves like {doc['baseline']}'s"
-            else:
-                said = f"its best lr moves like {doc['baseline']}'s (the interval holds 0)"
+            said = words.lr_moves(vs["moves_differently"], doc["baseline"])
             lines.append(f"{'':<14} vs {doc['baseline']}: slope difference {where}: {said}")
     for rung, found in doc["grids"].items():  # each rung's grid: unfinished, refused or diverged cells, edges
         lines += [f"{rung}: {w}" for w in found["warnings"]]

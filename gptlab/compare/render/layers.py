@@ -8,6 +8,7 @@ import re
 from statistics import mean
 
 from gptlab.compare.reading.group import Group
+from gptlab.util.note import Note, note
 
 # (metric under diag/layerNN/, title): the per-layer curves drawn when at least one arm logged them
 METRICS = (
@@ -61,10 +62,10 @@ def layer_figures(groups: list[Group], labels: list[str]) -> dict:
     return figures
 
 
-def layer_notes(groups: list[Group], labels: list[str], step: int) -> list[str]:
+def layer_notes(groups: list[Group], labels: list[str], step: int) -> list[Note]:
     """One line per metric two or more arms logged: each arm's largest per-layer value at the last logged step
     <= `step` (the comparison's step), e.g. 'max attention logit ... : mha 14.2 (layer03), qk_norm 4.1 (layer01)'."""
-    lines = []
+    lines: list[Note] = []
     for metric, title in METRICS[:1]:  # the max logit: the one the QK-norm question asks about
         parts = []
         for g, label in zip(groups, labels):
@@ -77,7 +78,9 @@ def layer_notes(groups: list[Group], labels: list[str], step: int) -> list[str]:
                 parts.append(f"{label} {best[0]:.3g} ({best[1]})")
         if len(parts) >= 2:
             lines.append(
-                f"{title}, largest over layers at the last diagnostics step <= {step} "
-                f"(mean over seeds): " + ", ".join(parts) + "."
+                note(
+                    f"{title}, largest over layers at the last diagnostics step <= {step} "
+                    f"(mean over seeds): " + ", ".join(parts) + "."
+                )
             )
     return lines

@@ -5,32 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from gptlab.compare.render import words
+from gptlab.compare.render.sections import Figure, Figures, Preformatted, Section
 from gptlab.compare.statistics.stats import mean
 from gptlab.compare.statistics.verdict import Status, Verdict
-from gptlab.compare.studies.lr_grid import FINISHED, ArmCurve, finals_at
+from gptlab.compare.studies.lr_grid import FINISHED, ArmCurve, GridReport, GridRow, finals_at
 
 
 def _verdict_text(v: Verdict, why: str | None = None) -> str:
     """A verdict cell; `why`: what the arm or the baseline lacks there (no best lr, not run at that lr, ...)."""
     if v.status is Status.NOT_MEASURED or v.interval is None or v.effect is None:
-        return f"n/a ({why or 'needs 2+ seeds each'})"
+        return words.no_verdict(why or "needs 2+ seeds each")
     return f"{v.effect:+.4f} [{v.interval[0]:+.4f}, {v.interval[1]:+.4f}] {words.side(v)}"
 
 
-def _why_not(row: dict, base: dict, shared: bool) -> str | None:
+def _why_not(row: GridRow, base: GridRow, shared: bool) -> str | None:
     """Why a verdict cell has no verdict, in words: a missing best lr, the arm's cells at the baseline's lr, or
     verdict seeds that diverged at the lr judged (on either side)."""
-    if base["best_lr"] is None:
-        return f"{base['arm']} has no best lr"
-    if not shared and row["best_lr"] is None:
+    if base.best_lr is None:
+        return f"{base.arm} has no best lr"
+    if not shared and row.best_lr is None:
         return "no best lr"
-    at = row.get("at_baseline_lr") or {}
-    if shared and at.get("states") and FINISHED not in at["states"]:
-        return f"{'/'.join(at['states'])} at {at['lr']:g}"
-    lrs = (base["best_lr"], base["best_lr"]) if shared else (row["best_lr"], base["best_lr"])
-    counts = (row.get("diverged_verdict_seeds") or {}).get("shared_lr" if shared else "own_best") or [0, 0]
+    vs = row.versus
+    if shared and vs and vs.states_at_baseline_lr and FINISHED not in vs.states_at_baseline_lr:
+        return f"{'/'.join(vs.states_at_baseline_lr)} at {vs.baseline_lr:g}"
+    lrs = (base.best_lr, base.best_lr) if shared else (row.best_lr, base.best_lr)
+    counts = (vs.shared_lr_diverged if shared else vs.own_best_diverged) if vs else [0, 0]
     gone = [
-        f"{who['arm']}: {n} seed{'s' * (n > 1)} diverged at {lr:g}" for who, lr, n in zip((row, base), lrs, counts) if n
+        f"{who.arm}: {n} seed{'s' * (n > 1)} diverged at {lr:g}" for who, lr, n in zip((row, base), lrs, counts) if n
     ]
     return "; ".join(gone) or None
 
@@ -40,30 +41,30 @@ def _count(n: int | None) -> str:
     return "—" if n is None else str(n)
 
 
-def format_report(doc: dict) -> str:
+def format_report(doc: GridReport) -> str:
     """The terminal table: one line per arm, then the warnings and the selection note."""
     lines = [
         f"{'arm':<12} {'best lr':>8} {'val loss':>16} {'max stable lr':>13} {'diverged':>8} {'spikes':>6} "
-        f"{'unfinished':>10} {'refused':>7} {'not run':>7}  vs {doc['baseline']} at own best | at {doc['baseline']}'s lr"
+        f"{'unfinished':>10} {'refused':>7} {'not run':>7}  vs {doc.baseline} at own best | at {doc.baseline}'s lr"
     ]
-    base = doc["rows"][0]
-    for r in doc["rows"]:
-        loss = "-" if r["val_loss_at_best"] is None else f"{r['val_loss_at_best']:.4f}"
-        loss += f" ± {r['val_loss_std']:.4f}" if r["val_loss_std"] is not None else ""
-        best = "-" if r["best_lr"] is None else f"{r['best_lr']:g}"
-        stable = "-" if r["max_stable_lr"] is None else f"{r['max_stable_lr']:g}"
-        if "vs_baseline_own_best" in r:
-            own = _verdict_text(r["vs_baseline_own_best"], _why_not(r, base, shared=False))
-            verdicts = f"{own} | {_verdict_text(r['vs_baseline_shared_lr'], _why_not(r, base, shared=True))}"
+    base = doc.rows[0]
+    for r in doc.rows:
+        loss = "-" if r.val_loss_at_best is None else f"{r.val_loss_at_best:.4f}"
+        loss += f" ± {r.val_loss_std:.4f}" if r.val_loss_std is not None else ""
+        best = "-" if r.best_lr is None else f"{r.best_lr:g}"
+        stable = "-" if r.max_stable_lr is None else f"{r.max_stable_lr:g}"
+        if r.versus is not None:
+            own = _verdict_text(r.versus.own_best, _why_not(r, base, shared=False))
+            verdicts = f"{own} | {_verdict_text(r.versus.shared_lr, _why_not(r, base, shared=True))}"
         else:
             verdicts = "baseline | "
         lines.append(
-            f"{r['arm']:<12} {best:>8} {loss:>16} {stable:>13} {r['diverged_runs']:>8} {_count(r['spikes_at_best']):>6} "
-            f"{r['unfinished_runs']:>10} {r['refused_runs']:>7} {r['not_run']:>7}  {verdicts}"
+            f"{r.arm:<12} {best:>8} {loss:>16} {stable:>13} {r.diverged_runs:>8} {_count(r.spikes_at_best):>6} "
+            f"{r.unfinished_runs:>10} {r.refused_runs:>7} {r.not_run:>7}  {verdicts}"
         )
-    lines += [f"warning: {w}" for w in doc["warnings"]]
+    lines += [words.note(w) for w in doc.warnings]
     lines.append(
-        f"note: {doc['selection']}; diverged = non-finite or final val loss > {doc['diverge_factor']}x step 0; "
+        f"note: {words.note(doc.selection)}; diverged = non-finite or final val loss > {doc.diverge_factor}x step 0; "
         "unfinished = started, never finished (neither picked nor counted as diverged)"
     )
     return "\n".join(lines)
@@ -102,17 +103,7 @@ def plot_curves(curves: dict[str, ArmCurve], path: Path) -> Path:
     return path
 
 
-def sections(text: str, curves_png: Path) -> tuple[str, str]:
-    """The grid as the (Markdown, HTML) sections closing an lr grid's comparison report: its table as text and the
-    lr curves (embedded in the HTML, so the page stays one file)."""
-    import base64
-    import html
-
-    data = base64.b64encode(curves_png.read_bytes()).decode()
-    md = f"\n## The lr grid\n\n```\n{text}\n```\n\n![lr curves]({curves_png.name})\n"
-    page = (
-        f'<h2>The lr grid</h2>\n<pre class="grid">{html.escape(text)}</pre>\n'
-        f"<figure><figcaption>final val loss against lr, per arm</figcaption>"
-        f'<img alt="lr curves" src="data:image/png;base64,{data}"></figure>\n'
-    )
-    return md, page
+def sections(text: str, curves_png: Path) -> list[Section]:
+    """The grid as the sections closing an lr grid's comparison report: its table as text and the lr curves."""
+    curves = Figure("lr curves", "final val loss against lr, per arm", curves_png)
+    return [Preformatted("The lr grid", text, key="grid"), Figures((curves,))]

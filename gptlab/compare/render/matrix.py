@@ -1,10 +1,9 @@
-"""The verdict matrix (compare/tables/matrix.py) as a terminal table, Markdown, HTML and one sentence per arm."""
+"""The verdict matrix (compare/tables/matrix.py) as sections of the report: its table and one sentence per arm."""
 
 from __future__ import annotations
 
-import html
-
 from gptlab.compare.render import words
+from gptlab.compare.render.sections import Section, Sentences, Table
 from gptlab.compare.tables.matrix import ArmLenses, Matrix
 
 
@@ -49,46 +48,18 @@ def sentences(m: Matrix) -> list[str]:
 
 
 def title(m: Matrix) -> str:
+    """The matrix's heading: against which baseline, under which lenses."""
     where = " (an lr grid: each arm at its own best lr, unless the column says otherwise)" if m.lr_grid else ""
     return f"Verdict matrix: each arm against {m.baseline} under every lens the runs support{where}"
 
 
-def print_matrix(m: Matrix | None, console) -> None:
-    """The matrix as a rich table, then its sentences."""
-    if m is None or not m.arms:
-        return
-    from rich.table import Table
-
-    table = Table(title=title(m))
-    for h in headers(m):
-        table.add_column(h, justify="left")
-    for line in body(m):
-        table.add_row(*line)
-    console.print(table)
-    for s in sentences(m):
-        console.print(s, highlight=False, markup=False)
-
-
-def markdown(m: Matrix | None) -> list[str]:
-    """The matrix's Markdown lines (a heading, the table, the sentences), or none."""
+def sections(m: Matrix | None) -> list[Section]:
+    """The matrix as a table (every column left-aligned) and its reconciled sentences; none without arms."""
     if m is None or not m.arms:
         return []
-    esc = lambda t: t.replace("|", "\\|")  # noqa: E731
-    hs = headers(m)
-    lines = [f"## {title(m)}", "", "| " + " | ".join(hs) + " |", "|" + "---|" * len(hs)]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body(m)]
-    return [*lines, "", *(f"- {s}" for s in sentences(m)), ""]
-
-
-def html_matrix(m: Matrix | None) -> str:
-    """The matrix as an HTML table (class `matrix`) and its sentences (class `reconciled`), or ''."""
-    if m is None or not m.arms:
-        return ""
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers(m))
-    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in body(m))
-    items = "".join(f"<li>{esc(s)}</li>" for s in sentences(m))
-    return (
-        f'<h2>{esc(title(m))}</h2>\n<table class="matrix">\n<tr>{head}</tr>\n{rows}</table>\n'
-        f'<ul class="reconciled">{items}</ul>\n'
-    )
+    hs = tuple(headers(m))
+    rows = tuple(tuple(line) for line in body(m))
+    return [
+        Table("matrix", title(m), hs, rows, heading=title(m), left=hs),
+        Sentences("reconciled", tuple(sentences(m))),
+    ]

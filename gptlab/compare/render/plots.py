@@ -24,10 +24,11 @@ from matplotlib.ticker import EngFormatter, FuncFormatter  # noqa: E402
 from gptlab.compare.reading.clock import NAMES  # noqa: E402
 from gptlab.compare.reading.group import Group  # noqa: E402
 from gptlab.compare.reading.runs import Run  # noqa: E402
+from gptlab.compare.render import words  # noqa: E402
 from gptlab.compare.render.layers import layer_figures  # noqa: E402
 from gptlab.compare.render.report import BAND, BARS, GEO_BARS, LOADED, loaded_label  # noqa: E402
 from gptlab.compare.statistics import speed, stats  # noqa: E402
-from gptlab.compare.statistics.verdict import Caveat  # noqa: E402
+from gptlab.compare.statistics.verdict import Caveat, Status, Verdict  # noqa: E402
 from gptlab.compare.tables import curves
 from gptlab.compare.tables.analysis import Comparison  # noqa: E402
 
@@ -182,6 +183,35 @@ def _mem_unit(peak: float) -> tuple[float, str]:
     return (2.0**30, "GiB") if peak >= 2**30 else (2.0**20, "MiB")
 
 
+def _bar_heights(values: list[list[float]], geometric: bool) -> tuple[list[float], list[float], list]:
+    """(bar heights, how far each error bar reaches up, matplotlib's yerr): the mean ± std over each group's runs, or
+    the geometric mean ×/÷ the geometric sd factor."""
+    if geometric:
+        geo = [speed.geometric(v) for v in values]
+        means = [g or 0.0 for g, _ in geo]
+        ups = [m * (f or 1.0) - m for m, (_, f) in zip(means, geo)]  # up to gmean × factor
+        return means, ups, [[m - m / (f or 1.0) for m, (_, f) in zip(means, geo)], ups]  # down to gmean / factor
+    means = [stats.mean(v) if v else 0.0 for v in values]
+    ups = [cast(float, stats.std(v)) if len(v) > 1 else 0.0 for v in values]  # >= 2 values have a std
+    return means, ups, ups
+
+
+def _run_dots(ax, values: list[list[float]], flags: list[list[bool]], label: str) -> None:
+    """Each run's own value as a dot beside its group's bar; runs under outside load as grey crosses."""
+    first_loaded = True
+    for i, (v, f) in enumerate(zip(values, flags)):
+        jitter = np.linspace(-0.15, 0.15, len(v)) if len(v) > 1 else np.zeros(len(v))
+        calm = [j for j in range(len(v)) if not f[j]]
+        busy = [j for j in range(len(v)) if f[j]]
+        if calm:
+            each = "each run" if i == 0 else None
+            ax.scatter(i + jitter[calm], [v[j] for j in calm], color="black", s=18, zorder=3, label=each)
+        if busy:
+            one = f"one run, {label}" if first_loaded else None
+            ax.scatter(i + jitter[busy], [v[j] for j in busy], color="grey", marker="X", s=70, zorder=4, label=one)
+            first_loaded = False
+
+
 def _bar_figure(
     labels: list[str],
     values: list[list[float]],
@@ -204,15 +234,7 @@ def _bar_figure(
     hot = any(any(f) for f in flags)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(values) + 2), 5.5 if hot else 4.5))
     xs = np.arange(len(values))
-    if geometric:
-        geo = [speed.geometric(v) for v in values]
-        means = [g or 0.0 for g, _ in geo]
-        ups = [m * (f or 1.0) - m for m, (_, f) in zip(means, geo)]  # up to gmean × factor
-        yerr: list = [[m - m / (f or 1.0) for m, (_, f) in zip(means, geo)], ups]  # down to gmean / factor
-    else:
-        means = [stats.mean(v) if v else 0.0 for v in values]
-        ups = [cast(float, stats.std(v)) if len(v) > 1 else 0.0 for v in values]  # >= 2 values have a std
-        yerr = ups
+    means, ups, yerr = _bar_heights(values, geometric)
     bars = ax.bar(xs, means, color=[_color(int(i)) for i in xs], alpha=0.6)
     for bar, f in zip(bars, flags):
         if any(f):
@@ -220,31 +242,7 @@ def _bar_figure(
             bar.set_edgecolor("grey")
     spread = "×/÷ geometric sd over seeds" if geometric else "± std over seeds"
     ax.errorbar(xs, means, yerr=yerr, fmt="none", ecolor="black", capsize=6, linewidth=1.2, label=spread)
-    first_loaded = True
-    for i, (v, f) in enumerate(zip(values, flags)):
-        jitter = np.linspace(-0.15, 0.15, len(v)) if len(v) > 1 else np.zeros(len(v))
-        calm = [j for j in range(len(v)) if not f[j]]
-        busy = [j for j in range(len(v)) if f[j]]
-        if calm:
-            ax.scatter(
-                i + jitter[calm],
-                [v[j] for j in calm],
-                color="black",
-                s=18,
-                zorder=3,
-                label="each run" if i == 0 else None,
-            )
-        if busy:
-            ax.scatter(
-                i + jitter[busy],
-                [v[j] for j in busy],
-                color="grey",
-                marker="X",
-                s=70,
-                zorder=4,
-                label=f"one run, {label}" if first_loaded else None,
-            )
-            first_loaded = False
+    _run_dots(ax, values, flags, label)
     ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
     ax.yaxis.set_major_formatter(formatter)
     ax.set_ylabel(ylabel)
@@ -311,14 +309,12 @@ def _train_figure(cmp: Comparison):
     return fig
 
 
-def _delta_title(curve: curves.DeltaCurve, where: str) -> str:
+def _delta_title(curve: curves.DeltaCurve, v: Verdict, where: str) -> str:
+    """The arm's Δ at the compared point with the table's own verdict on it (`v`: its row's val-loss Verdict), so the
+    plot never says more than the table."""
     delta, lo, hi = curve.at_point()
-    if curve.identical:
-        return f"{curve.label}: identical model, every difference is noise"
-    if np.isnan(lo):
-        return f"{curve.label}: Δ {delta:+.4f} at {where} (1 seed: no interval)"
-    word = "within noise" if lo <= 0.0 <= hi else ("higher than baseline" if lo > 0 else "lower than baseline")
-    return f"{curve.label}: Δ {delta:+.4f} [{lo:+.4f}, {hi:+.4f}] at {where}: {word}"
+    span = "" if np.isnan(lo) or v.status is Status.IDENTICAL else f" [{lo:+.4f}, {hi:+.4f}]"
+    return f"{curve.label}: Δ {delta:+.4f}{span} at {where}: {words.change(v, 'val loss')}"
 
 
 def _delta_figure(cmp: Comparison):
@@ -327,6 +323,7 @@ def _delta_figure(cmp: Comparison):
     found = [c for c in curves.delta_curves(cmp) if c.x]
     if not found:
         return None
+    loss = {row.label: row.loss for row in cmp.rows}  # the table's verdict at the compared point
     cols = 1 if len(found) <= 3 else 2
     rows = -(-len(found) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(8 * cols, 2.6 * rows + 0.8), squeeze=False, sharex=True)
@@ -337,7 +334,7 @@ def _delta_figure(cmp: Comparison):
         ax.plot(curve.x, curve.delta, color=color, marker="o", markersize=3, label="Δ val loss (mean − baseline mean)")
         ax.fill_between(curve.x, curve.lo, curve.hi, color=color, alpha=0.25, linewidth=0, label="95% interval (Welch)")
         ax.axvline(curve.at, color="grey", linestyle="--", linewidth=1, label=f"compared at {cmp.at()}")
-        ax.set_title(_delta_title(curve, cmp.at()), fontsize=9)
+        ax.set_title(_delta_title(curve, loss[curve.label], cmp.at()), fontsize=9)
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.grid(alpha=0.3)
         if k == 0:

@@ -1,14 +1,15 @@
-"""Text cells, notes, Markdown and HTML for the steps-to-target tables and the threshold sentences."""
+"""The steps-to-target tables and the threshold sentences as sections of the report document, and their notes."""
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from gptlab.compare.reading.clock import Clock
 from gptlab.compare.render import words
+from gptlab.compare.render.sections import Notes, Section, Sentences, Shown, Table
 from gptlab.compare.statistics.verdict import Status, Verdict
 from gptlab.compare.tables.target import TargetResult, TargetRow
+from gptlab.util.note import Note, note, warning
 
 SHORT = {"train_s": "training time", "wall_s": "wall"}  # a clock's name in a speed-up column's header
 
@@ -116,104 +117,75 @@ def _every(result: TargetResult) -> str:
 _UNSURE = Verdict("steps", Status.UNRESOLVED, ratio=True)
 
 
-def at_start_warnings(result: TargetResult) -> list[str]:
+def at_start_warnings(result: TargetResult) -> list[Note]:
     """One warning per row with a seed that met the target at initialisation: its speed-ups are not measured."""
     out = []
     for i, row in enumerate(result.rows):
         seeds = [str(h.seed) for h in row.at_start]
         if seeds:
             whose = "every arm's speed-up to it is" if i == 0 else "its speed-ups to it are"
-            out.append(
-                f"warning: {result.target.text}: '{row.label}' met it at initialisation (before any training) in seed "
+            text = (
+                f"{result.target.text}: '{row.label}' met it at initialisation (before any training) in seed "
                 f"{', '.join(seeds)}, so {whose} not measured (a speed-up from a start already past the target is "
                 "undefined; a harder target measures one)"
             )
+            out.append(warning(text, subject=row.label))
     return out
 
 
-def target_notes(cmp: Any) -> list[str]:
+def target_notes(cmp: Any) -> list[Note]:
     """The rule behind the steps-to-target tables and the threshold sentences, in plain sentences."""
     if not cmp.targets:
         return []
     time = cmp.clock.name
     out = [
-        "Steps to target: for each seed, the first step at which the metric was recorded at or past the target "
-        "(METRIC=X means ≤ X for a loss, ≥ X for an accuracy); mean ± std over the seeds that reached it, with "
-        "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
-        f"— an unreached seed is never averaged away. Tokens and {time} are those of that step (interpolated "
-        "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
-        f"extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or {time}) to "
-        "target and the arm's, with a 95% CI and a verdict (faster / slower / within noise: Welch's t-test on the "
-        "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed and none at step 0 "
-        f"(a speed-up from initialisation is undefined); {time} speed-ups of runs measured under outside load "
-        "are marked so. Each seed's crossing lies between the previous record and the reported one, so a "
-        "faster / slower verdict must also hold with every seed at the end of that bracket least favourable to "
-        f"it (steps, and the {time}s of the same two records), else it reads '{words.speed(_UNSURE)}'."
+        note(
+            "Steps to target: for each seed, the first step at which the metric was recorded at or past the target "
+            "(METRIC=X means ≤ X for a loss, ≥ X for an accuracy); mean ± std over the seeds that reached it, with "
+            "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
+            f"— an unreached seed is never averaged away. Tokens and {time} are those of that step (interpolated "
+            "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
+            f"extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or {time}) to "
+            f"target and the arm's, with a 95% CI and a verdict ({words.RATIO_WORDS}: Welch's t-test on the "
+            "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed and none at step 0 "
+            f"(a speed-up from initialisation is undefined); {time} speed-ups of runs measured under outside load "
+            "are marked so. Each seed's crossing lies between the previous record and the reported one, so a "
+            f"{words.FASTER_SLOWER} verdict must also hold with every seed at the end of that bracket least "
+            f"favourable to it (steps, and the {time}s of the same two records), else it reads "
+            f"'{words.speed(_UNSURE)}'."
+        )
     ]
     out += [
-        f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
-        "a step count is exact only to that interval: the target was crossed after the previous record, at "
-        "or before the reported step."
+        note(
+            f"{r.target.text}: the metric was recorded {_every(r)} (val/* metrics every train.eval_interval), so "
+            "a step count is exact only to that interval: the target was crossed after the previous record, at "
+            "or before the reported step."
+        )
         for r in cmp.targets
     ]
-    out += [line for r in cmp.targets for line in at_start_warnings(r)]
-    out += [f"Threshold: {t.sentence}." for t in cmp.thresholds]
+    out += [n for r in cmp.targets for n in at_start_warnings(r)]
+    out += [note(f"Threshold: {t.sentence}.") for t in cmp.thresholds]
     return out
 
 
-def print_targets(cmp: Any, console) -> None:
-    """One rich table per target, then each threshold sentence."""
-    from rich.table import Table
-
+def sections(cmp: Any) -> list[Section]:
+    """A table per target; on the terminal the rule in one line and the targets met at initialisation; then the
+    threshold sentences."""
+    out: list[Section] = []
     for result in cmp.targets:
         title, headers, body = target_cells(result)
-        table = Table(title=f"gptlab-compare: {title} (first eval at or past it; resolution {_every(result)})")
-        for h in headers:
-            table.add_column(h, justify="left" if h in ("label", "steps") else "right")
-        for line in body:
-            table.add_row(*line)
-        console.print(table)
+        caption = f"gptlab-compare: {title} (first eval at or past it; resolution {_every(result)})"
+        rows = tuple(tuple(line) for line in body)
+        out.append(Table("target", caption, tuple(headers), rows, heading=title, left=("label", "steps")))
     if cmp.targets:
-        console.print(
-            f"steps/tokens/{SHORT[cmp.clock.key]}: mean ± std over the seeds that reached the target, the others counted as "
-            "not reached; speed-up only where both arms reached it in every seed after step 0, undecided where the "
-            "evals around a crossing could flip it (rule: comparison.md)",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,  # one line, never wrapped
+        rule = (
+            f"steps/tokens/{SHORT[cmp.clock.key]}: mean ± std over the seeds that reached the target, the others "
+            "counted as not reached; speed-up only where both arms reached it in every seed after step 0, undecided "
+            "where the evals around a crossing could flip it (rule: comparison.md)"
         )
-    for warning in (w for result in cmp.targets for w in at_start_warnings(result)):
-        console.print(warning, highlight=False, markup=False, soft_wrap=True)
-    for t in cmp.thresholds:
-        console.print(t.sentence, highlight=False, markup=False, soft_wrap=True)  # one line, never wrapped
-
-
-def markdown_targets(cmp: Any) -> list[str]:
-    """Markdown lines: a heading and table per target, then the threshold sentences."""
-    lines: list[str] = []
-    for result in cmp.targets:
-        title, headers, body = target_cells(result)
-        lines += ["", f"## {title}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+        out.append(Sentences("target_rule", (rule,), shown=Shown.TERMINAL))
+        at_start = tuple(n for result in cmp.targets for n in at_start_warnings(result))
+        out += [Notes(at_start, shown=Shown.TERMINAL)] * bool(at_start)
     if cmp.thresholds:
-        lines += ["", "## Threshold", ""] + [f"- {t.sentence}" for t in cmp.thresholds]
-    return lines
-
-
-def html_targets(cmp: Any) -> str:
-    """HTML: a heading and table per target, then the threshold sentences."""
-    esc = html.escape
-    out = []
-    for result in cmp.targets:
-        title, headers, body = target_cells(result)
-        rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in line) + "</tr>\n" for line in body)
-        out.append(
-            f'<h2>{esc(title)}</h2>\n<table class="target">\n<tr>'
-            + "".join(f"<th>{esc(h)}</th>" for h in headers)
-            + f"</tr>\n{rows}</table>\n"
-        )
-    if cmp.thresholds:
-        out.append(
-            "<h2>Threshold</h2>\n<ul>" + "".join(f"<li>{esc(t.sentence)}</li>" for t in cmp.thresholds) + "</ul>\n"
-        )
-    return "".join(out)
+        out.append(Sentences("threshold", tuple(t.sentence for t in cmp.thresholds), heading="Threshold"))
+    return out

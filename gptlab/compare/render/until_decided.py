@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from gptlab.compare.render.words import p_value
+from gptlab.compare.render import words
 from gptlab.compare.statistics.sequential import Look, Plan
+from gptlab.compare.statistics.verdict import Status, Verdict
 
 SPENDING = {"obrien_fleming": "O'Brien-Fleming", "pocock": "Pocock"}
 
@@ -24,12 +25,9 @@ def plan_line(design: Plan, base: str) -> str:
 
 def _decision(f: dict[str, Any], base: str) -> str:
     """One look's test of one arm (a Look as its JSON dict) in words."""
-    if f["decided"]:
-        side = "higher" if f["direction"] > 0 else "lower"
-        return f"decided: val loss {side} than '{base}' (Δ {f['diff']:+.4f}, p={p_value(f['p'], f['threshold'])} < {f['threshold']:.2g})"
-    if f["final"]:
-        return f"undecided at the cap of {f['seeds']} seeds (p={p_value(f['p'], f['threshold'])}, needed < {f['threshold']:.2g})"
-    return f"undecided (p={p_value(f['p'], f['threshold'])}, needs < {f['threshold']:.2g}): more seeds"
+    status = Status.DECIDED if f["decided"] else Status.WITHIN_NOISE
+    v = Verdict("val/loss", status, f["diff"], p=f["p"], seeds=(f["seeds"], f["seeds"]))
+    return words.look(v, f["threshold"], f["final"], base)
 
 
 def look_lines(found: dict[str, Look], base: str) -> list[str]:

@@ -1,5 +1,6 @@
 """The W&B side of a comparison: a job_type="comparison" run that links the compared runs' W&B ids and logs the
-table, native W&B charts and the PNGs. Same auto / online / offline / disabled fallback as training; never fatal."""
+table as numbers, native W&B charts, and the report document's tables, sentences and PNGs. Same auto / online /
+offline / disabled fallback as training; never fatal."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from gptlab.compare.reading.runs import Run, wandb_identity
-from gptlab.compare.render import compute, evals, probes, val_sets, words
+from gptlab.compare.render import words
+from gptlab.compare.render.sections import Document, Figures, Sentences, Shown, Table
 from gptlab.compare.statistics import speed, stats
 from gptlab.compare.tables.analysis import Comparison, Row
 from gptlab.compare.tables.machine import run_mfu
@@ -201,8 +203,9 @@ def error_bars(rows: list[list[Any]]) -> tuple[list[list[int]], list[list[float]
     return xs, ys, keys
 
 
-def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
-    """Everything the comparison run logs: the table, native charts and the PNGs."""
+def payload(cmp: Comparison, doc: Document) -> dict[str, Any]:
+    """Everything the comparison run logs: the table as numbers, native charts, and the report document's tables,
+    sentences and PNGs."""
     import wandb
 
     data: dict[str, Any] = {"comparison": wandb.Table(columns=TABLE_COLUMNS, data=table_rows(cmp))}  # type: ignore[arg-type]  # wandb: invariant list[str | int]
@@ -220,28 +223,29 @@ def payload(cmp: Comparison, images: dict[str, Path]) -> dict[str, Any]:
         data[f"charts/{metric}_error_bars"] = wandb.plot.line_series(
             exs, eys, ekeys, title=f"{metric}: mean ± std over seeds (one bar per group)", xname="group"
         )
-    data.update(extra_tables(cmp))
-    data.update({f"plots/{name}": wandb.Image(str(p)) for name, p in images.items()})
+    data.update(report_tables(doc))
+    figures = [f for s in doc.sections if isinstance(s, Figures) for f in s.figures]
+    data.update({f"plots/{f.name}": wandb.Image(str(f.path)) for f in figures})
     return data
 
 
-def extra_tables(cmp: Comparison) -> dict[str, Any]:
-    """The report's verdicts beyond the main table, as W&B tables: val loss at equal FLOPs and at equal time
-    (one sentence per arm and axis, as comparison.md words them), and the validation-set, probe and downstream-eval
-    tables."""
+def report_tables(doc: Document) -> dict[str, Any]:
+    """The report document as W&B tables: every table and list of sentences the files show that has a key, named by
+    it (a second one of a key gets `_2`, ...), the columns and cells as comparison.md words them."""
     import wandb
 
     out: dict[str, Any] = {}
-    sentences = compute.lines(cmp.compute)
-    if sentences:
-        out["equal_compute"] = wandb.Table(columns=["equal compute"], data=[[line] for line in sentences])
-    for key, table in (
-        ("val_sets", val_sets.extra_table(cmp.val_sets)),
-        ("probes", probes.extra_table(cmp.probes)),
-        ("evals", evals.extra_table(cmp.evals)),
-    ):
-        if table is not None:
-            out[key] = wandb.Table(columns=table.headers, data=table.body)  # type: ignore[arg-type]  # wandb: invariant list[str | int]
+    for s in doc.sections:
+        if s.shown is Shown.TERMINAL or not s.key or not isinstance(s, (Table, Sentences)):
+            continue
+        name, i = s.key, 1
+        while name in out:  # a report with two targets: target, target_2
+            i += 1
+            name = f"{s.key}_{i}"
+        if isinstance(s, Table):
+            out[name] = wandb.Table(columns=list(s.headers), data=[list(r) for r in s.rows])
+        else:
+            out[name] = wandb.Table(columns=[s.key.replace("_", " ")], data=[[line] for line in s.lines])
     return out
 
 
@@ -292,9 +296,7 @@ def _start(out: Path, mode: str, **init: Any):
     return sink
 
 
-def log_comparison(
-    cmp: Comparison, images: dict[str, Path], runs: list[Run], out: Path, mode: str = "auto"
-) -> Logged | None:
+def log_comparison(cmp: Comparison, doc: Document, runs: list[Run], out: Path, mode: str = "auto") -> Logged | None:
     """Log the comparison to W&B; None (with one warning) when it could not be logged."""
     try:
         group = sweep_group(runs)
@@ -320,7 +322,7 @@ def log_comparison(
         if sink.run is None:
             return Logged(sink.mode, None, None, None)
         try:
-            sink.log(payload(cmp, images), cmp.step)
+            sink.log(payload(cmp, doc), cmp.step)
             sink.summary(
                 {
                     "step": cmp.step,

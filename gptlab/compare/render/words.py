@@ -7,6 +7,7 @@ a better side), and every report says "within noise", "within noise floor", "wit
 
 from __future__ import annotations
 
+from gptlab.compare.statistics.power import MAX_SEEDS, Decision
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Caveat, Status, Trend, Verdict
 from gptlab.util.note import Note
@@ -14,7 +15,11 @@ from gptlab.util.note import Note
 UNDER_LOAD = "under outside load"
 CONFOUNDED = "confounded with run order"
 ONE_PROCESS = "repeats of one process (run-to-run spread not measured)"
-IDENTICAL = "within noise (identical model)"
+NOISE = "within noise"
+IDENTICAL = f"{NOISE} (identical model)"
+FASTER_SLOWER = "faster / slower"  # how a note names the decided speed verdicts it explains
+RATIO_WORDS = f"{FASTER_SLOWER} / {NOISE}"  # ... and every speed verdict
+BETTER_WORSE = "better/worse"  # ... and the decided verdicts on a metric with a better side
 
 
 def p_value(p: float | None, threshold: float = ALPHA) -> str:
@@ -160,8 +165,128 @@ def reconciled(label: str, by_outcome: dict[str, list[str]], findings: list[str]
     return text + (f" — {'; '.join(why)}" if why else "") + f"; speed {speed}."
 
 
+def test_result(v: Verdict, better: str | None = None) -> str:
+    """A test's words after its Δ: `significant (p=0.003)` / `not significant (p=0.31)`, or on a metric whose
+    `better` side is "higher" or "lower" `better (p=0.003)` / `worse (p=0.003)` once decided; without a test
+    `n/a: 1 seed`, `within noise (identical model)`, `baseline`."""
+    if v.status in (Status.BASELINE, Status.NOT_MEASURED, Status.NO_TEST, Status.IDENTICAL):
+        return _undecided(v) or "–"
+    word = better_or_worse(v, better) if better and v.decided else significance(v)
+    return f"{word} (p={p_value(v.p)})"
+
+
+def loss_delta(v: Verdict, delta: float) -> str:
+    """The main table's Δ cell: `-0.0456 significant (p=0.003)`, `+0.0000 (baseline)`, `+0.0100 n/a: 1 seed`, ..."""
+    return f"{delta:+.4f} " + ("(baseline)" if v.status is Status.BASELINE else test_result(v))
+
+
+def arm_cell(mean: float | None, std: float | None, delta: float | None, v: Verdict | None, better: str | None) -> str:
+    """A per-arm table's cell: `0.5120 ± 0.0200 Δ +0.1180 better (p=0.003)`; the baseline's without Δ; `–` where
+    the arm has no value."""
+    if mean is None:
+        return "–"
+    text = f"{mean:.4f}" + (f" ± {std:.4f}" if std is not None else "")
+    return text if delta is None or v is None else f"{text} Δ {delta:+.4f} {test_result(v, better)}"
+
+
+def detectable(v: Verdict, fmt: str, suffix: str = "") -> str:
+    """The smallest effect these seeds detect (`0.0324`, `1.08×`), or why there is none (`n/a: 1 seed`)."""
+    if v.mde is not None:
+        return format(v.mde, fmt) + suffix
+    return (_undecided(v) if v.status in (Status.NO_TEST, Status.NOT_MEASURED) else None) or "n/a"
+
+
+def no_verdict(why: str) -> str:
+    """A cell or clause with no verdict, and why: `n/a (needs 2+ seeds each)`."""
+    return f"n/a ({why})"
+
+
+def _loss_clause(v: Verdict) -> str:
+    """`val loss +0.0140 ± 0.0200 (within noise, could have detected ≥ 0.0307)` and its kin."""
+    delta = f"{v.effect or 0.0:+.4f}"
+    if v.interval is None or v.status in (Status.NO_TEST, Status.NOT_MEASURED):
+        return f"val loss {delta} (1 seed on a side: no verdict; a verdict needs ≥ 2 seeds per arm)"
+    shown = f"val loss {delta} ± {(v.interval[1] - v.interval[0]) / 2.0:.4f}"
+    if v.decided:
+        return f"{shown} ({side(v)} than the baseline beyond noise, p={p_value(v.p)})"
+    could = f", could have detected ≥ {v.mde:.4f}" if v.mde is not None else ""
+    return f"{shown} ({NOISE}{could})"
+
+
+def _speed_clause(v: Verdict) -> str:
+    """`1.18× faster [1.10, 1.27]`, `0.99× within noise [0.95, 1.03] (could have detected ≥ 1.05×)`, ..."""
+    if v.effect is None:
+        return "speed not measured"
+    x = f"{v.effect:.2f}×"
+    loaded = " (under outside load: not to be trusted)" if Caveat.UNDER_LOAD in v.caveats else ""
+    if Caveat.CONFOUNDED in v.caveats:  # never a headline: the order may have made it
+        return f"speed {CONFOUNDED} ({x} measured, not a finding){loaded}"
+    if v.interval is None:
+        return f"{x} (1 seed on a side: no speed verdict){loaded}"
+    ci = f"[{v.interval[0]:.2f}, {v.interval[1]:.2f}]"
+    if v.decided:
+        return f"{x} {speed(v, caveats=False)} {ci}{loaded}"
+    if v.status is Status.BELOW_FLOOR:  # the CI may exclude 1: the floor decides it
+        return f"{x} within the machine's noise floor {ci}{loaded}"
+    could = f" (could have detected ≥ {v.mde:.2f}×)" if v.mde is not None else ""
+    return f"{x} {NOISE} {ci}{could}{loaded}"
+
+
+def arm_sentence(label: str, base: str, loss: Verdict, speed_up: Verdict) -> str:
+    """One sentence per arm against the baseline `base`: Δ val loss ± its 95% interval's half-width with the verdict
+    (and, within noise, the smallest Δ these seeds could have detected), then the speed-up with its interval."""
+    if loss.status is Status.IDENTICAL:
+        said = f", speed {speed_up.effect:.2f}×" if speed_up.effect is not None else ""
+        return (
+            f"{label}: the identical model to {base} (equal fingerprint), so every difference is noise "
+            f"(Δ val loss {loss.effect or 0.0:+.4f}{said})."
+        )
+    return f"{label}: {_loss_clause(loss)}; {_speed_clause(speed_up)}."
+
+
+def look(v: Verdict, threshold: float, final: bool, base: str) -> str:
+    """One sequential look's test of one arm: `decided: val loss lower than 'mha' (Δ -0.0400, p=0.001 < 0.017)`,
+    `undecided (p=0.2, needs < 0.017): more seeds`, or at the plan's last look `undecided at the cap of 8 seeds`."""
+    p = p_value(v.p, threshold)
+    if v.decided:
+        return f"decided: val loss {side(v)} than '{base}' (Δ {v.effect or 0.0:+.4f}, p={p} < {threshold:.2g})"
+    if final:
+        return f"undecided at the cap of {v.seeds[0]} seeds (p={p}, needed < {threshold:.2g})"
+    return f"undecided (p={p}, needs < {threshold:.2g}): more seeds"
+
+
+def swap(v: Verdict) -> str:
+    """Whether a ladder's ranking swap between two rungs is beyond noise: `(decided)` / `(within noise)`."""
+    return "(decided)" if v.decided else f"({NOISE})"
+
+
+def lr_moves(moves: bool | None, base: str) -> str:
+    """Whether an arm's best lr moves with size as the baseline's does (a ladder with an lr grid at every rung)."""
+    if moves:
+        return f"its best lr MOVES DIFFERENTLY with size from {base}'s: a transferred lr would be off"
+    if moves is None:
+        return f"undecided whether its best lr moves like {base}'s"
+    return f"its best lr moves like {base}'s (the interval holds 0)"
+
+
 def note(n: Note) -> str:
     """A Note as the one line every report prints: `warning: <text>` for a warning, the text alone for a note; the
     fix, where there is one and the text does not already carry it, after the text."""
     text = n.text if not n.fix or n.fix in n.text else f"{n.text} ({n.fix})"
     return f"warning: {text}" if n.is_warning else text
+
+
+def seeds_to_decide(why: Decision, seeds: int | None) -> str:
+    """A --power cell: the seeds per arm that would decide an arm (`19 seeds per arm`), `decided`, or why no count
+    applies (`never: the identical model ...`)."""
+    if why is Decision.SEEDS:
+        return f"{seeds} seeds per arm"
+    return {
+        Decision.DECIDED: "decided",
+        Decision.IDENTICAL: "never: the identical model (every difference is noise)",
+        Decision.ONE_SEED: "unknown: a side has 1 seed (no noise estimate)",
+        Decision.NOT_MEASURED: "unknown: speed not measured",
+        Decision.WITHIN_FLOOR: "never: within the machine's noise floor",
+        Decision.ZERO: "never: the observed difference is 0",
+        Decision.BEYOND_CAP: f"more than {MAX_SEEDS} seeds per arm",
+    }[why]

@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from gptlab.compare.statistics import stats
 
 POWER = 0.8  # probability of detecting a difference of the MDE's size
-MAX_SEEDS = 1000  # seeds per arm searched for a decision; more is reported as "more than MAX_SEEDS"
+MAX_SEEDS = 1000  # seeds per arm searched for a decision; more is Decision.BEYOND_CAP
 
 
 def power_at(nc: float, df: float, alpha: float = stats.ALPHA) -> float:
@@ -91,48 +92,59 @@ def seeds_to_decide(
     return hi
 
 
+class Decision(Enum):
+    """Why an arm needs the seeds it does on one measure: SEEDS (the count is beside it) or why no count applies;
+    compare/render/words.py (`seeds_to_decide`) words it."""
+
+    DECIDED = "decided"  # the arm is decided: it needs no more seeds
+    SEEDS = "seeds"  # the observed difference, if true, is found with POWER at the count given
+    IDENTICAL = "identical"  # the identical model: every difference is noise, no count decides it
+    ONE_SEED = "one_seed"  # a side has 1 seed: no noise estimate
+    NOT_MEASURED = "not_measured"  # a side has no figure (speed not measured)
+    WITHIN_FLOOR = "within_floor"  # the observed difference is within the machine's noise floor
+    ZERO = "zero"  # the observed difference is 0
+    BEYOND_CAP = "beyond_cap"  # more than MAX_SEEDS seeds per arm
+
+
 @dataclass(frozen=True)
 class Power:
     """One arm against the baseline at POWER and stats.ALPHA (comparison.json rows' `power`).
 
     mde_val_loss: smallest |Δ val loss| these seeds detect; mde_speedup: smallest speed-up ratio (> 1; its inverse
     for a slow-down) they detect; None where a side has 1 seed. seeds_val_loss / seeds_speed: seeds per arm that
-    would decide the arm if the observed difference is the true one (None: see the decision text).
-    val_loss_decision / speed_decision: "decided", "N seeds per arm", or why no number applies.
+    would decide the arm if the observed difference is the true one (None: the decision says why).
     """
 
     mde_val_loss: float | None
     mde_speedup: float | None
     seeds_val_loss: int | None
     seeds_speed: int | None
-    val_loss_decision: str
-    speed_decision: str
+    val_loss_decision: Decision
+    speed_decision: Decision
 
 
 def _decision(
     decided: bool, identical: bool, a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0, within: float = 0.0
-) -> tuple[int | None, str]:
-    """(seeds per arm, text) for one measure: a decided arm needs none; an undecided one the seeds_to_decide, with
+) -> tuple[int | None, Decision]:
+    """(seeds per arm, why) for one measure: a decided arm needs none; an undecided one the seeds_to_decide, with
     each side's sd at least `sd_floor`; an observed |difference| <= `within` (a noise floor) is never decided."""
     if identical:
-        return None, "never: the identical model (every difference is noise)"
+        return None, Decision.IDENTICAL
     if decided:
-        return None, "decided"
+        return None, Decision.DECIDED
     if len(a) < 2 or len(b) < 2:
-        return None, "unknown: a side has 1 seed (no noise estimate)"
+        return None, Decision.ONE_SEED
     delta = stats.mean(a) - stats.mean(b)
     if within and 0.0 < abs(delta) <= within:
-        return None, "never: within the machine's noise floor"
+        return None, Decision.WITHIN_FLOOR
     sd_a, sd_b = stats.std(a) or 0.0, stats.std(b) or 0.0
     needed = seeds_to_decide(delta, max(sd_a, sd_floor), max(sd_b, sd_floor))
     if needed is not None and sd_floor and (sd_a or sd_b):  # a floor only adds caution (see _mde)
         plain = seeds_to_decide(delta, sd_a, sd_b)
         needed = None if plain is None else max(needed, plain)
     if needed is not None:
-        return needed, f"{needed} seeds per arm"
-    if delta == 0.0:
-        return None, "never: the observed difference is 0"
-    return None, f"more than {MAX_SEEDS} seeds per arm"
+        return needed, Decision.SEEDS
+    return None, Decision.ZERO if delta == 0.0 else Decision.BEYOND_CAP
 
 
 def _mde(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0) -> float | None:
@@ -165,18 +177,18 @@ def arm_power(
     mde_log = _mde(log_a, log_b, speed_sd_floor)
     if mde_log is not None:
         mde_log = max(mde_log, math.log(speed_min_ratio))
-    seeds_loss, loss_text = _decision(loss_decided, identical, losses, base_losses)
+    seeds_loss, loss_why = _decision(loss_decided, identical, losses, base_losses)
     if log_a and log_b:
-        seeds_speed, speed_text = _decision(
+        seeds_speed, speed_why = _decision(
             speed_decided, identical, log_a, log_b, speed_sd_floor, math.log(speed_min_ratio)
         )
     else:
-        seeds_speed, speed_text = None, "unknown: speed not measured"
+        seeds_speed, speed_why = None, Decision.NOT_MEASURED
     return Power(
         mde_val_loss=_mde(losses, base_losses),
         mde_speedup=math.exp(mde_log) if mde_log is not None else None,
         seeds_val_loss=seeds_loss,
         seeds_speed=seeds_speed,
-        val_loss_decision=loss_text,
-        speed_decision=speed_text,
+        val_loss_decision=loss_why,
+        speed_decision=speed_why,
     )

@@ -33,6 +33,7 @@ from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT, loaded, run_spee
 from gptlab.compare.statistics.stats import ALPHA, median
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import BASE_ARM, FACTOR_SEP, cell_factors, read_sweep
+from gptlab.util.note import Note, warning
 
 
 def sweep_factors(sweep_dir: Path) -> list[str]:
@@ -58,7 +59,7 @@ def _arm(run: Run) -> str:
     return arm
 
 
-def once(runs: list[Run]) -> tuple[list[Run], list[str]]:
+def once(runs: list[Run]) -> tuple[list[Run], list[Note]]:
     """(each run once, in the order given; the main comparison's warning line per copy or replay left out).
 
     Replays are looked for within an arm: two arms whose configs happen to agree are still two cells."""
@@ -72,12 +73,15 @@ def once(runs: list[Run]) -> tuple[list[Run], list[str]]:
     return [r for r in runs if id(r) in kept], copies + replays
 
 
-def unfinished(runs: list[Run]) -> list[str]:
-    """A warning line per run that did not finish: its final val loss is from another step (or a diverging curve),
-    so the factorial leaves it out."""
+def unfinished(runs: list[Run]) -> list[Note]:
+    """A warning per run that did not finish: its final val loss is from another step (or a diverging curve), so the
+    factorial leaves it out."""
     return [
-        f"warning: {run.path}: status {run.status}: left out of the factorial effects (its last val loss is not a "
-        "finished run's)"
+        warning(
+            f"{run.path}: status {run.status}: left out of the factorial effects (its last val loss is not a finished "
+            "run's)",
+            subject=str(run.path),
+        )
         for run in runs
         if run.status != "finished"
     ]
@@ -210,10 +214,10 @@ def _additivity(df, column: str, factors: list[str], alpha: float) -> dict:
 
 
 def analyse(runs: list[Run], factors: list[str], alpha: float = ALPHA, load_limit: float = OUTSIDE_LOAD_LIMIT) -> dict:
-    """The JSON-ready factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags
-    (runs above `load_limit` outside load: the comparison's, from a measured noise floor where one is used);
-    `speed_missing` (the arms with no speed figure: no speed effects then) and `warnings` (a line per copy or replay
-    counted once)."""
+    """The factorial report of finished runs: loss and speed effects, ANOVA, additivity, load flags (runs above
+    `load_limit` outside load: the comparison's, from a measured noise floor where one is used); `speed_missing` (the
+    arms with no speed figure: no speed effects then) and `warnings` (a Note per copy or replay counted once and per
+    run left out). JSON-ready but its warnings: compare/render/json_report.plain writes them."""
     if not factors:
         raise ConfigError("factorial: no factors (the sweep's sweep.yaml has no `factors:`)")
     runs, warnings = once(runs)

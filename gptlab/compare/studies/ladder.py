@@ -33,6 +33,7 @@ from gptlab.compare.statistics.stats import ALPHA, mean, std, welch_interval
 from gptlab.compare.statistics.verdict import Trend
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import is_arm_name, parse_rung_part, parse_seed_part, read_sweep
+from gptlab.util.note import Note, warning
 
 SIZE_KEYS = {"params": "params_non_embedding", "flops": "flops_per_token"}
 SIZE_LABEL = {"params": "non-embedding parameters N", "flops": "training FLOPs per token"}
@@ -58,7 +59,7 @@ class Ladder:
     arms: list[str]
     rungs: list[str]
     x: str
-    warnings: list[str]
+    warnings: list[Note]
 
     def losses(self, arm: str, rung: str) -> list[float]:
         return [p.loss for p in self.points if p.arm == arm and p.rung == rung]
@@ -119,7 +120,7 @@ def read_ladder(sweep_dir: Path, x: str = "params", baseline: str | None = None)
         if baseline not in arms:
             raise ConfigError(f"--baseline '{baseline}': on a ladder give an arm's name; arms: {', '.join(arms)}")
         arms = [baseline, *(a for a in arms if a != baseline)]
-    warnings = [f"warning: left out (not finished): {', '.join(left_out)}"] if left_out else []
+    warnings = [warning(f"left out (not finished): {', '.join(left_out)}")] if left_out else []
     points = []
     for (arm, rung), members in cells.items():
         for seed, run in members:
@@ -141,7 +142,7 @@ def read_ladder(sweep_dir: Path, x: str = "params", baseline: str | None = None)
         check_like([run for runs in by_rung.values() for run in runs])
     except ConfigError as err:
         warnings.append(
-            f"warning: the rungs are not scored on one validation set, so size is not all that differs: {err}"
+            warning(f"the rungs are not scored on one validation set, so size is not all that differs: {err}")
         )
     ladder = Ladder(points, arms, [], x, warnings)
     base = arms[0]
@@ -153,7 +154,7 @@ def read_ladder(sweep_dir: Path, x: str = "params", baseline: str | None = None)
                 raise ConfigError(f"{arm}/{rung}: its seeds record different sizes {sorted(sizes)}: not one model")
     missing = [f"{a}/{r}" for a in arms for r in ladder.rungs if not ladder.losses(a, r)]
     if missing:
-        ladder.warnings.append(f"warning: no finished run at {', '.join(missing)}: left out of the fits and ranking")
+        ladder.warnings.append(warning(f"no finished run at {', '.join(missing)}: left out of the fits and ranking"))
     return ladder
 
 
@@ -306,7 +307,8 @@ def _rankings(ladder: Ladder, alpha: float) -> dict:
 
 
 def report(ladder: Ladder, alpha: float = ALPHA) -> dict:
-    """The JSON-ready ladder report: per arm its points, fits and gap verdict; the rankings; notes and warnings."""
+    """The ladder report: per arm its points, fits and gap verdict; the rankings; notes and warnings (JSON-ready but
+    its warnings, Note values: compare/render/json_report.plain writes them)."""
     base = ladder.arms[0]
     arms = []
     for arm in ladder.arms:

@@ -33,6 +33,7 @@ from gptlab.compare.studies import ladder as scale
 from gptlab.compare.studies import lr_grid as grid
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import parse_lr_part, read_sweep
+from gptlab.util.note import warning
 
 BOOTSTRAP = 2000
 RNG_SEED = 20261127
@@ -80,7 +81,7 @@ def read(sweep_dir: Path, x: str = "params", baseline: str | None = None) -> tup
         for arm in arms:
             curve = g.get(arm)
             if curve is None or curve.best_lr is None:
-                warnings.append(f"warning: {arm}/{rung}: no lr finished without diverging: left out")
+                warnings.append(warning(f"{arm}/{rung}: no lr finished without diverging: left out", f"{arm}/{rung}"))
                 continue
             for cell in curve.at(curve.best_lr):
                 if cell.state != grid.FINISHED or cell.final is None:
@@ -194,6 +195,6 @@ def report(grids: dict[str, grid.Grid], ladder: scale.Ladder, alpha: float = ALP
         "rungs": ladder.rungs,
         "lr_trend": lr_trend(grids, ladder, alpha),
         "ladder": fitted,
-        "grids": {rung: grid.to_json(grid.report(g)) for rung, g in grids.items()},
+        "grids": {rung: grid.report(g).to_json() for rung, g in grids.items()},
         "bootstrap": {"draws": BOOTSTRAP, "seed": RNG_SEED, "alpha": alpha},
     }

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from gptlab.compare.statistics.stats import ALPHA, mean, std
 from gptlab.compare.statistics.verdict import Caveat, Verdict
 from gptlab.errors import ConfigError
 from gptlab.sweep.layout import parse_lr_part, parse_seed_part, read_refused, read_sweep
+from gptlab.util.note import Note, note, warning
 from gptlab.util.tree import flatten
 
 DIVERGE_FACTOR = 1.5
@@ -49,6 +50,8 @@ FINISHED, DIVERGED, UNFINISHED, REFUSED, NOT_RUN = "finished", "diverged", "unfi
 # diverged_message; compare imports nothing of training, so it is named here and a test ties the two)
 STOPPED_ON_NONFINITE = "non-finite steps, train.nan_skip="
 LOG_TAIL = 65536  # bytes of train.log read for that line (it is among the last)
+Cell = tuple[str, float, int]  # (arm, lr, seed)
+Found = tuple[Path, str, float, int | None]  # a run dir and the arm, lr and seed its folders name
 
 
 @dataclass
@@ -93,7 +96,7 @@ class Grid(dict):
     """{arm: its curve} in the sweep's order, with the design's lrs and seeds and what reading found on the way
     (copies counted once, runs whose folder named another cell, stray dirs)."""
 
-    def __init__(self, curves: dict[str, ArmCurve], lrs: list[float], seeds: list[int], notes: list[str]):
+    def __init__(self, curves: dict[str, ArmCurve], lrs: list[float], seeds: list[int], notes: list[Note]):
         super().__init__(curves)
         self.lrs, self.seeds, self.notes = lrs, seeds, notes
 
@@ -156,7 +159,7 @@ def _spike_total(runs: list[GridRun]) -> int | None:
     return None if not counts or any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
 
-def _candidates(sweep_dir: Path, rung: str | None = None) -> list[tuple[Path, str, float, int | None]]:
+def _candidates(sweep_dir: Path, rung: str | None = None) -> list[Found]:
     """(run dir, arm, lr, seed) as the folders name them, for every run dir at <arm>/lr<v>/<seed dir> (with a rung:
     <arm>/<rung>/lr<v>/<seed dir>, one rung of a ladder with an lr grid)."""
     found = []
@@ -184,7 +187,7 @@ def _own(run: Run, arm: str, lr: float, seed: int | None) -> tuple[str, float, i
     )
 
 
-def _refused_cells(sweep_dir: Path, rung: str | None = None) -> dict[tuple[str, float, int], str]:
+def _refused_cells(sweep_dir: Path, rung: str | None = None) -> dict[Cell, str]:
     """(arm, lr, seed) -> why it cannot start, from the latest plan's refused.json (of one rung, with a rung)."""
     cells = {}
     for subdir, why in read_refused(sweep_dir).items():
@@ -207,6 +210,48 @@ def grid_root(sweep_dirs: list[Path]) -> Path:
     return Path(os.path.commonpath([str(d.resolve()) for d in sweep_dirs]))
 
 
+def _design(sweep_dirs: tuple[Path, ...], rung: str | None) -> tuple[list[Found], dict[Cell, str], list, list, list]:
+    """(the run dirs as the folders name them, the refused cells with why, the arms, lrs and seeds sweep.yaml
+    records) of every sweep dir read as one grid."""
+    found: list[Found] = []
+    refused: dict[Cell, str] = {}
+    arms: list[str] = []
+    lrs: list[float] = []
+    seeds: list[int] = []
+    for sweep_dir in sweep_dirs:
+        recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: the design is what the folders hold
+        refused |= _refused_cells(sweep_dir, rung)
+        found += _candidates(sweep_dir, rung) if sweep_dir.is_dir() else []
+        arms += recorded.arms if recorded else []
+        lrs += recorded.lrs if recorded and recorded.lrs else []
+        seeds += recorded.seeds if recorded and "seeds" in recorded.record else []
+    return found, refused, arms, lrs, seeds
+
+
+def _place(runs: list[Run], folders: dict[int, tuple], root: Path) -> tuple[dict[Cell, GridRun], list[Note]]:
+    """Each run in the cell its own config names (the folder's for a key it did not record): (the cells, a warning
+    per run counted elsewhere than its folder says or left out); two different runs of one cell are refused."""
+    cells: dict[Cell, GridRun] = {}
+    notes = []
+    for run in runs:
+        where = os.path.relpath(run.path, root).replace(os.sep, "/")
+        arm, lr, seed = _own(run, *folders[id(run)])
+        if seed is None:
+            notes.append(warning(f"{where}: not a seed<k> folder and its config records no seed: left out", where))
+            continue
+        if (arm, lr, seed) != folders[id(run)]:
+            notes.append(
+                warning(f"{where}: its own config says arm {arm}, lr {lr:g}, seed {seed}: counted there", where)
+            )
+        if (arm, lr, seed) in cells:
+            raise ConfigError(
+                f"{root}: {cells[arm, lr, seed].where} and {where} are two different runs of arm {arm} at lr "
+                f"{lr:g}, seed {seed}; leave one of them out"
+            )
+        cells[arm, lr, seed] = _grid_run(arm, lr, seed, run, where)
+    return cells, notes
+
+
 def read_grid(*sweep_dirs: Path, rung: str | None = None) -> Grid:
     """{arm: its curve} of one lr grid sweep dir, or of several read as one grid (arms in sweep.yaml's order when
     it lists them): every cell of the design with its state, each run read by compare/reading/runs.py; runs scored
@@ -214,18 +259,7 @@ def read_grid(*sweep_dirs: Path, rung: str | None = None) -> Grid:
     several dirs, an arm whose runs differ in more than lr and seed. With `rung`, the grid of that rung of a ladder
     with an lr grid (<arm>/<rung>/lr<v>/seed<k>)."""
     root = grid_root(list(sweep_dirs))
-    found: list[tuple[Path, str, float, int | None]] = []
-    refused: dict[tuple[str, float, int], str] = {}
-    design: list[str] = []
-    given_lrs: list[float] = []
-    given: list[int] = []
-    for sweep_dir in sweep_dirs:
-        recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: the design is what the folders hold
-        refused |= _refused_cells(sweep_dir, rung)
-        found += _candidates(sweep_dir, rung) if sweep_dir.is_dir() else []
-        design += recorded.arms if recorded else []
-        given_lrs += recorded.lrs if recorded and recorded.lrs else []
-        given += recorded.seeds if recorded and "seeds" in recorded.record else []
+    found, refused, design, given_lrs, given = _design(sweep_dirs, rung)
     where_given = " ".join(str(d) for d in sweep_dirs)
     if not found and not refused:
         raise ConfigError(
@@ -238,22 +272,8 @@ def read_grid(*sweep_dirs: Path, rung: str | None = None) -> Grid:
         check_like(kept)  # one sweep's runs share their data: only a mixed-in foreign run can differ
     if len(sweep_dirs) > 1:
         _check_arms_agree(kept, folders, root)
-    notes = [line.removeprefix("warning: ") for line in copies]
-    cells: dict[tuple[str, float, int], GridRun] = {}
-    for run in kept:
-        where = os.path.relpath(run.path, root).replace(os.sep, "/")
-        arm, lr, seed = _own(run, *folders[id(run)])
-        if seed is None:
-            notes.append(f"{where}: not a seed<k> folder and its config records no seed: left out")
-            continue
-        if (arm, lr, seed) != folders[id(run)]:
-            notes.append(f"{where}: its own config says arm {arm}, lr {lr:g}, seed {seed}: counted there")
-        if (arm, lr, seed) in cells:
-            raise ConfigError(
-                f"{root}: {cells[arm, lr, seed].where} and {where} are two different runs of arm {arm} at lr "
-                f"{lr:g}, seed {seed}; leave one of them out"
-            )
-        cells[arm, lr, seed] = _grid_run(arm, lr, seed, run, where)
+    cells, placed = _place(kept, folders, root)
+    notes = copies + placed
     arms = list(dict.fromkeys([*design, *(a for a, _, _ in [*cells, *refused])]))
     lrs = sorted({*given_lrs, *(lr for _, lr, _ in [*cells, *refused])})
     seeds = sorted({*given, *(s for _, _, s in [*cells, *refused])})
@@ -264,7 +284,7 @@ def read_grid(*sweep_dirs: Path, rung: str | None = None) -> Grid:
         first = next(iter(refused.values()), "")
         raise ConfigError(f"{where_given}: none of the grid's {len(cells)} runs ran ({len(refused)} refused: {first})")
     if len(sweep_dirs) > 1:
-        notes.append(f"one grid read from {len(sweep_dirs)} sweep dirs: " + ", ".join(str(d) for d in sweep_dirs))
+        notes.append(warning(f"one grid read from {len(sweep_dirs)} sweep dirs: " + ", ".join(map(str, sweep_dirs))))
     curves = {arm: ArmCurve(arm, sorted((r for r in cells.values() if r.arm == arm), key=lambda r: (r.lr, r.seed)))
               for arm in arms}  # fmt: skip
     return Grid(curves, lrs, seeds, notes)
@@ -386,12 +406,6 @@ def _versus(
     return _verdict(finals_at(arm, arm_lr, seeds), finals_at(base, base_lr, seeds), optimistic), gone
 
 
-def to_json(doc: dict) -> dict:
-    """lr_grid.json: the report with each verdict as its value."""
-    rows = [{k: v.to_json() if isinstance(v, Verdict) else v for k, v in row.items()} for row in doc["rows"]]
-    return {**doc, "rows": rows}
-
-
 def _cells(runs: list[GridRun]) -> str:
     """`lr 0.01 seed 2 (status interrupted), lr 0.01 seed 3 (...)`: the cells, with what left each unfinished."""
     return ", ".join(f"lr {r.lr:g} seed {r.seed}" + (f" ({r.reason})" if r.reason else "") for r in runs)
@@ -401,44 +415,64 @@ def _seeds(runs: list[GridRun]) -> str:
     return ", ".join(str(r.seed) for r in runs)
 
 
-def _arm_warnings(curve: ArmCurve) -> list[str]:
-    """The pick's edge (with the lrs beyond it that did not run) and the cells that are not finished or diverged."""
-    arm, best, ran, out = curve.arm, curve.best_lr, curve.ran(), []
+def _edge_warning(curve: ArmCurve) -> Note | None:
+    """Why the arm's best lr is no pick, or lies at the edge of the lrs that ran (with the lrs beyond it that did not
+    run); None for a pick inside the grid."""
+    arm, best, ran = curve.arm, curve.best_lr, curve.ran()
     unfinished = [r for r in curve.runs if r.state == UNFINISHED]
     if best is None and not ran:
-        out.append(f"{arm}: no run finished or diverged: no lr to pick")
-    elif best is None and unfinished:
-        out.append(f"{arm}: no lr finished without diverging yet ({len(unfinished)} runs unfinished): finish them")
-    elif best is None:
-        out.append(f"{arm}: no lr trained every seed without diverging: widen the grid downwards")
-    elif len(curve.lrs) == 1:
-        out.append(f"{arm}: one lr ({best:g}) in the grid: it is not a pick; run the grid with 2+ lrs")
-    elif len(ran) == 1:
-        out.append(f"{arm}'s best lr {best:g} is the only lr that ran: it is not a pick")
-    elif curve.edge:
-        way = "larger" if curve.edge == "largest" else "smaller"
-        beyond = [lr for lr in curve.lrs if (lr > best if way == "larger" else lr < best) and lr not in ran]
-        if beyond:
-            near = beyond[0] if way == "larger" else beyond[-1]
-            states = ", ".join(f"{lr:g} {'/'.join(sorted({r.state for r in curve.at(lr)}))}" for lr in beyond)
-            out.append(
-                f"{arm}'s best lr {best:g} is the {curve.edge} that ran ({way} lrs of the grid did not: {states}): "
-                f"the optimum may lie between {best:g} and {near:g}"
-            )
-        else:
-            out.append(f"{arm}'s best lr {best:g} is the {curve.edge} tried: extend the grid to {way} lrs")
+        return warning(f"{arm}: no run finished or diverged: no lr to pick", arm)
+    if best is None and unfinished:
+        fix = "finish them"
+        return warning(
+            f"{arm}: no lr finished without diverging yet ({len(unfinished)} runs unfinished): {fix}", arm, fix
+        )
+    if best is None:
+        fix = "widen the grid downwards"
+        return warning(f"{arm}: no lr trained every seed without diverging: {fix}", arm, fix)
+    if len(curve.lrs) == 1:
+        fix = "run the grid with 2+ lrs"
+        return warning(f"{arm}: one lr ({best:g}) in the grid: it is not a pick; {fix}", arm, fix)
+    if len(ran) == 1:
+        return warning(f"{arm}'s best lr {best:g} is the only lr that ran: it is not a pick", arm)
+    if not curve.edge:
+        return None
+    way = "larger" if curve.edge == "largest" else "smaller"
+    beyond = [lr for lr in curve.lrs if (lr > best if way == "larger" else lr < best) and lr not in ran]
+    if not beyond:
+        fix = f"extend the grid to {way} lrs"
+        return warning(f"{arm}'s best lr {best:g} is the {curve.edge} tried: {fix}", arm, fix)
+    near = beyond[0] if way == "larger" else beyond[-1]
+    states = ", ".join(f"{lr:g} {'/'.join(sorted({r.state for r in curve.at(lr)}))}" for lr in beyond)
+    return warning(
+        f"{arm}'s best lr {best:g} is the {curve.edge} that ran ({way} lrs of the grid did not: {states}): the "
+        f"optimum may lie between {best:g} and {near:g}",
+        arm,
+    )
+
+
+def _arm_warnings(curve: ArmCurve) -> list[Note]:
+    """The pick's edge (_edge_warning) and the cells that are not finished or diverged."""
+    arm, edge = curve.arm, _edge_warning(curve)
+    out = [edge] if edge else []
+    unfinished = [r for r in curve.runs if r.state == UNFINISHED]
     if unfinished:
         out.append(
-            f"{arm}: {len(unfinished)} runs unfinished, neither picked nor counted as diverged: {_cells(unfinished)}"
+            warning(
+                f"{arm}: {len(unfinished)} runs unfinished, neither picked nor counted as diverged: {_cells(unfinished)}",
+                arm,
+            )
         )
     for lr in curve.lrs:
         refused = [r for r in curve.at(lr) if r.state == REFUSED]
         for why in dict.fromkeys(r.reason for r in refused):
             seeds = _seeds([r for r in refused if r.reason == why])
-            out.append(f"{arm}: lr {lr:g} refused at start (seeds {seeds}): {why}")
+            out.append(warning(f"{arm}: lr {lr:g} refused at start (seeds {seeds}): {why}", arm))
         missing = [r for r in curve.at(lr) if r.state == NOT_RUN]
         if missing:
-            out.append(f"{arm}: not run at lr {lr:g} (seeds {_seeds(missing)}): the sweep dir has no run there")
+            out.append(
+                warning(f"{arm}: not run at lr {lr:g} (seeds {_seeds(missing)}): the sweep dir has no run there", arm)
+            )
     return out
 
 
@@ -447,57 +481,139 @@ def _states_at(curve: ArmCurve, lr: float | None, seeds: set[int] | None) -> lis
     return [] if lr is None else sorted({r.state for r in curve.at(lr, seeds)} or {NOT_RUN})
 
 
-def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> dict:
-    """The per-arm table (JSON-ready) and the warning lines: picks, edges, both verdicts, stability columns, and the
-    cells that are unfinished, refused or not run."""
+@dataclass
+class Versus:
+    """An arm against the baseline: at its own best lr and at the baseline's, each with how many verdict seeds
+    diverged at the lr judged ([arm, baseline]: any leaves that verdict NOT_MEASURED), and the arm's cell states at
+    the baseline's best lr."""
+
+    own_best: Verdict
+    shared_lr: Verdict
+    own_best_diverged: list[int]
+    shared_lr_diverged: list[int]
+    baseline_lr: float | None
+    states_at_baseline_lr: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """lr_grid.json's keys of a row that is not the baseline's."""
+        return {
+            "vs_baseline_own_best": self.own_best.to_json(),
+            "vs_baseline_shared_lr": self.shared_lr.to_json(),
+            "diverged_verdict_seeds": {"own_best": self.own_best_diverged, "shared_lr": self.shared_lr_diverged},
+            "at_baseline_lr": {"lr": self.baseline_lr, "states": self.states_at_baseline_lr},
+        }
+
+
+@dataclass
+class GridRow:
+    """One arm's line of the grid's table: its pick and the loss there (mean and std over the verdict seeds), its
+    stability margin, its cells by state, spikes and the largest logit at the pick and at the margin, its curve
+    (final val losses by lr) and, for every arm but the baseline, `versus` it."""
+
+    arm: str
+    lrs: list[float]
+    best_lr: float | None
+    val_loss_at_best: float | None
+    val_loss_std: float | None
+    max_stable_lr: float | None
+    diverged_runs: int
+    unfinished_runs: int
+    refused_runs: int
+    not_run: int
+    spikes_at_best: int | None
+    spikes_at_max_stable: int | None
+    max_logit_at_best: float | None
+    max_logit_at_max_stable: float | None
+    curve: dict[str, list[float]]  # lr as `f"{lr:g}"` -> the finished seeds' final val losses
+    cells_not_finished: list[GridRun]
+    versus: Versus | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The row of lr_grid.json: its figures, each cell not finished with its state and reason, the verdicts."""
+        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("cells_not_finished", "versus")}
+        doc["cells_not_finished"] = [
+            {"lr": r.lr, "seed": r.seed, "state": r.state, "reason": r.reason, "run_dir": r.where or None}
+            for r in self.cells_not_finished
+        ]
+        return {**doc, **(self.versus.to_json() if self.versus else {})}
+
+
+@dataclass
+class GridReport:
+    """The grid's table (rows: the baseline's first), its warnings and how the lr was picked (`selection`)."""
+
+    baseline: str
+    rows: list[GridRow]
+    warnings: list[Note]
+    selection: Note
+    diverge_factor: float = DIVERGE_FACTOR
+
+    def row(self, arm: str) -> GridRow:
+        return next(r for r in self.rows if r.arm == arm)
+
+    def to_json(self) -> dict[str, Any]:
+        """lr_grid.json: each verdict as its value, each warning and the selection as its text."""
+        return {
+            "baseline": self.baseline,
+            "rows": [r.to_json() for r in self.rows],
+            "warnings": [n.text for n in self.warnings],
+            "selection": self.selection.text,
+            "diverge_factor": self.diverge_factor,
+        }
+
+
+def _logit(runs: list[GridRun]) -> float | None:
+    return max((r.max_logit for r in runs if r.max_logit is not None), default=None)
+
+
+def _row(curve: ArmCurve, verdict_seeds: set[int] | None) -> GridRow:
+    """The arm's line of the table, without its verdicts."""
+    best_runs = curve.at(curve.best_lr) if curve.best_lr is not None else []
+    stable_runs = curve.at(curve.max_stable_lr) if curve.max_stable_lr is not None else []
+    finals = finals_at(curve, curve.best_lr, verdict_seeds)
+    return GridRow(
+        arm=curve.arm,
+        lrs=curve.lrs,
+        best_lr=curve.best_lr,
+        val_loss_at_best=mean(finals) if finals else None,
+        val_loss_std=std(finals) if len(finals) > 1 else None,
+        max_stable_lr=curve.max_stable_lr,
+        diverged_runs=sum(r.state == DIVERGED for r in curve.runs),
+        unfinished_runs=sum(r.state == UNFINISHED for r in curve.runs),
+        refused_runs=sum(r.state == REFUSED for r in curve.runs),
+        not_run=sum(r.state == NOT_RUN for r in curve.runs),
+        spikes_at_best=_spike_total(best_runs),
+        spikes_at_max_stable=_spike_total(stable_runs),
+        max_logit_at_best=_logit(best_runs),
+        max_logit_at_max_stable=_logit(stable_runs),
+        curve={f"{lr:g}": finals_at(curve, lr, None) for lr in curve.lrs},
+        cells_not_finished=[r for r in curve.runs if r.state != FINISHED],
+    )
+
+
+def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> GridReport:
+    """The per-arm table and the warnings: picks, edges, both verdicts, stability columns, and the cells that are
+    unfinished, refused or not run."""
     analyse(curves, holdout)
     base = next(iter(curves.values()))
     verdict_seeds = holdout or None
     rows, warnings = [], list(getattr(curves, "notes", []))
     for curve in curves.values():
-        best_runs = curve.at(curve.best_lr) if curve.best_lr is not None else []
-        stable_runs = curve.at(curve.max_stable_lr) if curve.max_stable_lr is not None else []
-        finals = finals_at(curve, curve.best_lr, verdict_seeds)
-        row: dict[str, Any] = {
-            "arm": curve.arm,
-            "lrs": curve.lrs,
-            "best_lr": curve.best_lr,
-            "val_loss_at_best": mean(finals) if finals else None,
-            "val_loss_std": std(finals) if len(finals) > 1 else None,
-            "max_stable_lr": curve.max_stable_lr,
-            "diverged_runs": sum(r.state == DIVERGED for r in curve.runs),
-            "unfinished_runs": sum(r.state == UNFINISHED for r in curve.runs),
-            "refused_runs": sum(r.state == REFUSED for r in curve.runs),
-            "not_run": sum(r.state == NOT_RUN for r in curve.runs),
-            "spikes_at_best": _spike_total(best_runs),
-            "spikes_at_max_stable": _spike_total(stable_runs),
-            "max_logit_at_best": max((r.max_logit for r in best_runs if r.max_logit is not None), default=None),
-            "max_logit_at_max_stable": max((r.max_logit for r in stable_runs if r.max_logit is not None), default=None),
-            "curve": {f"{lr:g}": finals_at(curve, lr, None) for lr in curve.lrs},
-            "cells_not_finished": [
-                {"lr": r.lr, "seed": r.seed, "state": r.state, "reason": r.reason, "run_dir": r.where or None}
-                for r in curve.runs
-                if r.state != FINISHED
-            ],
-        }
+        row = _row(curve, verdict_seeds)
         if curve is not base:
             own, own_gone = _versus(curve, curve.best_lr, base, base.best_lr, verdict_seeds, not holdout)
             shared, shared_gone = _versus(curve, base.best_lr, base, base.best_lr, verdict_seeds, not holdout)
-            row["vs_baseline_own_best"], row["vs_baseline_shared_lr"] = own, shared
-            row["diverged_verdict_seeds"] = {"own_best": own_gone, "shared_lr": shared_gone}  # [arm, baseline]
-            row["at_baseline_lr"] = {"lr": base.best_lr, "states": _states_at(curve, base.best_lr, verdict_seeds)}
+            states = _states_at(curve, base.best_lr, verdict_seeds)
+            row.versus = Versus(own, shared, own_gone, shared_gone, base.best_lr, states)
         rows.append(row)
         warnings += _arm_warnings(curve)
     if holdout:
-        note = f"lr picked on seeds other than {sorted(holdout)}; verdicts on the holdout seeds {sorted(holdout)}"
-    else:
-        note = (
-            "lr picked and reported on the same seeds: the minimum of a noisy curve is optimistic (use --holdout-seeds)"
+        selection = note(
+            f"lr picked on seeds other than {sorted(holdout)}; verdicts on the holdout seeds {sorted(holdout)}"
         )
-    return {
-        "baseline": base.arm,
-        "rows": rows,
-        "warnings": warnings,
-        "selection": note,
-        "diverge_factor": DIVERGE_FACTOR,
-    }
+    else:
+        fix = "use --holdout-seeds"
+        selection = note(
+            f"lr picked and reported on the same seeds: the minimum of a noisy curve is optimistic ({fix})", fix=fix
+        )
+    return GridReport(base.arm, rows, warnings, selection)

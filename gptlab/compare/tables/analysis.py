@@ -1,6 +1,6 @@
 """Compare like with like: drop copied runs, refuse runs scored on different validation sets, line the runs up at one
-point (equal step, or equal tokens), and compute the per-group rows with their verdicts and power (the
-comparison.json contract)."""
+point (equal step, or equal tokens), and compute the per-group rows with their verdicts and power, and the warnings
+and notes met on the way as Note values (compare/render/json_report.py writes them into comparison.json)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,14 @@ from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics import speed, stats, verdict
 from gptlab.compare.statistics.noise_floor import Floor, load_limit, mem_limit
 from gptlab.compare.statistics.order import confounded
-from gptlab.compare.statistics.power import POWER, Power, arm_power
+from gptlab.compare.statistics.power import Power, arm_power
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
 from gptlab.compare.tables.evals import eval_rows
 from gptlab.compare.tables.machine import Peak, common_peak, machine_warnings, peak_warnings, run_mfu
 from gptlab.compare.tables.probes import probe_rows
 from gptlab.compare.tables.val_sets import val_set_rows
+from gptlab.util.note import Note, note, warning
 
 LOSS, SPEED = "val/loss", "tokens_per_s"  # what the main table's two verdicts compare
 
@@ -114,8 +115,9 @@ class Row:
         return list(self.speed.interval) if self.speed.interval else None
 
     def to_json(self) -> dict[str, Any]:
-        """The row of comparison.json: its fields, the two verdicts as values and their figures."""
-        doc = asdict(self)
+        """The row of comparison.json but its `power`, whose decisions are words (compare/render/json_report.py adds
+        it): its fields, the two verdicts as values and their figures."""
+        doc = {k: v for k, v in asdict(self).items() if k != "power"}
         doc.update(loss=self.loss.to_json(), speed=self.speed.to_json(), significant=self.significant)
         doc.update(p_value=self.p_value, delta_ci=self.delta_ci, speedup_ci=self.speedup_ci, speedup_p=self.speed.p)
         return doc
@@ -124,20 +126,20 @@ class Row:
 @dataclass
 class Comparison:
     """Everything the reports need: the step (the baseline's), the baseline label, rows (baseline first), warnings,
-    the point every run is compared at, the one MFU peak, notes (arm differences in budget) and, for one part of
-    --split-by, its key values."""
+    the point every run is compared at, the one MFU peak, notes (arm differences in budget, the clock, the point) and,
+    for one part of --split-by, its key values. Warnings and notes are Note values: words.note words them."""
 
     step: int
     baseline: str
     rows: list[Row]
     groups: list[Group]
-    warnings: list[str]
+    warnings: list[Note]
     targets: list[Any] = field(default_factory=list)  # target.TargetResult per --target / --threshold
     thresholds: list[Any] = field(default_factory=list)  # threshold.Threshold per --threshold
     decode: list[Any] = field(default_factory=list)  # decode.DecodeRow per group and point, when runs have decode.json
     point: Point | None = None
     peak: Peak | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     split: dict[str, str] = field(default_factory=dict)
     validation_set: dict[str, str] = field(default_factory=dict)
     compute: Any = None  # compute.EqualCompute: val loss at equal FLOPs and wall time, the matched arms
@@ -157,55 +159,6 @@ class Comparison:
         """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
         return self.point.describe() if self.point else f"step {self.step}"
 
-    def to_json(self) -> dict[str, Any]:
-        """The comparison.json document (`targets`/`thresholds` only when asked for)."""
-        doc = {
-            "step": self.step,
-            "compared_at": {"by": self.point.by, "value": self.point.value} if self.point else None,
-            "baseline": self.baseline,
-            "alpha": ALPHA,
-            "power": POWER,
-            "clock": self.clock.key,
-            "validation_set": self.validation_set,
-            "peak_flops": self.peak.flops if self.peak else None,
-            "peak_flops_source": self.peak.source if self.peak else None,
-            "rows": [r.to_json() for r in self.rows],
-            "warnings": self.warnings,
-            "notes": self.notes,
-            "logged": [x.to_json() for x in self.logged],
-            "noise_floor": {
-                "measured": asdict(self.noise_floor) if self.noise_floor else None,
-                "load_limit": self.load_limit,
-                "note": self.floor_note,
-            },
-        }
-        if self.split:
-            doc["split"] = self.split
-        if self.compute is not None:
-            doc["equal_compute"] = self.compute.to_json()
-        if self.matrix is not None:
-            doc["verdict_matrix"] = self.matrix.to_json()
-        doc.update(
-            {k: [x.to_json() for x in v] for k, v in (("targets", self.targets), ("thresholds", self.thresholds)) if v}
-        )
-        if self.probes:
-            from gptlab.compare.tables.probes import to_json as probes_json
-
-            doc["probes"] = probes_json(self.probes)
-        if self.evals:
-            from gptlab.compare.tables.evals import to_json as evals_json
-
-            doc["evals"] = evals_json(self.evals)
-        if self.val_sets:
-            from gptlab.compare.tables.val_sets import to_json as val_sets_json
-
-            doc["val_sets"] = val_sets_json(self.val_sets)
-        if self.decode:
-            from gptlab.compare.tables.decode import to_json
-
-            doc["decode"] = to_json(self.decode)
-        return doc
-
 
 def _budget_end(run: Run) -> bool:
     """True when the run's last eval is at its own train.max_steps (it finished a shorter budget, not early)."""
@@ -213,8 +166,8 @@ def _budget_end(run: Run) -> bool:
     return steps != UNSET and str(run.val_steps()[-1]) == steps
 
 
-def stop_warnings(runs: list[Run], point: Point) -> list[str]:
-    """One line per run that crashed, is unfinished or stopped before the others (a finished run of a shorter
+def stop_warnings(runs: list[Run], point: Point) -> list[Note]:
+    """One warning per run that crashed, is unfinished or stopped before the others (a finished run of a shorter
     budget is an arm difference, named by like.arm_notes instead)."""
     reach = max(r.val_steps()[-1] for r in runs)
     out = []
@@ -223,15 +176,14 @@ def stop_warnings(runs: list[Run], point: Point) -> list[str]:
         if run.status == "finished" and _budget_end(run):
             continue
         if run.status != "finished":
-            out.append(
-                f"warning: {run.path}: status {run.status}, last val/loss at step {last} "
-                f"(others reach {reach}); compared at {point.describe()}"
-            )
+            why = f"status {run.status}, last val/loss at step {last}"
         elif last < reach:
-            out.append(
-                f"warning: {run.path}: stopped early, last val/loss at step {last} (others reach {reach}); "
-                f"compared at {point.describe()}"
-            )
+            why = f"stopped early, last val/loss at step {last}"
+        else:
+            continue
+        out.append(
+            warning(f"{run.path}: {why} (others reach {reach}); compared at {point.describe()}", subject=str(run.path))
+        )
     return out
 
 
@@ -337,39 +289,54 @@ def _versus(row: Row, base: Row, floor: Floor | None = None) -> None:
     row.speed = row.speed.with_mde(row.power.mde_speedup)
 
 
-def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[str]:
-    """One line per identical pair, per group with mixed fingerprints, per group timed under outside load (above
+def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[Note]:
+    """One warning per identical pair, per group with mixed fingerprints, per group timed under outside load (above
     `limit`) and per group whose peak memory varies between seeds."""
     out = [
-        f"warning: '{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) "
-        "and differ only in model config: every difference between them is noise"
+        warning(
+            f"'{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) and differ "
+            "only in model config: every difference between them is noise",
+            subject=b.label,
+        )
         for i, a in enumerate(rows)
         for b in rows[i + 1 :]
         if b.label in a.identical_to
     ]
     out += [
-        f"warning: '{g.label}': its runs recorded different model fingerprints (code changed between seeds?)"
+        warning(
+            f"'{g.label}': its runs recorded different model fingerprints (code changed between seeds?)",
+            subject=g.label,
+        )
         for g in groups
         if mixed_fingerprints(g)
     ]
     out += [
-        f"warning: '{row.label}': speed taken under outside load (other processes used up to "
-        f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * limit:.0f}%)"
+        warning(
+            f"'{row.label}': speed taken under outside load (other processes used up to "
+            f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * limit:.0f}%)",
+            subject=row.label,
+        )
         for row in rows
         if row.under_load
     ]
     out += [
-        f"warning: '{row.label}': peak memory varies by {100 * cast(float, row.peak_mem_spread):.1f}% between its "
-        f"seeds, more than the measurement's own spread; the table shows the largest"
+        warning(
+            f"'{row.label}': peak memory varies by {100 * cast(float, row.peak_mem_spread):.1f}% between its seeds, "
+            "more than the measurement's own spread; the table shows the largest",
+            subject=row.label,
+        )
         for row in rows
         if row.mem_varies
     ]
     starts = _cpu_starts(groups)
     if len(starts) > 1:
         out.append(
-            f"warning: peak memory: on the CPU {starts['forked']} run(s) were forked from a warm interpreter (a local "
-            f"sweep's queue) and {starts['fresh']} started fresh; a forked run's resident set leaves out the library "
-            "pages its server loaded (~50 MB), so their peak memory differs by how they started"
+            warning(
+                f"peak memory: on the CPU {starts['forked']} run(s) were forked from a warm interpreter (a local "
+                f"sweep's queue) and {starts['fresh']} started fresh; a forked run's resident set leaves out the "
+                "library pages its server loaded (~50 MB), so their peak memory differs by how they started",
+                subject="peak memory",
+            )
         )
     return out
 
@@ -383,6 +350,69 @@ def _cpu_starts(groups: list[Group]) -> dict[str, int]:
         if start in ("forked", "fresh") and not str(hardware.get("device", "cpu")).startswith("cuda"):
             counts[start] = counts.get(start, 0) + 1
     return counts
+
+
+def _rows(ordered: list[Group], point: Point, peak: Peak, floor: Floor | None) -> list[Row]:
+    """One row per group (the baseline's first): what differs from the baseline, its identical twins, its verdicts."""
+    base = ordered[0]
+    rows = [_row(g, point, peak, floor) for g in ordered]
+    twins = identical_groups(ordered)
+    for g, row in zip(ordered, rows):
+        row.differs = dict(diff_items(g, base)) if g is not base else {}
+        row.identical_to = [h.label for h in twins.get(id(g), [])]
+    for row in rows:
+        _versus(row, rows[0], floor)
+    return rows
+
+
+def _run_order(ordered: list[Group], rows: list[Row]) -> tuple[str | None, dict[str, str]]:
+    """(why every arm's speed is confounded with run order, or None; per arm, why it is against the baseline): each
+    arm so confounded has the caveat on its speed verdict."""
+    order_why = confounded([g.runs for g in ordered])
+    # each arm against the baseline as well: pooled over every arm, one arm run after all the others went unseen
+    arm_why = {
+        row.label: why for g, row in zip(ordered[1:], rows[1:]) if (why := confounded([ordered[0].runs, g.runs]))
+    }
+    for row in rows[1:]:
+        if order_why or row.label in arm_why:
+            row.speed = row.speed.with_caveat(Caveat.CONFOUNDED)
+    return order_why, arm_why
+
+
+def order_warnings(order_why: str | None, arm_why: dict[str, str]) -> list[Note]:
+    """One warning when every arm's speed is confounded with run order, else one per arm confounded against the
+    baseline."""
+    fix = "gptlab-sweep launches arms interleaved; rerun the runs that way"
+    if order_why:
+        return [warning(f"speed is confounded with run order: {order_why}; no speed-up here is a finding", fix=fix)]
+    return [
+        warning(
+            f"'{label}' speed is confounded with run order against the baseline: {why}; its speed-up is no finding",
+            subject=label,
+            fix=fix,
+        )
+        for label, why in arm_why.items()
+    ]
+
+
+def _token_notes(point: Point, rows: list[Row]) -> list[Note]:
+    """The note that the arms are compared at equal tokens, each at its own step (none at equal steps)."""
+    if point.by != "tokens":
+        return []
+    steps = ", ".join(f"'{r.label}' step {r.at_step}" for r in rows)
+    return [
+        note(f"note: compared at equal tokens, {point.value:,}, since the arms differ in tokens per step ({steps})")
+    ]
+
+
+def _extra_tables(cmp: Comparison, point: Point) -> None:
+    """The probe, eval and validation-set tables, each with its warnings (appended in that order)."""
+    labels = [r.label for r in cmp.rows]
+    cmp.probes, probe_warnings = probe_rows(cmp.groups, labels, point)
+    cmp.evals, eval_warnings = eval_rows(cmp.groups, labels)
+    same_model = [cmp.baseline in r.identical_to for r in cmp.rows]  # an arm that builds the baseline's model: noise
+    cmp.val_sets, val_set_warnings = val_set_rows(cmp.groups, labels, point, same_model)
+    cmp.warnings += probe_warnings + eval_warnings + val_set_warnings
 
 
 def compare(
@@ -410,55 +440,21 @@ def compare(
     assign_labels(groups, base)
     ordered = [base] + [g for g in groups if g is not base]
     peak = common_peak(runs, peak_flops)
-    rows = [_row(g, point, peak, floor) for g in ordered]
-    twins = identical_groups(ordered)
-    for g, row in zip(ordered, rows):
-        row.differs = dict(diff_items(g, base)) if g is not base else {}
-        row.identical_to = [h.label for h in twins.get(id(g), [])]
-    for row in rows:
-        _versus(row, rows[0], floor)
-    order_why = confounded([g.runs for g in ordered])
-    # each arm against the baseline as well: pooled over every arm, one arm run after all the others went unseen
-    arm_why = {row.label: why for g, row in zip(ordered[1:], rows[1:]) if (why := confounded([base.runs, g.runs]))}
-    for row in rows[1:]:
-        if order_why or row.label in arm_why:
-            row.speed = row.speed.with_caveat(Caveat.CONFOUNDED)
+    rows = _rows(ordered, point, peak, floor)
+    order_why, arm_why = _run_order(ordered, rows)
     if claims:
         attach_claims(rows, ordered, claims)
-    warnings = copies + replays + unchecked + unequal + stop_warnings(runs, point)
-    warnings += identity_warnings(rows, ordered, load_limit(floor))
-    if order_why:
-        warnings.append(
-            f"warning: speed is confounded with run order: {order_why}; no speed-up here is a finding (gptlab-sweep "
-            "launches arms interleaved; rerun the runs that way)"
-        )
-    else:
-        warnings += [
-            f"warning: '{label}' speed is confounded with run order against the baseline: {why}; its speed-up is "
-            "no finding (gptlab-sweep launches arms interleaved; rerun the runs that way)"
-            for label, why in arm_why.items()
-        ]
     clock = clock_of(runs)
+    warnings = copies + replays + unchecked + unequal + stop_warnings(runs, point)
+    warnings += identity_warnings(rows, ordered, load_limit(floor)) + order_warnings(order_why, arm_why)
     warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs, clock)
-    notes = arm_notes(ordered, base) + ([clock.note] if clock.note else [])
-    if point.by == "tokens":
-        steps = ", ".join(f"'{r.label}' step {r.at_step}" for r in rows)
-        notes.append(
-            f"note: compared at equal tokens, {point.value:,}, since the arms differ in tokens per step ({steps})"
-        )
     cmp = Comparison(point.step_of(base.runs[0]), base.label, rows, ordered, warnings, point=point, peak=peak)
-    cmp.notes = notes
+    cmp.notes = arm_notes(ordered, base) + ([clock.note] if clock.note else []) + _token_notes(point, rows)
     cmp.noise_floor, cmp.floor_note, cmp.load_limit = floor, floor_note, load_limit(floor)
     cmp.clock = clock
     # check_like made every recorded value equal: the first run that recorded each key speaks for all
     cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
-    cmp.probes, probe_warnings = probe_rows(ordered, [r.label for r in rows], point)
-    cmp.warnings += probe_warnings
-    cmp.evals, eval_warnings = eval_rows(ordered, [r.label for r in rows])
-    cmp.warnings += eval_warnings
-    same_model = [base.label in r.identical_to for r in rows]  # an arm that builds the baseline's model: all noise
-    cmp.val_sets, val_set_warnings = val_set_rows(ordered, [r.label for r in rows], point, same_model)
-    cmp.warnings += val_set_warnings
+    _extra_tables(cmp, point)
     cmp.logged = by_arm([(g.label, [r.path for r in g.runs]) for g in ordered])
     return cmp
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gptlab.compare.tables.cells import ArmCell, arm_cell
+from gptlab.util.note import Note, warning
 
 # what must be equal for one task's numbers to be comparable across runs
 SAME = ("lm_eval", "version", "config_sha256", "num_fewshot", "limit", "prefix_token_id")
@@ -29,24 +30,27 @@ def _entries(run, task: str) -> dict:
     return entry if isinstance(entry, dict) else {}
 
 
-def _task_warning(task: str, runs: list) -> str | None:
+def _task_warning(task: str, runs: list) -> Note | None:
     """Why `task`'s numbers cannot be pooled over `runs` (measured differently, or not at the run's last step)."""
     stale = [r for r in runs if _entries(r, task).get("step") != r.last_step]
     if stale:
-        return (
-            f"warning: eval/{task}: {stale[0].path} measured it at step {_entries(stale[0], task).get('step')}, not "
-            f"its last step {stale[0].last_step}; run gptlab-eval again; left out of the eval table"
+        return warning(
+            f"eval/{task}: {stale[0].path} measured it at step {_entries(stale[0], task).get('step')}, not its last "
+            f"step {stale[0].last_step}; run gptlab-eval again; left out of the eval table",
+            subject=f"eval/{task}",
+            fix="run gptlab-eval again",
         )
     for key in SAME:
         seen = {repr(_entries(r, task).get(key)) for r in runs}
         if len(seen) > 1:
-            return (
-                f"warning: eval/{task}: the runs measured it with different {key} ({', '.join(sorted(seen))}); left out"
+            return warning(
+                f"eval/{task}: the runs measured it with different {key} ({', '.join(sorted(seen))}); left out",
+                subject=f"eval/{task}",
             )
     return None
 
 
-def eval_rows(groups: list, labels: list[str]) -> tuple[list[EvalRow], list[str]]:
+def eval_rows(groups: list, labels: list[str]) -> tuple[list[EvalRow], list[Note]]:
     """An EvalRow per task metric any run's eval.json holds (groups baseline first, `labels` theirs), and one warning
     per task left out; per-run standard errors (`*_stderr`) are not pooled."""
     tasks = sorted({t for g in groups for r in g.runs for t in (r.evals.get("tasks") or {}) if _entries(r, t)})

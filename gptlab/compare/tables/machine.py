@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.statistics import speed, stats
+from gptlab.util.note import Note, warning
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def peak_note(peak: Peak) -> str:
     return f"MFU: every arm against one machine peak, {peak.flops:.4g} FLOP/s ({peak.source})."
 
 
-def peak_warnings(runs: list[Run], peak: Peak) -> list[str]:
+def peak_warnings(runs: list[Run], peak: Peak) -> list[Note]:
     """One line for runs measured against other peaks (their MFU recomputed) and one for runs left out."""
     root, out = _root(runs), []
     if peak.recomputed:
@@ -100,13 +101,19 @@ def peak_warnings(runs: list[Run], peak: Peak) -> list[str]:
             for p in sorted(set(peak.recomputed.values()))
         )
         out.append(
-            f"warning: MFU: runs were measured against different peaks ({others}; common {peak.flops:.4g} FLOP/s, "
-            f"{peak.source}); their MFU is recomputed against the common peak as MFU × own peak / {peak.flops:.4g}"
+            warning(
+                f"MFU: runs were measured against different peaks ({others}; common {peak.flops:.4g} FLOP/s, "
+                f"{peak.source}); their MFU is recomputed against the common peak as MFU × own peak / {peak.flops:.4g}",
+                subject="MFU",
+            )
         )
     if peak.dropped:
         out.append(
-            f"warning: MFU of {_names(peak.dropped, root)} left out: an MFU without a recorded peak_flops cannot be "
-            f"put on the common peak {peak.flops:.4g} FLOP/s"
+            warning(
+                f"MFU of {_names(peak.dropped, root)} left out: an MFU without a recorded peak_flops cannot be put on "
+                f"the common peak {peak.flops:.4g} FLOP/s",
+                subject="MFU",
+            )
         )
     return out
 
@@ -120,7 +127,7 @@ def machine_of(run: Run) -> str | None:
     return str(name) if name else None
 
 
-def machine_warnings(runs: list[Run]) -> list[str]:
+def machine_warnings(runs: list[Run]) -> list[Note]:
     """One line when the runs' provenance names more than one machine."""
     by_machine: dict[str, list[Path]] = {}
     for run in runs:
@@ -133,6 +140,8 @@ def machine_warnings(runs: list[Run]) -> list[str]:
         f"{name} ({len(paths)} runs: {_names(paths, root, 2)})" for name, paths in sorted(by_machine.items())
     )
     return [
-        f"warning: the runs trained on different machines ({listed}): tokens/s, speed-ups and MFU compare the "
-        "machines as well as the arms"
+        warning(
+            f"the runs trained on different machines ({listed}): tokens/s, speed-ups and MFU compare the machines as "
+            "well as the arms"
+        )
     ]

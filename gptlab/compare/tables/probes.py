@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gptlab.compare.tables.cells import ArmCell, arm_cell
+from gptlab.util.note import Note, warning
 
 PREFIX = "probe/"
 
@@ -26,7 +27,7 @@ def _fingerprint(run, metric: str) -> str:
     return str(sets.get(metric.split("/")[1], "unrecorded")) if isinstance(sets, dict) else "unrecorded"
 
 
-def probe_rows(groups: list, labels: list[str], point) -> tuple[list[ProbeRow], list[str]]:
+def probe_rows(groups: list, labels: list[str], point) -> tuple[list[ProbeRow], list[Note]]:
     """A ProbeRow per probe metric any run logged at the compared point (groups baseline first, `labels` theirs),
     and one warning per metric left out because its runs measured it on different fixed sets."""
     evals = [[r.by_step.get(point.step_of(r), {}) for r in g.runs] for g in groups]
@@ -36,8 +37,11 @@ def probe_rows(groups: list, labels: list[str], point) -> tuple[list[ProbeRow], 
         sets = {_fingerprint(r, metric) for g, rows in zip(groups, evals) for r, e in zip(g.runs, rows) if metric in e}
         if len(sets) > 1:
             warnings.append(
-                f"warning: {metric}: the runs measured it on different fixed sets ({', '.join(sorted(sets))}; "
-                "summary.json probe_sets), so it is left out of the probe table"
+                warning(
+                    f"{metric}: the runs measured it on different fixed sets ({', '.join(sorted(sets))}; "
+                    "summary.json probe_sets), so it is left out of the probe table",
+                    subject=metric,
+                )
             )
             continue
         row = ProbeRow(metric, "lower" if metric.endswith("loss") else "higher")

@@ -11,6 +11,7 @@ from typing import Any
 from gptlab.compare.statistics import verdict
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.tables.cells import ArmCell, arm_cell
+from gptlab.util.note import Note, warning
 
 UNRECORDED = "unrecorded"
 
@@ -50,7 +51,7 @@ def _identity(run, name: str) -> str:
 
 def val_set_rows(
     groups: list, labels: list[str], point, identical: list[bool] | None = None
-) -> tuple[list[ValSetRow], list[str]]:
+) -> tuple[list[ValSetRow], list[Note]]:
     """A ValSetRow per validation set any run logged at the compared point (groups baseline first, `labels` theirs;
     `identical[i]`: group i builds the baseline's model, so its differences are noise), and one warning per set left
     out because its runs scored different sets."""
@@ -63,8 +64,11 @@ def val_set_rows(
         seen = {_identity(r, name) for r in runs}
         if len(seen) > 1:
             warnings.append(
-                f"warning: {metric}: the runs scored different sets under this name ({', '.join(sorted(seen))}; "
-                "summary.json val_sets), so it is left out of the validation-set table"
+                warning(
+                    f"{metric}: the runs scored different sets under this name ({', '.join(sorted(seen))}; "
+                    "summary.json val_sets), so it is left out of the validation-set table",
+                    subject=metric,
+                )
             )
             continue
         entry = _record(runs[0], name)
