@@ -111,7 +111,7 @@ def test_measured_kv_bytes_equal_gptlab_flops_prediction(attention, one_thread):
 
     The sliding rule: a layer with window w < context + new_tokens keeps a ring of w positions, so measured ==
     kv_cache.total_bytes_windowed (each layer capped at min(window, seq)), less than the unwindowed total_bytes."""
-    from gptlab.cli.flops import run as flops_run
+    from gptlab.config.costing import flops_report as flops_run
 
     extra = {"gqa": ["attention.n_kv_head=2"], "sliding": ["attention.window=6"]}.get(attention, [])
     overrides = [

@@ -29,8 +29,9 @@ from gptlab.errors import TrainingDiverged
 from gptlab.runtime.forkserver import Forked
 from gptlab.sinks.jsonl import read_rows
 from gptlab.state import checkpoint
-from helpers.cli import run_cli, start_cli
-from helpers.train import FAST, rows, run_inprocess
+from helpers.cli import cli_env, run_cli, start_cli
+from helpers.paths import pythonpath_with_tests
+from helpers.train import FAST, TINY, rows, run_inprocess
 
 # 30 fp32 steps, a checkpoint after every step (so kills often land in a write), one torch thread
 KILL_ARGS = [*FAST, "train.max_steps=30", "train.eval_interval=5", "train.ckpt_interval=1", "hardware.threads=1"]
@@ -324,6 +325,88 @@ def test_a_second_run_into_a_live_run_dir_is_refused(tmp_path):
     assert {p.name: p.read_bytes() for p in (run / ".hydra").iterdir()} == hydra_files  # Hydra's rewrite undone
     assert first.wait(timeout=120) == 0
     assert [r["step"] for r in rows(run) if "train/loss" in r] == list(range(1, 21))
+
+
+TWIN_ARGS = [*TINY, "train.max_steps=4", "train.eval_interval=2", "train.log_interval=1", "sample.tokens=0",
+             "hardware.dtype=fp32", "hardware.peak_flops=1e12", "logger=none"]  # fmt: skip
+RUN_FILES = {".gptlab.lock", ".hydra", "train.log", "provenance.json", "tokenizer.json", "metrics.jsonl",
+             "summary.json", "checkpoints"}  # fmt: skip
+
+
+def twin_starts(run_dir: Path, delays: list[float]) -> list[tuple[int, str]]:
+    """len(delays) gptlab-train into one new run_dir, released together from a barrier, each after its own delay;
+    (exit code, stderr) of each."""
+    go = run_dir.parent / f"{run_dir.name}.go"
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0", PYTHONPATH=pythonpath_with_tests())
+    errs = [open(run_dir.parent / f"{run_dir.name}.{i}.err", "w+") for i in range(len(delays))]  # noqa: SIM115
+    twins = [
+        start_cli(
+            "helpers.twin_start",
+            str(go),
+            f"{delay:.3f}",
+            *TWIN_ARGS,
+            f"hydra.run.dir={run_dir}",
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )  # fmt: skip
+        for delay, err in zip(delays, errs)
+    ]
+    time.sleep(1.0)  # each has imported the CLI and waits at the barrier (a late one only widens the spread)
+    go.touch()
+    codes = [twin.wait(timeout=300) for twin in twins]  # a hang guard only
+    said = []
+    for err in errs:
+        err.seek(0)
+        said.append(err.read())
+        err.close()
+    return list(zip(codes, said))
+
+
+@pytest.mark.slow
+def test_twin_starts_into_one_new_run_dir_leave_the_winners_run_whole(tmp_path):
+    """Three gptlab-train into one new hydra.run.dir at (nearly) the same moment, over seeded random delays (the
+    first trial all at once): one trains and finishes with every run file; each other exits 2 with one line naming
+    the dir, and removes nothing (the refused twin's clean-up used to delete the live run's dir)."""
+    rng = random.Random(74)
+    for trial, delays in enumerate([[0.0, 0.0, 0.0], *([rng.uniform(0, 0.4) for _ in range(3)] for _ in range(2))]):
+        run_dir = tmp_path / f"run{trial}"
+        outcomes = twin_starts(run_dir, delays)
+        winners = [said for code, said in outcomes if code == 0]
+        assert len(winners) == 1, (delays, outcomes)
+        refusal = (
+            f"error: hydra.run.dir: '{run_dir}' is in use by another running gptlab-train; give this run its own dir"
+        )
+        for code, said in outcomes:
+            assert code == 0 or (code, said.strip().splitlines()) == (2, [refusal]), (delays, outcomes)
+        assert {p.name for p in run_dir.iterdir()} - {"git.diff"} == RUN_FILES, delays  # git.diff: a dirty checkout
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert (summary["status"], summary["steps"]) == ("finished", 4)
+        assert [r["step"] for r in rows(run_dir) if "train/loss" in r] == [1, 2, 3, 4]  # one run's rows, once each
+        assert {p.name for p in (run_dir / ".hydra").iterdir()} == {"config.yaml", "hydra.yaml", "overrides.yaml"}
+        assert [p.name for p in checkpoint.ckpt_dir(run_dir).iterdir()] == ["step_0000004.pt"]
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_of_a_non_distributed_profile_leave_rank_0s_run_dir_whole(tmp_path):
+    """torchrun --nproc_per_node=2 with hardware=cpu (not distributed): both ranks are twin runs of one dir. Rank 1
+    is refused in one line and removes nothing (it used to delete the dir rank 0 trained in); torchrun then stops
+    rank 0 (SIGTERM: preempted), and the same command alone finishes the run in that dir."""
+    run_dir = tmp_path / "run"
+    args = [*TWIN_ARGS, "train.max_steps=30", "hardware=cpu", f"hydra.run.dir={run_dir}"]  # rank 0 outlives the race
+    env = cli_env(OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+    ranks = run_cli("torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gptlab.cli.train", *args,
+                    env=env, timeout=300)  # fmt: skip
+    refusal = f"error: hydra.run.dir: '{run_dir}' is in use by another running gptlab-train; give this run its own dir"
+    assert ranks.returncode != 0 and refusal in ranks.stderr.splitlines(), ranks.stderr[-3000:]
+    assert {".gptlab.lock", ".hydra", "provenance.json", "metrics.jsonl", "summary.json"} <= {
+        p.name for p in run_dir.iterdir()
+    }
+    assert json.loads((run_dir / "summary.json").read_text())["status"] in ("preempted", "finished")
+    alone = run_cli("gptlab.cli.train", *args, env=env, timeout=300)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
+    assert [r["step"] for r in rows(run_dir) if "train/loss" in r] == list(range(1, 31))
 
 
 def val_rows(run_dir: Path) -> list[tuple[int, float]]:

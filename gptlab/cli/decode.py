@@ -35,6 +35,7 @@ from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir re
 from gptlab.errors import ConfigError
 from gptlab.sinks.progress import console_log
 from gptlab.state.layout import check_output, check_run_path
+from gptlab.state.refused import remove_refused
 from gptlab.util.io import strict_json
 from gptlab.util.paths import CONF_DIR
 
@@ -224,14 +225,6 @@ def _out_path(cfg: DictConfig, run_dir: Path, multirun: bool) -> Path:
     return check_output(path, "out", own=own)  # resolved; never inside another run, never over a run's own files
 
 
-def _remove_refused(run_dir: Path) -> None:
-    """A refused decode leaves no folder behind: remove its run dir when it holds only what Hydra wrote."""
-    import shutil
-
-    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "decode.log"}:
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
 @hydra.main(config_path=str(CONF_DIR), config_name="decode", version_base=None)
 def decode_app(cfg: DictConfig) -> None:
     """Measure, write decode.json, print the table."""
@@ -252,7 +245,7 @@ def decode_app(cfg: DictConfig) -> None:
     except (ConfigError, OSError, OmegaConfBaseException) as err:
         if multirun:
             raise  # the launcher reports it and goes on with the other jobs
-        _remove_refused(Path(hc.runtime.output_dir))
+        remove_refused(Path(hc.runtime.output_dir), made={".hydra", "decode.log"})  # a refusal leaves no folder
         fail(one_line(err), 1 if isinstance(err, OSError) else 2)
     say(table(doc))
     say(f"wrote {path}")

@@ -13,7 +13,6 @@ import difflib
 import errno
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,8 +30,9 @@ from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir re
 from gptlab.errors import ConfigError, TrainingDiverged
 from gptlab.runtime.placement import place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
-from gptlab.state.layout import HYDRA_WRITES, LOCK_FILE, check_run_dir, check_run_path, lock_held
-from gptlab.state.rundir import run_dir_lock
+from gptlab.state.layout import HYDRA_WRITES, check_run_dir, check_run_path
+from gptlab.state.lock import run_dir_lock
+from gptlab.state.refused import HydraFiles, put_back, remove_refused, save_hydra_files
 from gptlab.util.paths import CONF_DIR
 
 log = logging.getLogger("gptlab")
@@ -99,8 +99,11 @@ def exit_code(err: BaseException) -> int:
 
 def _writes_run_files(cfg: DictConfig) -> bool:
     """Rank 0 of a data-parallel job (or a single process) owns the run dir."""
-    if not OmegaConf.select(cfg, "hardware.distributed", default=False):
-        return True
+    return not OmegaConf.select(cfg, "hardware.distributed", default=False) or _first_rank()
+
+
+def _first_rank() -> bool:
+    """A lone process, or rank 0 of a torchrun / SLURM job: it writes run files under any hardware profile."""
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 
 
@@ -192,14 +195,6 @@ def sweeper_value(summary: dict) -> float | None:
 _STARTED: dict[str, Path] = {}  # the run dir of this process's single run (a refused run leaves no folder behind)
 
 
-def _remove_refused(run_dir: Path | None) -> None:
-    """A run refused before gptlab wrote anything: remove the folder Hydra made for it (.hydra/, train.log)."""
-    if run_dir is None or not run_dir.is_dir():
-        return
-    if {p.name for p in run_dir.iterdir()} <= HYDRA_WRITES | {LOCK_FILE}:
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
 def explicit_run_dir(args: list[str]) -> Path | None:
     """The run dir a single run was pointed at with hydra.run.dir=..., when it is known before Hydra starts (quoted
     values unquoted as Hydra reads them; an interpolation or an override Hydra cannot parse: None)."""
@@ -215,37 +210,6 @@ def explicit_run_dir(args: list[str]) -> Path | None:
     except HydraException:
         return None  # Hydra's own one-line error follows
     return Path(value) if isinstance(value, str) and "${" not in value else None
-
-
-def _hydra_files(run_dir: Path | None) -> tuple[Path, dict[str, bytes], int | None] | None:
-    """The .hydra/ files of an existing run dir and its train.log's length: Hydra rewrites the first and appends to
-    the second before gptlab can check anything."""
-    if run_dir is None or not run_dir.is_dir():
-        return None
-    folder, log = run_dir / ".hydra", run_dir / "train.log"
-    files = {p.name: p.read_bytes() for p in folder.glob("*") if p.is_file()}
-    return folder, files, log.stat().st_size if log.is_file() else None
-
-
-def _put_back(saved: tuple[Path, dict[str, bytes], int | None] | None) -> None:
-    """Restore the .hydra/ files and train.log _hydra_files saw (a refused run leaves the run dir as it was)."""
-    if saved is None:
-        return
-    folder, files, log_size = saved
-    log = folder.parent / "train.log"
-    if lock_held(folder.parent / LOCK_FILE):
-        pass  # a live run writes this log too: its lines since then stay (the refusal's with them)
-    elif log_size is None:
-        log.unlink(missing_ok=True)
-    elif log.is_file():
-        os.truncate(log, log_size)  # the refused run's own lines go; the run the dir holds keeps its log
-    for path in folder.glob("*"):
-        if path.is_file() and path.name not in files:
-            path.unlink()
-    for name, data in files.items():
-        (folder / name).write_bytes(data)
-    if not files and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
 
 
 def _page(text: str) -> None:
@@ -298,12 +262,22 @@ def main() -> None:
         fail(one_line(err), 2)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return train_app()
-    explicit = explicit_run_dir(sys.argv[1:])
-    try:  # before Hydra writes .hydra/ and train.log: not into someone's folder, not inside another run
-        check_run_dir(check_run_path(explicit)) if explicit else None
-    except ConfigError as err:
-        fail(one_line(err), 2)
-    saved = _hydra_files(explicit)
+    explicit, held = explicit_run_dir(sys.argv[1:]), contextlib.ExitStack()
+    try:  # before Hydra writes .hydra/ and train.log: not into someone's folder, not inside another run, and the
+        # dir's lock taken first, so a twin started at the same moment is refused before it writes (or removes) a thing
+        if explicit:
+            explicit = check_run_path(explicit)
+            check_run_dir(explicit)
+            if _first_rank():
+                held.enter_context(run_dir_lock(explicit))
+    except run_errors() as err:
+        fail(one_line(err), exit_code(err))
+    with held:
+        _train(save_hydra_files(explicit), explicit)
+
+
+def _train(saved: HydraFiles | None, explicit: Path | None) -> None:
+    """Run train_app; a run refused for bad input leaves its dir as it was (gptlab/state/refused.py)."""
     try:
         with hydra_raises():
             train_app()
@@ -312,11 +286,11 @@ def main() -> None:
         fail("interrupted (Ctrl-C); run the same command to resume from the newest checkpoint", 130)
     except SystemExit as stop:
         if stop.code == 2:
-            _put_back(saved) if saved is not None else _remove_refused(_STARTED.get("run_dir"))
+            put_back(saved) if saved is not None else remove_refused(_STARTED.get("run_dir") or explicit)
         raise
     except (HydraException, *run_errors()) as err:  # type: ignore[misc]  # mypy cannot type a starred tuple of exception types
         if exit_code(err) == 2:
-            _put_back(saved) if saved is not None else _remove_refused(_STARTED.get("run_dir"))
+            put_back(saved) if saved is not None else remove_refused(_STARTED.get("run_dir") or explicit)
         fail(one_line(err), exit_code(err))
 
 

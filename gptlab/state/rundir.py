@@ -1,46 +1,20 @@
-"""The run directory at work: one live run per dir (the lock), the tokenizer a run saves when it starts
-(`save_run_tokenizer`) and reading a run's saved files back (`run_config`, `saved_tokenizer`); rebuilding a trained
-run from them is gptlab/config/trained.py's. What a run dir holds, and the guards every writer asks, are
-gptlab/state/layout.py's.
+"""The run directory at work: the tokenizer a run saves when it starts (`save_run_tokenizer`) and reading a run's
+saved files back (`run_config`, `saved_tokenizer`); rebuilding a trained run from them is gptlab/config/trained.py's.
+What a run dir holds, and the guards every writer asks, are gptlab/state/layout.py's; one live run per dir (the
+lock) is gptlab/state/lock.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import logging
-import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from gptlab.data.tokenizer_file import from_doc, to_doc
 from gptlab.errors import ConfigError
-from gptlab.state.layout import LOCK_FILE, TOKENIZER_FILE
+from gptlab.state.layout import TOKENIZER_FILE
 from gptlab.util.io import atomic_write_text
-
-log = logging.getLogger("gptlab")
-
-
-@contextlib.contextmanager
-def run_dir_lock(run_dir: Path):
-    """Hold an exclusive lock on run_dir while training: a second live run there is refused (freed on any exit)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(
-            f"hydra.run.dir: '{run_dir}' is in use by another running gptlab-train; give this run its own dir"
-        ) from None
-    except OSError as err:  # a file system without flock (some NFS/Lustre mounts): run unguarded
-        log.warning("cannot lock %s (%s); a second run in this dir would not be refused", run_dir, err.strerror)
-    try:
-        yield
-    finally:
-        os.close(fd)
 
 
 def run_config(run_dir: Path):

@@ -9,6 +9,7 @@
 <sweep dir>/.plan/plan.json             the latest launch: one entry per run with its `subdir` above
 <sweep dir>/.plan/queue.json            the local queue's record of each run's state
 <sweep dir>/.plan/refused.json          the latest plan's runs that cannot start: {subdir: the one-line reason}
+<sweep dir>/timing.json                 the sweep's timing session (gptlab/study/timing.py runs it, compare reads it)
 ```
 A factorial's cells are arms: `base` (every factor off) and the factors that are on joined with `+` (`gqa+sdpa`).
 In the plan a run is named `<arm>__seed<k>` (`<arm>__lr<v>__seed<k>`, `<arm>__<rung>__seed<k>`,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,8 @@ PLAN_DIR = ".plan"  # inside the sweep dir: the generated configs, the plan, the
 PLAN_FILE = Path(PLAN_DIR) / "plan.json"  # relative to the sweep dir
 QUEUE_FILE = "queue.json"  # in PLAN_DIR
 REFUSED_FILE = Path(PLAN_DIR) / "refused.json"  # relative to the sweep dir
+# the timing session: at the top, a result of the sweep like sweep.yaml (.plan/ holds the latest launch's working files)
+TIMING_FILE = "timing.json"  # relative to the sweep dir
 # the scheduler jobs (.submitit/ folders) of earlier launches when plan.json was written: not this plan's runs
 EARLIER_JOBS_FILE = Path(PLAN_DIR) / "earlier_jobs.json"  # relative to the sweep dir
 SUBMITIT_DIR = ".submitit"  # in the sweep dir: one folder per SLURM job (<array>_<task>, or <id>)
@@ -220,7 +224,9 @@ def read_plan(sweep_dir: Path) -> list[dict]:
     """plan.json of the sweep dir's latest launch ([] if it never launched); a damaged one (not JSON, an entry
     without its arm and integer seed) is a one-line ConfigError naming it and what to do; an entry without a name
     gets the one gptlab-sweep gives it."""
-    check = Check(sweep_dir / PLAN_FILE, "launch the sweep again: gptlab-sweep writes a new plan, finished runs kept")
+    path = sweep_dir / PLAN_FILE
+    then = "then launch the sweep again: it reads what each run left in its own dir, keeps the finished runs and writes"
+    check = Check(path, f"{set_aside(path)}, {then} a new plan")
     plan = read_json(check.path, check.fix, missing=[])
     if not isinstance(plan, list):
         raise check.fail(f"expected a list of planned runs, got {type(plan).__name__}")
@@ -233,6 +239,11 @@ def read_plan(sweep_dir: Path) -> list[dict]:
         if entry.get("name") is None:  # a plan written before entries were named: the name gptlab-sweep gives
             entry["name"] = run_name(entry["arm"], entry["seed"], entry.get("lr"), entry.get("rung"))
     return plan
+
+
+def set_aside(path: Path) -> str:
+    """The advice that moves a damaged record out of the way, as a command to paste: `mv <path> <path>.damaged`."""
+    return f"move it aside ({shlex.join(['mv', str(path), f'{path}.damaged'])})"
 
 
 def planned_subdir(entry) -> str | None:

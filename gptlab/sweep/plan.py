@@ -19,6 +19,7 @@ on the command line.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from gptlab.sweep.layout import (
     run_name,
     run_subdir,
 )
+from gptlab.sweep.process import record
 from gptlab.sweep.status import sweep_status
 from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import CONF_DIR, SWEEP_RUN_GROUP
@@ -133,6 +135,7 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
     (folder / SWEEP_RUN_GROUP).mkdir(parents=True, exist_ok=True)
     for run in runs:
         atomic_write_text(folder / SWEEP_RUN_GROUP / f"{run.name}.yaml", run_config(run))
+    launcher = record(os.getpid())
     plan = [
         {
             "name": r.name,
@@ -142,6 +145,7 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> Path:
             "rung": r.rung,
             "subdir": r.subdir(),
             "overrides": list(r.overrides),
+            "launcher": launcher,  # the process that launches it: while it lives, a run not yet started is pending
         }
         for r in runs
     ]
@@ -265,13 +269,17 @@ def pending(
     lrs: list[float] | None = None,
     ladder: list[Rung] | None = None,
 ) -> Pending:
-    """The runs to launch: every arm x rung x lr x seed but the finished ones and those in flight (failed and never-run
-    runs are launched); under an lr grid a run that cannot start at its lr is planned as refused, with the reason."""
+    """The runs to launch: every arm x rung x lr x seed but the finished ones and those in flight (live, or queued by
+    a launcher that lives: gptlab/sweep/status.py); failed, stopped and never-run runs are launched. Under an lr grid
+    a run that cannot start at its lr is planned as refused, with the reason."""
     for arm, overrides in spec["arms"].items():
         if any(is_launch_setting(o) for o in overrides):
             raise ConfigError(f"arm '{arm}': launch settings (hydra.*, launcher=) belong in the sweep's overrides")
     command = spec.get("command", "train")
-    flight = {s.name: s.state for s in sweep_status(sweep_dir) if s.state in IN_FLIGHT}
+    # every run of the grid, not only the latest plan's: a run an earlier, killed launch started may still be live
+    grid_arms = {arm: list(seeds) for arm in spec["arms"]}
+    rung_names = [r.name for r in ladder] if ladder else None
+    flight = {s.name: s.state for s in sweep_status(sweep_dir, grid_arms, lrs, rung_names) if s.state in IN_FLIGHT}
     out = Pending([], 0, [])
     grid: list[float | None] = list(lrs) if lrs else [None]
     steps: list[Rung | None] = list(ladder) if ladder else [None]

@@ -5,7 +5,10 @@ A slot is one GPU per run on a GPU box (a run needing k GPUs takes k), and on a 
 threads made a sweep of small runs slower all at once than one after another). Each run gets its slot's cores as
 its CPU affinity, OMP_NUM_THREADS = GPTLAB_THREADS = threads, and its slot's GPUs as CUDA_VISIBLE_DEVICES; its
 output goes to `<sweep dir>/.plan/logs/<arm>__seed<k>.log`. `.plan/queue.json` holds every run's state (pending,
-running with its pid, finished / failed with its exit code), rewritten at each change, for `gptlab-sweep status`.
+with the queue's own process; running, with the run's process; finished / failed with its exit code), rewritten at
+each change, for `gptlab-sweep status`, which believes a "pending" or "running" only while the process recorded
+with it lives (gptlab/sweep/process.py): a queue killed with kill -9 records nothing more, and its runs are then
+launched again by the next `gptlab-sweep` of the sweep. Entries of runs an earlier launch started are kept.
 
 On a CPU box the runs start from a warm interpreter (gptlab.runtime.forkserver: torch and
 Hydra imported once for the whole queue, ~3 s less per run on 2 cores) as `python -m MODULE ARGS` with the same
@@ -24,10 +27,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptlab.errors import ConfigError
 from gptlab.runtime.cpu_load import SWEEP_PID_ENV
 from gptlab.runtime.forkserver import Forked, ForkServer
 from gptlab.sweep.layout import PLAN_DIR, QUEUE_FILE
 from gptlab.sweep.plan import PlannedRun, single_command
+from gptlab.sweep.process import record
+from gptlab.sweep.status import read_queue
 from gptlab.util.io import atomic_write_text
 
 
@@ -77,7 +83,16 @@ class Queue:
         self.server: ForkServer | None = None
         self.folder = sweep_dir / PLAN_DIR
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)
-        self.state = {r.name: {"state": "pending", "arm": r.arm, "seed": r.seed} for r in runs}
+        mine = record(os.getpid())
+        self.state = {r.name: {"state": "pending", "arm": r.arm, "seed": r.seed, "queue": mine} for r in runs}
+        self.state = {**self._earlier(), **self.state}
+
+    def _earlier(self) -> dict[str, dict]:
+        """The entries an earlier launch left (a run it started may still be live); none where unreadable."""
+        try:
+            return read_queue(self.sweep_dir)
+        except ConfigError:
+            return {}  # damaged: this launch's record replaces it
 
     def _save(self) -> None:
         atomic_write_text(self.folder / QUEUE_FILE, json.dumps(self.state, indent=1) + "\n")
@@ -114,6 +129,7 @@ class Queue:
         self.state[run.name] |= {
             "state": "running",
             "pid": proc.pid,
+            "process": record(proc.pid),
             "slot": slot,
             "cores": cores,
             "started": time.time(),

@@ -1,10 +1,13 @@
-"""`gptlab-sweep status DIR`: each run of a sweep in flight, read from its run dir, the local queue's record and the
-scheduler (sacct / squeue), never from a process that must stay alive.
+"""`gptlab-sweep status DIR`: each run of a sweep in flight, read from what its runs left (the run dir's lock held or
+not, its summary.json), the scheduler (sacct / squeue) and the processes the sweep recorded, asked whether they still
+live (gptlab/sweep/process.py): never from a record alone, which a launcher killed with kill -9 cannot update.
 
-States: finished; running (its step and last val loss); pending (queued, nothing written yet); requeued (SLURM put
-it back in the queue: preempted or timed out, it resumes from its checkpoint); failed (with the last line of its
-log); cancelled; refused (the sweep could not start it, with the reason it gave); never ran (in the sweep file,
-never launched).
+States: finished; running (its lock is held, or the process the local queue started for it lives: its step and last
+val loss); pending (queued, nothing written yet, and the queue or scheduler holding it is there); requeued (SLURM put
+it back in the queue: preempted or timed out, it resumes from its checkpoint); stopped (launched, but neither it nor
+the gptlab-sweep that launched it lives: the next launch of the sweep starts it, or resumes it from its checkpoint);
+failed (with the last line of its log); cancelled; refused (the sweep could not start it, with the reason it gave);
+never ran (in the sweep file, never launched).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from gptlab.sweep.layout import (
     read_sweep,
     run_name,
     run_subdir,
+    set_aside,
 )
+from gptlab.sweep.process import alive
 from gptlab.util.stored import Check, read_json
 
 # sacct/squeue states -> ours
@@ -63,7 +68,8 @@ QUEUE_STATES = ("pending", "running", "finished", "failed", "cancelled")  # what
 def read_queue(sweep_dir: Path) -> dict[str, dict]:
     """queue.json of the sweep dir's local queue (sweep/queue.py; {} where none ran): {run name: its state, pid, exit
     code, ...}; a damaged one is a one-line ConfigError naming it and what to do."""
-    check = Check(sweep_dir / PLAN_DIR / QUEUE_FILE, "move it aside: status then reads each run's own dir")
+    path = sweep_dir / PLAN_DIR / QUEUE_FILE
+    check = Check(path, f"{set_aside(path)}: status and the next launch then read each run's own dir")
     queue = read_json(check.path, check.fix, missing={})
     if not isinstance(queue, dict):
         raise check.fail(f"expected a mapping of run names to their states, got {type(queue).__name__}")
@@ -99,7 +105,15 @@ def _progress(run_dir: Path) -> str:
             val = row.get("val/loss", val)
     except (OSError, ValueError):
         return "starting"
+    if step is None:
+        return "starting"  # metrics.jsonl made, no row in it yet
     return f"step {step}" + (f", val loss {val:.4g}" if isinstance(val, (int, float)) else "")
+
+
+def _at(run_dir: Path) -> str:
+    """'at step 40, val loss 2.531', or 'while starting' before its first row."""
+    where = _progress(run_dir)
+    return "while starting" if where == "starting" else f"at {where}"
 
 
 def _last_line(*paths: Path) -> str:
@@ -225,7 +239,7 @@ def sweep_status(
                 name = run_name(arm, seed, lr, rung)
                 if name not in seen:
                     entry = {"name": name, "arm": arm, "seed": seed, "subdir": run_subdir(arm, seed, lr, rung)}
-                    status = _one(sweep_dir, entry, {}, None, None, launched=False)
+                    status = _one(sweep_dir, entry, queue.get(name, {}), None, None, launched=False)
                     if status.state == "never ran" and entry["subdir"] in refused:
                         status.state, status.detail = "refused", f"cannot start: {refused[entry['subdir']]}"
                     out.append(status)
@@ -253,7 +267,7 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
         status.state = "finished"
         val = summary.get("final_val_loss")
         status.detail = f"{summary.get('steps')} steps" + (f", val loss {val:.4g}" if val is not None else "")
-    elif lock_held(run_dir / LOCK_FILE) or queued.get("state") == "running" and sched is None and not summary:
+    elif lock_held(run_dir / LOCK_FILE) or _live(queued) == "running":
         status.state, status.detail = "running", _progress(run_dir)
     elif sched in SLURM_STATES and SLURM_STATES[sched] != "finished":
         status.state = SLURM_STATES[sched]
@@ -266,16 +280,42 @@ def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str
         status.state = queued.get("state") or "failed"
         status.detail = _last_line(log, *err_logs, run_dir / "train.log")
     elif summary.get("status") == "preempted":
-        status.state, status.detail = "requeued" if sched else "failed", "preempted at " + _progress(run_dir)
-    if status.state == "pending" and (run_dir / "provenance.json").is_file():
-        status.state, status.detail = "requeued", "queued again at " + _progress(run_dir)  # it ran, and waits again
+        status.state, status.detail = "requeued" if sched else "failed", "preempted " + _at(run_dir)
+    if status.state in ("pending", "never ran"):
+        _not_started(status, entry, queued, job, run_dir)
     if status.state == "failed" and not status.detail:
         status.detail = _last_line(log, *err_logs, run_dir / "train.log")
     code = queued.get("returncode")
     if status.state == "failed" and isinstance(code, int) and code < 0:  # a signal ended it: it wrote no error line
         said = f"; its last output: {status.detail}" if status.detail else ""
-        status.detail = f"killed by {_signal_name(-code)} at {_progress(run_dir)}{said}"[:300]
+        status.detail = f"killed by {_signal_name(-code)} {_at(run_dir)}{said}"[:300]
     return status
+
+
+def _live(queued: dict) -> str | None:
+    """What of the local queue's record is still true: "running" while the run's recorded process lives, "pending"
+    while the queue holding it unstarted lives; None otherwise (a process of another host counts as live)."""
+    state = queued.get("state")
+    if state == "running" and alive(queued.get("process", {"pid": queued.get("pid")})) is not False:
+        return "running"
+    if state == "pending" and alive(queued.get("queue")) is not False:
+        return "pending"
+    return None
+
+
+def _not_started(status: RunStatus, entry: dict, queued: dict, job: str | None, run_dir: Path) -> None:
+    """A run with nothing live of its own: pending while its queue, its scheduler job or the gptlab-sweep that
+    launched it is there (a scheduler that does not answer counts as there), requeued once it has run; else
+    stopped when it was launched or has run, and never ran otherwise."""
+    ran = (run_dir / "provenance.json").is_file()
+    launched = status.state == "pending"
+    if _live(queued) == "pending" or job is not None or (launched and alive(entry.get("launcher")) is not False):
+        status.state = "requeued" if ran else "pending"
+        status.detail = "queued again " + _at(run_dir) if ran else ""  # it ran, and waits again
+    elif launched or ran:
+        gone = "the gptlab-sweep that launched it is gone"
+        status.state = "stopped"
+        status.detail = f"stopped {_at(run_dir)}: {gone}" if ran else f"not started: {gone}"
 
 
 def _signal_name(number: int) -> str:
@@ -289,7 +329,7 @@ def format_status(rows: list[RunStatus]) -> str:
     """One line per run, then the counts per state."""
     width = max((len(r.name) for r in rows), default=4)
     lines = [f"{r.name:<{width}}  {r.state:<9}  {r.detail}" + (f"  [job {r.job_id}]" if r.job_id else "") for r in rows]
-    order = ("finished", "running", "requeued", "pending", "failed", "cancelled", "refused", "never ran")
+    order = ("finished", "running", "requeued", "pending", "stopped", "failed", "cancelled", "refused", "never ran")
     counts = [(sum(r.state == state for r in rows), state) for state in order]
     lines.append(", ".join(f"{n} {state}" for n, state in counts if n))
     return "\n".join(lines)

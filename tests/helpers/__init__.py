@@ -16,4 +16,5 @@ tests/ is on sys.path (no tests/__init__.py; pytest's prepend import mode), so a
 - contract: deliberately broken components (tests/contract_conf/*/leaky.yaml target them);
 - readme_attention: an attention written only from the README (tests/contract_conf/attention/readme.yaml);
 - ddp_worker, teardown_worker: ranks torchrun starts as `-m helpers.<name>` (tests/ on PYTHONPATH).
+- twin_start: a gptlab-train that starts at a set moment (`-m helpers.twin_start`, tests/ on PYTHONPATH).
 """
