@@ -32,7 +32,7 @@ from gptlab.sweep.identity import identity_warnings
 from gptlab.sweep.launch import check_paths, detach, hydra_launches, is_local, local_slots, run_hydra, run_local
 from gptlab.sweep.layout import PLAN_DIR
 from gptlab.sweep.plan import COMMANDS, Pending, pending, plain_command, write_plan, write_refused
-from gptlab.sweep.spec import Sweep, record_definition, resolve
+from gptlab.sweep.spec import Sweep, new_arms, record_definition, resolve
 from gptlab.sweep.status import format_status, status_of
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ def _design_flags(parser: argparse.ArgumentParser) -> None:
         "--equal-flops",
         metavar="N",
         help="evaluate every arm at N shared points of cumulative training FLOPs up to the cheapest arm's budget "
-        "(train.eval_flops, planned from each arm's cost): gptlab-compare then reads equal FLOPs where it measured",
+        "(train.eval_flops, planned from each arm's cost; the default whenever the arms differ in cost, at as many "
+        "points as the cheapest arm's evals), or off: gptlab-compare then reads equal FLOPs where it measured",
     )
     parser.add_argument(
         "--ladder",
@@ -213,6 +214,16 @@ def _until_decided(sweep: Sweep, args, design: Plan) -> int:
     return 0
 
 
+def _record(sweep: Sweep, dry_run: bool) -> None:
+    """Record the definition in the sweep dir (checked, not written, under --dry-run); say what grows in place."""
+    arms = new_arms(sweep.sweep_dir, sweep.spec)  # before the record takes them in
+    lrs = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra, sweep.seeds, write=not dry_run)
+    grows = f"[{sweep.name}] the sweep {'would grow' if dry_run else 'grows'} by"
+    for what, added in (("arm(s)", arms), ("lr(s)", [f"{lr:g}" for lr in lrs])):
+        if added:
+            print(f"{grows} {what} {', '.join(added)} in place: finished runs are reused", flush=True)
+
+
 def status_main(argv: list[str]) -> int:
     """gptlab-sweep status DIR: each run's state, read from the run dirs, the local queue and the scheduler."""
     parser = argparse.ArgumentParser(prog="gptlab-sweep status", description=status_main.__doc__)
@@ -241,11 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         check_paths(sweep.sweep_dir, list(sweep.spec["arms"]), sweep.seeds, sweep.lrs, sweep.ladder)
         design = _design(sweep, args) if args.until_decided else None  # refused before anything is written
         # a dry run answers as the launch would (a dir holding another sweep is refused), writing nothing
-        added = record_definition(sweep.sweep_dir, sweep.spec, sweep.extra, sweep.seeds, write=not args.dry_run)
-        if added:
-            lrs = ", ".join(f"{lr:g}" for lr in added)
-            grows = "would grow" if args.dry_run else "grows"
-            print(f"[{sweep.name}] the lr grid {grows} by {lrs} in place: finished runs are reused", flush=True)
+        _record(sweep, args.dry_run)
     except (ConfigError, ValueError) as err:
         fail(err)
     if design is not None:  # --until-decided

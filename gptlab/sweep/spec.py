@@ -1,5 +1,7 @@
 """A sweep's definition: its file in sweeps/ loaded and checked, the command line's additions (extra overrides,
-seeds, an lr grid, a ladder, an A/A) merged in and checked, and the result recorded as the sweep dir's sweep.yaml.
+seeds, an lr grid, a ladder, an A/A, the shared FLOPs grid) merged in and checked, and the result recorded as the
+sweep dir's sweep.yaml. A relaunch into the dir grows the recorded sweep in place by added arms, seeds and lrs, on the
+FLOPs grid its first launch recorded (gptlab/sweep/equal_flops.py).
 
 A sweep file lists `arms` (name -> overrides), `seeds`, and shared `overrides` (or `factors:`, whose 2^k arms are
 generated: gptlab/sweep/design.py). Every refusal is one line naming the file, key or override, before anything runs.
@@ -17,8 +19,9 @@ import yaml
 from gptlab.errors import ConfigError
 from gptlab.sweep.aa import aa_spec, parse_aa
 from gptlab.sweep.design import Rung, factorial_arms, ladder_conflicts, parse_ladder, rungs
-from gptlab.sweep.equal_flops import parse_points
-from gptlab.sweep.equal_flops import plan as plan_flops_grid
+from gptlab.sweep.equal_flops import KEY as FLOPS_KEY
+from gptlab.sweep.equal_flops import RECORD_KEY, parse_mode, recorded, settle
+from gptlab.sweep.equal_flops import override as grid_override
 from gptlab.sweep.identity import ladder_errors
 from gptlab.sweep.layout import SWEEP_FILE, is_arm_name, parse_lr_grid, read_sweep
 from gptlab.sweep.plan import COMMANDS, is_launch_setting, planned_overrides
@@ -318,40 +321,80 @@ def resolve(
         bad = ladder_errors(name, spec, extra, run_seeds[0], ladder_rungs or [])
         if bad:
             raise ConfigError(bad[0].removeprefix(f"[{name}] "))
-    points = equal_flops if equal_flops is not None else spec.get("equal_flops")
-    if points is not None:  # one cumulative-FLOPs eval grid for every arm (gptlab/sweep/equal_flops.py)
-        spec = _equal_flops(name, spec, extra, parse_points(points), sizes is not None, note)
+    mode = parse_mode(equal_flops if equal_flops is not None else spec.get("equal_flops"))
+    spec = _equal_flops(name, spec, extra, mode, sizes is not None, sweep_dir, note)
     return Sweep(name, spec, run_seeds, lrs, ladder_rungs, sweep_dir, extra, out)
 
 
 def _equal_flops(
-    name: str, spec: dict, extra: list[str], points: int, ladder: bool, note: Callable[[str], None]
+    name: str,
+    spec: dict,
+    extra: list[str],
+    mode: int | bool | None,
+    ladder: bool,
+    sweep_dir: Path,
+    note: Callable[[str], None],
 ) -> dict:
-    """The spec with train.eval_flops=[the shared grid] among its overrides (recorded, so a re-run plans the same)."""
-    if ladder:
+    """The spec with the shared cumulative-FLOPs grid its runs evaluate at (gptlab/sweep/equal_flops.py): planned
+    when the arms differ in cost (or N points are asked), the one the sweep dir recorded when it has one; as
+    train.eval_flops=[...] among the overrides and flops_grid in the record. Unchanged when no grid is planned."""
+    trains = spec.get("command", "train") == "train"
+    if mode and ladder:
         raise ConfigError(
             "--equal-flops: a ladder's rungs differ in size by design and are compared rung by rung; one FLOPs grid "
             "across them would lie beyond the small rungs' reach: drop one of the two"
         )
-    if spec.get("command", "train") != "train":
+    if mode and not trains:
         raise ConfigError("--equal-flops: a decode sweep trains nothing; drop --equal-flops / equal_flops:")
+    if ladder or not trains or (mode is None and spec.get("aa")):  # an A/A's arms are one config: equal cost
+        return spec
     arms = {
         arm: [o for o in planned_overrides(name, spec, arm, extra) if not is_launch_setting(o)] for arm in spec["arms"]
     }
-    override, said = plan_flops_grid(arms, points)
-    note(said)
-    return {**spec, "overrides": [*spec["overrides"], override], "equal_flops": points}
+    existing = read_sweep(sweep_dir)
+    same = existing is not None and _identity(existing.record, False) == _identity(
+        {**spec, "extra_overrides": extra}, False
+    )
+    values, said = settle(arms, mode, recorded(existing.record) if same and existing else None)
+    if said:
+        note(said)
+    if mode is not None:
+        spec = {**spec, "equal_flops": mode}
+    if values is None:
+        return spec
+    return {**spec, "overrides": [*spec["overrides"], grid_override(values)], RECORD_KEY: values}
+
+
+GROWS = ("lr_grid", "seeds", "arms")  # a sweep grows in place by these (record_definition)
+SETTLED = ("equal_flops", RECORD_KEY)  # the grid: settled against the dir's record before (equal_flops.settle)
+
+
+def _identity(doc: dict, grid: bool = True) -> dict:
+    """What makes a sweep dir's definition one sweep: all but what grows in place and the grid settled apart;
+    grid=False leaves out the planned grid's own override too (a relaunch is told to be the same sweep before its
+    grid is added)."""
+    out = {k: v for k, v in doc.items() if k not in GROWS + SETTLED}
+    if not grid and (RECORD_KEY in doc or type(doc.get("equal_flops")) is int):  # the planned train.eval_flops
+        out["overrides"] = [o for o in doc.get("overrides") or [] if o.lstrip("+~").split("=", 1)[0] != FLOPS_KEY]
+    return out
+
+
+def new_arms(sweep_dir: Path, spec: dict) -> list[str]:
+    """The arms of `spec` a sweep dir that ran this sweep has not run: a relaunch grows it by them ([] for a new dir)."""
+    existing = read_sweep(sweep_dir)
+    return [] if existing is None else [arm for arm in spec["arms"] if arm not in existing.arms]
 
 
 def record_definition(
     sweep_dir: Path, spec: dict, extra: list[str], seeds: list[int] | None = None, write: bool = True
 ) -> list[float]:
-    """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir. Neither the lr grid
-    nor the seeds are part of a sweep's identity: the same sweep with another grid or other `--seeds` extends the
-    recorded one in place (sweep.yaml then holds the union of the lrs and of the seeds that were launched, so
-    compare --lr-grid and status expect exactly the runs launched, and finished runs are reused); returns the lrs it
-    added. `seeds`: the seeds this launch runs (default: the spec's). write=False (a dry run): the same checks and
-    answer, nothing written."""
+    """Write sweep.yaml once; refuse to mix a different definition into an existing sweep dir. Neither the lr grid,
+    the seeds nor the arms are part of a sweep's identity: the same sweep with another grid, other `--seeds` or arms
+    added extends the recorded one in place (sweep.yaml then holds the union of the lrs, of the seeds and of the arms
+    that were launched, so compare and status expect exactly the runs launched, and finished runs are reused; an arm
+    of the dir's name with other overrides is refused; the shared FLOPs grid was settled against the record before:
+    equal_flops.settle); returns the lrs it added. `seeds`: the seeds this launch runs (default: the spec's).
+    write=False (a dry run): the same checks and answer, nothing written."""
     record = {**spec, "seeds": list(spec.get("seeds", [0]) if seeds is None else seeds), "extra_overrides": extra}
     target = sweep_dir / SWEEP_FILE
     if not target.is_file():
@@ -360,16 +403,22 @@ def record_definition(
             target.write_text(yaml.safe_dump(record, sort_keys=False))
         return []
     existing = read_sweep(sweep_dir)
-
-    def identity(doc: dict, drop: tuple[str, ...] = ("lr_grid", "seeds")) -> dict:
-        return {k: v for k, v in doc.items() if k not in drop}
-
-    if existing is None or identity(existing.record) != identity(record):
+    if existing is None or _identity(existing.record) != _identity(record):
         raise ConfigError(f"{target}: this sweep dir holds a different sweep definition; pass --out <new dir>")
-    grown = {"seeds": [*existing.seeds, *(s for s in record["seeds"] if s not in existing.seeds)]}
+    ran = existing.record.get("arms") or {}
+    changed = next((arm for arm, given in record["arms"].items() if arm in ran and ran[arm] != given), None)
+    if changed is not None:
+        raise ConfigError(
+            f"{target}: arm '{changed}' has other overrides than the arm of that name this sweep dir ran; give the "
+            "changed arm a new name (it is added in place), or pass --out <new dir>"
+        )
+    grown = {
+        "seeds": [*existing.seeds, *(s for s in record["seeds"] if s not in existing.seeds)],
+        "arms": {**ran, **{arm: given for arm, given in record["arms"].items() if arm not in ran}},
+    }
     added: list[float] = []
     if existing.lrs is None or record.get("lr_grid") is None:
-        if identity(existing.record, ("seeds",)) != identity(record, ("seeds",)):  # a grid added, or one dropped
+        if (existing.lrs is None) != (record.get("lr_grid") is None):  # a grid added, or one dropped
             raise ConfigError(
                 f"{target}: this sweep dir holds the same sweep {'with' if existing.lrs else 'without'} an lr grid; "
                 "pass --out <new dir>"

@@ -32,7 +32,9 @@ def test_the_grid_is_n_equal_points_up_to_the_cheapest_arms_budget_rounded_down(
     assert grid(costs, 4) == [2250, 4500, 6750, 9000]
     assert grid([ArmCost("a", 333.3, 3)], 3) == [333, 666, 999]  # 999.9 rounded down: never past the end
     for bad in ("0", "101", "2.5", "x", "-1"):
-        with pytest.raises(ConfigError, match=r"^--equal-flops '.*': allowed: a whole number .* from 1 to 100$"):
+        with pytest.raises(
+            ConfigError, match=r"^--equal-flops '.*': allowed: off, or a whole number .* from 1 to 100$"
+        ):
             parse_points(bad)
 
 
