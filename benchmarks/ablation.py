@@ -68,6 +68,7 @@ def compare(bench: Bench, sweep_dir: Path, baseline_arm: str, claims: Path | Non
         raise BenchError(f"{sweep_dir / baseline_arm}: no runs to use as the baseline")
     out = sweep_dir / "comparison"
     args = [*gptlab("compare"), str(sweep_dir), "--baseline", str(base), "--out", str(out), "--no-wandb"]
+    args.append("--time")  # speed-ups come from a timing session only: the sweep's arms timed alone first
     run(bench, args + (["--claims", str(claims)] if claims else []))
     return read_json(out / "comparison.json")
 

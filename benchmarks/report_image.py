@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = [sys.executable, "-m", "gptlab.cli.sweep", str(spec_file), "--out", str(args.out)]
     html = args.out / "comparison" / "comparison.html"
     compare = [sys.executable, "-m", "gptlab.cli.compare", str(args.out), "--baseline", BASELINE]
-    compare += ["--out", str(html.parent), "--power", "--no-wandb"]
+    compare += ["--out", str(html.parent), "--power", "--no-wandb", "--time"]  # speed verdicts: timed alone
     if args.dry_run:
         print(yaml.safe_dump(SPEC, sort_keys=False) + "$ " + " ".join(sweep) + "\n$ " + " ".join(compare))
         return 0

@@ -65,9 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--noise-floor",
         choices=("auto", "none"),
         default="auto",
-        help="auto (default): speed verdicts against this machine's noise floor measured by `gptlab-sweep aa` "
-        "(looked up by the runs' own machine); none: the fixed outside-load heuristic",
+        help="auto (default): the training records' load limit and peak-memory spread from this machine's floor "
+        "measured by `gptlab-sweep aa`; none: the fixed heuristics",
     )
+    p.add_argument("--timing", metavar="PATH", help="the timing session (timing.json or its folder) speed comes from "
+                   "(default: the sweep dir's, else the one --time left in --out)")  # fmt: skip
+    p.add_argument("--time", action="store_true", help="first time every arm alone (interleaved rounds with an A/A): "
+                   "a sweep dir into its timing.json, run dirs into <out>/timing.json")  # fmt: skip
     _add_target_args(p)
     _add_wandb_args(p)
     return p
@@ -116,40 +120,27 @@ def _add_wandb_args(p: argparse.ArgumentParser) -> None:
         help="auto (default): online with an API key, else offline (`wandb sync` later); "
         "online | offline | disabled force a mode, like training's logger.wandb.mode",
     )
-    p.add_argument(
-        "--lr-grid",
-        action="store_true",
-        help="a gptlab-sweep --lr-grid sweep dir, or several read as one grid: each arm at its own best lr (lr "
-        "curves, edge warnings, verdicts at each arm's best and at the baseline's lr, stability margin)",
-    )
-    p.add_argument(
-        "--ladder",
-        action="store_true",
-        help="a gptlab-sweep --ladder sweep dir (auto-detected when it is the one path): per arm a power law of final "
-        "val loss in size, the gap to the baseline (grows / shrinks / crosses over) and the ranking at every rung",
-    )
+    p.add_argument("--lr-grid", action="store_true", help="a gptlab-sweep --lr-grid sweep dir, or several read as one "
+                   "grid: each arm at its own best lr (lr curves, edge warnings, verdicts at each arm's best and at the "
+                   "baseline's lr, stability margin)")  # fmt: skip
+    p.add_argument("--ladder", action="store_true", help="a gptlab-sweep --ladder sweep dir (auto-detected when it is "
+                   "the one path): per arm a power law of final val loss in size, the gap to the baseline (grows / "
+                   "shrinks / crosses over) and the ranking at every rung")  # fmt: skip
     p.add_argument(
         "--ladder-x",
         choices=("params", "flops"),
         default="params",
         help="the ladder's size: non-embedding parameters (default) or training FLOPs per token",
     )
-    p.add_argument(
-        "--factorial",
-        action="store_true",
-        help="a gptlab-sweep --factorial sweep dir (auto-detected when it is the one path): main effects and "
-        "interactions on val loss and speed (statsmodels OLS/ANOVA) and whether the parts add up",
-    )
+    p.add_argument("--factorial", action="store_true", help="a gptlab-sweep --factorial sweep dir (auto-detected "
+                   "when it is the one path): main effects and interactions on val loss and speed (statsmodels "
+                   "OLS/ANOVA) and whether the parts add up")  # fmt: skip
     p.add_argument(
         "--holdout-seeds",
         help="with --lr-grid: pick each arm's lr on the other seeds and report on these (e.g. 2 or 2,3)",
     )
-    p.add_argument(
-        "--workspace",
-        action="store_true",
-        help="also write a W&B workspace view of the sweep (<out>/workspace.json); saved to W&B "
-        "and its URL printed when online",
-    )
+    p.add_argument("--workspace", action="store_true", help="also write a W&B workspace view of the sweep "
+                   "(<out>/workspace.json); saved to W&B and its URL printed when online")  # fmt: skip
 
 
 def parse_peak(text: str | None) -> float | None:
@@ -198,8 +189,29 @@ def request(args: argparse.Namespace) -> modes.Request:
         paths=args.paths, baseline=args.baseline, step=args.step, out=args.out, claims=args.claims,
         split_by=args.split_by, power=args.power, peak_flops=parse_peak(args.peak_flops), noise_floor=args.noise_floor,
         targets=args.target, thresholds=args.threshold, threshold_key=args.threshold_key, factorial=args.factorial,
-        holdout_seeds=args.holdout_seeds, ladder_x=args.ladder_x, ladder=args.ladder,
+        holdout_seeds=args.holdout_seeds, ladder_x=args.ladder_x, ladder=args.ladder, timing=args.timing,
     )  # fmt: skip
+
+
+def time_arms(req: modes.Request) -> None:
+    """--time: the timing session of the runs (gptlab/study/timing.py) before they are compared: one sweep dir's into
+    its timing.json, run dirs' into <out>/timing.json (which the comparison then reads)."""
+    from gptlab.compare.reading.runs import discover
+    from gptlab.study.timing import time_runs, time_sweep
+    from gptlab.sweep.layout import read_sweep
+
+    def hear(w: dict) -> None:
+        print(f"timing: round {w['round']} {w['arm']}: {w['tokens_per_s']:,.0f} tokens/s", file=sys.stderr)
+
+    sweep = modes.one_sweep_dir(req)
+    if sweep is not None and read_sweep(sweep, strict=False) is not None:
+        done = time_sweep(sweep, on_window=hear)
+    else:
+        folder = modes.out_dir(req.out, req.paths[0], discover(req.paths))
+        done = time_runs([Path(p) for p in req.paths], folder, req.baseline, on_window=hear)
+        req.timing = str(done.path)
+    left = f"; left out (no finished run): {', '.join(done.left_out)}" if done.left_out else ""
+    print(f"timed {len(done.arms)} arms ({done.timed_now} new windows) into {done.path}{left}", file=sys.stderr)
 
 
 def _error(exc: ConfigError) -> int:
@@ -218,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             text, out = modes.lr_grid(req)
             print(text)
             print(f"wrote {out / 'lr_grid.json'} and {out / 'lr_curves.png'}")
+            if args.workspace and (failed := modes.workspace(modes.lr_grid_runs(req), out, args.wandb_mode)):
+                print(words.note(failed), file=sys.stderr)
             return 0
         if args.ladder or modes.is_ladder(req):
             text, out = modes.ladder(req)
@@ -230,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         wandb_log.check_mode(args.wandb_mode)
         if args.workspace:
             require("wandb_workspaces", "workspaces", "gptlab-compare --workspace")
+        if args.time:
+            time_arms(req)
         found = modes.tables(req)
     except ConfigError as exc:
         return _error(exc)
@@ -255,7 +271,7 @@ def print_tables(found: modes.Tables, args: argparse.Namespace) -> None:
         for n in cmp.warnings + cmp.notes:
             print(words.note(n), file=sys.stderr)
         cmp.warnings = found.left_out + cmp.warnings
-        where = out / part.slug if args.split_by else out
+        where = out / part.slug if found.split_by else out
         studies = [factorial.section(found.effects)] if found.effects is not None else []
         doc, images = modes.write_reports(cmp, where, args.power, studies)
         terminal.print_document(doc)
@@ -266,16 +282,16 @@ def print_tables(found: modes.Tables, args: argparse.Namespace) -> None:
         if wandb_log.wanted(args.wandb, args.wandb_mode):
             log_to_wandb(cmp, doc, part.runs, where, args.wandb_mode)
         written.append(f"{where}/comparison.md, comparison.json, comparison.html and {len(images)} PNGs")
-    if args.split_by:
-        modes.write_index(found.parts, found.comparisons, out, args.split_by)
+    if found.split_by:
+        modes.write_index(found.parts, found.comparisons, out, found.split_by)
     if args.workspace and (failed := modes.workspace(found.runs, out, args.wandb_mode)):
         print(words.note(failed), file=sys.stderr)
     for line in written:
         print(f"wrote {line}")
-    if args.split_by:
+    if found.split_by:
         print(
             f"wrote {out}/comparison.md and comparison.json: the {len(found.parts)} tables split by "
-            f"{', '.join(args.split_by)}"
+            f"{', '.join(found.split_by)}"
         )
 
 

@@ -17,14 +17,17 @@ from typing import Any
 from gptlab.compare.reading.claims import load_claims
 from gptlab.compare.reading.like import Part, split
 from gptlab.compare.reading.runs import Run, discover, expand_paths, is_run_dir, load_run
+from gptlab.compare.reading.study import check_parts, split_study
 from gptlab.compare.reading.sweeps import check_one_sweep, finished_runs, unpruned
+from gptlab.compare.reading.timing import Session, find_timings
 from gptlab.compare.render import decode as decode_text
-from gptlab.compare.render import document, html_page, json_report, markdown, words
+from gptlab.compare.render import document, html_page, json_report, markdown, paper, words
 from gptlab.compare.render.sections import Document, Section
 from gptlab.compare.render.until_decided import report_lines
 from gptlab.compare.statistics import noise_floor
 from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT
 from gptlab.compare.statistics.stats import ALPHA
+from gptlab.compare.statistics.verdict import Verdict
 from gptlab.compare.studies.lr_grid import FINISHED, GridReport
 from gptlab.compare.studies.until_decided import read_record
 from gptlab.compare.tables import decode, matrix
@@ -33,7 +36,7 @@ from gptlab.compare.tables.compute import equal_compute
 from gptlab.compare.tables.target import parse_target
 from gptlab.errors import ConfigError
 from gptlab.state.layout import check_output
-from gptlab.sweep.layout import read_sweep
+from gptlab.sweep.layout import TIMING_FILE, read_sweep
 from gptlab.util.io import atomic_write_text, strict_json
 from gptlab.util.note import Note, note, warning
 
@@ -58,6 +61,7 @@ class Request:
     holdout_seeds: str | None = None
     ladder_x: str = "params"
     ladder: bool = False
+    timing: str | None = None  # --timing: a timing.json (or its folder) covering the runs; else found (timings)
 
     def used(self, *names: str) -> list[str]:
         """The command-line flags among `names` (attribute names) that were given."""
@@ -96,8 +100,9 @@ def out_dir(arg: str | None, first: str, run_dirs: list[Path]) -> Path:
 def write_reports(
     cmp: Comparison, out: Path, power: bool = False, studies: Sequence[Section] = ()
 ) -> tuple[Document, dict[str, Path]]:
-    """Write PNGs, comparison.json/.md/.html into out (the --power table with power; `studies`: more sections at the
-    end, e.g. factorial effects); returns the report document and the PNGs by name."""
+    """Write PNGs, comparison.json/.md/.html and the paper tables (comparison.csv/.tex) into out (the --power table
+    with power; `studies`: more sections at the end, e.g. factorial effects); returns the report document and the
+    PNGs by name."""
     from gptlab.compare.render.plots import make_plots
 
     out.mkdir(parents=True, exist_ok=True)
@@ -106,6 +111,8 @@ def write_reports(
     doc = document.build(cmp, images, power, studies)
     (out / "comparison.md").write_text(markdown.write(doc))
     (out / "comparison.html").write_text(html_page.write(doc))
+    (out / "comparison.csv").write_text(paper.write_csv(doc))
+    (out / "comparison.tex").write_text(paper.write_tex(doc))
     return doc, images
 
 
@@ -131,8 +138,9 @@ def write_index(parts: list[Part], comparisons: list[Comparison], out: Path, key
 @dataclass
 class Tables:
     """The main mode, computed and checked, before anything is written: the runs, one comparison per part, the
-    factorial effects (None: not a factorial sweep), the output folder, the runs left out of a partial sweep and
-    the warnings met on the way (a factorial that could not be analysed)."""
+    factorial effects (None: not a factorial sweep), the output folder, the runs left out of a partial sweep, the
+    warnings met on the way (a factorial that could not be analysed) and the keys the parts are split by (none: one
+    table)."""
 
     runs: list[Run]
     parts: list[Part]
@@ -141,6 +149,7 @@ class Tables:
     out: Path
     left_out: list[Note]
     warnings: list[Note] = field(default_factory=list)
+    split_by: list[str] = field(default_factory=list)  # --split-by's keys, or those the sweeps were split by
 
 
 @dataclass
@@ -172,16 +181,20 @@ def tables(req: Request) -> Tables | DecodeOnly:
     left_out += pruned
     claims = load_claims(req.claims) if req.claims else None
     floor, floor_note = noise_floor.lookup(runs, noise_floor.cache_dir() if req.noise_floor == "auto" else None)
-    parts = split(runs, req.split_by) if req.split_by else [Part({}, runs)]
+    parts, split_by, study_note = study_parts(runs, req.split_by)
+    sessions = timings(req, runs, run_dirs)
     comparisons = []
     for part in parts:
         try:
-            cmp = compare(part.runs, req.baseline, req.step, claims, req.peak_flops, floor=floor, floor_note=floor_note)
+            cmp = compare(
+                part.runs, req.baseline, req.step, claims, req.peak_flops, floor, floor_note, sessions, time_paths(req)
+            )
             add_targets(cmp, part.runs, targets, thresholds, req.threshold_key)
             cmp.compute = equal_compute(cmp)
             cmp.matrix = matrix.build(cmp)
         except ConfigError as exc:
-            raise ConfigError(f"[{part.title}] {exc}" if req.split_by else str(exc)) from None
+            raise ConfigError(f"[{part.title}] {exc}" if split_by else str(exc)) from None
+        cmp.warnings += [study_note] if study_note else []
         cmp.split = part.values
         cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in part.runs) else []
         comparisons.append(cmp)
@@ -192,7 +205,33 @@ def tables(req: Request) -> Tables | DecodeOnly:
             cmp.notes += [note(line) for line in report_lines(record)]
     effects, warnings = _factorial(req, runs, comparisons) if req.factorial or not req.split_by else (None, [])
     out = out_dir(req.out, req.paths[0], run_dirs)
-    return Tables(runs, parts, comparisons, effects, out, left_out, warnings)
+    return Tables(runs, parts, comparisons, effects, out, left_out, warnings, split_by)
+
+
+def study_parts(runs: list[Run], split_by: list[str]) -> tuple[list[Part], list[str], Note | None]:
+    """(the parts, the keys they are split by, the note each part carries): --split-by's parts, each refused when it
+    still holds sweeps not run alike; without it the runs as one study, or split into the studies their sweeps form
+    (compare/reading/study.py), never one table across budgets, schedules, eval grids, code versions or machines."""
+    if split_by:
+        parts = split(runs, split_by)
+        check_parts(parts, split_by)
+        return parts, split_by, None
+    return split_study(runs)
+
+
+def timings(req: Request, runs: list[Run], run_dirs: list[Path]) -> list[Session]:
+    """The timing sessions covering the runs: --timing's, else each timed sweep dir's timing.json, else the one
+    `gptlab-compare PATH... --time` left in the output folder (a set of run dirs of no one sweep)."""
+    if req.timing is not None:
+        return find_timings(runs, Path(req.timing))
+    found = find_timings(runs)
+    folder = out_dir(req.out, req.paths[0], run_dirs)
+    return found or (find_timings(runs, folder) if (folder / TIMING_FILE).is_file() else [])
+
+
+def time_paths(req: Request) -> list[str]:
+    """What `gptlab-compare ... --time` needs to time these runs and find the session again: the paths and --out."""
+    return [*req.paths, *(["--out", req.out] if req.out else [])]
 
 
 def _factorial(req: Request, runs: list[Run], comparisons: list[Comparison]) -> tuple[dict | None, list[Note]]:
@@ -280,6 +319,23 @@ def lr_grid(req: Request) -> tuple[str, Path]:
     return text, out
 
 
+def lr_grid_runs(req: Request) -> list[Run]:
+    """The runs of the lr grid --lr-grid reads (every cell with a run dir, once): what its W&B workspace shows."""
+    from gptlab.compare.studies import lr_grid as grid
+
+    dirs = [Path(p) for p in req.paths]
+    root = grid.grid_root(dirs)
+    return [load_run(root / r.where) for c in grid.read_grid(*dirs).values() for r in c.runs if r.where]
+
+
+def _one_lr(doc: GridReport, own: dict[str, Verdict], shared: dict[str, Verdict]) -> str | None:
+    """The baseline's best lr when every arm picked it too (its own-best verdict is then its baseline's-lr verdict):
+    the matrix shows one column; None otherwise."""
+    base = doc.rows[0].best_lr
+    same = all(r.best_lr == base for r in doc.rows) and all(own[k] == shared.get(k) for k in own)
+    return f"{base:g}" if base is not None and same else None
+
+
 def _at_best_lr(sweep: Path, curves: dict, doc: GridReport, holdout: set[int] | None) -> Comparison | None:
     """The main comparison of an lr grid: each arm's finished runs at its own best lr (the verdict seeds), with its
     verdict matrix (equal steps at the baseline's best lr, FLOPs and wall time at each own best, own best lr); None
@@ -293,7 +349,7 @@ def _at_best_lr(sweep: Path, curves: dict, doc: GridReport, holdout: set[int] | 
     if not picked.get(base) or len([arm for arm, dirs in picked.items() if dirs]) < 2:
         return None
     runs = [load_run(p) for dirs in picked.values() for p in dirs]
-    cmp = compare(runs, str(picked[base][0]))  # the baseline arm's group, named by one of its run dirs
+    cmp = compare(runs, str(picked[base][0]), timings=find_timings(runs))  # the baseline arm's group, by a run dir
     if len(cmp.groups) != len([dirs for dirs in picked.values() if dirs]):  # runs that record no config (older)
         return None
     cmp.compute = equal_compute(cmp)
@@ -305,7 +361,7 @@ def _at_best_lr(sweep: Path, curves: dict, doc: GridReport, holdout: set[int] | 
     versus = {label_of[a]: vs for a in label_of if (vs := doc.row(a).versus) is not None}
     own = {label: vs.own_best for label, vs in versus.items()}
     shared = {label: vs.shared_lr for label, vs in versus.items()}
-    cmp.matrix = matrix.build(cmp, own_best_lr=own, at_baseline_lr=shared)
+    cmp.matrix = matrix.build(cmp, own_best_lr=own, at_baseline_lr=shared, one_lr=_one_lr(doc, own, shared))
     gone = {a: 0 for a in picked}  # verdict seeds that diverged at the arm's own best lr: this table has survivors only
     for row in doc.rows:
         arm_n, base_n = row.versus.own_best_diverged if row.versus else [0, 0]

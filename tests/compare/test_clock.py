@@ -1,5 +1,6 @@
-"""The comparison's clock: equal time, time to target and the time plot read training time (train_s) where every
-run recorded it, wall time otherwise (never a mix), and say which."""
+"""The comparison's clock: time to target and the time plot (the training runs' records) read training time (train_s)
+where every run recorded it, wall time otherwise (never a mix), and say which. Val loss at equal training time reads
+neither: it comes from a timing session (steps at each arm's timed step time), so untimed runs get no such verdict."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from gptlab.cli.compare import main
 from gptlab.compare.reading.clock import TRAIN, WALL, clock_of
 from gptlab.compare.reading.runs import load_run
+from gptlab.compare.reading.timing import AXIS
 from tests.helpers.compare import write_run, write_sweep
 
 EVAL_S = 2.0  # seconds each eval adds to wall time in the baseline's runs (it scores more validation sets)
@@ -65,11 +67,10 @@ def test_time_readings_use_training_time_when_every_run_recorded_it(tmp_path, ca
     assert base["time_s_mean"] == arm["time_s_mean"] == pytest.approx(base["steps_mean"] * 0.05)  # 50 ms a step
     assert arm["speedup_time"]["effect"] == pytest.approx(1.0)
     flops, time = doc["equal_compute"]["axes"]
-    assert (flops["axis"], time["axis"]) == ("flops", TRAIN)
-    assert time["x"] == pytest.approx(100 * 0.05)  # every run's training time at its last eval
-    assert time["arms"][1]["verdict"]["status"] != "decided"
+    assert (flops["axis"], time["axis"]) == ("flops", AXIS)  # equal time is the timing session's, not the clock's
+    assert time["x"] is None and time["arms"][1]["verdict"]["status"] == "not_measured"  # no session: not timed
     (matrix_arm,) = doc["verdict_matrix"]["arms"]
-    assert "equal_training_time" in matrix_arm["cells"] and "equal_wall_time" not in matrix_arm["cells"]
+    assert matrix_arm["cells"]["equal_training_time"]["status"] == "not_measured"
     files = {p.name for p in (tmp_path / "out").iterdir()}
     assert "val_loss_vs_training_time.png" in files and "val_loss_vs_wall_time.png" not in files
     md = (tmp_path / "out" / "comparison.md").read_text()
@@ -84,7 +85,7 @@ def test_one_run_without_training_time_puts_every_run_on_wall_time_with_a_note(t
     write_run(old, seed=1, choices={"attention": "gqa"}, train_clock=False)  # a run from before train_s was kept
     doc = _compare(tmp_path, capsys, sweep)
     assert doc["clock"] == WALL and doc["targets"][0]["clock"] == WALL
-    assert doc["equal_compute"]["axes"][1]["axis"] == WALL
+    assert doc["equal_compute"]["axes"][1]["axis"] == AXIS  # never the wall clock
     assert (
         f"note: time is wall time (evals, probes and checkpoints included), not training time: {old} recorded no "
         "train_s at some step (written before it was kept, or resumed from such a checkpoint)"

@@ -22,7 +22,7 @@ from gptlab.compare.render.report import LOADED
 from gptlab.compare.statistics import power
 from gptlab.compare.tables import curves
 from gptlab.compare.tables.analysis import compare
-from helpers.compare import default_loss, write_run, write_sweep
+from helpers.compare import default_loss, write_run, write_sweep, write_timing
 
 
 def _shifted(delta: float):
@@ -178,7 +178,9 @@ def test_arms_of_other_batch_sizes_are_compared_at_equal_tokens(tmp_path, capsys
     assert base["val_loss_mean"] == pytest.approx(default_loss(75) + 0.005)
     assert arm["val_loss_mean"] == pytest.approx(default_loss(50) + 0.105)
     assert arm["budget"] == {"train.max_steps": "100", "tokens_per_step": "192"}
-    assert doc["notes"] == [
+    *notes, untimed = doc["notes"]
+    assert untimed.startswith("note: speed not timed: no timing session covers the baseline")
+    assert notes == [
         "note: 'train.batch_size=6' differs from the baseline in tokens per step: 192 vs 128 (batch size 6 vs 4 × "
         "sequence length 32), an arm difference: it sees other numbers of tokens at one step",
         "note: compared at equal tokens, 9,600, since the arms differ in tokens per step ('train.batch_size=4' step "
@@ -206,10 +208,13 @@ def test_another_step_budget_is_named_as_an_arm_difference(tmp_path, capsys):
     write_run(tmp_path / "short", seed=0)
     write_run(tmp_path / "long", seed=0, max_steps=200)
     doc, _, err = _ok(tmp_path, capsys, tmp_path / "short", tmp_path / "long")
-    assert doc["notes"] == [
+    *notes, untimed = doc["notes"]
+    assert notes == [
         "note: 'train.max_steps=200' differs from the baseline in budget: train.max_steps 200 vs 100, an arm "
         "difference (at one step their learning-rate schedules are at different points)"
     ]
+    # loose run dirs: the one command that times them is compare's own --time, with the paths and --out given
+    assert untimed.endswith(f"{tmp_path / 'short'} {tmp_path / 'long'} --out {tmp_path / 'out'} --time)")
     assert doc["step"] == 100 and not any("stopped early" in w for w in doc["warnings"])  # it finished its budget
 
 
@@ -222,7 +227,7 @@ def test_an_arm_started_from_another_runs_checkpoint_is_named(tmp_path, capsys):
         "note: 'train.init_from=/ckpt/step_40.pt' starts from another run's checkpoint (/ckpt/step_40.pt at step "
         "40), not from scratch: its val loss includes that run's training"
     )
-    assert doc["notes"] == [note] and note in err.splitlines()
+    assert doc["notes"][:-1] == [note] and note in err.splitlines() and "speed not timed" in doc["notes"][-1]
 
 
 # ---------------------------------------------------------------- like with like: one run counts once
@@ -480,24 +485,30 @@ def test_mfu_uses_one_peak_and_recomputes_runs_measured_against_another(tmp_path
     doc, _, err = _ok(tmp_path, capsys, tmp_path / "A", tmp_path / "B")
     assert doc["peak_flops"] == 1e12 and doc["peak_flops_source"] == "recorded by 3 of 4 runs"
     a, b = doc["rows"]
-    assert a["mfu"] == pytest.approx(0.01)
-    assert b["mfu"] == pytest.approx(statistics.median([0.01, 0.02 * 2e12 / 1e12]))
+    assert a["mfu_during_training"] == pytest.approx(0.01)
+    assert b["mfu_during_training"] == pytest.approx(statistics.median([0.01, 0.02 * 2e12 / 1e12]))
+    assert a["mfu"] is b["mfu"] is None  # the table's MFU is the timing session's: not timed, "–"
     line = (
         "warning: MFU: runs were measured against different peaks (2e+12 in B/seed1; common 1e+12 FLOP/s, recorded "
         "by 3 of 4 runs); their MFU is recomputed against the common peak as MFU × own peak / 1e+12"
     )
     assert line in err.splitlines() and line in doc["warnings"]
     md = (tmp_path / "out" / "comparison.md").read_text()
-    assert "- MFU: every arm against one machine peak, 1e+12 FLOP/s (recorded by 3 of 4 runs)." in md
-    assert "| 2.50% |" in md  # B's MFU cell: median(1%, 4%)
+    assert (
+        "- MFU during training (comparison.json mfu_during_training, a record): every run against one machine peak, "
+        "1e+12 FLOP/s (recorded by 3 of 4 runs)."
+    ) in md
+    assert "2.50%" not in md  # B's MFU record, median(1%, 4%), is no table figure: only a timing session's MFU is
 
 
 def test_peak_flops_option_puts_every_mfu_on_the_given_peak(tmp_path, capsys):
     _peaked(tmp_path)
     doc, _, _ = _ok(tmp_path, capsys, tmp_path / "A", tmp_path / "B", "--peak-flops", "4e12")
     assert doc["peak_flops"] == 4e12 and doc["peak_flops_source"] == "--peak-flops"
-    assert doc["rows"][0]["mfu"] == pytest.approx(0.01 * 1e12 / 4e12)
-    assert doc["rows"][1]["mfu"] == pytest.approx(statistics.median([0.01 * 1e12 / 4e12, 0.02 * 2e12 / 4e12]))
+    assert doc["rows"][0]["mfu_during_training"] == pytest.approx(0.01 * 1e12 / 4e12)
+    assert doc["rows"][1]["mfu_during_training"] == pytest.approx(
+        statistics.median([0.01 * 1e12 / 4e12, 0.02 * 2e12 / 4e12])
+    )
     assert _refused(tmp_path / "bad", capsys, tmp_path / "A", "--peak-flops", "fast") == (
         "--peak-flops: 'fast' is not allowed; give the machine peak in FLOP/s, a positive number (e.g. 3.12e14)"
     )
@@ -511,14 +522,15 @@ def test_an_mfu_without_its_peak_is_left_out_and_other_machines_are_named(tmp_pa
     for run, gpu in zip(runs, ("NVIDIA H100", "NVIDIA H100", "NVIDIA A100", "NVIDIA A100")):
         (run / "provenance.json").write_text(json.dumps({"hardware": {"device": "cuda", "gpu": gpu, "cpu": "x86"}}))
     doc, _, err = _ok(tmp_path, capsys, tmp_path / "A", tmp_path / "B")
-    assert doc["rows"][0]["mfu"] == pytest.approx(0.01)  # A/seed0 alone
+    assert doc["rows"][0]["mfu_during_training"] == pytest.approx(0.01)  # A/seed0 alone
     assert (
         "warning: MFU of A/seed1 left out: an MFU without a recorded peak_flops cannot be put on the common peak "
         "1e+12 FLOP/s"
     ) in err
     assert (
         "warning: the runs trained on different machines (NVIDIA A100 (2 runs: B/seed0, B/seed1); NVIDIA H100 "
-        "(2 runs: A/seed0, A/seed1)): tokens/s, speed-ups and MFU compare the machines as well as the arms"
+        "(2 runs: A/seed0, A/seed1)): their tokens/s and MFU during training compare the machines as well as the "
+        "arms (a timing session times every arm on one machine)"
     ) in err
 
 
@@ -717,23 +729,39 @@ def test_train_loss_is_smoothed_and_shown_beside_val_loss(verdicts):
     assert list(figures)[:3] == ["val_loss_vs_step", "train_loss_vs_step", "delta_val_loss_vs_step"]
 
 
-def _sentence_by_hand(label: str, arm: str) -> str:
+# the four arms timed alone: 3 rounds, mha's A/A windows under mha#2; mqa 1.4x, gqa2 as fast as mha, gqa4 mha's model
+RATES = {
+    "mha": [1000.0, 990.0, 1010.0],
+    "mha#2": [1004.0, 985.0, 1012.0],
+    "mqa": [1400.0, 1380.0, 1420.0],
+    "gqa2": [1003.0, 992.0, 1009.0],
+    "gqa4": [1001.0, 988.0, 1011.0],
+}
+SOURCE = "timed alone: 3 interleaved rounds on Golden CPU"
+
+
+def _timing(sweep: Path, folder: Path) -> Path:
+    """The session of the four arms, each timed from its seed-0 run (write_sweep's jobs 0, 3, 6, 9)."""
+    arms = {arm: (sweep / str(3 * i), ARMS[arm][2]["fingerprint"]) for i, arm in enumerate(ARMS)}
+    return write_timing(folder, arms, RATES)
+
+
+def _paired_by_hand(arm: str) -> tuple[float, float, float]:
+    """(speed-up, 95% low, high) of `arm` over the rounds by hand: mean log of arm / sqrt(mha x mha#2), Student t."""
+    logs = [math.log(x / math.sqrt(b1 * b2)) for x, b1, b2 in zip(RATES[arm], RATES["mha"], RATES["mha#2"])]
+    half = sps.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    mean = statistics.mean(logs)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def _sentence_by_hand(label: str, arm: str, speed: str = "speed not timed") -> str:
     a, b = _losses(arm), _losses("mha")
     delta = statistics.mean(a) - statistics.mean(b)
     se, df = _welch_by_hand(statistics.stdev(a), 3, statistics.stdev(b), 3)
     half = sps.t.ppf(0.975, df) * se
-    la, lb = [math.log(v) for v in ARMS[arm][1]], [math.log(v) for v in ARMS["mha"][1]]
-    lse, ldf = _welch_by_hand(statistics.stdev(la), 3, statistics.stdev(lb), 3)
-    ldiff = statistics.mean(la) - statistics.mean(lb)
-    ci = [math.exp(ldiff + k * sps.t.ppf(0.975, ldf) * lse) for k in (-1, 1)]
     mde = _mde_by_hand(statistics.stdev(a), 3, statistics.stdev(b), 3)
-    speed_mde = math.exp(_mde_by_hand(statistics.stdev(la), 3, statistics.stdev(lb), 3))
     assert sps.ttest_ind(a, b, equal_var=False).pvalue >= 0.05  # the sentence below is a within-noise one
-    return f"{label}: val loss {delta:+.4f} ± {half:.4f} (within noise, could have detected ≥ {mde:.4f}); " + (
-        f"{math.exp(ldiff):.2f}× faster [{ci[0]:.2f}, {ci[1]:.2f}]."
-        if ci[0] > 1
-        else f"{math.exp(ldiff):.2f}× within noise [{ci[0]:.2f}, {ci[1]:.2f}] (could have detected ≥ {speed_mde:.2f}×)."
-    )
+    return f"{label}: val loss {delta:+.4f} ± {half:.4f} (within noise, could have detected ≥ {mde:.4f}); {speed}."
 
 
 def test_each_arm_has_a_one_sentence_verdict_at_the_top_of_every_report(tmp_path, capsys):
@@ -750,31 +778,47 @@ def test_each_arm_has_a_one_sentence_verdict_at_the_top_of_every_report(tmp_path
         mqa.startswith("attention=mqa, attention.n_kv_head=1: val loss +0.1000 ± ")
         and "(higher than the baseline beyond noise, p=" in mqa
     )
-    assert mqa.endswith("(under outside load: not to be trusted).") and "faster [" in mqa
+    # not timed: the training runs' 1.5x (one of them under outside load) is no speed verdict
+    assert mqa.endswith("; speed not timed.") and "faster" not in mqa
     assert gqa2 == _sentence_by_hand(LABELS[2], "gqa2")
     assert gqa4 == (
         f"{LABELS[3]}: the identical model to attention=mha (equal fingerprint), so every difference is noise "
-        f"(Δ val loss +0.0410, speed {doc['rows'][3]['speedup']:.2f}×)."
+        "(Δ val loss +0.0410)."
     )
     page = (tmp_path / "out" / "comparison.html").read_text()
     assert page.index('<ul class="verdicts">') < page.index("<table>")
     assert re.findall(r'<ul class="verdicts">(.*?)</ul>', page)[0].count("<li>") == 3
     assert out.index(gqa2) < out.index("gptlab-compare: val loss @ step 100")  # the terminal says it first too
+    # timed alone: each sentence carries the paired speed-up of the rounds and names its source
+    timing = _timing(sweep, tmp_path / "timing")
+    doc, out, _ = _ok(tmp_path, capsys, sweep, "--baseline", "attention=mha", "--timing", str(timing))
+    md = (tmp_path / "out" / "comparison.md").read_text().splitlines()
+    table = md.index(next(line for line in md if line.startswith("| label")))
+    mqa, gqa2, gqa4 = [line[2:] for line in md[md.index("## At equal steps") : table] if line.startswith("- ")]
+    up, lo, hi = _paired_by_hand("mqa")
+    assert mqa.endswith(f"; {up:.2f}× faster [{lo:.2f}, {hi:.2f}] ({SOURCE}).") and "outside load" not in mqa
+    up, lo, hi = _paired_by_hand("gqa2")
+    could = doc["rows"][2]["power"]["mde_speedup"]
+    assert gqa2 == _sentence_by_hand(
+        LABELS[2], "gqa2", f"{up:.2f}× within noise [{lo:.2f}, {hi:.2f}] (could have detected ≥ {could:.2f}×; {SOURCE})"
+    )
+    assert gqa4.endswith(f"(Δ val loss +0.0410, speed {doc['rows'][3]['speedup']:.2f}×, {SOURCE}).")
+    assert doc["rows"][3]["speed"]["status"] == "identical"
 
 
 def test_power_option_and_the_power_line_of_every_report(tmp_path, capsys):
     sweep = _write_arms(tmp_path / "sw")
     doc, out, _ = _ok(tmp_path, capsys, sweep, "--baseline", "attention=mha")
     md = (tmp_path / "out" / "comparison.md").read_text()
-    line = next(n for n in md.splitlines() if n.startswith("- Power (two-sided Welch t, α = 0.05, power 0.8"))
+    line = next(n for n in md.splitlines() if n.startswith("- Power (α = 0.05, power 0.8; val loss: two-sided Welch t"))
     b, a = _losses("mha"), _losses("gqa2")
     mde = _mde_by_hand(statistics.stdev(a), 3, statistics.stdev(b), 3)
     needed = power.seeds_to_decide(statistics.mean(a) - statistics.mean(b), statistics.stdev(a), statistics.stdev(b))
     assert (
-        f"'{LABELS[2]}' Δ val loss ≥ {mde:.4f}, speed-up ≥ " in line
+        f"'{LABELS[2]}' Δ val loss ≥ {mde:.4f}, speed not timed" in line
         and f"val loss needs {needed} seeds per arm" in line
     )
-    assert "## Power" not in md and "Power (two-sided Welch t" in (tmp_path / "out" / "comparison.html").read_text()
+    assert "## Power" not in md and "Power (α = 0.05" in (tmp_path / "out" / "comparison.html").read_text()
     gqa2 = doc["rows"][2]["power"]
     assert gqa2["mde_val_loss"] == pytest.approx(mde, rel=1e-6)
     assert gqa2["seeds_val_loss"] == needed and gqa2["val_loss_decision"] == f"{needed} seeds per arm"
@@ -786,9 +830,6 @@ def test_power_option_and_the_power_line_of_every_report(tmp_path, capsys):
     md = (tmp_path / "out" / "comparison.md").read_text()
     table = md[md.index("## Power") :].splitlines()
     row = next(r for r in table if r.startswith(f"| {LABELS[2]} |"))
-    assert (
-        row
-        == f"| {LABELS[2]} | 3 vs 3 | {mde:.4f} | {needed} seeds per arm | {gqa2['mde_speedup']:.3f}× | {gqa2['speed_decision']} |"
-    )
+    assert row == f"| {LABELS[2]} | 3 vs 3 | {mde:.4f} | {needed} seeds per arm | not timed | unknown: not timed |"
     assert "power (α = 0.05, power 0.8)" in out and f"{needed} seeds per arm" in out
     assert '<table class="power">' in (tmp_path / "out" / "comparison.html").read_text()

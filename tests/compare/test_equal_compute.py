@@ -1,6 +1,7 @@
-"""Equal compute in gptlab-compare: val loss at equal training FLOPs and at equal wall time, interpolated between eval
-points, on synthetic curves with a known answer; older runs' flops column rebuilt or "not available"; one tiny real
-pair of runs end to end (the metrics.jsonl flops column, the report's section and the loss-vs-FLOPs plot)."""
+"""Equal compute in gptlab-compare: val loss at equal training FLOPs and at equal training time (each arm's steps at
+its step time from a timing session; "not timed" without one), interpolated between eval points, on synthetic curves
+with a known answer; older runs' flops column rebuilt or "not available"; one tiny real pair of runs end to end (the
+metrics.jsonl flops column, the report's section and the loss-vs-FLOPs plot)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import pytest
 
 from gptlab.cli.compare import main as compare_main
 from gptlab.compare.reading.runs import load_run
+from gptlab.compare.reading.timing import AXIS, read_timing
 from gptlab.compare.render import words
 from gptlab.compare.render.compute import lines
 from gptlab.compare.statistics import stats
 from gptlab.compare.statistics.verdict import Status
 from gptlab.compare.tables.analysis import compare
 from gptlab.compare.tables.compute import equal_compute, loss_at
-from helpers.compare import write_run
+from helpers.compare import write_run, write_timing
 from helpers.train import rows, run_inprocess
 
 F = 1e6  # the baseline's training FLOPs per token; write_run's runs see 128 tokens per step
@@ -27,8 +29,9 @@ def _linear(off: float):
     return lambda step: 3.0 - 0.01 * step + off  # linear in step: interpolation between evals is exact
 
 
-def _pair(tmp_path, arm_load: float | None = None):
-    """Baseline (F FLOPs/token, 50 ms/step) and an arm 1.6x the FLOPs/token and 2x the step time, 3 seeds each."""
+def _pair(tmp_path, arm_load: float | None = None, timed: bool = False):
+    """Baseline (F FLOPs/token, 50 ms/step) and an arm 1.6x the FLOPs/token and 2x the step time, 3 seeds each;
+    `timed`: with a timing session of the two (the arm's windows under `arm_load`) at those step times."""
     runs = []
     for seed, off in enumerate(BASE_OFF):
         runs.append(write_run(tmp_path / f"base{seed}", seed=seed, loss_at=_linear(off), flops_per_token=F))
@@ -44,7 +47,12 @@ def _pair(tmp_path, arm_load: float | None = None):
                 outside_load=arm_load,
             )
         )
-    return compare([load_run(p) for p in runs], baseline="attention=mha")
+    sessions = []
+    if timed:  # 128 tokens a step: 50 ms is 2,560 tokens/s, 100 ms 1,280
+        rates = {"base": [2560.0] * 3, "base#2": [2560.0] * 3, "arm": [1280.0, 1281.0, 1279.0]}
+        arms = {"base": (runs[0].resolve(), "fp-base"), "arm": (runs[3].resolve(), "fp-arm")}
+        sessions = [read_timing(write_timing(tmp_path / "timing", arms, rates, {"arm": arm_load or 0.0}))]
+    return compare([load_run(p) for p in runs], baseline="attention=mha", timings=sessions)
 
 
 def test_interpolation_is_linear_between_evals_and_never_extrapolates():
@@ -53,8 +61,8 @@ def test_interpolation_is_linear_between_evals_and_never_extrapolates():
         loss_at([0.0, 10.0], [4.0, 3.0], 11.0)
 
 
-def test_equal_flops_and_wall_time_on_curves_with_a_known_answer(tmp_path):
-    cmp = _pair(tmp_path, arm_load=0.5)
+def test_equal_flops_and_training_time_on_curves_with_a_known_answer(tmp_path):
+    cmp = _pair(tmp_path, arm_load=0.5, timed=True)
     ec = equal_compute(cmp)
     flops, wall = ec.axes
     # the baseline reaches 100 steps x 128 tokens x F; the arm is there at step 62.5 (between its evals 50 and 75)
@@ -64,18 +72,37 @@ def test_equal_flops_and_wall_time_on_curves_with_a_known_answer(tmp_path):
     arm = flops.arms[1]
     assert arm.losses == pytest.approx(arm_at)
     expected = stats.welch_interval(arm_at, base_at, 0.05)
-    assert arm.delta == pytest.approx(expected.diff) and arm.ci == pytest.approx([expected.lo, expected.hi])
-    assert words.change(arm.verdict, "val loss") == "higher val loss" and not arm.under_load
-    # wall time: the baseline ends at 5 s; the arm (100 ms/step) is at step 50 there; its speed was taken under load
-    assert wall.x == pytest.approx(5.0)
+    assert arm.delta == pytest.approx(expected.diff)  # the chord's reading is kept (comparison.json) ...
+    # ... but a reading between evals that a shared train.eval_flops grid could have measured is no verdict
+    assert arm.verdict.status is Status.INTERPOLATED and arm.ci is None and flops.interpolated
+    assert words.change(arm.verdict, "val loss") == "not measured at equal FLOPs" and not arm.under_load
+    assert flops.remeasure == "gptlab-sweep NAME --out NEW_DIR"
+    # training time, timed alone: the baseline ends at 5 s; the arm (100 ms a step) is at step 50 there; its timing
+    # windows ran under outside load
+    assert wall.axis == AXIS and wall.x == pytest.approx(5.0)
     assert wall.arms[1].losses == pytest.approx([2.5 + off for off in ARM_OFF])
     assert words.change(wall.arms[1].verdict, "val loss") == "higher val loss, under outside load"
     assert wall.arms[1].under_load and wall.arms[1].verdict.direction == 1
     assert len(ec.rebuilt) == 6  # synthetic runs predate the column: rebuilt from flops_per_token x tokens
     text = lines(ec)
-    assert any(
-        "equal training FLOPs (1.28e+10 FLOPs" in t and "'attention=mqa, attention.n_kv_head=1'" in t for t in text
+    assert (
+        "Val loss at equal training FLOPs (1.28e+10 FLOPs, the most every run reached): "
+        "'attention=mqa, attention.n_kv_head=1' not measured at equal FLOPs." in text
     )
+    assert any(
+        t.startswith("Equal training FLOPs is not measured") and "gptlab-sweep NAME --out NEW_DIR" in t for t in text
+    )
+
+
+def test_without_a_timing_session_equal_training_time_is_not_timed(tmp_path):
+    """The same pair untimed: the training runs recorded their step times (50 and 100 ms), yet no equal-time verdict
+    comes from them: every cell reads "not timed"."""
+    ec = equal_compute(_pair(tmp_path, arm_load=0.5))
+    time = ec.axes[1]
+    assert time.axis == AXIS and time.x is None and time.missing.startswith("not timed")
+    assert [a.verdict.status for a in time.arms] == [Status.NOT_MEASURED] * 2
+    assert words.change(time.arms[1].verdict, "val loss") == "not timed"
+    assert "Val loss at equal training time, timed alone: not timed: no timing session times the baseline." in lines(ec)
 
 
 def test_equal_curves_are_within_noise(tmp_path):
@@ -96,7 +123,7 @@ def test_a_run_without_flops_or_flops_per_token_is_not_available(tmp_path):
     ec = equal_compute(compare([load_run(p) for p in runs], baseline="attention=mha"))
     assert ec.axes[0].x is None and ec.axes[0].missing.startswith("not available:")
     assert "no flops column and no flops_per_token" in ec.axes[0].missing
-    assert ec.axes[1].x is not None  # wall time is still there
+    assert ec.axes[1].missing.startswith("not timed")  # no timing session: no equal-time reading either
     assert any(t.startswith("Val loss at equal training FLOPs: not available") for t in lines(ec))
 
 
@@ -115,8 +142,7 @@ def test_real_runs_write_the_flops_column_and_compare_reports_equal_compute(tmp_
     flops, wall = doc["axes"]
     ends = [s["tokens"] * s["flops_per_token"] for s in (base, arm)]
     assert flops["x"] == pytest.approx(min(ends))  # the most training FLOPs both runs reached
-    assert wall["x"] is not None and wall["arms"][1]["verdict"]["status"] == "no_test"  # words: "n/a: 1 seed"
-    assert wall["arms"][1]["verdict"]["seeds"] == [1, 1]
+    assert wall["x"] is None and wall["arms"][1]["verdict"]["status"] == "not_measured"  # words: "not timed"
     assert [m["residual"] for m in doc["matched"].values()] == [arm["match"]["residual"]]  # the mqa arm only
     assert (out / "val_loss_vs_flops.png").is_file()
     md = (out / "comparison.md").read_text()

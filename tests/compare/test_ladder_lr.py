@@ -107,3 +107,21 @@ def test_the_report_says_which_arm_moves_and_where_the_slope_is_a_bound(tmp_path
     assert "best lr at the grid's edge at d_model32: the slope is a bound" in text
     assert "its best lr MOVES DIFFERENTLY with size from base's" in text
     assert "the ladder, each arm at its own best lr at every rung:\nscale ladder: 2 arms x 3 rungs" in text
+
+
+def test_every_best_lr_at_the_grids_edge_is_not_measured_never_a_zero_width_interval(tmp_path, capsys):
+    """Both arms pick the grid's largest lr at every rung: every resample picks it too, so the slope read +0.00
+    [+0.00, +0.00] and "moves like the baseline's"; no optimum was found at any size, so it is not measured."""
+    top = dict.fromkeys(RUNGS, LRS[-1])
+    sweep = write_sweep(tmp_path / "s", {"base": top, "edgy": dict(top)})
+    trend = {e["arm"]: e for e in ladder_lr.report(*ladder_lr.read(sweep))["lr_trend"]}
+    for arm in ("base", "edgy"):
+        assert trend[arm]["all_at_grid_edge"] and trend[arm]["slope"] is None and trend[arm]["slope_ci"] is None
+    assert trend["edgy"]["vs_baseline"] == {"difference": None, "ci": None, "moves_differently": None}
+    assert main([str(sweep), "--ladder", "--out", str(tmp_path / "cmp")]) == 0
+    text = capsys.readouterr().out
+    assert "[+0.00, +0.00]" not in text and "moves like" not in text
+    assert (
+        "decades of best lr per decade of size: not measured (the best lr is at the grid's edge at every rung" in text
+    )
+    assert "vs base: slope difference not measured (" in text

@@ -8,10 +8,12 @@ import json
 import pytest
 
 from gptlab.compare import modes
+from gptlab.compare.reading.timing import EQUAL_TIME_METRIC
 from gptlab.compare.render import json_report
 from gptlab.compare.render import matrix as matrix_text
 from gptlab.compare.statistics.verdict import Status, Verdict, baseline, difference
 from gptlab.compare.tables.matrix import ArmLenses, Finding, Lens, reconcile
+from gptlab.compare.tables.timed import not_timed
 from tests.helpers.compare import write_run
 
 WORSE = difference("val/loss", [3.10, 3.11, 3.12], [3.00, 3.01, 3.02])
@@ -20,6 +22,7 @@ NOISE = difference("val/loss", [3.00, 3.05, 2.98], [3.01, 3.00, 3.03])
 ONE_SEED = difference("val/loss", [3.1], [3.0, 3.01])
 UNRESOLVED = Verdict("val/loss", Status.UNRESOLVED, 0.02, (0.01, 0.03), 0.01, seeds=(3, 3))
 FAST = Verdict("tokens_per_s", Status.DECIDED, 1.2, (1.1, 1.3), 0.001, True, (3, 3))
+NOT_TIMED = Verdict(EQUAL_TIME_METRIC, Status.NOT_MEASURED)
 
 
 def arm(cost: float | None = 0.9, **cells: Verdict) -> ArmLenses:
@@ -38,9 +41,11 @@ def test_the_cells_used_here_are_what_the_tests_say():
 @pytest.mark.parametrize(
     ("cells", "cost", "findings"),
     [
-        ({"equal_steps": WORSE, "equal_flops": WORSE, "equal_wall_time": WORSE}, 0.9, [Finding.AGREE]),
+        ({"equal_steps": WORSE, "equal_flops": WORSE, "equal_training_time": WORSE}, 0.9, [Finding.AGREE]),
         ({"equal_steps": NOISE, "equal_flops": NOISE}, 0.9, [Finding.ALL_NOISE]),
-        ({"equal_steps": WORSE, "equal_wall_time": BETTER}, 0.9, [Finding.OPPOSITE]),
+        ({"equal_steps": WORSE, "equal_training_time": BETTER}, 0.9, [Finding.OPPOSITE]),
+        # an arm not timed has no equal-training-time reading: its cell decides nothing
+        ({"equal_steps": WORSE, "equal_training_time": NOT_TIMED}, 0.9, []),
         # the equal-steps gap vanishes at equal FLOPs only means something when the arms' costs differ
         ({"equal_steps": WORSE, "equal_flops": NOISE}, 0.8, [Finding.NOT_AT_EQUAL_FLOPS]),
         ({"equal_steps": WORSE, "equal_flops": NOISE}, 1.0, []),
@@ -85,6 +90,11 @@ def test_a_baseline_cell_and_a_missing_lens_read_as_such():
     m = modes.matrix.Matrix("mha", [a], [Lens.EQUAL_STEPS, Lens.EQUAL_FLOPS])
     assert matrix_text.body(m)[0][2] == "–"
     assert modes.matrix.outcome(baseline("val/loss")).value == "not_measured"
+    # a lens no timing session measured reads "not timed", and so does an untimed arm's speed
+    untimed = ArmLenses("mqa", {Lens.EQUAL_STEPS: WORSE, Lens.EQUAL_TRAIN_TIME: NOT_TIMED}, not_timed())
+    m = modes.matrix.Matrix("mha", [untimed], [Lens.EQUAL_STEPS, Lens.EQUAL_TRAIN_TIME])
+    assert matrix_text.body(m)[0][2:] == ["not timed", "not timed"]
+    assert matrix_text.sentences(m)[0].endswith("; speed not timed.")
 
 
 def _seeds(root, name, level, cost, **kw):

@@ -17,12 +17,13 @@ from PIL import Image
 from rich.console import Console
 
 from gptlab.compare.reading.runs import discover, load_run
+from gptlab.compare.reading.timing import read_timing
 from gptlab.compare.render import document, html_page, markdown, terminal
 from gptlab.compare.render.plots import make_plots, x_at_evals
 from gptlab.compare.render.report import cells
 from gptlab.compare.tables.analysis import compare
 from helpers.cli import cli_env, run_cli
-from helpers.compare import default_loss, write_sweep
+from helpers.compare import default_loss, write_sweep, write_timing
 from helpers.paths import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -34,6 +35,13 @@ ARMS = {
     "mqa": (0.2, (1500.0, 1520.0, 1480.0), (40, 41, 45), dict(fingerprint="fp-mqa", outside_load=0.6)),
 }
 LABELS = ["attention=mha", "attention=gqa, attention.n_kv_head=4", "attention=mqa, attention.n_kv_head=1"]
+# the three arms timed alone (gqa builds mha's model: the identical model, speed within noise)
+RATES = {
+    "mha": [1000.0, 990.0, 1010.0],
+    "mha#2": [1004.0, 985.0, 1012.0],
+    "gqa": [1001.0, 988.0, 1011.0],
+    "mqa": [1400.0, 1380.0, 1420.0],
+}
 
 
 def _loss(shift: float):
@@ -71,7 +79,10 @@ def _write(root: Path) -> Path:
 def report(tmp_path_factory):
     """(comparison, images, open figures, output dir), built once for the module."""
     out = tmp_path_factory.mktemp("report")
-    cmp = compare([load_run(p) for p in discover([str(_write(out / "sweep"))])])
+    sweep = _write(out / "sweep")
+    arms = {arm: (sweep / str(3 * i), ARMS[arm][3]["fingerprint"]) for i, arm in enumerate(ARMS)}  # seed-0 runs
+    session = read_timing(write_timing(out / "timing", arms, RATES))
+    cmp = compare([load_run(p) for p in discover([str(sweep)])], timings=[session])
     figures: dict = {}
     images = make_plots(cmp, out, figures=figures)
     (out / "comparison.html").write_text(html_page.write(document.build(cmp, images)))
@@ -227,7 +238,7 @@ def test_html_highlights_flags_with_a_legend_and_embeds_every_plot(report):
     assert re.findall(r'<tr data-flags="([^"]*)">', page) == ["identical", "identical noise", "load mem"]
     mqa_row = page[page.index('<tr data-flags="load mem">') :].split("</tr>")[0]
     assert mqa_row.count('class="flag-mem"') == 1  # the peak mem cell
-    assert mqa_row.count('class="flag-load"') == 2  # tokens/s and step ms cells
+    assert mqa_row.count('class="flag-load"') == 2  # tokens/s and step ms during training: records
     assert '<span class="flag flag-load">under load</span>' in mqa_row
     gqa_row = page[page.index('<tr data-flags="identical noise">') :].split("</tr>")[0]
     assert 'class="flag-noise"' in gqa_row and 'class="flag-identical"' in gqa_row

@@ -1,17 +1,20 @@
 """Arm confounded with run order: an arm-major sweep under a load that falls while it runs makes a "speed-up" out of
-the order; compare names the confound, never headlines the speed-up, and an interleaved launch of the same runs
-passes (gptlab/compare/statistics/order.py, gptlab/sweep/plan.py `interleave`)."""
+the order in its training runs' tokens/s; compare names the confound on those records, which make no speed verdict
+(only a timing session does, untouched by the order), and an interleaved launch of the same runs passes
+(gptlab/compare/statistics/order.py, gptlab/sweep/plan.py `interleave`)."""
 
 from __future__ import annotations
 
 import json
 import random
 
+import pytest
+
 from gptlab.cli.compare import main
 from gptlab.compare.reading.runs import load_run
 from gptlab.compare.statistics.order import confounded
 from gptlab.sweep.plan import PlannedRun, interleave
-from helpers.compare import write_run
+from helpers.compare import write_run, write_timing
 
 ARMS = ("mha", "mqa")
 
@@ -30,8 +33,8 @@ def _sweep(tmp_path, starts: dict[tuple[str, int], float], loads: dict | None = 
     return root
 
 
-def _compare(root, tmp_path, capsys):
-    code = main([str(root), "--out", str(tmp_path / "out"), "--no-wandb", "--noise-floor", "none"])
+def _compare(root, tmp_path, capsys, *args: str):
+    code = main([str(root), "--out", str(tmp_path / "out"), "--no-wandb", "--noise-floor", "none", *args])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads((tmp_path / "out" / "comparison.json").read_text()), captured
@@ -39,27 +42,39 @@ def _compare(root, tmp_path, capsys):
 
 def test_an_arm_major_sweep_gets_no_speed_headline(tmp_path, capsys):
     arm_major = {(arm, s): float(i * 3 + s) for i, arm in enumerate(ARMS) for s in range(3)}
-    doc, captured = _compare(_sweep(tmp_path, arm_major), tmp_path, capsys)
-    mqa = doc["rows"][1]
-    assert mqa["speed"]["status"] == "decided" and mqa["speed"]["effect"] > 1.2  # the order made a "speed-up"
-    assert mqa["speed"]["caveats"] == ["confounded"]
-    assert "speed is confounded with run order: each arm's runs ran one after another" in captured.err
+    root = _sweep(tmp_path, arm_major)
+    doc, captured = _compare(root, tmp_path, capsys)
+    base, mqa = doc["rows"]
+    assert mqa["tokens_per_s_gmean"] / base["tokens_per_s_gmean"] > 1.2  # the order made a "speed-up" of the records
+    assert mqa["order_confounded"] is True  # ... named on the records
+    assert "tokens/s during training is confounded with run order: each arm's runs ran one after another" in (
+        captured.err
+    )
+    # ... and no speed verdict is made of them: not timed
+    assert mqa["speed"]["status"] == "not_measured" and mqa["speedup"] is None and mqa["speed"]["caveats"] == []
     said = [line for line in captured.out.splitlines() if line.startswith("attention=mqa, attention.n_kv_head=1:")]
-    assert len(said) == 2  # the verdict matrix's sentence and the equal-steps one: neither headlines the speed
+    assert len(said) == 2  # the verdict matrix's sentence and the equal-steps one: neither headlines a speed
     for sentence in said:
-        assert "speed confounded with run order" in sentence and "not a finding" in sentence
-        assert "faster" not in sentence
+        assert "speed not timed" in sentence and "faster" not in sentence
     md = (tmp_path / "out" / "comparison.md").read_text()
     assert "confounded with run order" in md and "| confounded" in md  # the flag column says it too
-    wall = doc["equal_compute"]["axes"][1]["arms"][1]["verdict"]
-    assert "confounded" in wall["caveats"]  # val loss at equal wall time depends on speed: the same confound
+    time = doc["equal_compute"]["axes"][1]["arms"][1]["verdict"]
+    assert time["status"] == "not_measured"  # equal training time comes from a timing session only
+    # timed alone, the same arms get a speed verdict the run order cannot touch: the session's, no caveat
+    rates = {"mha": [1000.0, 990.0, 1010.0], "mha#2": [1003.0, 992.0, 1006.0], "mqa": [1001.0, 989.0, 1012.0]}
+    arms = {arm: (root / arm / "seed0", f"fp-{arm}") for arm in ARMS}
+    timing = write_timing(tmp_path / "timing", arms, rates)
+    doc, captured = _compare(root, tmp_path, capsys, "--timing", str(timing))
+    mqa = doc["rows"][1]
+    assert mqa["order_confounded"] is True and mqa["speed"]["status"] == "within_noise"
+    assert mqa["speed"]["caveats"] == [] and mqa["speedup"] == pytest.approx(1.0, abs=0.01)
 
 
 def test_the_same_runs_interleaved_pass(tmp_path, capsys):
     order = interleave([PlannedRun(arm, s, ()) for arm in ARMS for s in range(3)], "sweep")
     starts = {(r.arm, r.seed): float(i) for i, r in enumerate(order)}
     doc, captured = _compare(_sweep(tmp_path, starts), tmp_path, capsys)
-    assert doc["rows"][1]["speed"]["caveats"] == [] and "confounded" not in captured.err
+    assert doc["rows"][1]["order_confounded"] is False and "confounded" not in captured.err
 
 
 def test_runs_without_a_recorded_start_are_not_tested(tmp_path):
@@ -114,15 +129,12 @@ def test_an_arm_run_after_all_the_others_is_confounded_against_the_baseline(tmp_
         starts[(arm, seen.setdefault(arm, 0))] = float(t)
         seen[arm] += 1
     doc, captured = _compare(_sweep(tmp_path, starts), tmp_path, capsys)
-    caveats = {r["label"].split(",")[0]: r["speed"]["caveats"] for r in doc["rows"][1:]}
+    flagged = {r["label"].split(",")[0]: r["order_confounded"] for r in doc["rows"][1:]}
+    assert len(flagged) == 3 and flagged.pop("attention=sliding") is True and not any(flagged.values())
+    assert all(r["speed"]["status"] == "not_measured" for r in doc["rows"][1:])  # records make no speed verdict
     assert (
-        len(caveats) == 3
-        and caveats.pop("attention=sliding") == ["confounded"]
-        and all(c == [] for c in caveats.values())
-    )
-    assert (
-        "warning: 'attention=sliding' speed is confounded with run order against the baseline: each arm's runs ran "
-        "one after another (arm-major order); its speed-up is no finding (gptlab-sweep launches arms interleaved; "
-        "rerun the runs that way)"
+        "warning: 'attention=sliding' tokens/s during training is confounded with run order against the baseline: "
+        "each arm's runs ran one after another (arm-major order); no ratio of those records is a finding (speed "
+        "verdicts come from a timing session only) (gptlab-sweep launches arms interleaved; rerun the runs that way)"
     ) in captured.err.splitlines()
     assert confounded([[load_run(tmp_path / "sweep" / a / f"seed{s}") for s in range(3)] for a in seen]) is None

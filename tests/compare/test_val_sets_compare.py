@@ -81,8 +81,16 @@ def test_each_val_set_gets_its_own_verdict_in_every_report(tmp_path, capsys):
         assert base["verdict"] is None
     md = (tmp_path / "out" / "comparison.md").read_text()
     assert "## Validation sets" in md and "Validation-set table:" in md
-    assert "| val/code/loss | 2.0100 ± 0.0141 | 1.8050 ± 0.0071 Δ -0.2050 better (p=" in md
-    assert "| val/prose/loss | 3.0050 ± 0.0071 | 3.2100 ± 0.0141 Δ +0.2050 worse (p=" in md
+    # each Δ with the 95% interval COMPARE.md promises, not only p
+    code, prose = (welch_interval(LOSSES["gqa"][n], LOSSES["mha"][n], 0.05) for n in ("code", "prose"))
+    assert (
+        f"| val/code/loss | 2.0100 ± 0.0141 | 1.8050 ± 0.0071 Δ -0.2050 [{code.lo:+.4f}, {code.hi:+.4f}] better (p="
+        in md
+    )
+    assert (
+        f"| val/prose/loss | 3.0050 ± 0.0071 | 3.2100 ± 0.0141 Δ +0.2050 [{prose.lo:+.4f}, {prose.hi:+.4f}] worse (p="
+        in md
+    )
     html = (tmp_path / "out" / "comparison.html").read_text()
     assert "Validation sets</h2>" in html and '<table class="val-sets">' in html
     assert "validation sets (mean ± std over seeds" in terminal and "val/prose/loss" in terminal

@@ -221,3 +221,51 @@ def store_noise_floor(cache: Path, machine: str, outside_load: float = 0.04) -> 
     }  # fmt: skip
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "noise_floors_v1.json").write_text(json.dumps({machine: floor}))
+
+
+TIMED_SETTINGS = {"batch_size": 4, "seq_len": 32, "grad_accum": 1, "device": "cpu", "dtype": "fp32", "compile": False}
+
+
+def write_timing(
+    folder: Path,
+    arms: dict[str, tuple[Path, str]],
+    rates: dict[str, list[float]],
+    loads: dict[str, float] | None = None,
+    flops_per_token: float = 7.2e5,
+    peak: float = 1e11,
+    machine: str = "Golden CPU",
+) -> Path:
+    """A finished timing session in folder/timing.json, as gptlab/train/timing.py writes it, over `arms` (name ->
+    (the run dir it was timed from, its model fingerprint); the first is the baseline) with the given per-round rates
+    in tokens/s (the baseline's A/A windows under '<baseline>#2'); every arm timed at write_run's speed settings."""
+    names = list(arms)
+    labels, rounds = [*names, f"{names[0]}#2"], len(rates[names[0]])
+    windows = []
+    for r in range(rounds):
+        for position, label in enumerate(labels):
+            arm, repeat = (label[:-2], 1) if label.endswith("#2") else (label, 0)
+            ms = 128 / rates[label][r] * 1000
+            windows.append({
+                "round": r, "position": position, "arm": arm, "repeat": repeat, "built": False, "warmup_ms": [1.0],
+                "step_ms": [ms], "step_ms_median": ms, "tokens_per_s": rates[label][r],
+                "outside_load": (loads or {}).get(label, 0.0), "loadavg_before": None, "loadavg_after": None,
+                "threads": 2, "started_at": 0.0, "ended_at": 1.0,
+            })  # fmt: skip
+    records = {
+        name: {"run_dir": str(run_dir), "model_fingerprint": fp, "params": 120_000, "flops_per_token": flops_per_token,
+               "run_peak_flops": peak, "tokens_per_step": 128, "prefetch": 0, "threads": 2, **TIMED_SETTINGS}
+        for name, (run_dir, fp) in arms.items()
+    }  # fmt: skip
+    doc = {
+        "version": 1,
+        "plan": {"arms": [{"name": n, "run_dir": records[n]["run_dir"]} for n in names], "rounds": rounds,
+                 "steps": 30, "warmup": 5, "seed": 0},
+        "baseline": names[0], "orders": [],
+        "machine": {"hostname": "golden-host", "cpu": machine, "gpu": None, "torch": "2.x", "machine_cores": 2,
+                    "cores": 2, "platform": "linux"},
+        "peak": {"flops": peak, "device": "cpu", "dtype": "fp32", "threads": 2, "outside_load": 0.0},
+        "memory": None, "arms": records, "windows": windows, "status": "finished",
+    }  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "timing.json").write_text(json.dumps(doc))
+    return folder / "timing.json"

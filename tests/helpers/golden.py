@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers.compare import store_noise_floor, write_run
+from helpers.compare import store_noise_floor, write_run, write_timing
 
 SEED_NOISE = (0.0, 0.012, -0.009)  # the seeds' val-loss offsets, the same in every arm
 SPEED_NOISE = (1.0, 1.03, 0.98)
@@ -55,6 +55,31 @@ def main_table(tmp: Path) -> list[str]:
     claims = tmp / "claims.yaml"
     claims.write_text(yaml.safe_dump({"attention=gqa": {"speedup": 1.25, "delta_val_loss": 0.0}}))
     return [str(root), "--power", "--target", "val/loss=2.0", "--claims", str(claims), "--noise-floor", "none"]
+
+
+# per arm: the rates (tokens/s) of its windows over 5 rounds of the golden timing session; mha#2 its A/A windows
+TIMED_RATES = {
+    "mha": [1000.0, 980.0, 1020.0, 990.0, 1010.0],
+    "mha#2": [1005.0, 975.0, 1030.0, 985.0, 1000.0],
+    "gqa": [1004.0, 978.0, 1027.0, 992.0, 1003.0],
+    "mqa": [1400.0, 1370.0, 1430.0, 1385.0, 1415.0],
+}
+
+
+def timed(tmp: Path) -> list[str]:
+    """A sweep with its timing session: mha (baseline), gqa (timed as fast as mha: within noise, though its training
+    runs recorded 1.4x the tokens/s), mqa (timed 1.4x faster) and naive (mha's model: timed by mha's arm, the
+    identical model), whose training runs ran under outside load."""
+    root = tmp / "timed"
+    root.mkdir(parents=True)
+    (root / "sweep.yaml").write_text(yaml.safe_dump({"arms": {"mha": [], "gqa": [], "mqa": [], "naive": []}}))
+    _arm_runs(root, "mha", 1.50, 1000.0, "fp-mha", outside_load=0.02)
+    _arm_runs(root, "gqa", 1.50, 1400.0, "fp-gqa", choices={"attention": "gqa"}, outside_load=0.02)
+    _arm_runs(root, "mqa", 1.56, 1400.0, "fp-mqa", choices={"attention": "mqa"}, outside_load=0.02)
+    _arm_runs(root, "naive", 1.50, 700.0, "fp-mha", leaves={"attention.impl": "naive"}, outside_load=0.6)
+    arms = {arm: (root / arm / "seed0", f"fp-{arm}") for arm in ("mha", "gqa", "mqa")}
+    write_timing(root, arms, TIMED_RATES)
+    return [str(root), "--baseline", str(root / "mha" / "seed0"), "--power", "--noise-floor", "none"]
 
 
 def with_floor(tmp: Path, cache: Path) -> list[str]:
@@ -245,6 +270,7 @@ def mixed(tmp: Path) -> list[str]:
 
 SCENARIOS: dict[str, Callable[..., list[str]]] = {
     "main_table": main_table,
+    "timed": timed,
     "with_floor": with_floor,
     "probes": probes,
     "evals": evals,

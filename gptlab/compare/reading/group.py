@@ -228,14 +228,27 @@ def find_baseline(groups: list[Group], spec: str | None) -> Group:
         raise ConfigError(f"--baseline '{spec}' is not one of the compared run directories")
     assign_labels(groups, default_baseline(groups))
     items = [s for s in (p.strip() for p in spec.split(",")) if s]
-    hits = [g for g in groups if g.label == spec] or [
-        g for g in groups if items and all("=" in i and matches(g, i) for i in items)
-    ]
+    hits = [g for g in groups if items and all("=" in i and matches(g, i) for i in items)]
+    hits = hits or [g for g in groups if g.label == spec]  # a label whose values hold commas
     if len(hits) == 1:
         return hits[0]
-    labels = "; ".join(g.label for g in (hits or groups))
-    what = f"matches {len(hits)} groups, be more specific" if hits else "matches no group"
-    raise ConfigError(f"--baseline '{spec}' {what}; labels: {labels}")
+    if hits:  # never one of them silently: the label that matched exactly is relative to another baseline
+        named = "; ".join(_fmt(_among(g, hits)) or g.label for g in hits)
+        raise ConfigError(
+            f"--baseline '{spec}' matches {len(hits)} groups ({named}); add what tells them apart, e.g. "
+            f"--baseline '{spec}, {_fmt(_among(hits[0], hits)[:1])}'"
+        )
+    labels = "; ".join(g.label for g in groups)
+    raise ConfigError(f"--baseline '{spec}' matches no group; labels: {labels}")
+
+
+def _among(g: Group, hits: list[Group]) -> list[tuple[str, str]]:
+    """(key, g's value) for each key whose value differs among `hits`: what tells g apart from the others."""
+    items: dict[str, str] = {}
+    for h in hits:
+        if h is not g:
+            items.update(diff_items(g, h, hide_implied=False))
+    return sorted(items.items())
 
 
 def _task_keys(run: Run) -> dict[str, str]:

@@ -14,6 +14,10 @@ A run's comparison key (comparison_key) has three parts:
   another run's checkpoint (summary.json `init_from`) when not every arm made the same one;
 - its identity (gptlab.compare.reading.identity): a copied run dir counts once.
 
+What a run was run with beyond its config, for reading/study.py and --split-by: `code` (provenance.json's git commit,
+with a digest of the uncommitted changes to gptlab/ its git.diff kept) and `machine` (the hostname, GPU or CPU it
+recorded); both "unset" for a run that recorded no provenance (older runs).
+
 Keys that only observe (probes, extra validation sets, diagnostics, checkpoints, log rows) never make two runs
 different arms, but their time is inside a run's wall time: runs that differ in them are named (overhead_warnings),
 since equal-time readings and time to target on wall time would charge one side for it. On training time
@@ -22,6 +26,7 @@ since equal-time readings and time to target on wall time would charge one side 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -37,8 +42,10 @@ from gptlab.util.tree import flatten
 
 VAL_SET_KEYS = ("data_fingerprint", "data_seed", "train.eval_sequences", "seq_len")
 BUDGET_KEYS = ("train.max_steps", "tokens_per_step")
+CODE, MACHINE = "code", "machine"  # read from provenance.json (and git.diff): the code version and the machine
 UNSET = "unset"  # a key the run's files do not record
-_DERIVED = frozenset({"data_fingerprint", "seq_len", "tokens_per_step"})  # keys read from summary.json or computed
+_DERIVED = frozenset({"data_fingerprint", "seq_len", "tokens_per_step", CODE, MACHINE})  # read from files or computed
+PACKAGE = "gptlab/"  # the code whose uncommitted changes make another code version (docs or tests do not)
 
 
 def _config(run: Run, dotted: str) -> Any:
@@ -76,8 +83,48 @@ def tokens_per_step(run: Run) -> int | None:
     return batch * length if batch is not None and length is not None else None
 
 
+def _package_diff(run: Run) -> str | None:
+    """The part of the run's git.diff that changes gptlab/ ('' when it changes nothing there); None without one."""
+    path = run.path / "git.diff"
+    if not path.is_file():
+        return None
+    blocks = path.read_text(errors="replace").split("diff --git ")
+    return "".join(b for b in blocks[1:] if b.startswith(f"a/{PACKAGE}"))
+
+
+def code_version(run: Run) -> str:
+    """The code the run trained with: its git commit, `+<digest>` of its uncommitted changes to gptlab/ (git.diff), or
+    `+dirty` when the checkout was dirty and no diff was kept; UNSET without a recorded commit."""
+    git = run.provenance.get("git")
+    git = git if isinstance(git, dict) else {}
+    commit = git.get("commit")
+    if not isinstance(commit, str) or not commit:
+        return UNSET
+    if not git.get("dirty"):
+        return commit[:12]
+    diff = _package_diff(run)
+    if diff is None:
+        return f"{commit[:12]}+dirty"
+    return f"{commit[:12]}+{hashlib.sha256(diff.encode()).hexdigest()[:8]}" if diff else commit[:12]
+
+
+def machine(run: Run) -> str:
+    """The machine the run trained on: its hostname where recorded, and its GPU model, else its CPU model."""
+    hardware = run.provenance.get("hardware")
+    hardware = hardware if isinstance(hardware, dict) else {}
+    host = hardware.get("hostname") or run.provenance.get("hostname")
+    model = hardware.get("gpu") or hardware.get("cpu")
+    named = [str(x) for x in (host, model) if x]
+    return " ".join(named[:1]) + (f" ({named[1]})" if len(named) > 1 else "") if named else UNSET
+
+
 def value(run: Run, key: str) -> str:
-    """The run's value of a comparison-key name, a config group (its choice) or a dotted config key; UNSET if none."""
+    """The run's value of a comparison-key name (code and machine included), a config group (its choice) or a dotted
+    config key; UNSET if none."""
+    if key == CODE:
+        return code_version(run)
+    if key == MACHINE:
+        return machine(run)
     if key == "data_fingerprint":
         fp = run.summary.get(key)
         return fp if isinstance(fp, str) and fp else UNSET
@@ -167,7 +214,7 @@ class Part:
 
 
 def _known(runs: list[Run], key: str) -> bool:
-    if key in VAL_SET_KEYS or key in BUDGET_KEYS:
+    if key in VAL_SET_KEYS or key in BUDGET_KEYS or key in (CODE, MACHINE):
         return True
     return any(key in r.choices or key in flatten(r.config, empty_as_leaf=True) for r in runs)
 
@@ -186,7 +233,8 @@ def split(runs: list[Run], keys: list[str]) -> list[Part]:
         if not _known(runs, key):
             groups = sorted({g for r in runs for g in r.choices})
             raise ConfigError(
-                f"--split-by {key}: no run has this key; allowed: {', '.join(VAL_SET_KEYS + BUDGET_KEYS)}, "
+                f"--split-by {key}: no run has this key; allowed: {', '.join(VAL_SET_KEYS + BUDGET_KEYS)}, {CODE}, "
+                f"{MACHINE}, "
                 f"a config group ({', '.join(groups[:6])}{', ...' if len(groups) > 6 else ''}) "
                 "or a dotted config key (e.g. train.batch_size)"
             )

@@ -1,12 +1,13 @@
 """The report document of a comparison, built once: every section in reading order, which the terminal, Markdown,
-HTML and W&B writers walk (render/terminal.py, markdown.py, html_page.py, wandb_log.py)."""
+HTML, W&B and paper (CSV, LaTeX) writers walk (render/terminal.py, markdown.py, html_page.py, wandb_log.py,
+paper.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from gptlab.compare.render import compute, decode, matrix, per_arm, report, runs, target_report
+from gptlab.compare.render import compute, decode, matrix, paper_cells, per_arm, report, runs, target_report
 from gptlab.compare.render.sections import Document, Figure, Figures, Notes, Section, Sentences, Shown
 from gptlab.compare.tables.analysis import Comparison
 
@@ -27,7 +28,7 @@ def build(
     parts: list[Section | None] = [
         *matrix.sections(cmp.matrix),
         report.verdict_sentences(cmp),
-        report.main_table(cmp),
+        paper_cells.main_table(report.main_table(cmp), cmp),
         Notes(tuple(report.lead_notes(cmp)), shown=Shown.TERMINAL),
         report.power_table(cmp) if power else None,
         report.legend(cmp),

@@ -37,13 +37,28 @@ def power(p: Power | None) -> dict[str, Any] | None:
     return {
         **asdict(p),
         "val_loss_decision": words.seeds_to_decide(p.val_loss_decision, p.seeds_val_loss),
-        "speed_decision": words.seeds_to_decide(p.speed_decision, p.seeds_speed),
+        "speed_decision": words.rounds_to_decide(p.speed_decision, p.seeds_speed),
     }
 
 
 def row(r: Row) -> dict[str, Any]:
     """One row of comparison.json: the row's figures and verdicts, and its power."""
     return {**r.to_json(), "power": power(r.power)}
+
+
+def timing(cmp: Comparison) -> dict[str, Any] | None:
+    """Where the speed figures come from: the timing session's file, its source in figures and words, its peak and
+    which arm times which row (None: not timed)."""
+    if cmp.timing is None:
+        return None
+    session = cmp.timing.session
+    return {
+        "path": str(session.path),
+        "source": asdict(session.source),
+        "said": words.timed_alone(session.source),
+        "peak_flops": session.peak_flops,
+        "arms": {r.label: r.timed_arm for r in cmp.rows},
+    }
 
 
 def comparison(cmp: Comparison) -> dict[str, Any]:
@@ -62,6 +77,7 @@ def comparison(cmp: Comparison) -> dict[str, Any]:
         "warnings": [words.note(n) for n in cmp.warnings],
         "notes": [words.note(n) for n in cmp.notes],
         "logged": [x.to_json() for x in cmp.logged],
+        "timing": timing(cmp),
         "noise_floor": {
             "measured": asdict(cmp.noise_floor) if cmp.noise_floor else None,
             "load_limit": cmp.load_limit,

@@ -113,6 +113,12 @@ def _lr(lr: float | None) -> str:
     return "—" if lr is None else f"{lr:g}"
 
 
+NO_OPTIMUM = (
+    "not measured (the best lr is at the grid's edge at every rung it was picked at: the optimum lies outside the "
+    "grid, so the slope is not known; widen the grid)"
+)
+
+
 def format_lr_trend(doc: dict) -> str:
     """A ladder with an lr grid at every rung: each arm's best lr by rung, the slope of log10 best lr on log10 size
     with its interval and, against the baseline, whether it moves differently; then the ladder at own best lr."""
@@ -126,7 +132,9 @@ def format_lr_trend(doc: dict) -> str:
         slope = entry["slope"]
         ci = entry["slope_ci"]
         shown = (
-            words.no_verdict("fewer than 2 rungs with a best lr")
+            NO_OPTIMUM
+            if entry.get("all_at_grid_edge")
+            else words.no_verdict("fewer than 2 rungs with a best lr")
             if slope is None
             else f"{slope:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else " (no interval: 1 seed per cell)")
         )
@@ -137,6 +145,9 @@ def format_lr_trend(doc: dict) -> str:
                 "(widen the grid: the same sweep with a wider --lr-grid extends it in place)"
             )
         vs = entry.get("vs_baseline")
+        edge_bound = entry.get("all_at_grid_edge") or doc["lr_trend"][0].get("all_at_grid_edge")
+        if vs and vs["difference"] is None and edge_bound:
+            lines.append(f"{'':<14} vs {doc['baseline']}: slope difference {NO_OPTIMUM}")
         if vs and vs["difference"] is not None:
             ci = vs["ci"]
             where = f"{vs['difference']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else " (no interval)")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from gptlab.compare.render import words
 from gptlab.compare.render.sections import Section, Sentences, Table
+from gptlab.compare.statistics.verdict import Verdict
 from gptlab.compare.tables.matrix import ArmLenses, Matrix
 
 
 def headers(m: Matrix) -> list[str]:
     """`arm`, one column per lens any arm was measured under, `speed`."""
     mode = next((a.matched_mode for a in m.arms if a.matched_arm), None)
-    return ["arm", *(f"Δ val loss at {words.lens(x.value, mode, m.lr_grid)}" for x in m.lenses), "speed-up"]
+    names = (words.lens(x.value, mode, m.lr_grid, m.one_lr is not None) for x in m.lenses)
+    return ["arm", *(f"Δ val loss at {name}" for name in names), "speed-up"]
 
 
 def _label(arm: ArmLenses) -> str:
@@ -22,7 +24,7 @@ def _label(arm: ArmLenses) -> str:
 def _speed(arm: ArmLenses) -> str:
     v = arm.speed
     if v.effect is None:
-        return "–"
+        return words.speed(v)  # "not timed", or "–"
     span = f" [{v.interval[0]:.2f}, {v.interval[1]:.2f}]" if v.interval else ""
     return f"{v.effect:.2f}×{span} {words.speed(v)}"
 
@@ -35,16 +37,24 @@ def body(m: Matrix) -> list[list[str]]:
     ]
 
 
+def marks(m: Matrix) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """Per arm and column, the caveats its cell carries (none for the label), for the paper writers' footnotes."""
+    cells: list[list[Verdict | None]] = [[None, *(a.cells.get(x) for x in m.lenses), a.speed] for a in m.arms]
+    return tuple(tuple(tuple(words.caveats(v)) if v is not None else () for v in row) for row in cells)
+
+
 def sentences(m: Matrix) -> list[str]:
-    """The reconciled sentence of every arm: where its lenses agree and disagree, and what that means."""
+    """The reconciled sentence of every arm: where its lenses agree and disagree, and what that means; under an lr
+    grid whose arms all picked the baseline's lr, why it has one lr column."""
     out = []
     for a in m.arms:
         named = {
-            o.value: [words.lens(x.value, a.matched_mode, m.lr_grid) for x in lenses]
+            o.value: [words.lens(x.value, a.matched_mode, m.lr_grid, m.one_lr is not None) for x in lenses]
             for o, lenses in a.by_outcome().items()
         }
-        out.append(words.reconciled(_label(a), named, [f.value for f in a.findings], words.speed_headline(a.speed)))
-    return out
+        findings = [f.value for f in a.findings]
+        out.append(words.reconciled(_label(a), named, findings, words.speed_headline(a.speed), m.remeasure))
+    return out + ([words.one_lr(m.one_lr)] if m.one_lr is not None else [])
 
 
 def title(m: Matrix) -> str:
@@ -54,12 +64,13 @@ def title(m: Matrix) -> str:
 
 
 def sections(m: Matrix | None) -> list[Section]:
-    """The matrix as a table (every column left-aligned) and its reconciled sentences; none without arms."""
+    """The matrix as a table (every column left-aligned; also the paper writers') and its reconciled sentences; none
+    without arms."""
     if m is None or not m.arms:
         return []
     hs = tuple(headers(m))
     rows = tuple(tuple(line) for line in body(m))
     return [
-        Table("matrix", title(m), hs, rows, heading=title(m), left=hs),
+        Table("matrix", title(m), hs, rows, heading=title(m), left=hs, paper=True, marks=marks(m)),
         Sentences("reconciled", tuple(sentences(m))),
     ]

@@ -19,13 +19,14 @@ from gptlab.compare.tables.cells import ArmCell
 @dataclass(frozen=True)
 class PerArm:
     """What a per-arm table says around its cells: its key (HTML class, W&B table), the files' heading, the
-    terminal's title, the first column's header and the note under it."""
+    terminal's title, the first column's header, the note under it and whether each Δ shows its 95% interval."""
 
     key: str
     heading: str
     title: str
     first: str
     note: str
+    interval: bool = False
 
 
 VAL_SETS = PerArm(
@@ -34,9 +35,10 @@ VAL_SETS = PerArm(
     "validation sets (mean ± std over seeds; Δ vs baseline, Welch)",
     "validation set",
     "Validation-set table: each extra validation set's loss (data.val_sets, val/<name>/loss) at the compared point, "
-    f"mean ± std over seeds; Δ vs the baseline with Welch's t-test as for val loss (p < {ALPHA}: "
-    f"{words.BETTER_WORSE}, lower is better); every run scored a row on the same set (summary.json val_sets: "
-    "fingerprint and sequences).",
+    f"mean ± std over seeds; Δ vs the baseline with its 95% Welch interval and Welch's t-test as for val loss "
+    f"(p < {ALPHA}: {words.BETTER_WORSE}, lower is better); every run scored a row on the same set (summary.json "
+    "val_sets: fingerprint and sequences).",
+    interval=True,
 )
 PROBES = PerArm(
     "probes",
@@ -65,7 +67,7 @@ def table(kind: PerArm, rows: Sequence[tuple[str, str | None, Sequence[ArmCell]]
         return None
     headers = (kind.first, *(c.label for c in rows[0][2]))
     body = tuple(
-        (metric, *(words.arm_cell(c.mean, c.std, c.delta, c.verdict, better) for c in cells))
+        (metric, *(words.arm_cell(c.mean, c.std, c.delta, c.verdict, better, kind.interval) for c in cells))
         for metric, better, cells in rows
     )
     return Table(kind.key, kind.title, headers, body, heading=kind.heading, left=(kind.first,), note=kind.note)

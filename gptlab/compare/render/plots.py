@@ -28,7 +28,7 @@ from gptlab.compare.render import words  # noqa: E402
 from gptlab.compare.render.layers import layer_figures  # noqa: E402
 from gptlab.compare.render.report import BAND, BARS, GEO_BARS, LOADED, loaded_label  # noqa: E402
 from gptlab.compare.statistics import speed, stats  # noqa: E402
-from gptlab.compare.statistics.verdict import Caveat, Status, Verdict  # noqa: E402
+from gptlab.compare.statistics.verdict import Status, Verdict  # noqa: E402
 from gptlab.compare.tables import curves
 from gptlab.compare.tables.analysis import Comparison  # noqa: E402
 
@@ -269,7 +269,14 @@ def _speed_figure(cmp: Comparison):
     loaded = [[hot for _, hot in p] for p in points]
     labels = [r.label for r in cmp.rows]
     fig = _bar_figure(
-        labels, values, "tokens/s", "tokens/s", EngFormatter(sep=""), loaded, loaded_label(cmp.load_limit), True
+        labels,
+        values,
+        "tokens/s during training (records)",
+        "tokens/s",
+        EngFormatter(sep=""),
+        loaded,
+        loaded_label(cmp.load_limit),
+        True,
     )
     if _confounded(cmp):
         fig.suptitle(CONFOUNDED_NOTE, color="firebrick", fontsize=9)
@@ -278,11 +285,11 @@ def _speed_figure(cmp: Comparison):
 
 
 # What a speed-dependent plot says when the table's speed verdicts carry the run-order confound
-CONFOUNDED_NOTE = "speed confounded with run order (see the report's warning): no speed-up here is a finding"
+CONFOUNDED_NOTE = "tokens/s during training confounded with run order (see the report's warning): records, not findings"
 
 
 def _confounded(cmp: Comparison) -> bool:
-    return any(Caveat.CONFOUNDED in row.speed.caveats for row in cmp.rows)
+    return any(row.order_confounded for row in cmp.rows)
 
 
 def _train_figure(cmp: Comparison):

@@ -10,7 +10,7 @@ from gptlab.compare.render.target_report import target_notes
 from gptlab.compare.statistics.power import MAX_SEEDS, POWER
 from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT, mem_text
 from gptlab.compare.statistics.stats import ALPHA
-from gptlab.compare.statistics.verdict import Caveat, Status
+from gptlab.compare.statistics.verdict import Status
 from gptlab.compare.tables.analysis import Comparison, Row
 from gptlab.compare.tables.machine import peak_note
 from gptlab.util.note import Note, note
@@ -26,6 +26,8 @@ def loaded_label(limit: float) -> str:
 
 
 LOADED = loaded_label(OUTSIDE_LOAD_LIMIT)  # the label without a measured noise floor
+SPEED_UP = "speed-up (timed, 95% CI)"
+TRAINING_TPS, TRAINING_MS = "tokens/s during training", "step ms during training"  # records, never verdicts
 # The honest-report flags, in legend order: the text in the table's "flags" column, what it means (legend and notes)
 # and the columns it highlights in the HTML table besides the flags column.
 FLAGS = {
@@ -40,23 +42,24 @@ FLAGS = {
         Flag(
             "noise",
             f"speed {words.NOISE}",
-            f"no speed difference beyond seed noise (Welch p ≥ {ALPHA} on log tokens/s; always so for two arms that "
-            "build one model)",
-            ("speed-up (95% CI)",),
+            f"the timed speed-up is not beyond the timing session's noise (paired t over its rounds p ≥ {ALPHA}, or no "
+            "larger than its A/A; always so for two arms that build one model)",
+            (SPEED_UP,),
         ),
         Flag(
             "load",
             "under load",
             f"other processes used more than {100 * OUTSIDE_LOAD_LIMIT:.0f}% of the cores (or, with a measured noise "
-            "floor, more than its A/A saw plus 5 points) while it trained: its speed figures are not to be trusted",
-            ("tokens/s", "step ms"),
+            "floor, more than its A/A saw plus 5 points) while it trained: its tokens/s during training is not to be "
+            "trusted (a record; no verdict uses it)",
+            (TRAINING_TPS, TRAINING_MS),
         ),
         Flag(
             "order",
             "confounded",
-            "the arms ran one after another, or arm explains when the runs trained or the load they saw: the speed-up "
-            "may be the run order's, not the arm's",
-            ("speed-up (95% CI)",),
+            "the arms' training runs ran one after another, or arm explains when they trained or the load they saw: "
+            "their tokens/s during training may be the run order's (a record; the timed speed-up is not touched)",
+            (TRAINING_TPS,),
         ),
         Flag(
             "mem",
@@ -74,15 +77,20 @@ HEADERS = [
     "FLOPs/token",
     "val loss @ {step}",
     "Δ val loss vs baseline",
-    "tokens/s",
-    "step ms",
-    "MFU",
+    "tokens/s (timed)",
+    "step ms (timed)",
+    "MFU (timed)",
     "peak mem",
-    "speed-up (95% CI)",
+    SPEED_UP,
+    TRAINING_TPS,
+    TRAINING_MS,
     "flags",
 ]
 LEFT = ("label", "flags", "identical model", "claimed vs measured")  # the main table's text columns
-TERMINAL_HIDDEN = ("params", "FLOPs/token", "step ms", "MFU", "peak mem", "claimed vs measured")  # md / html only
+TERMINAL_HIDDEN = (  # md / html only
+    "params", "FLOPs/token", "step ms (timed)", "MFU (timed)", "peak mem", TRAINING_TPS, TRAINING_MS,
+    "claimed vs measured",
+)  # fmt: skip
 
 
 def _si(x: float | None) -> str:
@@ -108,9 +116,10 @@ def _geo(gmean: float | None, factor: float | None, fmt: str) -> str:
 
 
 def speed_cell(row: Row) -> str:
-    """Speed-up with its 95% CI and verdict, e.g. `1.25× [1.10, 1.42] faster` or `0.73× n/a: 1 seed`."""
+    """Timed speed-up with its 95% CI and verdict, e.g. `1.25× [1.10, 1.42] faster`, `0.73× n/a: 1 seed` or `not
+    timed`."""
     if row.speedup is None:
-        return "–"
+        return words.speed(row.speed)
     # An identical model's CI would describe a gap that by construction is not there (comparison.json keeps it).
     show_ci = row.speedup_ci and row.speed.status is not Status.IDENTICAL
     ci = f" [{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]" if show_ci and row.speedup_ci else ""
@@ -123,7 +132,7 @@ def row_flags(row: Row) -> list[str]:
         "identical": bool(row.identical_to),
         "noise": row.speed.status in (Status.WITHIN_NOISE, Status.BELOW_FLOOR, Status.IDENTICAL),
         "load": row.under_load,
-        "order": Caveat.CONFOUNDED in row.speed.caveats,
+        "order": row.order_confounded,
         "mem": row.mem_varies,
     }
     return [k for k in FLAGS if found[k]]
@@ -141,9 +150,14 @@ def _claim(row: Row) -> str:
     return "; ".join(parts)
 
 
+def source(cmp: Comparison) -> str:
+    """Where the timed speed figures come from, in words ('' without a timing session)."""
+    return words.timed_alone(cmp.timing.session.source) if cmp.timing is not None else ""
+
+
 def verdicts(cmp: Comparison) -> list[str]:
-    """The one-sentence verdict of every arm (not the baseline), in table order."""
-    return [words.arm_sentence(row.label, cmp.baseline, row.loss, row.speed) for row in cmp.rows[1:]]
+    """The one-sentence verdict of every arm (not the baseline), in table order, the speed's source named."""
+    return [words.arm_sentence(row.label, cmp.baseline, row.loss, row.speed, source(cmp)) for row in cmp.rows[1:]]
 
 
 def verdict_sentences(cmp: Comparison) -> Sentences | None:
@@ -164,19 +178,23 @@ def power_line(cmp: Comparison) -> Note:
             continue
         loss, speed = words.detectable(row.loss, ".4f"), words.detectable(row.speed, ".2f", "×")
         undecided = [
-            f"{what} needs {n} seeds per arm"
-            for what, n in (("val loss", row.power.seeds_val_loss), ("speed", row.power.seeds_speed))
+            f"{what} needs {n} {unit}"
+            for what, n, unit in (
+                ("val loss", row.power.seeds_val_loss, "seeds per arm"),
+                ("speed", row.power.seeds_speed, "rounds"),
+            )
             if n is not None
         ]
+        speed = f"speed {speed}" if row.speed.status is Status.NOT_MEASURED else f"speed-up ≥ {speed}"
         parts.append(
-            f"'{row.label}' Δ val loss ≥ {loss}, speed-up ≥ {speed}"
-            + (f" ({'; '.join(undecided)})" if undecided else "")
+            f"'{row.label}' Δ val loss ≥ {loss}, {speed}" + (f" ({'; '.join(undecided)})" if undecided else "")
         )
     if not parts:
         return note("Power: no arm besides the baseline.")
     return note(
-        f"Power (two-sided Welch t, α = {ALPHA}, power {POWER}, from the seeds' spread): the smallest differences "
-        f"these seeds detect: {'; '.join(parts)}. --power lists the seeds per arm that would decide each undecided arm."
+        f"Power (α = {ALPHA}, power {POWER}; val loss: two-sided Welch t from the seeds' spread; speed: paired t from "
+        f"the timing session's rounds): the smallest differences detected: {'; '.join(parts)}. --power lists the seeds "
+        "per arm (rounds, for speed) that would decide each undecided arm."
     )
 
 
@@ -186,13 +204,15 @@ POWER_HEADERS = [
     "detectable Δ val loss",
     "val loss: seeds per arm to decide",
     "detectable speed-up",
-    "speed: seeds per arm to decide",
+    "speed: rounds to decide",
 ]
 POWER_NOTE = (
     f"Power table: detectable = the smallest difference found with probability {POWER} at α = {ALPHA} "
     "(two-sided Welch t; noncentral t with the seeds' standard deviations); seeds per arm to decide = the fewest "
     f"seeds per arm (searched up to {MAX_SEEDS}) at which the observed difference, if true, is found with "
-    f"probability {POWER}. Speed is tested on log tokens/s."
+    f"probability {POWER}. Speed is the timed speed-up's: a paired t over the timing session's rounds (log ratios, "
+    f"R - 1 degrees of freedom), never below its A/A, and the rounds that would decide it; 'unknown: {words.NOT_TIMED}' "
+    "without a timing session."
 )
 
 
@@ -206,7 +226,7 @@ def power_cells(cmp: Comparison) -> list[list[str]]:
             words.detectable(row.loss, ".4f"),
             words.seeds_to_decide(p.val_loss_decision, p.seeds_val_loss),
             words.detectable(row.speed, ".3f", "×"),
-            words.seeds_to_decide(p.speed_decision, p.seeds_speed),
+            words.rounds_to_decide(p.speed_decision, p.seeds_speed),
         ]
         for row in cmp.rows[1:]
         if (p := row.power) is not None
@@ -239,11 +259,13 @@ def cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
             _si(r.flops_per_token),
             _spread(r.val_loss_mean, r.val_loss_std, ".4f"),
             words.loss_delta(r.loss, r.delta_val_loss),
-            _geo(r.tokens_per_s_gmean, r.tokens_per_s_gsd, ",.0f") + loaded,
-            _geo(r.step_ms_gmean, r.step_ms_gsd, ".1f") + loaded,
+            f"{r.timed_tokens_per_s:,.0f}" if r.timed_tokens_per_s is not None else "–",
+            f"{r.timed_step_ms:.1f}" if r.timed_step_ms is not None else "–",
             f"{100 * r.mfu:.2f}%" if r.mfu is not None else "–",
             mem_text(r.peak_mem_bytes),
             speed_cell(r),
+            _geo(r.tokens_per_s_gmean, r.tokens_per_s_gsd, ",.0f") + loaded,
+            _geo(r.step_ms_gmean, r.step_ms_gsd, ".1f") + loaded,
             "; ".join(FLAGS[k].text for k in row_flags(r)) or "–",
         ]
         if extra_twin:
@@ -306,7 +328,35 @@ def lead_notes(cmp: Comparison) -> list[Note]:
         f"Δ is mean val loss minus the baseline's; 'significant' means Welch's t-test p < {ALPHA} "
         "over seeds (needs ≥ 2 seeds on both sides); in the verdicts ± is the half-width of its 95% Welch interval."
     )
-    return [_where(cmp), delta, power_line(cmp), *[note(cmp.floor_note)] * bool(cmp.floor_note)]
+    timed = [n for n in [speed_note(cmp)] if n is not None]
+    return [_where(cmp), delta, *timed, power_line(cmp), *[note(cmp.floor_note)] * bool(cmp.floor_note)]
+
+
+def speed_note(cmp: Comparison) -> Note | None:
+    """Where every speed figure of the report comes from: the timing session, its rounds, windows, machine, peak
+    and A/A (None without one: the comparison's own note says "not timed" and how to time it)."""
+    if cmp.timing is None:
+        return None
+    session = cmp.timing.session
+    src = session.source
+    aa = next((r.speed_aa for r in cmp.rows if r.speed_aa is not None), None)
+    floor = next((r.speed.floor for r in cmp.rows if r.speed.floor is not None), None)
+    control = (
+        f" The session's A/A (the baseline against itself, two windows per round): {aa.ratio:.3f}×"
+        + (f" [{aa.interval[0]:.3f}, {aa.interval[1]:.3f}]" if aa.interval else "")
+        + (f"; no speed-up within {floor:.3f}× of 1 is decided." if floor is not None else ".")
+        if aa is not None
+        else ""
+    )
+    peak = f"--peak-flops {cmp.peak.flops:.4g}" if cmp.peak and cmp.peak.source == "--peak-flops" else None
+    return note(
+        f"Speed {source(cmp)} ({session.path}, host {src.hostname}): each window {src.warmup} warm-up then "
+        f"{src.steps} timed steps of one arm alone, each round every arm once and the baseline twice, in a shuffled "
+        "order. tokens/s, step ms and MFU (timed) are the median of each arm's windows (MFU = FLOPs/token × timed "
+        f"tokens/s / {peak or f'the session peak {session.peak_flops:.4g} FLOP/s'}: the same in every report of these "
+        "runs); the speed-up is the geometric mean over rounds of the arm's rate over the baseline's two windows, a "
+        f"95% t interval over the rounds and a verdict ({words.RATIO_WORDS}) paired per round.{control}"
+    )
 
 
 def _flag_notes(cmp: Comparison) -> list[Note]:
@@ -325,7 +375,8 @@ def _flag_notes(cmp: Comparison) -> list[Note]:
         *[
             note(
                 f"'{FLAGS['load'].text}': other processes used more than {100 * cmp.load_limit:.0f}% of the "
-                "machine's cores while a run trained, so its speed figures are not to be trusted."
+                "machine's cores while a run trained, so its tokens/s during training is not to be trusted (a record: "
+                "no verdict uses it)."
             )
         ]
         * any(r.under_load for r in cmp.rows),
@@ -353,10 +404,11 @@ def notes(cmp: Comparison) -> list[Note]:
         *_one_set(cmp.validation_set),
         *([note(peak_note(cmp.peak))] if cmp.peak is not None else []),
         note(
-            "tokens/s and step ms are the geometric mean over seeds of each run's median ×/÷ the geometric standard "
-            "deviation (one statistic: the speed-up is their ratio); comparison.json also keeps the arithmetic mean "
-            f"± std. speed-up = ratio of the geometric mean tokens/s with a 95% CI and a verdict ({words.RATIO_WORDS}) "
-            f"from Welch's t-test on log tokens/s, p < {ALPHA}; n/a with 1 seed."
+            "tokens/s and step ms during training are the geometric mean over seeds of each run's median ×/÷ the "
+            "geometric standard deviation: records of what the machine gave the runs while they trained (other runs "
+            "beside them, outside load), never a verdict; comparison.json also keeps their arithmetic mean ± std and "
+            "each group's MFU during training (mfu_during_training). A group not timed shows '–' for tokens/s, step "
+            "ms and MFU (timed): a training run's own MFU moves with whatever else the machine ran."
         ),
         note(
             "Plots: loss curves show the mean over seeds with a marker at each eval point and a shaded band = "

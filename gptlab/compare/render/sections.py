@@ -40,7 +40,10 @@ class Table:
     """A table of text cells. `title`: the terminal's caption; `heading`: the files' section heading (None: none);
     `left`: the columns the terminal aligns left; `hidden`: the columns the terminal leaves out (it then draws the
     table at most 120 wide and says where they are); `flags`: per row, the Flags it carries (empty: an unflagged
-    table), drawn as badges in the column `flag_column`; `note`: the sentence under the table."""
+    table), drawn as badges in the column `flag_column`; `note`: the sentence under the table. `paper`: also written
+    to comparison.csv and comparison.tex (render/paper.py), where `paper_rows` (when given) replace the rows (each
+    verdict with its interval spelled out) and `marks`, per row and column, are the caveats a cell carries, set as
+    footnotes together with the flags of its row that highlight it."""
 
     key: str
     title: str
@@ -53,6 +56,9 @@ class Table:
     flag_column: str = ""
     note: str = ""
     shown: Shown = Shown.EVERYWHERE
+    paper: bool = False
+    paper_rows: tuple[tuple[str, ...], ...] = ()
+    marks: tuple[tuple[tuple[str, ...], ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""A saved W&B workspace view of a sweep (wandb_workspaces): val/loss vs step, tokens, training and wall time by each
-varying choice, speed and memory panels, runs filtered to the sweep's W&B group. Offline it is written as JSON
-and pushed later:
+"""A saved W&B workspace view of a sweep (wandb_workspaces): val/loss vs step, tokens, training and wall time by arm
+(else by each varying choice), speed and memory panels, runs filtered to the sweep's W&B group. Offline it is written
+as JSON and pushed later:
 
     python -m gptlab.compare.render.workspace push <out>/workspace.json [--entity ENTITY]
 """
@@ -52,8 +52,17 @@ def varying_leaves(runs: list[Run]) -> list[str]:
 
 
 def group_keys(runs: list[Run]) -> list[str]:
-    """W&B config keys the view groups by: `choice/<group>` per varying choice, else each varying config value
-    (e.g. `optimizer.lr`), else `arm`."""
+    """W&B config keys the view groups by: `arm` where every run records its sweep arm (each arm its own group: two
+    arms of one choice, gqa with 4 and with 2 kv heads, stay apart), with the config values that vary within an arm
+    (an lr grid's `optimizer.lr`); else `choice/<group>` per varying choice, else each varying config value, else
+    `arm`."""
+    arms: dict[str, list[Run]] = {}
+    for run in runs:
+        arm = run.config.get(ARM_KEY) if isinstance(run.config, dict) else None
+        arms.setdefault(arm if isinstance(arm, str) and arm and "${" not in arm else "", []).append(run)
+    if "" not in arms and len(arms) > 1:
+        within = sorted({k for same in arms.values() for k in varying_leaves(same)})
+        return [ARM_KEY, *within]
     return [f"choice/{g}" for g in varying_choices(runs)] or varying_leaves(runs) or [ARM_KEY]
 
 

@@ -18,13 +18,14 @@ else is quiet. A floor measured under load is recorded in the sweep dir only, fl
 
 gptlab-compare looks the floor up by the compared runs' own machine id (never another machine's, never when the runs
 name several machines) and, when one exists, uses it instead of the fixed outside-load heuristic:
-- speed-up verdicts test with each side's seed standard deviation at least the floor's, and a speed-up no larger
-  than the largest one seen between identical arms is "within noise floor";
-- a run is "under load" above the A/A's own worst outside load plus LOAD_SLACK (instead of speed.OUTSIDE_LOAD_LIMIT);
+- a run's tokens/s during training (a record, never a verdict) is "under load" above the A/A's own worst outside
+  load plus LOAD_SLACK (instead of speed.OUTSIDE_LOAD_LIMIT);
 - peak memory varying between seeds of one config by more than the A/A's spread is flagged (without a floor: more
   than MEM_SPREAD_DEFAULT).
-Every change a floor makes is toward caution: it never turns a within-noise verdict into a decided one.
-Val-loss verdicts keep the seeds' own spread (seed noise belongs to the config, not to the machine).
+Speed verdicts no longer use it: they come from a timing session, paired per round and held against that session's
+own A/A (compare/statistics/rounds.py), which measures the noise of the very windows it judges. Val-loss verdicts keep
+the seeds' own spread (seed noise belongs to the config, not to the machine). The speed figures an A/A sweep measures
+(speed_sd, max_speedup) are still recorded, as what this machine's training runs vary by.
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ class Floor:
     def describe(self) -> str:
         """The report's line: where the floor comes from and what it does."""
         return (
-            f"Noise floor: {self.measured()}. Speed verdicts use sd ≥ the floor's per side and call no speed-up "
-            f"within {self.max_speedup:.3f}×; runs above {100 * self.load_limit():.0f}% outside load are 'under "
-            "load'; peak memory is flagged when seeds differ by more than the floor's spread."
+            f"Noise floor: {self.measured()}. Runs above {100 * self.load_limit():.0f}% outside load have their "
+            "tokens/s during training marked 'under load'; peak memory is flagged when seeds differ by more than the "
+            "floor's spread. Speed verdicts come from a timing session's own A/A, not from this floor."
         )
 
 
@@ -111,8 +112,9 @@ def default_note(reason: str) -> str:
     """The report's line when no measured floor is used."""
     return (
         f"Noise floor: default heuristic ({reason}): runs above {100 * speed.OUTSIDE_LOAD_LIMIT:.0f}% outside load "
-        f"are 'under load', speed verdicts from the seeds' own spread, peak memory flagged when seeds differ by more "
-        f"than {100 * MEM_SPREAD_DEFAULT:.0f}%. Measure this machine's floor with `gptlab-sweep aa`."
+        f"have their tokens/s during training marked 'under load', peak memory flagged when seeds differ by more "
+        f"than {100 * MEM_SPREAD_DEFAULT:.0f}% (`gptlab-sweep aa` measures this machine's). Speed verdicts come from a "
+        "timing session's own A/A."
     )
 
 

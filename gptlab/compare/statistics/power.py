@@ -10,8 +10,10 @@ power = P(T > t_crit) + P(T < -t_crit), t_crit = t_{1 - alpha/2, df}.
   difference, taken as the true one, is detected with power POWER, given the observed standard deviations
   (searched up to MAX_SEEDS).
 
-Val loss is tested as it is; speed on log tokens/s (as the speed-up's verdict), so its MDE is a ratio: the
-smallest speed-up (or, inverted, slow-down) these seeds detect.
+Val loss is tested as it is. Speed is judged from a timing session (compare/statistics/rounds.py): the one-sample t
+over the rounds' log ratios, R - 1 degrees of freedom, noncentrality d / (sd / sqrt(R)) with sd the rounds' own
+spread; its MDE is a ratio (the smallest speed-up, or inverted slow-down, these rounds detect, never below the
+session's A/A floor) and an undecided arm gets the rounds that would decide it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gptlab.compare.statistics import stats
+from gptlab.compare.statistics.rounds import Paired
+from gptlab.compare.statistics.verdict import Status, Verdict
 
 POWER = 0.8  # probability of detecting a difference of the MDE's size
 MAX_SEEDS = 1000  # seeds per arm searched for a decision; more is Decision.BEYOND_CAP
@@ -98,10 +102,11 @@ class Decision(Enum):
 
     DECIDED = "decided"  # the arm is decided: it needs no more seeds
     SEEDS = "seeds"  # the observed difference, if true, is found with POWER at the count given
+    ROUNDS = "rounds"  # the same for a timed speed-up: rounds of the timing session at the count given
     IDENTICAL = "identical"  # the identical model: every difference is noise, no count decides it
     ONE_SEED = "one_seed"  # a side has 1 seed: no noise estimate
-    NOT_MEASURED = "not_measured"  # a side has no figure (speed not measured)
-    WITHIN_FLOOR = "within_floor"  # the observed difference is within the machine's noise floor
+    NOT_MEASURED = "not_measured"  # a side has no figure (speed not timed)
+    WITHIN_FLOOR = "within_floor"  # the observed speed-up is within the timing session's A/A
     ZERO = "zero"  # the observed difference is 0
     BEYOND_CAP = "beyond_cap"  # more than MAX_SEEDS seeds per arm
 
@@ -111,8 +116,9 @@ class Power:
     """One arm against the baseline at POWER and stats.ALPHA (comparison.json rows' `power`).
 
     mde_val_loss: smallest |Δ val loss| these seeds detect; mde_speedup: smallest speed-up ratio (> 1; its inverse
-    for a slow-down) they detect; None where a side has 1 seed. seeds_val_loss / seeds_speed: seeds per arm that
-    would decide the arm if the observed difference is the true one (None: the decision says why).
+    for a slow-down) the timing session's rounds detect; None where a side has 1 seed, or 1 round, or speed is not
+    timed. seeds_val_loss: seeds per arm, seeds_speed: rounds, that would decide the arm if the observed difference
+    is the true one (None: the decision says why).
     """
 
     mde_val_loss: float | None
@@ -123,11 +129,8 @@ class Power:
     speed_decision: Decision
 
 
-def _decision(
-    decided: bool, identical: bool, a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0, within: float = 0.0
-) -> tuple[int | None, Decision]:
-    """(seeds per arm, why) for one measure: a decided arm needs none; an undecided one the seeds_to_decide, with
-    each side's sd at least `sd_floor`; an observed |difference| <= `within` (a noise floor) is never decided."""
+def _decision(decided: bool, identical: bool, a: Sequence[float], b: Sequence[float]) -> tuple[int | None, Decision]:
+    """(seeds per arm, why) for val loss: a decided arm needs none; an undecided one the seeds_to_decide."""
     if identical:
         return None, Decision.IDENTICAL
     if decided:
@@ -135,60 +138,79 @@ def _decision(
     if len(a) < 2 or len(b) < 2:
         return None, Decision.ONE_SEED
     delta = stats.mean(a) - stats.mean(b)
-    if within and 0.0 < abs(delta) <= within:
-        return None, Decision.WITHIN_FLOOR
-    sd_a, sd_b = stats.std(a) or 0.0, stats.std(b) or 0.0
-    needed = seeds_to_decide(delta, max(sd_a, sd_floor), max(sd_b, sd_floor))
-    if needed is not None and sd_floor and (sd_a or sd_b):  # a floor only adds caution (see _mde)
-        plain = seeds_to_decide(delta, sd_a, sd_b)
-        needed = None if plain is None else max(needed, plain)
+    needed = seeds_to_decide(delta, stats.std(a) or 0.0, stats.std(b) or 0.0)
     if needed is not None:
         return needed, Decision.SEEDS
     return None, Decision.ZERO if delta == 0.0 else Decision.BEYOND_CAP
 
 
-def _mde(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0) -> float | None:
-    """The smallest difference these seeds detect, each side's sd at least `sd_floor`, and never smaller than without
-    the floor: raising one side's sd also raises Welch's df, which shrank it (5 steady seeds against 2 noisy ones:
-    0.25 with a 0.05 floor, 0.58 without)."""
+def rounds_to_decide(delta: float, sd: float, alpha: float = stats.ALPHA, power: float = POWER) -> int | None:
+    """Fewest rounds (>= 2) at which the paired test over rounds (sd: one round's log-ratio spread) finds a true
+    mean log ratio `delta` with `power`; None when delta is 0 or more than MAX_SEEDS rounds would be needed."""
+
+    def reached(n: int) -> bool:
+        return sd == 0.0 or power_at(abs(delta) / (sd / math.sqrt(n)), n - 1, alpha) >= power
+
+    if delta == 0.0 or not math.isfinite(delta) or not reached(MAX_SEEDS):
+        return None
+    lo, hi = 1, MAX_SEEDS  # reached(hi); lo is below the answer (n >= 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+    return hi
+
+
+def rounds_power(
+    found: Paired | None, decided: bool, identical: bool, floor: float | None, alpha: float = stats.ALPHA
+) -> tuple[float | None, int | None, Decision]:
+    """(the smallest speed-up these rounds detect, the rounds that would decide, why) from a timed arm's paired
+    speed-up (None: not timed). The rounds' sd is read back from the interval: half-width = t(R - 1) x sd / sqrt(R);
+    a speed-up within the A/A `floor` is never decided, and no MDE is below it."""
+    if found is None or found.interval is None:
+        none = Decision.NOT_MEASURED if found is None else Decision.ONE_SEED
+        return None, None, Decision.IDENTICAL if identical else none
+    n, delta = found.rounds, math.log(found.ratio)
+    sd = math.log(found.interval[1] / found.interval[0]) / (2.0 * stats.t_critical(alpha, n - 1)) * math.sqrt(n)
+    least = math.log(floor) if floor is not None else 0.0
+    mde = math.exp(max(_noncentrality(n - 1, alpha, POWER) * sd / math.sqrt(n), least))
+    if identical:
+        return mde, None, Decision.IDENTICAL
+    if decided:
+        return mde, None, Decision.DECIDED
+    if 0.0 < abs(delta) <= least:
+        return mde, None, Decision.WITHIN_FLOOR
+    needed = rounds_to_decide(delta, sd, alpha)
+    if needed is not None:
+        return mde, needed, Decision.ROUNDS
+    return mde, None, Decision.ZERO if delta == 0.0 else Decision.BEYOND_CAP
+
+
+def _mde(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """The smallest difference these seeds detect (Welch)."""
     if not (len(a) and len(b)):
         return None
-    sd_a, sd_b = stats.std(a) or 0.0, stats.std(b) or 0.0
-    floored = detectable(max(sd_a, sd_floor), len(a), max(sd_b, sd_floor), len(b))
-    plain = detectable(sd_a, len(a), sd_b, len(b)) if sd_floor and (sd_a or sd_b) else None
-    return floored if plain is None or floored is None else max(floored, plain)
+    return detectable(stats.std(a) or 0.0, len(a), stats.std(b) or 0.0, len(b))
 
 
 def arm_power(
     losses: Sequence[float],
     base_losses: Sequence[float],
-    tps: Sequence[float],
-    base_tps: Sequence[float],
     loss_decided: bool,
-    speed_decided: bool,
     identical: bool = False,
-    speed_sd_floor: float = 0.0,
-    speed_min_ratio: float = 1.0,
+    speed: Verdict | None = None,
+    rounds: Paired | None = None,
 ) -> Power:
-    """Power of one arm vs the baseline from each side's per-seed val losses and tokens/s; with a measured noise
-    floor, speed uses each side's sd of log tokens/s at least `speed_sd_floor` and detects no speed-up within
-    `speed_min_ratio` (the test compare/verdict.ratio makes with a floor)."""
-    log_a, log_b = [math.log(v) for v in tps], [math.log(v) for v in base_tps]
-    mde_log = _mde(log_a, log_b, speed_sd_floor)
-    if mde_log is not None:
-        mde_log = max(mde_log, math.log(speed_min_ratio))
+    """Power of one arm vs the baseline: val loss from each side's per-seed losses, speed from the arm's timed
+    verdict (`speed`; None or NOT_MEASURED: not timed) and its paired rounds (compare/statistics/rounds.py)."""
     seeds_loss, loss_why = _decision(loss_decided, identical, losses, base_losses)
-    if log_a and log_b:
-        seeds_speed, speed_why = _decision(
-            speed_decided, identical, log_a, log_b, speed_sd_floor, math.log(speed_min_ratio)
-        )
-    else:
-        seeds_speed, speed_why = None, Decision.NOT_MEASURED
+    decided = speed is not None and speed.decided
+    same = speed is not None and speed.status is Status.IDENTICAL
+    mde, needed, speed_why = rounds_power(rounds, decided, same, speed.floor if speed is not None else None)
     return Power(
         mde_val_loss=_mde(losses, base_losses),
-        mde_speedup=math.exp(mde_log) if mde_log is not None else None,
+        mde_speedup=mde,
         seeds_val_loss=seeds_loss,
-        seeds_speed=seeds_speed,
+        seeds_speed=needed,
         val_loss_decision=loss_why,
         speed_decision=speed_why,
     )

@@ -1,8 +1,8 @@
 """One verdict type: what comparing an arm with its baseline decided, as a value.
 
 Every analysis of gptlab-compare (the main table's val loss and speed, equal compute, steps to a target, probes,
-downstream evals, decode, the lr grid) builds a Verdict here, from Welch's test on the seeds (on the logs for a
-ratio such as a speed-up). Only the rendering room words it (compare/render/words.py); nothing reads words back: code that
+downstream evals, decode, the lr grid) builds a Verdict, from Welch's test on the seeds here (on the logs for a
+ratio) or, for the training speed-up, from a timing session's paired rounds (rounds.py). Only the rendering room words it (compare/render/words.py); nothing reads words back: code that
 needs to know whether a verdict was decided asks `status`, `direction` or `caveats`.
 """
 
@@ -26,8 +26,9 @@ class Status(str, Enum):
     NO_TEST = "no_test"  # fewer than 2 seeds on a side: an effect, no test
     IDENTICAL = "identical"  # both sides build the same model: every difference is noise by construction
     WITHIN_NOISE = "within_noise"  # p >= alpha (the interval holds the null)
-    BELOW_FLOOR = "below_floor"  # p < alpha, but no larger than identical arms differ on this machine
+    BELOW_FLOOR = "below_floor"  # p < alpha, but no larger than the timing session's A/A (its floor)
     UNRESOLVED = "unresolved"  # p < alpha at the interpolated reading, but the evals around it could flip it
+    INTERPOLATED = "interpolated"  # read between evals where the runs could have been measured (no shared grid)
     DECIDED = "decided"  # p < alpha and beyond the floor: `direction` says which way
 
 
@@ -38,6 +39,7 @@ class Caveat(str, Enum):
     CONFOUNDED = "confounded"  # arm is confounded with run order or load (compare/statistics/order.py)
     OPTIMISTIC = "optimistic"  # lr picked on the same seeds it is reported on
     ONE_PROCESS = "one_process"  # speed timed as repeats within one process: run-to-run spread not in the interval
+    EDGE_LR = "edge_lr"  # an lr grid's best lr (the arm's or the baseline's) at the grid's edge: optimum may lie beyond
 
 
 class Trend(str, Enum):
@@ -64,7 +66,7 @@ class Verdict:
     ratio: bool = False  # effect and interval are arm / base (null 1), else arm - base (null 0)
     seeds: tuple[int, int] = (0, 0)  # seeds on the arm's side and the baseline's
     mde: float | None = None  # smallest effect these seeds detect (compare/statistics/power.py), when computed
-    floor: float | None = None  # the largest ratio identical arms showed on this machine, when a floor was used
+    floor: float | None = None  # the far end of the timing session's A/A interval, for a timed speed-up
     caveats: tuple[Caveat, ...] = ()
 
     @property
@@ -161,17 +163,11 @@ def difference(
 
 
 def ratio(
-    metric: str,
-    arm: Sequence[float],
-    base: Sequence[float],
-    alpha: float = ALPHA,
-    identical: bool = False,
-    floor_sd: float | None = None,
-    floor_ratio: float | None = None,
+    metric: str, arm: Sequence[float], base: Sequence[float], alpha: float = ALPHA, identical: bool = False
 ) -> Verdict:
-    """Geometric mean(arm) / geometric mean(base): Welch's test on the logs (speed-ups are ratios). With a machine
-    floor (`floor_sd` of log values, `floor_ratio` the largest ratio identical arms showed), each side's sd is at
-    least the floor's and a ratio within `floor_ratio` is BELOW_FLOOR: a floor only ever adds caution."""
+    """Geometric mean(arm) / geometric mean(base): Welch's test on the logs (ratios of per-run figures: decode
+    tokens/s, time to a target). A training speed-up is no such ratio: it comes from a timing session's rounds
+    (compare/statistics/rounds.py), whose A/A is its floor."""
     seeds = (len(arm), len(base))
     if not arm or not base:
         return Verdict(metric, Status.NOT_MEASURED, ratio=True, seeds=seeds)
@@ -179,38 +175,11 @@ def ratio(
     la, lb = [math.log(v) for v in arm], [math.log(v) for v in base]
     diff = stats.mean(la) - stats.mean(lb)
     test, interval = stats.welch_test(la, lb), stats.welch_interval(la, lb, alpha)
-    plain = (test.p, interval.lo, interval.hi) if test and interval else None
-    found = _floored(la, lb, floor_sd, alpha) if floor_sd is not None else None
-    if found is not None and plain is not None:  # raising one side's sd also raises Welch's df, which can LOWER p:
-        found = (max(found[0], plain[0]), min(found[1], plain[1]), max(found[2], plain[2]))  # never less caution
-    found = found or plain
-    if found is None:
+    if test is None or interval is None:
         return Verdict(metric, Status.NO_TEST, math.exp(diff), ratio=True, seeds=seeds)
-    p, lo, hi = found
-    span = (math.exp(lo), math.exp(hi))
+    span = (math.exp(interval.lo), math.exp(interval.hi))
     if identical:
         status = Status.IDENTICAL
-    elif p >= alpha:
-        status = Status.WITHIN_NOISE
-    elif floor_ratio is not None and abs(diff) <= math.log(floor_ratio):
-        status = Status.BELOW_FLOOR
     else:
-        status = Status.DECIDED
-    return Verdict(metric, status, math.exp(diff), span, p, True, seeds, floor=floor_ratio)
-
-
-def _floored(la: list[float], lb: list[float], floor_sd: float, alpha: float) -> tuple[float, float, float] | None:
-    """(p, lo, hi) of Welch's test on logs with each side's sd at least `floor_sd` (scipy ttest_ind_from_stats);
-    None when a side has one value or both sds are 0 (the plain test's answer then stands)."""
-    if len(la) < 2 or len(lb) < 2:
-        return None
-    sa, sb = max(stats.std(la) or 0.0, floor_sd), max(stats.std(lb) or 0.0, floor_sd)
-    if sa == 0.0 and sb == 0.0:
-        return None
-    from scipy import stats as sps
-
-    diff = stats.mean(la) - stats.mean(lb)
-    p = float(sps.ttest_ind_from_stats(stats.mean(la), sa, len(la), stats.mean(lb), sb, len(lb), False).pvalue)
-    se = math.sqrt(sa * sa / len(la) + sb * sb / len(lb))
-    half = stats.t_critical(alpha, stats.welch_df_of(sa * sa, len(la), sb * sb, len(lb))) * se
-    return p, diff - half, diff + half
+        status = Status.WITHIN_NOISE if test.p >= alpha else Status.DECIDED
+    return Verdict(metric, status, math.exp(diff), span, test.p, True, seeds)

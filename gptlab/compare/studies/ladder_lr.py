@@ -16,7 +16,9 @@ difference interval excludes 0 is flagged: its best lr moves differently from th
 lr transferred to that arm at another size would be off. The best lr lies on the grid, so the slope moves in steps
 of the grid's spacing; with 1 seed per cell the bootstrap has nothing to resample and no interval is given; a best
 lr at the grid's edge at any rung makes that arm's slope a bound, and the report says which rungs (widen the grid:
-the same sweep with a wider --lr-grid extends it in place).
+the same sweep with a wider --lr-grid extends it in place). At the edge at every rung, no optimum was found at any
+size: the slope (every resample picking the same edge) and its difference from the baseline's are not measured, never
+a zero-width interval.
 """
 
 from __future__ import annotations
@@ -153,18 +155,22 @@ def lr_trend(grids: dict[str, grid.Grid], ladder: scale.Ladder, alpha: float = A
     for arm in ladder.arms:
         best = {rung: grids[rung][arm].best_lr for rung in ladder.rungs if arm in grids[rung]}
         edges = [rung for rung in ladder.rungs if arm in grids[rung] and grids[rung][arm].edge is not None]
+        picked = [rung for rung, lr in best.items() if lr is not None]
+        all_edge = bool(picked) and set(picked) <= set(edges)  # no optimum inside the grid at any size
         entry: dict[str, Any] = {
             "arm": arm,
             "best_lr": best,
             "size": {rung: sizes.get((arm, rung)) for rung in ladder.rungs},
-            "slope": slope_of(arm, False),
-            "slope_ci": _interval(draws[arm], alpha),
+            "slope": None if all_edge else slope_of(arm, False),
+            "slope_ci": None if all_edge else _interval(draws[arm], alpha),
             "at_grid_edge": edges,
+            "all_at_grid_edge": all_edge,
         }
         if arm != base:
             paired = [a - b for a, b in zip(draws[arm], draws[base]) if a is not None and b is not None]
             own, theirs = entry["slope"], next(e for e in out if e["arm"] == base)["slope"]
-            ci = _interval(paired, alpha) if len(paired) == len(draws[arm]) else None
+            measured = own is not None and theirs is not None
+            ci = _interval(paired, alpha) if measured and len(paired) == len(draws[arm]) else None
             entry["vs_baseline"] = {
                 "difference": None if own is None or theirs is None else own - theirs,
                 "ci": ci,

@@ -21,7 +21,12 @@ spike events (train.spike_factor) and the largest attention logit (train.diagnos
 Two verdicts per arm against the baseline (the first arm): at each arm's own best lr (the headline) and at the
 baseline's best lr (the shared-lr comparison most ablations report). Selection bias: picking the minimum of a noisy
 curve and reporting the same seeds' losses flatters the pick. With `holdout` seeds the lr is picked on the other
-seeds and the verdicts use only the holdout seeds; without, the report says the figures are optimistic.
+seeds and the verdicts use only the holdout seeds; without, the report says the figures are optimistic. A verdict
+judged at a best lr at the grid's edge (the arm's, or the baseline's) carries that caveat (EDGE_LR).
+
+Several dirs read as one grid: the design (arms, lrs, seeds) comes from the dirs that are lr grids (sweep.yaml records
+`lr_grid`, or the folders hold <arm>/lr<v>/seed<k>); a run dir under a given dir that is no cell of the grid (another
+sweep's <arm>/seed<k>) is left out and named, with why, in one warning per dir.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 from gptlab.compare.reading.group import SEED_KEYS, is_bookkeeping
 from gptlab.compare.reading.identity import dedupe
 from gptlab.compare.reading.like import check_like
-from gptlab.compare.reading.runs import Run, is_run_dir, load_run
+from gptlab.compare.reading.runs import Run, discover, is_run_dir, load_run
 from gptlab.compare.statistics import verdict
 from gptlab.compare.statistics.stats import ALPHA, mean, std
 from gptlab.compare.statistics.verdict import Caveat, Verdict
@@ -212,7 +217,8 @@ def grid_root(sweep_dirs: list[Path]) -> Path:
 
 def _design(sweep_dirs: tuple[Path, ...], rung: str | None) -> tuple[list[Found], dict[Cell, str], list, list, list]:
     """(the run dirs as the folders name them, the refused cells with why, the arms, lrs and seeds sweep.yaml
-    records) of every sweep dir read as one grid."""
+    records) of every sweep dir read as one grid; a dir that is no lr grid (no lr<v> folders, no refused cell, and
+    no lr_grid in its sweep.yaml) adds nothing to the design (its seeds are not the grid's)."""
     found: list[Found] = []
     refused: dict[Cell, str] = {}
     arms: list[str] = []
@@ -220,12 +226,42 @@ def _design(sweep_dirs: tuple[Path, ...], rung: str | None) -> tuple[list[Found]
     seeds: list[int] = []
     for sweep_dir in sweep_dirs:
         recorded = read_sweep(sweep_dir, strict=False)  # none or unreadable: the design is what the folders hold
-        refused |= _refused_cells(sweep_dir, rung)
-        found += _candidates(sweep_dir, rung) if sweep_dir.is_dir() else []
+        cells = _refused_cells(sweep_dir, rung)
+        runs = _candidates(sweep_dir, rung) if sweep_dir.is_dir() else []
+        if not cells and not runs and not (recorded and recorded.lrs):
+            continue
+        refused |= cells
+        found += runs
         arms += recorded.arms if recorded else []
         lrs += recorded.lrs if recorded and recorded.lrs else []
         seeds += recorded.seeds if recorded and "seeds" in recorded.record else []
     return found, refused, arms, lrs, seeds
+
+
+def _left_out(sweep_dirs: tuple[Path, ...], found: list[Found], root: Path) -> list[Note]:
+    """One warning per given dir holding run dirs that are no cells of the grid: they are left out, named, and why."""
+    cells = {path.resolve() for path, _, _, _ in found}
+    notes = []
+    for sweep_dir in sweep_dirs:
+        try:
+            runs = [p for p in discover([str(sweep_dir)]) if p not in cells]
+        except ConfigError:  # an empty dir, or one without runs: nothing left out
+            continue
+        if not runs:
+            continue
+        recorded = read_sweep(sweep_dir, strict=False)
+        grid = (recorded is not None and recorded.lrs) or any(sweep_dir.resolve() in p.parents for p in cells)
+        why = "not at <arm>/lr<value>/seed<k>" if grid else "not an lr grid sweep dir: its runs are at one lr each"
+        named = [os.path.relpath(p, root) for p in runs]
+        shown = ", ".join(named[:6]) + (f", ... ({len(named)} in all)" if len(named) > 6 else "")
+        notes.append(
+            warning(
+                f"{sweep_dir}: {len(runs)} run{'s' * (len(runs) > 1)} left out of the lr grid ({why}): {shown}",
+                str(sweep_dir),
+                "compare them without --lr-grid",
+            )
+        )
+    return notes
 
 
 def _place(runs: list[Run], folders: dict[int, tuple], root: Path) -> tuple[dict[Cell, GridRun], list[Note]]:
@@ -273,7 +309,7 @@ def read_grid(*sweep_dirs: Path, rung: str | None = None) -> Grid:
     if len(sweep_dirs) > 1:
         _check_arms_agree(kept, folders, root)
     cells, placed = _place(kept, folders, root)
-    notes = copies + placed
+    notes = copies + placed + (_left_out(sweep_dirs, found, root) if rung is None else [])
     arms = list(dict.fromkeys([*design, *(a for a, _, _ in [*cells, *refused])]))
     lrs = sorted({*given_lrs, *(lr for _, lr, _ in [*cells, *refused])})
     seeds = sorted({*given, *(s for _, _, s in [*cells, *refused])})
@@ -603,6 +639,10 @@ def report(curves: dict[str, ArmCurve], holdout: set[int] | None = None) -> Grid
         if curve is not base:
             own, own_gone = _versus(curve, curve.best_lr, base, base.best_lr, verdict_seeds, not holdout)
             shared, shared_gone = _versus(curve, base.best_lr, base, base.best_lr, verdict_seeds, not holdout)
+            if curve.edge or base.edge:  # a pick at the grid's edge: the optimum may lie beyond the lrs tried
+                own = own.with_caveat(Caveat.EDGE_LR)
+            if base.edge:
+                shared = shared.with_caveat(Caveat.EDGE_LR)
             states = _states_at(curve, base.best_lr, verdict_seeds)
             row.versus = Versus(own, shared, own_gone, shared_gone, base.best_lr, states)
         rows.append(row)

@@ -1,9 +1,14 @@
 """Compare like with like: drop copied runs, refuse runs scored on different validation sets, line the runs up at one
 point (equal step, or equal tokens), and compute the per-group rows with their verdicts and power, and the warnings
-and notes met on the way as Note values (compare/render/json_report.py writes them into comparison.json)."""
+and notes met on the way as Note values (compare/render/json_report.py writes them into comparison.json).
+
+Speed is a measurement of its own: a row's speed-up and verdict, its timed tokens/s, step ms and MFU come from the
+timing session that covers the runs (compare/tables/timed.py), or the row is "not timed". The training runs' own
+tokens/s and step ms stay in the row as records (with their outside-load and run-order caveats), never a verdict."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -32,15 +37,18 @@ from gptlab.compare.reading.like import (
 )
 from gptlab.compare.reading.logged import Logged, by_arm
 from gptlab.compare.reading.runs import Run
+from gptlab.compare.reading.timing import Matching, Session
 from gptlab.compare.statistics import speed, stats, verdict
 from gptlab.compare.statistics.noise_floor import Floor, load_limit, mem_limit
 from gptlab.compare.statistics.order import confounded
 from gptlab.compare.statistics.power import Power, arm_power
+from gptlab.compare.statistics.rounds import Paired, RoundSpeed
 from gptlab.compare.statistics.stats import ALPHA
-from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
+from gptlab.compare.statistics.verdict import Status, Verdict
 from gptlab.compare.tables.evals import eval_rows
 from gptlab.compare.tables.machine import Peak, common_peak, machine_warnings, peak_warnings, run_mfu
 from gptlab.compare.tables.probes import probe_rows
+from gptlab.compare.tables.timed import GroupSpeed, covering, group_figures, not_timed, untimed_note
 from gptlab.compare.tables.val_sets import val_set_rows
 from gptlab.util.note import Note, note, warning
 
@@ -49,7 +57,9 @@ LOSS, SPEED = "val/loss", "tokens_per_s"  # what the main table's two verdicts c
 
 @dataclass
 class Row:
-    """One group's line of the table; keys up to `flops_per_token` are the comparison.json contract."""
+    """One group's line of the table; keys up to `flops_per_token` are the comparison.json contract. tokens_per_s and
+    step_ms (and their spreads) are the training runs' records; mfu, speedup and speed are the timing session's
+    (None / not timed where no session times the group; the record's MFU is mfu_during_training)."""
 
     label: str
     choices: dict[str, str]
@@ -75,9 +85,10 @@ class Row:
     step_ms_std: float | None = None
     tokens_per_s_seeds: list[float] = field(default_factory=list)
     loss: Verdict = field(default_factory=lambda: Verdict(LOSS, Status.NOT_MEASURED))
-    speed: Verdict = field(default_factory=lambda: Verdict(SPEED, Status.NOT_MEASURED, ratio=True))
+    speed: Verdict = field(default_factory=not_timed)
     outside_load: float | None = None
-    under_load: bool = False
+    under_load: bool = False  # the training runs' records were taken under outside load (a caveat, never a verdict)
+    order_confounded: bool = False  # the training runs' order (or load) can stand in for the arm (a record's caveat)
     model_fingerprint: str | None = None
     identical_to: list[str] = field(default_factory=list)
     # Like with like: the step this group is compared at (arms differ only when compared at equal tokens), the
@@ -95,6 +106,13 @@ class Row:
     tokens_per_s_gsd: float | None = None
     step_ms_gmean: float | None = None
     step_ms_gsd: float | None = None
+    # Timed alone (the timing session, compare/tables/timed.py): the arm that stands for the group, its figures and
+    # the session's A/A over the rounds the speed-up was paired in; None where not timed.
+    timed_arm: str | None = None
+    timed_tokens_per_s: float | None = None
+    timed_step_ms: float | None = None
+    speed_aa: Paired | None = None
+    mfu_during_training: float | None = None
 
     @property
     def significant(self) -> bool | None:
@@ -148,12 +166,13 @@ class Comparison:
     evals: list[Any] = field(default_factory=list)  # evals.EvalRow per eval.json metric (gptlab-eval)
     val_sets: list[Any] = field(default_factory=list)  # val_sets.ValSetRow per data.val_sets set the runs scored
     logged: list[Logged] = field(default_factory=list)  # what each arm's runs logged as warnings (train.log)
-    # The machine's measured noise floor used for speed verdicts (None: the default heuristic), the report's line
-    # on it, and the outside load above which a run's speed is 'under load'.
+    # The machine's measured noise floor (None: the default heuristic; it sets the outside load above which a
+    # training record is 'under load' and the peak-memory spread, never a speed verdict), the report's line on it.
     noise_floor: Floor | None = None
     floor_note: str = ""
     load_limit: float = speed.OUTSIDE_LOAD_LIMIT
-    clock: Clock = field(default_factory=lambda: Clock(WALL))  # the time axis of equal time and time to target
+    clock: Clock = field(default_factory=lambda: Clock(WALL))  # the training records' time axis (time to target)
+    timing: Matching | None = None  # the timing session the speed figures come from, matched to the groups
 
     def at(self) -> str:
         """Where the runs are compared, in words: `step 100` or `12,800 tokens`."""
@@ -218,7 +237,7 @@ def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
         delta_val_loss=0.0,
         tokens_per_s=tps_mean,
         step_ms=ms_mean,
-        mfu=stats.median(cast(list[float], [run_mfu(r, peak) for r in runs])),
+        mfu=None,
         peak_mem_bytes=max((int(p) for p in peaks if p is not None), default=None),
         speedup=None,
         params=_first(runs, "params"),
@@ -241,57 +260,37 @@ def _row(g: Group, point: Point, peak: Peak, floor: Floor | None = None) -> Row:
         tokens_per_s_gsd=tps_gsd,
         step_ms_gmean=ms_g,
         step_ms_gsd=ms_gsd,
+        mfu_during_training=stats.median(cast(list[float], [run_mfu(r, peak) for r in runs])),
     )
 
 
-def _speed_versus(row: Row, base: Row, floor: Floor | None = None) -> None:
-    """Speed-up of row over the baseline with its verdict (against the machine's noise floor when one is given);
-    identical models are noise by definition."""
-    if row is base:
-        row.speedup = 1.0 if row.tokens_per_s else None
-        row.speed = verdict.baseline(SPEED, ratio=True)
-        return
-    row.speed = verdict.ratio(
-        SPEED,
-        row.tokens_per_s_seeds,
-        base.tokens_per_s_seeds,
-        ALPHA,
-        identical=base.label in row.identical_to,
-        floor_sd=floor.speed_sd if floor else None,
-        floor_ratio=floor.max_speedup if floor else None,
-    )
-    row.speedup = row.speed.effect
-    if row.under_load or base.under_load:
-        row.speed = row.speed.with_caveat(Caveat.UNDER_LOAD)
+def _timed(row: Row, found: GroupSpeed) -> None:
+    """The row's speed from the timing session (compare/tables/timed.py): figures, speed-up and verdict."""
+    row.timed_arm = found.arm.name if found.arm is not None else None
+    row.timed_tokens_per_s, row.timed_step_ms, row.mfu = found.tokens_per_s, found.step_ms, found.mfu
+    row.speed = found.verdict
+    row.speedup = found.verdict.effect
+    row.speed_aa = found.rounds.aa if found.rounds is not None else None
 
 
-def _versus(row: Row, base: Row, floor: Floor | None = None) -> None:
-    """Fill delta, the val-loss verdict and the speed-up of row against the baseline row."""
+def _versus(row: Row, base: Row, rounds: RoundSpeed | None = None) -> None:
+    """Fill delta, the val-loss verdict and the power (val loss from the seeds, speed from the timed `rounds`) of row
+    against the baseline row."""
     row.delta_val_loss = row.val_loss_mean - base.val_loss_mean
-    _speed_versus(row, base, floor)
     if row is base:
         row.loss = verdict.baseline(LOSS)
         return
-    identical = base.label in row.identical_to  # the same experiment twice: any gap is seed or load noise
+    identical = base.label in row.identical_to  # the same experiment twice: any gap is seed noise
     row.loss = verdict.difference(LOSS, row.val_losses, base.val_losses, ALPHA, identical)
-    row.power = arm_power(
-        row.val_losses,
-        base.val_losses,
-        row.tokens_per_s_seeds,
-        base.tokens_per_s_seeds,
-        loss_decided=row.loss.decided,
-        speed_decided=row.speed.decided,
-        identical=identical,
-        speed_sd_floor=floor.speed_sd if floor else 0.0,
-        speed_min_ratio=floor.max_speedup if floor else 1.0,
-    )
+    paired = rounds.speedup if rounds is not None else None
+    row.power = arm_power(row.val_losses, base.val_losses, row.loss.decided, identical, row.speed, paired)
     row.loss = row.loss.with_mde(row.power.mde_val_loss)
     row.speed = row.speed.with_mde(row.power.mde_speedup)
 
 
 def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed.OUTSIDE_LOAD_LIMIT) -> list[Note]:
-    """One warning per identical pair, per group with mixed fingerprints, per group timed under outside load (above
-    `limit`) and per group whose peak memory varies between seeds."""
+    """One warning per identical pair, per group with mixed fingerprints, per group whose training runs recorded
+    outside load above `limit` (their tokens/s records) and per group whose peak memory varies between seeds."""
     out = [
         warning(
             f"'{a.label}' and '{b.label}' build the identical model (fingerprint {a.model_fingerprint}) and differ "
@@ -312,8 +311,9 @@ def identity_warnings(rows: list[Row], groups: list[Group], limit: float = speed
     ]
     out += [
         warning(
-            f"'{row.label}': speed taken under outside load (other processes used up to "
-            f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * limit:.0f}%)",
+            f"'{row.label}': tokens/s during training taken under outside load (other processes used up to "
+            f"{100 * cast(float, row.outside_load):.0f}% of the cores in one of its runs; limit {100 * limit:.0f}%): a "
+            "record not to be trusted, which no verdict uses",
             subject=row.label,
         )
         for row in rows
@@ -352,42 +352,50 @@ def _cpu_starts(groups: list[Group]) -> dict[str, int]:
     return counts
 
 
-def _rows(ordered: list[Group], point: Point, peak: Peak, floor: Floor | None) -> list[Row]:
-    """One row per group (the baseline's first): what differs from the baseline, its identical twins, its verdicts."""
+def _rows(ordered: list[Group], point: Point, peak: Peak, floor: Floor | None, timed: list[GroupSpeed]) -> list[Row]:
+    """One row per group (the baseline's first): what differs from the baseline, its identical twins, its timed
+    speed, its verdicts."""
     base = ordered[0]
     rows = [_row(g, point, peak, floor) for g in ordered]
     twins = identical_groups(ordered)
-    for g, row in zip(ordered, rows):
+    for g, row, found in zip(ordered, rows, timed):
         row.differs = dict(diff_items(g, base)) if g is not base else {}
         row.identical_to = [h.label for h in twins.get(id(g), [])]
-    for row in rows:
-        _versus(row, rows[0], floor)
+        _timed(row, found)
+    for row, found in zip(rows, timed):
+        _versus(row, rows[0], found.rounds)
     return rows
 
 
 def _run_order(ordered: list[Group], rows: list[Row]) -> tuple[str | None, dict[str, str]]:
-    """(why every arm's speed is confounded with run order, or None; per arm, why it is against the baseline): each
-    arm so confounded has the caveat on its speed verdict."""
+    """(why every arm's training runs are confounded with run order, or None; per arm, why it is against the
+    baseline): each arm so confounded has its training records flagged (never its timed speed verdict)."""
     order_why = confounded([g.runs for g in ordered])
     # each arm against the baseline as well: pooled over every arm, one arm run after all the others went unseen
     arm_why = {
         row.label: why for g, row in zip(ordered[1:], rows[1:]) if (why := confounded([ordered[0].runs, g.runs]))
     }
     for row in rows[1:]:
-        if order_why or row.label in arm_why:
-            row.speed = row.speed.with_caveat(Caveat.CONFOUNDED)
+        row.order_confounded = bool(order_why or row.label in arm_why)
     return order_why, arm_why
 
 
 def order_warnings(order_why: str | None, arm_why: dict[str, str]) -> list[Note]:
-    """One warning when every arm's speed is confounded with run order, else one per arm confounded against the
-    baseline."""
+    """One warning when every arm's training runs are confounded with run order, else one per arm confounded against
+    the baseline: their tokens/s during training are records no verdict uses, and may be the order's."""
     fix = "gptlab-sweep launches arms interleaved; rerun the runs that way"
     if order_why:
-        return [warning(f"speed is confounded with run order: {order_why}; no speed-up here is a finding", fix=fix)]
+        return [
+            warning(
+                f"tokens/s during training is confounded with run order: {order_why}; no ratio of those records is a "
+                "finding (speed verdicts come from a timing session only)",
+                fix=fix,
+            )
+        ]
     return [
         warning(
-            f"'{label}' speed is confounded with run order against the baseline: {why}; its speed-up is no finding",
+            f"'{label}' tokens/s during training is confounded with run order against the baseline: {why}; no ratio of "
+            "those records is a finding (speed verdicts come from a timing session only)",
             subject=label,
             fix=fix,
         )
@@ -423,11 +431,14 @@ def compare(
     peak_flops: float | None = None,
     floor: Floor | None = None,
     floor_note: str = "",
+    timings: Sequence[Session] = (),
+    paths: Sequence[str] = (),
 ) -> Comparison:
     """Compare like with like: count copied runs once, refuse runs of different tasks or validation sets
     (ConfigError), choose the baseline and the point (equal step, or equal tokens), and compute one row per group
-    (baseline first) with MFU against one machine peak (`peak_flops`, else the one most runs recorded); speed
-    verdicts and the load limit from the machine's measured noise `floor` when given (noise_floor.lookup)."""
+    (baseline first); speed from the first of `timings` (reading/timing.py find_timings) that times the baseline,
+    MFU against its peak (or `peak_flops`), else "not timed" with the command that times `paths`; the training
+    records' load limit from the machine's measured noise `floor` when given (noise_floor.lookup)."""
     runs, copies = dedupe(runs)
     check_same_task(runs)
     unchecked = check_like(runs)
@@ -440,18 +451,20 @@ def compare(
     assign_labels(groups, base)
     ordered = [base] + [g for g in groups if g is not base]
     peak = common_peak(runs, peak_flops)
-    rows = _rows(ordered, point, peak, floor)
+    matching, timing_warnings = covering(timings, ordered, base)
+    rows = _rows(ordered, point, peak, floor, group_figures(ordered, base, matching, peak_flops))
     order_why, arm_why = _run_order(ordered, rows)
     if claims:
         attach_claims(rows, ordered, claims)
     clock = clock_of(runs)
     warnings = copies + replays + unchecked + unequal + stop_warnings(runs, point)
     warnings += identity_warnings(rows, ordered, load_limit(floor)) + order_warnings(order_why, arm_why)
-    warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs, clock)
+    warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs, clock) + timing_warnings
     cmp = Comparison(point.step_of(base.runs[0]), base.label, rows, ordered, warnings, point=point, peak=peak)
     cmp.notes = arm_notes(ordered, base) + ([clock.note] if clock.note else []) + _token_notes(point, rows)
+    cmp.notes += [] if matching is not None else [untimed_note(runs, paths)]
     cmp.noise_floor, cmp.floor_note, cmp.load_limit = floor, floor_note, load_limit(floor)
-    cmp.clock = clock
+    cmp.clock, cmp.timing = clock, matching
     # check_like made every recorded value equal: the first run that recorded each key speaks for all
     cmp.validation_set = {k: next((v for r in runs if (v := value(r, k)) != UNSET), UNSET) for k in VAL_SET_KEYS}
     _extra_tables(cmp, point)

@@ -8,28 +8,36 @@ FLOPs, no training time yet) at the largest x every compared run reached — or,
 grid (every run evaluated a step either side of each point), at the largest grid point they all reached, so the
 reading is all but measured. Each arm is held against the baseline there with a 95% Welch interval over seeds. A
 chord between two evals is not the curve (over a convex curve it sits above it, favouring the arm read nearer an
-eval), so a decided verdict is held against each seed's bracket (the two evals around its reading) and is
-"unresolved" when the bracket could flip it. Time is the comparison's clock (reading/clock.py): training time
-(`train_s`) where every run recorded it, else wall time. The equal-time verdict depends on speed, so it carries the
-table's under-load and run-order caveats; an identical model is noise on both axes.
+eval): at equal FLOPs, where the runs could have been measured (a shared grid) and were not, a reading that falls
+between evals of the arm's or the baseline's runs is INTERPOLATED, never a verdict, and names the command that
+measures it (the sweep relaunched into a new dir plans the grid); on a grid a decided verdict is held against each
+seed's bracket (the evals a step either side) and is "unresolved" when the bracket could flip it; equal time, which no
+grid can plan, keeps the bracket rule alone. Time is training time timed alone (reading/timing.py AXIS): each eval
+at its step × the group's step time from the timing session (matching.arm_of(g).seconds), so a run's equal-time
+reading is the same in every report that holds it; a group not timed reads "not timed" (no verdict), and every group
+does when the baseline is not. It carries the timed speed verdict's under-load caveat (the session's windows); an
+identical model is noise on both axes.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from gptlab.compare.reading.clock import NAMES
 from gptlab.compare.reading.runs import Run
+from gptlab.compare.reading.timing import AXIS as TIMED
+from gptlab.compare.reading.timing import EQUAL_TIME_METRIC
 from gptlab.compare.statistics import stats, verdict
 from gptlab.compare.statistics.stats import ALPHA
-from gptlab.compare.statistics.verdict import Caveat, Verdict
+from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
 from gptlab.compare.tables.analysis import Comparison
+from gptlab.sweep.layout import SWEEP_FILE
 
-AXES = {"flops": "training FLOPs", **NAMES}  # x key -> its name (the time keys: reading/clock.py)
+AXES = {"flops": "training FLOPs", **NAMES, TIMED: "training time, timed alone"}  # x key -> its name
 
 
 def fill_flops(run: Run) -> str | None:
@@ -80,6 +88,22 @@ def bracket(xs: list[float], ys: list[float], x: float) -> tuple[float, float]:
     return min(lo, hi), max(lo, hi)
 
 
+def at_eval(xs: list[float], x: float) -> bool:
+    """Whether x is one of the run's eval points (to rounding): a reading there is measured, not interpolated."""
+    return any(math.isclose(v, x, rel_tol=1e-9) for v in xs)
+
+
+def remeasure(runs: list[Run]) -> str:
+    """The one command that measures val loss at equal FLOPs for these runs: their sweep relaunched into a new dir
+    (gptlab-sweep plans the shared train.eval_flops grid by default for arms that differ in cost)."""
+    names = {str(r.config.get("sweep")) for r in runs if isinstance(r.config, dict)}
+    name = names.pop() if len(names) == 1 else "NAME"
+    name = name if name not in ("None", "") and "${" not in name else "NAME"
+    homes = {p for r in runs for p in r.path.parents if (p / SWEEP_FILE).is_file()}
+    home = homes.pop() if len(homes) == 1 else None
+    return f"gptlab-sweep {name} --out {f'{home}-grid' if home else 'NEW_DIR'}"
+
+
 @dataclass
 class ArmAt:
     """One group at the common x: its seeds' interpolated losses, Δ vs the baseline with a 95% Welch CI, verdict."""
@@ -108,6 +132,8 @@ class AxisResult:
     arms: list[ArmAt] = field(default_factory=list)
     missing: str | None = None
     planned: bool = False  # x is a point of the runs' shared train.eval_flops grid, not only the most all reached
+    interpolated: bool = False  # an arm's reading fell between evals where a grid could have measured it: no verdict
+    remeasure: str = ""  # the command that measures it, when interpolated
 
 
 def shared_grid(runs: list[Run]) -> list[float]:
@@ -134,26 +160,76 @@ def at_equal(cmp: Comparison, axis: str) -> AxisResult:
     on_grid = [f for f in grid if f <= x]
     x = max(on_grid) if on_grid else x  # a planned point: every run evaluated a step either side of it
     result = AxisResult(axis, x, planned=bool(on_grid))
+    measured = [all(at_eval(c[0], x) for _, c in per if c is not None) for per in curves]
     base = [loss_at(*c, x) for _, c in curves[0] if c is not None]
     base_brackets = [bracket(*c, x) for _, c in curves[0] if c is not None]
-    for g, row, per in zip(cmp.groups, cmp.rows, curves):
+    for i, (g, row, per) in enumerate(zip(cmp.groups, cmp.rows, curves)):
         losses = [loss_at(*c, x) for _, c in per if c is not None]
         brackets = [bracket(*c, x) for _, c in per if c is not None]
-        timed = axis != "flops"  # a time axis: speed is in it
-        loaded = timed and (row.under_load or cmp.rows[0].under_load)  # the table's own flags
-        if g is cmp.groups[0]:
-            found = verdict.baseline(f"val/loss@{axis}")
-        else:
-            identical = cmp.rows[0].label in row.identical_to
-            found = verdict.difference(f"val/loss@{axis}", losses, base, ALPHA, identical)
-            found = verdict.bracketed(found, brackets, base_brackets)
-        if loaded:
-            found = found.with_caveat(Caveat.UNDER_LOAD)
-        if timed and Caveat.CONFOUNDED in row.speed.caveats:  # time is speed: the same confound
-            found = found.with_caveat(Caveat.CONFOUNDED)
+        # equal FLOPs can be planned (a shared grid): a reading between evals there is a chord, never a verdict
+        chord = axis == "flops" and not on_grid and not (measured[i] and measured[0])
+        found = _verdict(cmp, i, axis, losses, base, brackets, base_brackets, chord)
+        result.interpolated |= chord and g is not cmp.groups[0]
+        loaded = Caveat.UNDER_LOAD in found.caveats
         delta = stats.mean(losses) - stats.mean(base)
         result.arms.append(ArmAt(row.label, losses, stats.mean(losses), delta, found, loaded, brackets))
+    if result.interpolated:
+        result.remeasure = remeasure([run for g in cmp.groups for run in g.runs])
     return result
+
+
+def _verdict(
+    cmp: Comparison,
+    i: int,
+    axis: str,
+    losses: list[float],
+    base: list[float],
+    brackets: list[tuple[float, float]],
+    base_brackets: list[tuple[float, float]],
+    chord: bool,
+) -> Verdict:
+    """Group i's verdict against the baseline at the common x: INTERPOLATED for a chord that a grid could have
+    measured, else Welch's, held against the brackets, with the time axis's load and run-order caveats."""
+    row, metric = cmp.rows[i], f"val/loss@{axis}"
+    if i == 0:
+        found = verdict.baseline(metric)
+    else:
+        identical = cmp.rows[0].label in row.identical_to
+        found = verdict.difference(metric, losses, base, ALPHA, identical)
+        if chord and found.status is not Status.IDENTICAL:
+            return Verdict(metric, Status.INTERPOLATED, seeds=found.seeds)
+        found = verdict.bracketed(found, brackets, base_brackets)
+    if axis == TIMED and any(Caveat.UNDER_LOAD in r.speed.caveats for r in (row, cmp.rows[0])):  # timed under load
+        found = found.with_caveat(Caveat.UNDER_LOAD)
+    return found
+
+
+def fill_timed(cmp: Comparison) -> None:
+    """Give each timed group's runs' eval rows TIMED, the step at the group's timed step time (reading/timing.py
+    TimedArm.seconds); an untimed group's rows get none."""
+    for g in cmp.groups:
+        arm = cmp.timing.arm_of(g) if cmp.timing is not None else None
+        for run in g.runs:
+            for step in run.val_steps():
+                run.by_step[step].pop(TIMED, None)
+                if arm is not None and (seconds := arm.seconds(step)) is not None:
+                    run.by_step[step][TIMED] = seconds
+
+
+def at_equal_time(cmp: Comparison) -> AxisResult:
+    """Val loss at equal training time, timed alone: the timed groups at the largest timed time all their runs
+    reached, against the baseline; an untimed group "not timed", every group when the baseline is not timed."""
+    fill_timed(cmp)
+    keep = [i for i, g in enumerate(cmp.groups) if cmp.timing is not None and cmp.timing.arm_of(g) is not None]
+    found = (
+        at_equal(replace(cmp, groups=[cmp.groups[i] for i in keep], rows=[cmp.rows[i] for i in keep]), TIMED)
+        if keep and keep[0] == 0
+        else AxisResult(TIMED, None, missing="not timed: no timing session times the baseline")
+    )
+    timed = dict(zip(keep, found.arms)) if found.arms else {}
+    untimed = Verdict(EQUAL_TIME_METRIC, Status.NOT_MEASURED)
+    found.arms = [timed.get(i) or ArmAt(row.label, [], math.nan, math.nan, untimed) for i, row in enumerate(cmp.rows)]
+    return found
 
 
 @dataclass
@@ -177,8 +253,8 @@ class EqualCompute:
 
 
 def equal_compute(cmp: Comparison) -> EqualCompute:
-    """The equal-FLOPs and equal-time verdicts (on the comparison's clock) of a comparison (older runs get their
-    flops column rebuilt)."""
+    """The equal-FLOPs and equal-training-time (timed alone) verdicts of a comparison (older runs get their flops
+    column rebuilt)."""
     rebuilt, why = [], []
     for g in cmp.groups:
         for run in g.runs:
@@ -187,7 +263,7 @@ def equal_compute(cmp: Comparison) -> EqualCompute:
             why += [reason] if reason else []
             if not had and not reason:
                 rebuilt.append(str(run.path))
-    axes = [at_equal(cmp, axis) for axis in ("flops", cmp.clock.key)]
+    axes = [at_equal(cmp, "flops"), at_equal_time(cmp)]
     if why:
         axes[0] = AxisResult("flops", None, missing=f"not available: {why[0]}")
     matched = {

@@ -1,5 +1,5 @@
-"""One machine per comparison: the peak FLOP/s every arm's MFU is measured against, and runs taken on different
-machines.
+"""One machine per comparison: the peak FLOP/s every training run's MFU record is put on, and runs taken on different
+machines. (The table's MFU is the timing session's, against its one measured peak: compare/tables/timed.py.)
 
 MFU = flops_per_token × tokens/s / devices / peak. Each run recorded the peak it used (summary.json `peak_flops`: a
 datasheet figure, hardware.peak_flops, or a matmul probe of its machine), so two runs on one machine can carry
@@ -88,8 +88,11 @@ def _names(paths: list[Path], root: str, limit: int = 4) -> str:
 def peak_note(peak: Peak) -> str:
     """The report's line on the peak every MFU is against."""
     if peak.flops is None:
-        return f"MFU: {peak.source}."
-    return f"MFU: every arm against one machine peak, {peak.flops:.4g} FLOP/s ({peak.source})."
+        return f"MFU during training (comparison.json mfu_during_training, a record): {peak.source}."
+    return (
+        "MFU during training (comparison.json mfu_during_training, a record): every run against one machine peak, "
+        f"{peak.flops:.4g} FLOP/s ({peak.source})."
+    )
 
 
 def peak_warnings(runs: list[Run], peak: Peak) -> list[Note]:
@@ -141,7 +144,7 @@ def machine_warnings(runs: list[Run]) -> list[Note]:
     )
     return [
         warning(
-            f"the runs trained on different machines ({listed}): tokens/s, speed-ups and MFU compare the machines as "
-            "well as the arms"
+            f"the runs trained on different machines ({listed}): their tokens/s and MFU during training compare the "
+            "machines as well as the arms (a timing session times every arm on one machine)"
         )
     ]

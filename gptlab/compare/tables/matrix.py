@@ -2,11 +2,15 @@
 together.
 
 A lens is a way of holding the comparison fair: equal steps (the main table's contract), equal training FLOPs and
-equal time on the comparison's clock (tables/compute.py: training time, else wall time), each arm at its own best lr
+equal training time timed alone (tables/compute.py: each arm's steps at its step time from the timing session; a
+column of "not timed" cells where the baseline is not timed), each arm at its own best lr
 (studies/lr_grid.py) and the arm re-solved to the baseline's FLOPs or params (`model.match`, folded into the row of
 the arm it was matched from). Each cell is the
 Verdict that lens already made; nothing is recomputed here. `reconcile` then names where the lenses agree and where
-they disagree — as values (Finding), worded only in compare/render/words.py.
+they disagree — as values (Finding), worded only in compare/render/words.py. A reading that had to be interpolated
+(equal FLOPs between evals, where a shared grid could have measured it) is not measured: it draws no finding but the
+one that says how to measure it. In an lr grid whose arms all picked the baseline's lr, the own-best-lr column is the
+baseline's-lr column again: it is left out (`one_lr`), and the report says why.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from gptlab.compare.reading.group import diff_items
-from gptlab.compare.statistics.verdict import Status, Verdict
+from gptlab.compare.reading.timing import AXIS as TIMED
+from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
 from gptlab.compare.tables.analysis import Comparison
 
 COST_TOLERANCE = 0.01  # FLOPs per token within 1 % of the baseline's: equal FLOPs is equal steps, no new lens
@@ -26,8 +31,7 @@ class Lens(str, Enum):
 
     EQUAL_STEPS = "equal_steps"
     EQUAL_FLOPS = "equal_flops"
-    EQUAL_TRAIN_TIME = "equal_training_time"  # the comparison's clock (reading/clock.py) is training time
-    EQUAL_WALL = "equal_wall_time"  # ... or wall time, where a run recorded no training time
+    EQUAL_TRAIN_TIME = "equal_training_time"  # steps at each arm's timed step time (the timing session)
     OWN_BEST_LR = "own_best_lr"
     MATCHED = "matched"  # the arm re-solved to the baseline's FLOPs/token or params (model.match), at equal steps
 
@@ -53,6 +57,8 @@ class Finding(str, Enum):
     HOLDS_MATCHED = "holds_matched"  # the equal-steps decision holds when the arm is matched in FLOPs/params
     NEEDS_SEEDS = "needs_seeds"  # a lens has one seed on a side: no test
     NEEDS_EVALS = "needs_evals"  # a lens read between evals, and the evals around the reading could flip it
+    FLOPS_NOT_MEASURED = "flops_not_measured"  # equal FLOPs fell between evals and no shared grid measured it
+    EDGE_LR = "edge_lr"  # an lr-grid cell's best lr (the arm's or the baseline's) is at the grid's edge
 
 
 def outcome(v: Verdict) -> Outcome:
@@ -63,7 +69,7 @@ def outcome(v: Verdict) -> Outcome:
         return Outcome.NOISE
     if v.status in (Status.NO_TEST, Status.UNRESOLVED):
         return Outcome.UNDECIDED
-    return Outcome.MISSING
+    return Outcome.MISSING  # not measured, the baseline, or a reading interpolated where it could have been measured
 
 
 @dataclass
@@ -106,6 +112,8 @@ class Matrix:
     arms: list[ArmLenses]
     lenses: list[Lens]
     lr_grid: bool = False  # an lr grid's: equal steps at the baseline's best lr, FLOPs and time at each own best
+    one_lr: str | None = None  # an lr grid's arms all picked the baseline's best lr (this one): one column, not two
+    remeasure: str = ""  # the command that measures equal FLOPs, where a reading was interpolated
 
     def to_json(self) -> dict:
         return {
@@ -113,6 +121,8 @@ class Matrix:
             "lenses": [x.value for x in self.lenses],
             "arms": [a.to_json() for a in self.arms],
             "lr_grid": self.lr_grid,
+            "one_lr": self.one_lr,
+            "remeasure": self.remeasure or None,
         }
 
 
@@ -143,6 +153,10 @@ def reconcile(arm: ArmLenses) -> list[Finding]:
         found.append(Finding.NEEDS_SEEDS)
     if Status.UNRESOLVED in statuses:
         found.append(Finding.NEEDS_EVALS)
+    if Status.INTERPOLATED in statuses:
+        found.append(Finding.FLOPS_NOT_MEASURED)
+    if any(Caveat.EDGE_LR in v.caveats for v in arm.cells.values()):
+        found.append(Finding.EDGE_LR)
     return found
 
 
@@ -169,14 +183,21 @@ def _matched_from(cmp: Comparison) -> dict[int, tuple[int, str]]:
 
 
 def build(
-    cmp: Comparison, own_best_lr: dict[str, Verdict] | None = None, at_baseline_lr: dict[str, Verdict] | None = None
+    cmp: Comparison,
+    own_best_lr: dict[str, Verdict] | None = None,
+    at_baseline_lr: dict[str, Verdict] | None = None,
+    one_lr: str | None = None,
 ) -> Matrix:
     """The matrix of one comparison: equal steps from its rows, equal FLOPs / time from its equal-compute
     axes (where measured). For an lr grid (`cmp` holds each arm at its own best lr): `own_best_lr` and
     `at_baseline_lr` are the grid's verdicts by row label, the latter filling the equal-steps column (every arm at
-    the baseline's best lr: the comparison a plain ablation makes)."""
-    axes = {ax.axis: ax for ax in (cmp.compute.axes if cmp.compute is not None else []) if ax.x is not None}
-    lens_of_axis = {"flops": Lens.EQUAL_FLOPS, "train_s": Lens.EQUAL_TRAIN_TIME, "wall_s": Lens.EQUAL_WALL}
+    the baseline's best lr: the comparison a plain ablation makes); `one_lr`, the baseline's best lr when every arm
+    picked it too: the own-best-lr column would repeat that one, so it is left out."""
+    if one_lr is not None:
+        own_best_lr = None
+    found = cmp.compute.axes if cmp.compute is not None else []
+    axes = {ax.axis: ax for ax in found if ax.x is not None or (ax.axis == TIMED and ax.arms)}  # "not timed" cells
+    lens_of_axis = {"flops": Lens.EQUAL_FLOPS, TIMED: Lens.EQUAL_TRAIN_TIME}
     folded = _matched_from(cmp)
     into = {j for j, _ in folded.values()}
     arms = []
@@ -203,4 +224,5 @@ def build(
         arm.findings = reconcile(arm)
         arms.append(arm)
     used = [lens for lens in Lens if any(lens in a.cells for a in arms)]
-    return Matrix(cmp.baseline, arms, used, lr_grid=at_baseline_lr is not None)
+    remeasure = next((ax.remeasure for ax in axes.values() if ax.remeasure), "")
+    return Matrix(cmp.baseline, arms, used, at_baseline_lr is not None, one_lr, remeasure)
