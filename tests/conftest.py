@@ -26,6 +26,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # (test_interop_hf's refusals; the same one-line error, from the offline path now).
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+# A sweep a test launches runs no timing session after its runs (as `gptlab-sweep --no-timing`): a session costs 2-4 s
+# per sweep even at test sizes, and the timing.json it writes would give gptlab-compare speed figures the test did not
+# ask for. tests/sweep/test_sweep_timing.py turns it on (with GPTLAB_TIMING_DEFAULTS for tiny sessions).
+os.environ.setdefault("GPTLAB_SWEEP_TIMING", "off")
 
 
 @pytest.fixture(autouse=True)

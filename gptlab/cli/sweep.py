@@ -8,13 +8,15 @@ never-run ones (a run resumes from its own checkpoint: train.resume=auto in the 
 One launch (gptlab/sweep/plan.py): each pending run becomes a generated config; `launcher=slurm` (or any Hydra
 launcher) gets ONE `gptlab-train -m +sweep_run=...` multirun, i.e. one job array; with no launcher or
 `launcher=local` the local queue (gptlab/sweep/queue.py) runs them, as many at once as the machine has slots.
-`--detach` returns once the runs are queued; `gptlab-sweep status DIR` shows each run's state. A
-`hydra.sweep.dir=DIR` override is the same as `--out DIR`. `command: decode` in the file runs `gptlab-decode`
-instead (a run is finished once it wrote decode.json).
+`--detach` returns once the runs are queued; `gptlab-sweep status DIR` shows each run's state. Then the timing
+session times every arm alone on one machine (after the local queue, or one SLURM job after the array; `--no-timing`:
+none). `hydra.sweep.dir=DIR` is the same as `--out DIR`. `command: decode` in the file runs `gptlab-decode` instead
+(a run is finished once it wrote decode.json).
 
 This module parses arguments, prints and picks the exit code; the work is in gptlab/sweep/: the definition
 (spec.py), arm identity (identity.py), the plan (plan.py), launching (launch.py) and status (status.py); the
---until-decided looks (launch, compare, decide, record) are gptlab/study/until_decided.py's.
+--until-decided looks are gptlab/study/until_decided.py's; `status`, `time` and what a launch does after its runs
+(the timing session, an A/A's floor) are gptlab/cli/sweep_subcommands.py's.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gptlab.cli import fail
+from gptlab.cli import fail, sweep_subcommands
 from gptlab.cli.train import one_line
 from gptlab.errors import ConfigError
 from gptlab.sweep.identity import identity_warnings
@@ -33,7 +35,6 @@ from gptlab.sweep.launch import check_paths, detach, hydra_launches, is_local, l
 from gptlab.sweep.layout import PLAN_DIR
 from gptlab.sweep.plan import COMMANDS, Pending, pending, plain_command, write_plan, write_refused
 from gptlab.sweep.spec import Sweep, new_arms, record_definition, resolve
-from gptlab.sweep.status import format_status, status_of
 
 if TYPE_CHECKING:
     from gptlab.compare.statistics.sequential import Look, Plan
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fail-fast", action="store_true", help="stop (cancel the rest) at the first failed run")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--detach", action="store_true", help="return once the runs are queued; see `status`")
+    parser.add_argument("--no-timing", action="store_true", help="no timing session after the runs (loss only)")
     parser.add_argument(
         "--fresh-interpreters",
         action="store_true",
@@ -152,20 +154,10 @@ def _launch(sweep: Sweep, todo: Pending, args) -> list[str]:
     print(f"[{name}] {len(runs)} runs in {len(launches)} launch(es) (the configs above, generated in {where}):")
     for cmd, _ in launches:
         print(f"[{name}] {shlex.join(cmd)}", flush=True)
-    return [] if args.dry_run else run_hydra(launches, sweep.sweep_dir, sweep.launch, args.fail_fast, sweep.command)
-
-
-def _measure_floor(name: str, sweep_dir: Path) -> None:
-    """An A/A sweep's end: its noise floor into the sweep dir and, measured on a quiet machine, the user cache."""
-    from gptlab.compare.statistics.noise_floor import cache_dir, measure_sweep
-
-    try:
-        lines = measure_sweep(sweep_dir, cache_dir())
-    except ConfigError as err:
-        print(f"[{name}] noise floor not measured: {err}", file=sys.stderr)
-        return
-    for line in lines:
-        print(f"[{name}] {line}", flush=True)
+    if args.dry_run:
+        return []
+    heard = sweep_subcommands.job_after(sweep) if args.timing else None  # the SLURM timing job, once queued
+    return run_hydra(launches, sweep.sweep_dir, sweep.launch, args.fail_fast, sweep.command, heard)
 
 
 def _design(sweep: Sweep, args) -> Plan:
@@ -211,6 +203,7 @@ def _until_decided(sweep: Sweep, args, design: Plan) -> int:
         return 1
     taken = f"{len(done.looks)} look(s) taken, recorded in {done.record}"
     print(f"[{name}] {taken}; compare: gptlab-compare {sweep.sweep_dir}")
+    sweep_subcommands.after_runs(sweep, args.timing)
     return 0
 
 
@@ -224,25 +217,8 @@ def _record(sweep: Sweep, dry_run: bool) -> None:
             print(f"{grows} {what} {', '.join(added)} in place: finished runs are reused", flush=True)
 
 
-def status_main(argv: list[str]) -> int:
-    """gptlab-sweep status DIR: each run's state, read from the run dirs, the local queue and the scheduler."""
-    parser = argparse.ArgumentParser(prog="gptlab-sweep status", description=status_main.__doc__)
-    parser.error = lambda message: fail(f"gptlab-sweep status: {message}")  # type: ignore[method-assign]
-    parser.add_argument("sweep_dir", type=Path)
-    args = parser.parse_args(argv)
-    try:
-        rows = status_of(args.sweep_dir)
-    except ConfigError as err:
-        fail(err)
-    print(format_status(rows))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["status"]:
-        return status_main(argv[1:])
-    args = _parser().parse_intermixed_args(argv)
+def _resolve(args) -> tuple[Sweep, Plan | None]:
+    """The sweep the command line names, checked and its definition recorded (--until-decided's plan with it)."""
     aa = args.aa_arms if args.aa_arms is not None else True if args.aa else None
     try:
         sweep = resolve(
@@ -255,6 +231,50 @@ def main(argv: list[str] | None = None) -> int:
         _record(sweep, args.dry_run)
     except (ConfigError, ValueError) as err:
         fail(err)
+    return sweep, design
+
+
+def _plan(sweep: Sweep, args) -> Pending:
+    """The runs to launch, those in flight and refused named; plan.json and refused.json written (not --dry-run)."""
+    name, sweep_dir = sweep.name, sweep.sweep_dir
+    try:
+        todo = pending(name, sweep.spec, sweep.seeds, sweep_dir, sweep.extra, sweep.lrs, sweep.ladder)
+        for run_name, state in todo.in_flight:
+            print(f"[{name}] {run_name}: {state} already, not launched again", flush=True)
+        for run, why in todo.refused:
+            print(f"[{name}] REFUSED {run.name}: cannot start: {why}", file=sys.stderr, flush=True)
+        if sweep.lrs and not args.dry_run:
+            write_refused(sweep_dir, todo.refused)  # gptlab-compare --lr-grid shows them
+        if todo.runs and not args.dry_run:
+            write_plan(sweep_dir, todo.runs)
+    except ConfigError as err:
+        fail(err)
+    return todo
+
+
+def _ended(sweep: Sweep, todo: Pending, failures: list[str], args) -> int:
+    """After the launch: failures named, the timing session (when on and nothing failed), what to run next."""
+    name, sweep_dir = sweep.name, sweep.sweep_dir
+    refused = f", {len(todo.refused)} refused" if todo.refused else ""
+    print(f"[{name}] sweep dir: {sweep_dir}  ({todo.skipped} finished runs skipped{refused})")
+    for failed in failures:
+        print(f"[{name}] FAILED {failed}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
+    if args.dry_run and (line := sweep_subcommands.plan_line(sweep, args.timing)):
+        print(line)
+    if not args.dry_run and not failures:
+        sweep_subcommands.after_runs(sweep, args.timing)
+        print(f"[{name}] compare: gptlab-compare {sweep_dir}{' --lr-grid' if sweep.lrs else ''}")
+    return 1 if failures or todo.refused else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sub = {"status": sweep_subcommands.status_main, "time": sweep_subcommands.time_main}.get(argv[0] if argv else "")
+    if sub is not None:  # gptlab-sweep status DIR, gptlab-sweep time DIR
+        return sub(argv[1:])
+    args = _parser().parse_intermixed_args(argv)
+    args.timing = sweep_subcommands.timing_on(args.no_timing)
+    sweep, design = _resolve(args)
     if design is not None:  # --until-decided
         return _until_decided(sweep, args, design)
     if args.max_seeds is not None:
@@ -270,29 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
     if errors and args.dry_run:
         return 2
-    name, sweep_dir = sweep.name, sweep.sweep_dir
-    try:
-        todo = pending(name, sweep.spec, sweep.seeds, sweep_dir, sweep.extra, sweep.lrs, sweep.ladder)
-        for run_name, state in todo.in_flight:
-            print(f"[{name}] {run_name}: {state} already, not launched again", flush=True)
-        for run, why in todo.refused:
-            print(f"[{name}] REFUSED {run.name}: cannot start: {why}", file=sys.stderr, flush=True)
-        if sweep.lrs and not args.dry_run:
-            write_refused(sweep_dir, todo.refused)  # gptlab-compare --lr-grid shows them
-        if todo.runs and not args.dry_run:
-            write_plan(sweep_dir, todo.runs)
-    except ConfigError as err:
-        fail(err)
-    failures = _launch(sweep, todo, args)
-    refused = f", {len(todo.refused)} refused" if todo.refused else ""
-    print(f"[{name}] sweep dir: {sweep_dir}  ({todo.skipped} finished runs skipped{refused})")
-    for failed in failures:
-        print(f"[{name}] FAILED {failed}: gptlab-sweep status {sweep_dir}", file=sys.stderr)
-    if not args.dry_run and not failures:
-        print(f"[{name}] compare: gptlab-compare {sweep_dir}{' --lr-grid' if sweep.lrs else ''}")
-        if sweep.spec.get("aa"):
-            _measure_floor(name, sweep_dir)
-    return 1 if failures or todo.refused else 0
+    todo = _plan(sweep, args)
+    return _ended(sweep, todo, _launch(sweep, todo, args), args)
 
 
 if __name__ == "__main__":

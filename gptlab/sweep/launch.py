@@ -13,10 +13,13 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from gptlab.errors import ConfigError
 from gptlab.runtime.threads import thread_choice
-from gptlab.state.layout import check_output, resolve_path
+from gptlab.state.layout import check_folder_output, resolve_path, shown
+from gptlab.sweep import timing_job
 from gptlab.sweep.design import Rung
 from gptlab.sweep.layout import PLAN_DIR, run_name, run_subdir
 from gptlab.sweep.plan import COMMANDS, PlannedRun, launch_command, write_plan
@@ -31,8 +34,14 @@ RESOURCE_KEYS = ("nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node")  #
 
 def check_paths(sweep_dir: Path, arms: list[str], seeds: list[int], lrs=None, ladder: list[Rung] | None = None) -> None:
     """Before anything is written: the sweep dir is neither a run dir nor inside one (resolved: symlinks, '..'), and
-    every run's dir and generated config name fits the file system's 255 bytes (else every run would fail)."""
-    check_output(sweep_dir, "--out")
+    every run's dir and generated config name fits the file system's 255 bytes (else every run would fail); it is
+    no file, and it holds no '${' (Hydra would read hydra.sweep.dir=... as an interpolation)."""
+    if "${" in str(sweep_dir):
+        raise ConfigError(
+            f"--out={shown(sweep_dir)}: holds '${{', which Hydra reads as an interpolation in hydra.sweep.dir and each "
+            "run's hydra.run.dir; allowed: a path without '${'"
+        )
+    check_folder_output(sweep_dir, "--out")
     steps: list[str | None] = [rung.name for rung in ladder] if ladder else [None]
     for arm, seed, lr, step in itertools.product(arms, seeds, lrs or [None], steps):
         resolve_path(sweep_dir / run_subdir(arm, seed, lr, step), "arm name")
@@ -123,9 +132,12 @@ def run_hydra(
     launch: list[str],
     fail_fast: bool,
     command: str,
+    on_queued: Callable[[list[str]], None] | None = None,
 ) -> list[str]:
-    """Every launch of `hydra_launches` together, polled until they end; fail-fast cancels the rest. Returns the
-    names of the runs that failed (with fail-fast: those seen failed so far)."""
+    """Every launch of `hydra_launches` together, polled until they end; fail-fast cancels the rest (and the sweep's
+    timing job). Returns the names of the runs that failed (with fail-fast: those seen failed so far).
+    `on_queued(arrays)` hears the scheduler job ids of the arrays once every run is queued (the timing job's
+    dependency)."""
     runs = [run for _, members in launches for run in members]
     write_plan(sweep_dir, runs)  # plan order = array order
     procs = []
@@ -141,10 +153,10 @@ def run_hydra(
         ids = job_ids(sweep_dir)
         if not launched and len(ids) >= len(runs):
             launched = True
-            _write_launched(sweep_dir, {"launcher": launcher(launch), "jobs": sorted(ids.values())})
+            _queued(sweep_dir, launch, ids, on_queued)
         failed = [s.name for s in sweep_status(sweep_dir) if s.state == "failed"]
         if failed and fail_fast:
-            arrays = sorted({i.split("_")[0] for i in ids.values()})
+            arrays = _arrays(ids) + ([job] if (job := timing_job.queued(sweep_dir)) else [])
             if arrays and shutil.which("scancel"):
                 subprocess.run(["scancel", *arrays], check=False)
             for proc in procs:
@@ -152,10 +164,24 @@ def run_hydra(
                 proc.wait()
             return failed
     if not launched:  # every run ended before a poll saw them queued
-        _write_launched(sweep_dir, {"launcher": launcher(launch), "jobs": sorted(job_ids(sweep_dir).values())})
+        _queued(sweep_dir, launch, job_ids(sweep_dir), on_queued)
     if any(proc.returncode for proc in procs):
         return [s.name for s in sweep_status(sweep_dir) if s.state != "finished"]
     return []
+
+
+def _arrays(ids: dict[int, str]) -> list[str]:
+    """The scheduler job ids of the arrays (or lone jobs) behind `job_ids`' run ids (<array>_<task>)."""
+    return sorted({i.split("_")[0] for i in ids.values()})
+
+
+def _queued(
+    sweep_dir: Path, launch: list[str], ids: dict[int, str], on_queued: Callable[[list[str]], None] | None
+) -> None:
+    """Every run is queued: launched.json (what --detach waits for) after on_queued heard the arrays."""
+    if on_queued is not None:
+        on_queued(_arrays(ids))
+    _write_launched(sweep_dir, {"launcher": launcher(launch), "jobs": sorted(ids.values())})
 
 
 def detach(argv: list[str], sweep_dir: Path, timeout_s: float = 600.0) -> tuple[int, str]:

@@ -10,6 +10,10 @@
 <sweep dir>/.plan/queue.json            the local queue's record of each run's state
 <sweep dir>/.plan/refused.json          the latest plan's runs that cannot start: {subdir: the one-line reason}
 <sweep dir>/timing.json                 the sweep's timing session (gptlab/study/timing.py runs it, compare reads it)
+<sweep dir>/.timing.lock                held (flock) by the process running that session
+<sweep dir>/.plan/earlier_timing/       sessions set aside when the sweep's arms changed (timing-<n>.json)
+<sweep dir>/.plan/timing_job.json       under launcher=slurm: the one job that runs the session after the arrays
+<sweep dir>/.submitit/timing/<job id>/  that job's submitit folder (not a run's: status skips it)
 ```
 A factorial's cells are arms: `base` (every factor off) and the factors that are on joined with `+` (`gqa+sdpa`).
 In the plan a run is named `<arm>__seed<k>` (`<arm>__lr<v>__seed<k>`, `<arm>__<rung>__seed<k>`,
@@ -41,9 +45,13 @@ QUEUE_FILE = "queue.json"  # in PLAN_DIR
 REFUSED_FILE = Path(PLAN_DIR) / "refused.json"  # relative to the sweep dir
 # the timing session: at the top, a result of the sweep like sweep.yaml (.plan/ holds the latest launch's working files)
 TIMING_FILE = "timing.json"  # relative to the sweep dir
+TIMING_LOCK = ".timing.lock"  # relative to the sweep dir (gptlab/train/timing.py LOCK_FILE in the folder it times into)
+EARLIER_TIMING_DIR = Path(PLAN_DIR) / "earlier_timing"  # relative to the sweep dir
+TIMING_JOB_FILE = Path(PLAN_DIR) / "timing_job.json"  # relative to the sweep dir
 # the scheduler jobs (.submitit/ folders) of earlier launches when plan.json was written: not this plan's runs
 EARLIER_JOBS_FILE = Path(PLAN_DIR) / "earlier_jobs.json"  # relative to the sweep dir
 SUBMITIT_DIR = ".submitit"  # in the sweep dir: one folder per SLURM job (<array>_<task>, or <id>)
+TIMING_JOB_DIR = Path(SUBMITIT_DIR) / "timing"  # relative to the sweep dir: the timing job's submitit folders
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # no '/', no leading '.' (.plan is not an arm)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a rung or factor name: no '+', no '/'

@@ -15,6 +15,9 @@ Hydra imported once for the whole queue, ~3 s less per run on 2 cores) as `pytho
 environment, affinity, log and exit status; `warm=False` (`gptlab-sweep --fresh-interpreters`) starts each as a
 fresh interpreter. GPU runs always start fresh: their CUDA_VISIBLE_DEVICES differ per slot, and a process that
 owns GPUs is nothing to fork from.
+
+While the sweep's timing session runs (its lock, <sweep dir>/.timing.lock, held: gptlab/study/timing.py), the queue
+starts no run: a timing window has the machine to itself (a second launch of the sweep waits for it).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from pathlib import Path
 from gptlab.errors import ConfigError
 from gptlab.runtime.cpu_load import SWEEP_PID_ENV
 from gptlab.runtime.forkserver import Forked, ForkServer
-from gptlab.sweep.layout import PLAN_DIR, QUEUE_FILE
+from gptlab.state.layout import lock_held
+from gptlab.sweep.layout import PLAN_DIR, QUEUE_FILE, TIMING_LOCK
 from gptlab.sweep.plan import PlannedRun, single_command
 from gptlab.sweep.process import record
 from gptlab.sweep.status import read_queue
@@ -81,6 +85,7 @@ class Queue:
         # every CPU run of the queue, a lone relaunched one too: forked and fresh runs differ in peak memory
         self.warm = warm and not slots.gpus
         self.server: ForkServer | None = None
+        self.told = False  # said once that runs wait for the sweep's timing session
         self.folder = sweep_dir / PLAN_DIR
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)
         mine = record(os.getpid())
@@ -137,6 +142,14 @@ class Queue:
         self._save()
         return proc
 
+    def _timing_window(self) -> bool:
+        """True while the sweep's timing session runs (its lock held): no run of the sweep starts during a window."""
+        held = lock_held(self.sweep_dir / TIMING_LOCK)
+        if held and not self.told:
+            print(f"waiting for the sweep's timing session to end ({self.sweep_dir / TIMING_LOCK} held)", flush=True)
+        self.told = self.told or held
+        return held
+
     def run(self, poll_s: float = 0.2) -> list[str]:
         """Run everything; returns the names of the runs that failed (and, with fail_fast, stops at the first)."""
         waiting, running, failed = list(self.runs), {}, []  # type: list[PlannedRun], dict, list[str]
@@ -146,11 +159,12 @@ class Queue:
             self._start_server()
         try:
             while waiting or running:
-                while waiting and free and not (failed and self.fail_fast):
+                held = bool(waiting) and self._timing_window()
+                while waiting and free and not held and not (failed and self.fail_fast):
                     slot = free.pop(0)
                     run = waiting.pop(0)
                     running[run.name] = (self._start(run, slot), slot)
-                if not running:
+                if not running and not held:
                     break
                 time.sleep(poll_s)
                 for name, (proc, slot) in list(running.items()):
