@@ -123,13 +123,13 @@ def test_a_nan_found_at_a_log_step_names_its_step_and_never_reaches_a_checkpoint
     with pytest.raises(TrainingDiverged) as batched:
         run_inprocess(run, *diverge, "train.log_interval=4", "train.ckpt_interval=3", steps=30, eval_interval=30)
     head = str(each.value).split(");")[0]
-    bad = int(head.split(" at step ")[1].split()[0])
+    bad = int(head.split(" at step ")[1].split()[0])  # numbered as its row would be (1 = the first update)
     assert str(batched.value).startswith(head)  # same step, loss and grad norm, "1 non-finite steps"
-    assert bad + 1 <= max(reached) <= bad + 4  # step `bad` (row bad + 1) and up to 3 more before a read found it
+    assert bad <= max(reached) <= bad + 3  # step `bad` and up to 3 more before a read found it
     saved = sorted(checkpoint.ckpt_dir(run).glob("step_*.pt"))
-    assert saved and all(checkpoint.load(p)["step"] <= bad for p in saved)
+    assert saved and all(checkpoint.load(p)["step"] < bad for p in saved)
     for p in saved:
         assert all(torch.isfinite(t).all() for t in checkpoint.load(p)["model"].values())
     assert f"last good checkpoint: {saved[-1]}" in str(batched.value)
     train_rows = [r for r in rows(run) if "train/loss" in r]
-    assert train_rows and all(math.isfinite(r["train/loss"]) and r["step"] <= bad for r in train_rows)
+    assert train_rows and all(math.isfinite(r["train/loss"]) and r["step"] < bad for r in train_rows)

@@ -215,7 +215,7 @@ def test_nan_loss_stops_with_its_step_and_keeps_the_last_good_checkpoint(tmp_pat
     assert found, lines[-1]
     loss, grad_norm = float(found[1]), float(found[2])
     assert not (math.isfinite(loss) and math.isfinite(grad_norm)), lines[-1]
-    assert int(found[3]) == bad_step
+    assert int(found[3]) == bad_step + 1  # named as its row would be: the step after the last good row
     assert found[4] == (
         f"(1 non-finite steps, train.nan_skip=0); last good checkpoint: "
         f"{run}/checkpoints/step_{good:07d}.pt; lower optimizer.lr or raise train.nan_skip"
@@ -238,7 +238,7 @@ def test_nan_skip_skips_a_bounded_number_of_steps(tmp_path, caplog):
         " skipped (2 of train.nan_skip=2)",
     ]
     first_bad = max(r["step"] for r in rows(run) if "train/loss" in r)
-    assert f"at step {first_bad + 2} (3 non-finite steps, train.nan_skip=2)" in str(err.value)
+    assert f"at step {first_bad + 3} (3 non-finite steps, train.nan_skip=2)" in str(err.value)  # rows' numbering
 
 
 def children(pid: int) -> list[int]:

@@ -373,9 +373,10 @@ def test_logger_configs_build_sinks(tmp_path):
     assert (CONF_LOGGER / "none.yaml").read_text().startswith("# @package _global_")  # selects no logger at all
     assert (CONF_LOGGER / "wandb.yaml").read_text().startswith("# @package logger.wandb")  # one key per logger
     cfg = yaml.safe_load((CONF_LOGGER / "wandb.yaml").read_text())
-    assert cfg["mode"] == "auto" and cfg["project"] == "gptlab" and cfg["group"] is None and cfg["tags"] == []
+    assert cfg["mode"] == "auto" and cfg["project"] is None and cfg["group"] is None and cfg["tags"] == []
     sink = instantiate(cfg)(run_dir=tmp_path / "b", **runtime)
     assert isinstance(sink, WandbSink) and sink.mode == "offline"  # the test env has WANDB_MODE=offline, no key
+    assert sink.project == "gptlab"  # project: null and no WANDB_PROJECT
     sink.close()
     assert (tmp_path / "b" / RUN_ID_FILE).read_text().strip() == sink.run_id
 

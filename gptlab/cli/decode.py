@@ -32,6 +32,7 @@ from gptlab.cli.decode_table import progress, table
 from gptlab.cli.help import group_page, help_topic, key_rows
 from gptlab.cli.train import explicit_run_dir, one_line
 from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
+from gptlab.config.command_line import check_command_line
 from gptlab.errors import ConfigError
 from gptlab.sinks.progress import console_log
 from gptlab.state.layout import check_output, check_run_path
@@ -283,6 +284,7 @@ def main() -> None:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return decode_app()
     try:
+        check_command_line(sys.argv[1:])  # e.g. hydra/launcher=submitit_slurm, Hydra's spelling of launcher=slurm
         explicit = explicit_run_dir(sys.argv[1:])
         check_run_path(explicit) if explicit else None  # before Hydra writes .hydra/: never inside another run
         with hydra_raises():

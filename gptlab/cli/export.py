@@ -49,7 +49,7 @@ def export(run_dir: Path, out: Path, source: Path | None = None) -> Path:
     try:
         resume.load_weights(model, optimizer, state)
     except (KeyError, RuntimeError, ValueError) as err:
-        raise ConfigError(f"{run_dir}: checkpoint does not fit the run's config ({err})") from None
+        raise ConfigError(f"{run_dir}: checkpoint does not fit the run's config ({resume.misfit(err)})") from None
     whole = {k: v for k, v in state.items() if k != "dcp"} | {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),

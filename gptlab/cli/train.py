@@ -27,8 +27,9 @@ from omegaconf.errors import OmegaConfBaseException
 from gptlab.cli import fail, hydra_raises
 from gptlab.cli.help import help_topic, render
 from gptlab.config import resolvers  # noqa: F401  (hydra.run.dir / sweep.dir resolvers, before Hydra resolves them)
+from gptlab.config.command_line import check_command_line
 from gptlab.errors import ConfigError, TrainingDiverged
-from gptlab.runtime.placement import place_local_job, remember_launch_gpus
+from gptlab.runtime.placement import launch_rank, place_local_job, remember_launch_gpus
 from gptlab.sinks.progress import console_log
 from gptlab.state.layout import HYDRA_WRITES, check_run_dir, check_run_path
 from gptlab.state.lock import run_dir_lock
@@ -104,7 +105,7 @@ def _writes_run_files(cfg: DictConfig) -> bool:
 
 def _first_rank() -> bool:
     """A lone process, or rank 0 of a torchrun / SLURM job: it writes run files under any hardware profile."""
-    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
+    return launch_rank() == 0
 
 
 def _report(summary: dict, run_dir: Path) -> None:
@@ -220,25 +221,6 @@ def _page(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
 
 
-COMPLETION_FLAGS = ("--shell-completion", "-sc")
-SHELLS = ("bash", "zsh", "fish")
-
-
-def check_completion(args: list[str]) -> None:
-    """Refuse completion misuse in one line (Hydra raises a traceback): one of install|uninstall|query=SHELL."""
-    if not any(a in COMPLETION_FLAGS for a in args):
-        return
-    rest = [a for a in args if a not in COMPLETION_FLAGS]
-    command, _, shell = rest[0].partition("=") if len(rest) == 1 else ("", "", "")
-    if command not in ("install", "uninstall", "query") or shell not in SHELLS:
-        got = " ".join(rest) or "nothing"
-        raise ConfigError(
-            f"--shell-completion: got {got}; allowed: exactly one of install=SHELL or uninstall=SHELL "
-            f"(SHELL: {', '.join(SHELLS)}), "
-            f'e.g. eval "$(gptlab-train --shell-completion install=bash)"'
-        )
-
-
 def _exit_rank() -> None:
     """A rank of a finished torchrun job exits here, without interpreter shutdown: on this torch a rank sometimes
     aborts while shutting down after its gloo group is destroyed ("terminate called without an active exception",
@@ -257,7 +239,7 @@ def main() -> None:
     try:
         if topic is not None:
             return _page(render(topic))
-        check_completion(sys.argv[1:])
+        check_command_line(sys.argv[1:])
     except ConfigError as err:
         fail(one_line(err), 2)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":

@@ -24,6 +24,7 @@ from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.runtime.hardware import Hardware
+from gptlab.state.layout import check_cache
 from gptlab.util.extras import require
 from gptlab.util.paths import CONF_DIR, SWEEP_RUN_GROUP
 
@@ -242,8 +243,10 @@ def build_hardware(cfg: DictConfig) -> Hardware:
 
 
 def build_data(cfg: DictConfig, block_size: int):
-    """The data object (see gptlab.data) for this run's data choice and data_seed."""
-    return _factory(cfg, "data")(seed=int(cfg.data_seed), block_size=block_size, cache_dir=default_cache_dir())
+    """The data object (see gptlab.data) for this run's data choice and data_seed, cached in GPTLAB_CACHE (never
+    inside a run dir: gptlab/state/layout.py check_cache)."""
+    cache_dir = check_cache(default_cache_dir())
+    return _factory(cfg, "data")(seed=int(cfg.data_seed), block_size=block_size, cache_dir=cache_dir)
 
 
 def build_optimizer(cfg: DictConfig, model):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.config.sharding import datasheet_roofs, grad_accum, section, sharding_option
+from gptlab.config.sharding import check_device_keys, datasheet_roofs, grad_accum, section, sharding_option
 from gptlab.errors import ConfigError
 from gptlab.util.paths import CONF_DIR
 
@@ -122,6 +122,7 @@ def flops_report(cfg: DictConfig, vocab_size: int = DEFAULT_VOCAB, seq_default: 
         raise ConfigError(f"mode={mode}: not allowed; allowed: {', '.join(MODES)}")
     if fmt not in FORMATS:
         raise ConfigError(f"format={fmt}: not allowed; allowed: {', '.join(FORMATS)}")
+    check_device_keys(cfg)  # gpu, gpu_memory, link_bandwidth: checked even where only a sharded report reads them
     batch = _int_key(cfg, "batch_size", "train.batch_size")
     seq = (
         seq_default

@@ -133,11 +133,20 @@ def _datasheet(name: str, spec) -> dict:
     }
 
 
-def device_memory(cfg: DictConfig, device: str) -> dict | None:
-    """What one rank is compared with: gpu=NAME (datasheet), gpu_memory=BYTES, else this machine; link_bandwidth."""
+def check_device_keys(cfg: DictConfig) -> None:
+    """gpu (a known GPU), gpu_memory and link_bandwidth (> 0), checked on every gptlab-flops call, whether or not the
+    report then needs them: a bad value is one line, never silently unused."""
     name, memory, link = (OmegaConf.select(cfg, k) for k in ("gpu", "gpu_memory", "link_bandwidth"))
     _positive("gpu_memory", memory)
     _positive("link_bandwidth", link)
+    if name is not None:
+        _known_gpu(str(name))
+
+
+def device_memory(cfg: DictConfig, device: str) -> dict | None:
+    """What one rank is compared with: gpu=NAME (datasheet), gpu_memory=BYTES, else this machine; link_bandwidth."""
+    name, memory, link = (OmegaConf.select(cfg, k) for k in ("gpu", "gpu_memory", "link_bandwidth"))
+    check_device_keys(cfg)
     out = _datasheet(str(name), _known_gpu(str(name))) if name is not None else _this_machine(device)
     if memory is not None:
         out = {

@@ -71,5 +71,7 @@ def load_trained(run_dir: Path):
     try:
         resume.load_weights(model, None, state)
     except (KeyError, RuntimeError) as err:
-        raise ConfigError(f"{run_dir}: its newest checkpoint does not fit the run's config ({err})") from None
+        raise ConfigError(
+            f"{run_dir}: its newest checkpoint does not fit the run's config ({resume.misfit(err)})"
+        ) from None
     return model.eval(), text, int(state["step"])

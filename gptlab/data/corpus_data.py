@@ -7,7 +7,9 @@ from pathlib import Path
 
 from gptlab.data.corpus import build_token_splits
 from gptlab.data.lm import LMData
-from gptlab.data.val_sets import ValSets, open_val_sets
+from gptlab.data.val_sets import ValSets, check_held_out, open_val_sets
+
+TRAINING_TEXT = {"shakespeare": "the bundled corpus, data=shakespeare", "text": "data.paths", "hf": "data.name"}
 
 
 class CorpusData(LMData):
@@ -30,7 +32,8 @@ class CorpusData(LMData):
         **tokens,
     ) -> None:
         """Tokenize `source` (build_token_splits with `tokens`: tokenizer, bpe_vocab_size, val_fraction, ...), open
-        its train/val views as data `name`, then open `val_sets` with the fitted tokenizer."""
+                its train/val views as data `name`, then open `val_sets` with the fitted tokenizer (each held out from the train
+        split by content)."""
         try:
             splits = build_token_splits(source, cache_dir=cache_dir, num_proc=num_proc, verify=verify, **tokens)
         finally:
@@ -49,3 +52,4 @@ class CorpusData(LMData):
             capped_at=splits.capped_at,
         )
         self.val_sets = open_val_sets(val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify)
+        check_held_out(self.val_sets, splits.train, splits.fingerprint, TRAINING_TEXT.get(name, f"data={name}"))

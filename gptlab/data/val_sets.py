@@ -12,10 +12,16 @@ corpus, never on a val set) into the token cache (gptlab/data/corpus.py tokenize
 from data_seed on a stream of their own, like the main val split's: every arm of a sweep is scored on the same
 tokens. The name names the metric, `val/<name>/loss`; the set's fingerprint (content, tokenizer, cap) and size go
 into summary.json, so gptlab-compare pools a set only over runs that scored the same one.
+
+A set is held-out text by content, not by file name: once the run's train split is tokenized, a set more than
+SHARED_LIMIT of whose K-token passages occur in it (the bundled corpus, a prefix of a training file, a copy) is
+refused, naming the set (gptlab/data/overlap.py; the verdict is cached in the set's cache entry per train split).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +36,7 @@ from gptlab.data.corpus import tokenize_with
 from gptlab.data.files import content_hashes, resolve_paths, source_key
 from gptlab.data.hub import load_hub_source, local_split_files
 from gptlab.data.lm import token_windows
+from gptlab.data.overlap import K, shared_fraction
 from gptlab.data.sources import FileSource
 from gptlab.errors import ConfigError
 from gptlab.util.checks import Bool, Number, Text, rule, show
@@ -54,6 +61,7 @@ ALLOWED = (
     "a list of sets, each {name: NAME, paths: [files or globs]} (as data=text) or {name: NAME, dataset: <hub name "
     "or local folder>} (as data=hf), with optional sequences and max_tokens"
 )
+SHARED_LIMIT = 0.05  # the share of a set's K-token passages that may occur in the training text (honest prose: <0.1%)
 _SOURCE_KEY = {"name": "dataset"}  # data=hf's data.name is a set's `dataset` (its `name` names the set)
 
 
@@ -232,8 +240,9 @@ def check_apart(
 class ValSet:
     """One named validation set: all of its source's tokens, its fingerprint, and its fixed windows."""
 
-    def __init__(self, spec: ValSetSpec, tokens, fingerprint: str, seed: int, seq_len: int):
+    def __init__(self, spec: ValSetSpec, tokens, fingerprint: str, seed: int, seq_len: int, cache_path=None):
         self.spec, self.name, self.tokens, self.seed, self.seq_len = spec, spec.name, tokens, int(seed), int(seq_len)
+        self.cache_path = cache_path  # its token cache entry (where held_out() keeps its verdicts), None: not cached
         self.fingerprint = f"val_set:{fingerprint}"  # content, the tokenizer's identity and the cap
         self.sequences = spec.sequences  # None: train.eval_sequences
         if len(tokens) < self.seq_len + 1:
@@ -296,7 +305,7 @@ def open_val_set(
             getattr(source, "close", lambda: None)()  # a local hub folder's Arrow copy
     except ConfigError as err:
         raise rekeyed(err, spec) from None
-    return ValSet(spec, entry.tokens, entry.fingerprint, seed, block_size)
+    return ValSet(spec, entry.tokens, entry.fingerprint, seed, block_size, entry.cache_path)
 
 
 def open_val_sets(
@@ -308,3 +317,35 @@ def open_val_sets(
     return tuple(
         open_val_set(spec, tokenizer, seed, block_size, cache, num_proc, verify) for spec in parse_val_sets(value)
     )
+
+
+def _shared(val_set: ValSet, train, train_fingerprint: str) -> float:
+    """The share of the set's passages found in `train`, read from the set's cache entry when this train split was
+    measured before (only a passing verdict is kept)."""
+    key = hashlib.sha256(f"{K}:{SHARED_LIMIT}:{train_fingerprint}".encode()).hexdigest()[:24]
+    marker = Path(val_set.cache_path) / f"held_out_{key}.json" if val_set.cache_path is not None else None
+    if marker is not None and marker.is_file():
+        try:
+            return float(json.loads(marker.read_text())["shared"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # damaged: measured again
+    share = shared_fraction(val_set.tokens, train, K, stop_above=SHARED_LIMIT)
+    if marker is not None and share <= SHARED_LIMIT:
+        try:
+            marker.write_text(json.dumps({"shared": share, "train": train_fingerprint}))
+        except OSError:
+            pass  # a read-only cache: measured again next time
+    return share
+
+
+def check_held_out(val_sets: Sequence[ValSet], train, train_fingerprint: str, source: str) -> None:
+    """Every set is text apart from the run's training text `train` (its train split's tokens) by content: at most
+    SHARED_LIMIT of the set's K-token passages may occur in it; else one ConfigError line naming the set."""
+    for val_set in val_sets:
+        share = _shared(val_set, train, train_fingerprint)
+        if share > SHARED_LIMIT:
+            raise ConfigError(
+                f"{val_set.spec.key}: {share:.0%} of its {K}-token passages occur in the training text ({source}); "
+                f"allowed: text apart from the training corpus, sharing at most {SHARED_LIMIT:.0%} of its passages "
+                "(a val set scores text the model never trained on)"
+            )

@@ -18,7 +18,7 @@ from gptlab.interop import hf
 from gptlab.interop.quiet import no_progress_bars
 from gptlab.interop.tokenizer import to_hf_tokenizer
 from gptlab.state.layout import check_output
-from gptlab.util.io import write_json_atomic
+from gptlab.util.io import temp_beside, write_json_atomic
 
 RECORD = "gptlab_export.json"
 TOLERANCE = 1e-4  # fp32 logits, the run's model vs the folder read back
@@ -71,7 +71,7 @@ def export_hf(run_dir: Path, out: Path) -> dict:
     architecture = hf.hf_architecture(model)  # the refusal, before any file
     hf_tokenizer = to_hf_tokenizer(tokenizer)
     hf_model = hf.to_hf_model(model.float(), tokenizer.eot_id)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    tmp = temp_beside(out)
     shutil.rmtree(tmp, ignore_errors=True)
     with no_progress_bars():  # transformers' "Writing model shards" / "Loading weights"
         hf_model.save_pretrained(tmp)  # safetensors

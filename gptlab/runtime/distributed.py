@@ -38,6 +38,16 @@ def setup(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int, 
     return rank, world, device
 
 
+def topology(world: int) -> tuple[int, int]:
+    """(nodes, ranks per node) of a job of `world` ranks, as its launcher set them (torchrun's or submitit's
+    LOCAL_WORLD_SIZE: the ranks on this node); one process: (1, 1)."""
+    if world <= 1:
+        return 1, 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE") or world)
+    local = max(1, min(local, world))
+    return -(-world // local), local
+
+
 def export_slurm_env() -> None:
     """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node) and MASTER_PORT (master_port) for one
     task of a SLURM job (`srun` / a submitit job with nodes x tasks_per_node tasks), as torchrun would set them;

@@ -100,3 +100,9 @@ def place_local_job(job_num: int, cpus_per_task: int | None, gpus_per_node: int 
     if placed:
         log.info("local sweep run %d placed on %s", job_num, placed)
     return placed
+
+
+def launch_rank() -> int:
+    """This process's rank as its launcher set it (torchrun's RANK, a SLURM task's SLURM_PROCID), known before any
+    process group exists; 0 for a lone process."""
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))

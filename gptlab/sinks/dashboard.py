@@ -7,6 +7,7 @@ multirun is one group: the sweep name, else the multirun's own id (its sweep dir
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,8 +57,9 @@ def launch_info() -> Launch:
 
 
 def run_group(logger_group: str | None, sweep: str | None, launch: Launch) -> str:
-    """logger.wandb.group, else the sweep name, else the multirun's id, else "default" (a single run)."""
-    return str(logger_group or sweep or launch.multirun_id or "default")
+    """logger.wandb.group, else $WANDB_RUN_GROUP, else the sweep name, else the multirun's id, else "default" (a
+    single run). As in wandb.init, a key set explicitly beats the environment, which beats gptlab's own defaults."""
+    return str(logger_group or os.environ.get("WANDB_RUN_GROUP") or sweep or launch.multirun_id or "default")
 
 
 def _override_values(overrides: list[str]) -> dict[str, str]:
@@ -119,8 +121,9 @@ def default_choices(root: Path = CONF_DIR / "train.yaml") -> dict[str, str]:
 
 
 def tags(extra: list | None, choices: dict[str, str]) -> list[str]:
-    """The user's logger tags plus one `group=option` tag per choice that differs from conf/train.yaml's default
+    """The user's logger tags (else $WANDB_TAGS, comma-separated, as wandb reads it) plus one `group=option` tag per choice that differs from conf/train.yaml's default
     (every choice is a config key too, choice/<group>, to filter by; a tag per default would repeat on every run)."""
     defaults = default_choices()
     differs = {k: v for k, v in choices.items() if k != "logger" and defaults.get(k) != v}
-    return [*(str(t) for t in extra or []), *(f"{k}={v}" for k, v in sorted(differs.items()))]
+    given = extra or [t.strip() for t in os.environ.get("WANDB_TAGS", "").split(",") if t.strip()]  # tags beat env
+    return [*(str(t) for t in given), *(f"{k}={v}" for k, v in sorted(differs.items()))]

@@ -12,9 +12,20 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from gptlab.runtime.placement import launch_rank
+
 CONSOLE_LOG = "gptlab.console"  # lines shown on the console, copied to train.log (never to the console again)
 console_log = logging.getLogger(CONSOLE_LOG)
 console_log.addHandler(logging.NullHandler())  # silent where no job logging routes it to a file
+
+
+def _first_rank_or_warning(record: logging.LogRecord) -> bool:
+    """A job's ranks share one train.log: only rank 0 copies its console lines (progress, the end-of-run report)
+    there; another rank's warnings and errors still land."""
+    return record.levelno >= logging.WARNING or launch_rank() == 0
+
+
+console_log.addFilter(_first_rank_or_warning)
 console_log.propagate = False
 console_log.setLevel(logging.INFO)  # Hydra's job logging sets the same; the level of a bare test process is WARNING
 

@@ -30,6 +30,7 @@ _DEFAULT_BASE_URL = "https://api.wandb.ai"
 # flops: cumulative training FLOPs (loss against compute); train_s: seconds in training steps alone (no evals)
 X_AXES = ("step", "tokens", "wall_s", "train_s", "flops")
 RUN_FILES = ("provenance.json", ".hydra/*.yaml", "git*.diff")
+DEFAULT_PROJECT = "gptlab"  # logger.wandb.project=null and no WANDB_PROJECT
 
 
 def _netrc_paths(env: Mapping[str, str]) -> list[Path]:
@@ -140,7 +141,7 @@ class WandbSink:
         self,
         run_dir: str | os.PathLike,
         config: Mapping[str, Any] | None = None,
-        project: str = "gptlab",
+        project: str | None = None,
         group: Annotated[str | None, rule(check=Text(null=True, numbers=True))] = None,  # a number names a group too
         name: str | None = None,
         tags: Annotated[Iterable[Any] | None, rule(check=Text(many=True))] = (),
@@ -152,7 +153,11 @@ class WandbSink:
     ) -> None:
         self.run_dir = Path(run_dir)
         self.mode = resolve_mode(mode)
-        self.project, self.entity, self.group = project, entity, group
+        # as wandb.init: a key set explicitly beats WANDB_PROJECT / WANDB_ENTITY, which beat gptlab's own default
+        project = project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
+        entity = entity or os.environ.get("WANDB_ENTITY") or None
+        self.project, self.entity, self.group, self.tags = project, entity, group, _clean_tags(tags)
+        self.sweep_id: str | None = None  # a `wandb agent` sweep's id, when W&B ran this as one of its runs
         self.log_checkpoints = bool(log_checkpoints)
         self.run: Any = None
         self.run_id: str | None = None
@@ -172,14 +177,31 @@ class WandbSink:
             entity=entity,
             group=group,
             name=name,
-            tags=_clean_tags(tags),
+            tags=self.tags,
             job_type=job_type,
             config=dict(config or {}),
         )
         self.run = self._start(init_args)
         if self.run is not None:
+            self._adopt(self.run)
             self.run_dir_path = Path(self.run.settings.sync_dir)
             self._guarded(self._save_run_files)
+
+    def _adopt(self, run: Any) -> None:
+        """Record what W&B actually used: under a `wandb agent` it picks the run id and project itself (the agent's
+        WANDB_RUN_ID / WANDB_PROJECT beat init's arguments); the id is kept for a resume, summary.json says the rest."""
+        actual = str(getattr(run, "id", "") or "")
+        if _ID_RE.match(actual) and actual != self.run_id:
+            log.info(
+                "W&B chose run id %s (a wandb agent's run), not %s; recorded in %s", actual, self.run_id, RUN_ID_FILE
+            )
+            atomic_write_text(self.run_dir / RUN_ID_FILE, actual + "\n")
+            self.run_id = actual
+        self.project = str(getattr(run, "project", "") or self.project)
+        self.entity = str(getattr(run, "entity", "") or "") or self.entity
+        self.group = str(getattr(run, "group", "") or "") or self.group
+        self.tags = [str(t) for t in getattr(run, "tags", None) or ()] or self.tags
+        self.sweep_id = str(getattr(run, "sweep_id", "") or "") or None
 
     def _init(self, mode: str, init_args: dict) -> Any:
         """One wandb.init call in `mode`, quiet, with curves plotted against our optimizer step."""
@@ -245,6 +267,8 @@ class WandbSink:
             "project": self.project,
             "entity": self.entity,
             "group": self.group,
+            "tags": list(self.tags),
+            **({"sweep_id": self.sweep_id} if self.sweep_id else {}),
             "mode": self.mode,
             "folders": [str(f) for f in self.offline_folders()] if self.mode == "offline" else [],
         }

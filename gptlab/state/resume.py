@@ -276,6 +276,11 @@ def load_weights(model, optimizer, state: dict) -> None:
             optimizer.load_state_dict(state["optimizer"])
 
 
+def misfit(err: BaseException) -> str:
+    """Why a checkpoint does not load into a model, in one line: torch's state_dict listing runs to many, one per key."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
+
+
 def init_record(start: Start) -> dict:
     """summary.json's and provenance.json's record of train.init_from."""
     assert start.state is not None  # an init start carries its checkpoint
@@ -320,10 +325,9 @@ def restore(model, optimizer, scaler, start: Start, rank: int = 0, world: int = 
             tokens = int(state.get("progress", state).get("tokens", 0))
             progress = Progress(step=int(state["step"]), tokens=tokens, init_from=init_record(start))
     except (KeyError, RuntimeError, ValueError, TypeError) as err:
-        first = " ".join(str(err).split())[:160]
         raise ConfigError(
             f"train.{'resume' if start.kind == 'resume' else 'init_from'}: checkpoint {start.source} "
-            f"does not fit this model ({type(err).__name__}: {first})"
+            f"does not fit this model ({misfit(err)})"
         ) from None
     for group, own in zip(optimizer.param_groups, hyper):  # hyper-parameters come from the config, never the file
         for key in [k for k in group if k != "params" and k not in own]:

@@ -44,6 +44,7 @@ from gptlab.sweep.process import record
 from gptlab.sweep.status import sweep_status
 from gptlab.util.io import atomic_write_text
 from gptlab.util.paths import CONF_DIR, SWEEP_RUN_GROUP
+from gptlab.util.stored import read_json, read_yaml
 
 LAUNCH_GROUPS = ("launcher", "tune")  # groups that configure Hydra (the launch), not the run
 IN_FLIGHT = ("running", "pending", "requeued")  # states of a run that is not launched again
@@ -239,7 +240,9 @@ def finished(run_dir: Path, overrides: list[str], seed: int, command: str = "tra
     summary, saved = run_dir / result, run_dir / ".hydra" / "config.yaml"
     if not (summary.is_file() and saved.is_file()):
         return False
-    if command == "train" and json.loads(summary.read_text()).get("status") != "finished":
+    fix = f"restore the run from a copy, or move {run_dir} aside and launch the sweep again (it runs it again)"
+    done = read_json(summary, fix)
+    if command == "train" and (not isinstance(done, dict) or done.get("status") != "finished"):
         return False
     from omegaconf import OmegaConf
 
@@ -247,7 +250,7 @@ def finished(run_dir: Path, overrides: list[str], seed: int, command: str = "tra
 
     cfg = compose([*overrides, f"seed={seed}"], config_name)
     wanted = {k: v for k, v in cast(dict, OmegaConf.to_container(cfg, resolve=False)).items() if k != "hydra"}
-    return yaml.safe_load(saved.read_text()) == wanted
+    return read_yaml(saved, fix) == wanted
 
 
 @dataclass

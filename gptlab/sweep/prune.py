@@ -64,10 +64,39 @@ def make_pruner(node: Mapping | None):
         if not str(key).startswith("_") and key not in params:
             raise ConfigError(f"{KEY}.{key}: not an argument of {cls.__name__}; allowed: {', '.join(params)}")
     try:
+        _probe(instantiate(dict(node)))  # a throwaway instance: pruners keep state per study
         return instantiate(dict(node))
-    except Exception as err:  # noqa: BLE001 - the pruner's own check of its values (ValueError, TypeError)
+    except Exception as err:  # noqa: BLE001 - the pruner's own check of its values (ValueError, TypeError, ...)
         cause = err.__cause__ or err
-        raise ConfigError(f"{KEY}: {cls.__name__} refused its arguments: {' '.join(str(cause).split())}") from None
+        said = str(cause) if isinstance(cause, (ValueError, TypeError)) else f"{type(cause).__name__}: {cause}"
+        raise ConfigError(
+            f"{KEY}: {cls.__name__} refused its arguments: {' '.join(said.split())[:300]}; allowed: arguments it can "
+            "use (its defaults do; it is tried on a throwaway study before any trial)"
+        ) from None
+
+
+def _probe(pruner) -> None:
+    """Use `pruner` as a study would, on a throwaway in-memory one (three trials reporting eight steps each), so a
+    value its class accepts but fails on at use (HyperbandPruner(reduction_factor=1): a division by zero at the
+    first report) is refused before any trial runs, not in every trial's run."""
+    import warnings
+
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ExperimentalWarning of the newer pruners
+            study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
+            for number in range(3):
+                trial = study.ask()
+                for step in range(1, 9):
+                    trial.report(1.0 + number / step, step)
+                    trial.should_prune()
+                study.tell(trial, 1.0 + number)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
 
 
 def address(study_name: str | None, storage: str | None, sweep_dir: str | Path) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config import build
 from gptlab.config.match import describe as describe_match
@@ -84,6 +84,7 @@ def build_bundle(cfg: DictConfig, hardware: Hardware, run_dir: Path, choices: di
     """Build every part of the run `cfg` describes (validated: `hardware` is validate's), in the order their inputs
     need."""
     hardware, rank, world, threads_why = _placed(hardware, str(cfg.hardware.dtype))
+    hardware = _as_launched(cfg, hardware, world)
     settings = train_settings(cfg)
     _check_batch(settings, world)
     _warn_short_run(cfg, settings)
@@ -180,6 +181,18 @@ def _placed(hardware: Hardware, configured_dtype: str) -> tuple[Hardware, int, i
     hardware = dataclasses.replace(hardware, device=device, threads=threads)
     hardware.apply()
     return hardware, rank, world, why
+
+
+def _as_launched(cfg: DictConfig, hardware: Hardware, world: int) -> Hardware:
+    """The job's real shape in the config the run records (provenance, checkpoints, W&B): torchrun picks its nodes
+    and ranks per node itself, so hardware.nodes / tasks_per_node would say 1 and the profile's count. Both keys are
+    curve-free (a resume checks the world size on its own); Hydra's .hydra/config.yaml keeps what was composed."""
+    nodes, per_node = distributed.topology(world)
+    if world <= 1 or (hardware.nodes, hardware.tasks_per_node) == (nodes, per_node):
+        return hardware
+    OmegaConf.update(cfg, "hardware.nodes", nodes, force_add=True)
+    OmegaConf.update(cfg, "hardware.tasks_per_node", per_node, force_add=True)
+    return dataclasses.replace(hardware, nodes=nodes, tasks_per_node=per_node)
 
 
 def _warn_short_run(cfg: DictConfig, settings: TrainSettings) -> None:

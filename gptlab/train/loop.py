@@ -160,10 +160,10 @@ def skip_step(optimizer, scaler, loss, grad_norm, p: Progress, settings, ctx) ->
     if scaler.is_enabled():
         scaler.update()
     if p.nan_seen > settings.nan_skip:
-        raise TrainingDiverged(diverged_message(loss, grad_norm, p.step, p.nan_seen, settings, ctx))
+        raise TrainingDiverged(diverged_message(loss, grad_norm, p.step + 1, p.nan_seen, settings, ctx))
     log.warning(
         "step %d: loss %s, grad norm %s; skipped (%d of train.nan_skip=%d)",
-        p.step,
+        p.step + 1,  # the step's number as its row would carry it, as the anomaly and spike lines name it
         loss,
         grad_norm,
         p.nan_seen,
@@ -173,7 +173,8 @@ def skip_step(optimizer, scaler, loss, grad_norm, p: Progress, settings, ctx) ->
 
 
 def diverged_message(loss, grad_norm, step, nan_seen, settings, ctx) -> str:
-    """The one-line reason a run stops on a non-finite loss or gradient, with the checkpoint it keeps."""
+    """The one-line reason a run stops on a non-finite loss or gradient, with the checkpoint it keeps; `step` numbers
+    the step as its metrics row would (1 = the first update), as every line about one step does."""
     last = checkpoint.latest_path(ctx.run_dir)
     kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
     return (
@@ -454,7 +455,7 @@ class _Loop:
             if nonfinite(loss, grad_norm, self.bundle.scaler):  # train.nan_skip=0: found here, the run stops
                 self.p.nan_seen += 1
                 message = diverged_message(
-                    loss, grad_norm, d.step - 1, self.p.nan_seen, self.bundle.settings, self.bundle.ctx
+                    loss, grad_norm, d.step, self.p.nan_seen, self.bundle.settings, self.bundle.ctx
                 )
                 raise TrainingDiverged(message)
             self._record(d, loss, grad_norm, terms, self.clock.seconds(d.start, d.end) - d.diag_s)

@@ -26,7 +26,7 @@ from gptlab.sinks.jsonl import SUMMARY_FILE, JsonlSink, read_summary_or_warn
 from gptlab.sinks.progress import ProgressSink
 from gptlab.sinks.safe import SafeSink
 from gptlab.state import resume
-from gptlab.state.rundir import save_run_tokenizer
+from gptlab.state.rundir import TOKENIZER_RECORD, save_run_tokenizer
 from gptlab.train.bundle import Bundle, build_bundle
 from gptlab.train.loop import Trial, train
 from gptlab.train.signals import StopFlag
@@ -64,6 +64,12 @@ def _sinks(cfg, run_dir: Path, resumed: bool, name: str, choices: dict, extras: 
     return sinks
 
 
+def _shape(run: Bundle) -> dict:
+    """The job's ranks and nodes as launched (summary.json and provenance.json record them)."""
+    nodes, per_node = distributed.topology(run.ctx.world)
+    return {"world_size": run.ctx.world, "nodes": nodes, "tasks_per_node": per_node}
+
+
 def _wandb_info(sinks: list) -> dict | None:
     """summary.json's record of the run's W&B run (id, project, entity, group, mode, offline folders), if any."""
     return next((s.where() for s in sinks if isinstance(s, SafeSink) and s.name == "wandb"), None)
@@ -95,6 +101,8 @@ def _write_provenance(run_dir: Path, record: dict, start: resume.Start, progress
                     "overrides": record["overrides"],
                 }
             )
+            if TOKENIZER_RECORD in record:  # a run from before the record gets it (the same tokenizer: same data)
+                earlier.setdefault(TOKENIZER_RECORD, record[TOKENIZER_RECORD])
             record = earlier
     if start.kind == "init":
         record["init_from"] = resume.init_record(start)
@@ -163,9 +171,9 @@ def _resume_and_train(
     name = dashboard.run_name(
         cfg.get("name"), cfg.get("arm"), settings.seed, overrides, dashboard.launch_info(), set(choices)
     )
-    finished = _finished_summary(run_dir, start, progress, settings)
+    finished = _finished_summary(run_dir, start, progress, settings) or _pruned_summary(run_dir, run, cfg)
     if finished is not None:
-        log.info("%s: finished at step %d already; its summary is re-reported unchanged", run_dir, progress.step)
+        log.info("%s: %s already; its summary is re-reported unchanged", run_dir, _ended(finished, progress.step))
         sample = sample_text(run)  # every rank: a sharded model gathers in each forward
         return finished | {"sample": sample, "wandb_sync": None}
     sinks = _open_run_files(cfg, run, start, progress, overrides, choices, name) if run.ctx.is_main else []
@@ -193,6 +201,34 @@ def _hf_init(run: Bundle):
     return load
 
 
+def _pruned_summary(run_dir: Path, run: Bundle, cfg: DictConfig) -> dict | None:
+    """A tune trial its pruner stopped is terminal: started again (same config) its summary is re-reported untouched,
+    never trained on nor overwritten; under another config (a new trial in its dir) it is refused in one line."""
+    summary = read_summary_or_warn(run_dir / SUMMARY_FILE, log, "it is written again")
+    if summary.get("status") != "pruned":
+        return None
+    try:
+        started = json.loads((run_dir / "provenance.json").read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        started = None
+    saved = {"config": started, "choices": summary.get("choices") or {}}
+    current = {"config": run.identity["config"], "choices": run.identity["choices"]}
+    diffs = resume.differences(saved, current, curve_free_keys(cfg)) if started is not None else ["no record"]
+    if diffs:
+        raise ConfigError(
+            f"hydra.run.dir: {run_dir} holds a tune trial pruned at step {summary.get('pruned_at_step')} under another "
+            f"config ({'; '.join(diffs[:3])}); its record stays as it is: use a new dir"
+        )
+    return summary
+
+
+def _ended(summary: dict, step: int) -> str:
+    """How a re-reported run ended, for the log line."""
+    if summary.get("status") == "pruned":
+        return f"pruned at step {summary.get('pruned_at_step')}"
+    return f"finished at step {step}"
+
+
 def _open_run_files(
     cfg: DictConfig,
     run: Bundle,
@@ -204,9 +240,12 @@ def _open_run_files(
 ) -> list:
     """Rank 0: the tokenizer (tokenizer.json), provenance.json (and git.diff), then the sinks (metrics.jsonl, progress,
     loggers)."""
-    save_run_tokenizer(run.ctx.run_dir, run.data.tokenizer, run.data.fingerprint)
+    tokenizer_sha = save_run_tokenizer(run.ctx.run_dir, run.data.tokenizer, run.data.fingerprint)
     record = provenance.collect(overrides, run.hardware) | {"config": run.identity["config"]}  # the run's own config
+    if tokenizer_sha is not None:  # every reader of tokenizer.json checks it against this (gptlab/state/rundir.py)
+        record[TOKENIZER_RECORD] = tokenizer_sha
     record["hardware"]["cpu_threads_source"] = run.threads_why
+    record["hardware"] |= _shape(run)  # the job as launched (torchrun picks its own nodes), not as configured
     record["match"] = run.match  # model.match: the knob as re-solved, the residual vs the baseline
     _write_provenance(run.ctx.run_dir, record, start, progress)
     model = run.model
@@ -254,6 +293,7 @@ def _train_and_summarise(
             "data_fingerprint": data.fingerprint,
             "init_from": progress.init_from,
             "match": run.match,
+            **_shape(run),
         }
         if run.probes:  # which fixed set each probe/* value was measured on (compare pools only equal sets)
             summary["probe_sets"] = {probe.name: probe.fingerprint for probe in run.probes}

@@ -63,7 +63,7 @@ from gptlab.train import prefetch
 from gptlab.train.bundle import Bundle, build_bundle
 from gptlab.train.loop import apply_update, checks_each_step, set_lr, train_step
 from gptlab.util.io import write_json_atomic
-from gptlab.util.stored import Check, read_json
+from gptlab.util.stored import Check, read_json, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +161,8 @@ def read_arm(arm: Arm) -> Setup:
 
 def _hydra_choices(run_dir: Path) -> dict:
     """The run's group choices from Hydra's runtime record (.hydra/hydra.yaml); {} without one."""
-    path = run_dir / ".hydra" / "hydra.yaml"
-    if not path.is_file():
-        return {}
-    choices = OmegaConf.select(OmegaConf.load(path), "hydra.runtime.choices") or {}
+    saved = read_yaml(run_dir / ".hydra" / "hydra.yaml", "time another run of the arm", missing={})
+    choices = OmegaConf.select(OmegaConf.create(saved), "hydra.runtime.choices") or {}
     return {str(k): str(v) for k, v in choices.items() if not str(k).startswith("hydra") and v is not None}
 
 

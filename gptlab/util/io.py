@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -26,11 +27,28 @@ def strict_json(value: Any) -> Any:
     return value
 
 
+def temp_beside(path: Path, tag: str = "tmp") -> Path:
+    """The temp name a write of `path` goes through: `.<name>.<pid>.<tag>` beside it; for a name too long to take
+    that (any name the file system allows must stay writable), its head and a hash of the whole name instead."""
+    path = Path(path)
+    tail = f".{os.getpid()}.{tag}"
+    name = f".{path.name}{tail}"
+    try:
+        most = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # a folder not made yet, or no pathconf: Linux's and macOS's limit
+        most = 255
+    if len(os.fsencode(name)) > most:
+        digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:16]
+        head = os.fsencode(path.name)[: most - len(tail) - len(digest) - 2].decode("utf-8", "ignore")
+        name = f".{head}~{digest}{tail}"
+    return path.with_name(name)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old or the new file, never a half-written one (temp file beside it,
     fsync, rename). On an OSError (disk full) the temp file is removed and the old file stays."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_beside(path)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)

@@ -2,7 +2,7 @@
 that names the file, what is wrong and what to do (`damaged`), never reading it as empty or missing.
 
 `read_json` parses one JSON document (Python's json accepts NaN and Infinity; gptlab writes null there, so a NaN in
-a stored file is damage too); `Check` range-checks one stored value with the run schema's checks (gptlab/util/checks.py)
+a stored file is damage too), `read_yaml` one YAML mapping (Hydra's saved configs); `Check` range-checks one stored value with the run schema's checks (gptlab/util/checks.py)
 and words the failure against the file.
 """
 
@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gptlab.errors import ConfigError
 from gptlab.util.checks import Bool, Number, OneOf, Text
@@ -39,6 +41,23 @@ def read_json(path: Path, fix: str, missing: Any = None) -> Any:
         raise damaged(path, f"cannot be read: {err.strerror if isinstance(err, OSError) else err}", fix) from None
     except ValueError as err:  # JSONDecodeError is a ValueError; so is NaN above
         raise damaged(path, f"not valid JSON: {err}", fix) from None
+
+
+def read_yaml(path: Path, fix: str, missing: Any = None) -> Any:
+    """The YAML mapping in `path` (`missing` when there is no such file); a file that cannot be read, is not YAML or
+    is not a mapping raises `damaged` with `fix`."""
+    path = Path(path)
+    if not path.exists():
+        return missing
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise damaged(path, f"cannot be read: {err.strerror if isinstance(err, OSError) else err}", fix) from None
+    except yaml.YAMLError as err:
+        raise damaged(path, f"not valid YAML: {err}", fix) from None
+    if not isinstance(doc, dict):
+        raise damaged(path, f"not a YAML mapping (holds {type(doc).__name__})", fix)
+    return doc
 
 
 @dataclass(frozen=True)
