@@ -101,3 +101,21 @@ def test_a_checkpoint_of_another_run_is_one_line(tmp_path):
     message = str(err.value)
     assert "\n" not in message and "\t" not in message
     assert message.startswith(f"{mine}: its newest checkpoint does not fit the run's config (RuntimeError: ")
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "0"])
+def test_a_claims_file_with_a_non_finite_or_zero_speedup_is_refused_in_one_line(tmp_path, value):
+    from gptlab.compare.reading.claims import load_claims
+
+    path = tmp_path / "claims.yaml"
+    path.write_text(f"'attention=gqa':\n  speedup: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_claims(str(path))
+    assert "'attention=gqa'.speedup must be a finite number" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_empty_seeds_are_refused_not_taken_for_the_files_seeds():
+    from gptlab.sweep.spec import resolve
+
+    with pytest.raises(ConfigError, match="--seeds: '' is not a comma-separated list"):
+        resolve("aa", [], seeds="", note=lambda _: None)

@@ -301,7 +301,7 @@ def resolve(
         raise ConfigError(f"--factorial: sweep '{name}' has no 'factors:' (name -> overrides of one binary change)")
     sizes = _ladder(ladder, spec, extra, note)
     ladder_rungs = rungs(sizes) if sizes else None
-    run_seeds = parse_seeds(seeds) if seeds else list(spec["seeds"])
+    run_seeds = parse_seeds(seeds) if seeds is not None else list(spec["seeds"])
     grid = lr_grid if lr_grid is not None else spec.get("lr_grid")
     lrs = parse_lr_grid(grid) if grid is not None else None
     if lrs is not None:

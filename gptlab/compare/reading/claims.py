@@ -3,6 +3,7 @@ name, so gptlab-compare shows measured next to claimed."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
@@ -30,6 +31,11 @@ def load_claims(path: str) -> dict[str, dict[str, float]]:
             out[str(key)] = {k: float(v) for k, v in claim.items()}
         except (TypeError, ValueError):
             raise ConfigError(f"--claims {path}: '{key}' values must be numbers, got {claim!r}") from None
+        bad = [k for k, v in out[str(key)].items() if not math.isfinite(v) or (k == "speedup" and v <= 0)]
+        if bad:  # a NaN claim would print as 'nan× claimed' beside a measured figure
+            raise ConfigError(
+                f"--claims {path}: '{key}'.{bad[0]} must be a finite number (a speedup > 0), got {claim[bad[0]]!r}"
+            )
     return out
 
 
