@@ -63,10 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--noise-floor",
-        choices=("auto", "none"),
         default="auto",
+        metavar="auto|none|PATH",
         help="auto (default): the training records' load limit and peak-memory spread from this machine's floor "
-        "measured by `gptlab-sweep aa`; none: the fixed heuristics",
+        "(`gptlab-sweep NAME --aa`; an A/A dir's own); none: fixed heuristics; PATH: an A/A dir's or a store's floor",
     )
     p.add_argument("--timing", metavar="PATH", help="the timing session (timing.json or its folder) speed comes from "
                    "(default: the sweep dir's, else the one --time left in --out)")  # fmt: skip

@@ -118,12 +118,11 @@ def _design_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-seeds", type=int, metavar="N", help="with --until-decided: seeds per arm at most")
     parser.add_argument(
-        "--seed-step", type=int, default=1, metavar="K", help="with --until-decided: seeds added per look (default 1)"
+        "--seed-step", type=int, metavar="K", help="with --until-decided: seeds added per look (default 1)"
     )
     parser.add_argument(
         "--spending",
         choices=("obrien_fleming", "pocock"),
-        default="obrien_fleming",
         help="with --until-decided: the alpha-spending function (default obrien_fleming: spends little early)",
     )
 
@@ -273,12 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     if sub is not None:  # gptlab-sweep status DIR, gptlab-sweep time DIR
         return sub(argv[1:])
     args = _parser().parse_intermixed_args(argv)
+    from gptlab.study.until_decided import stray_flag
+
+    if not args.until_decided and (stray := stray_flag(args.max_seeds, args.seed_step, args.spending)):
+        fail(f"gptlab-sweep: {stray}")  # refused before anything is written
     args.timing = sweep_subcommands.timing_on(args.no_timing)
     sweep, design = _resolve(args)
     if design is not None:  # --until-decided
         return _until_decided(sweep, args, design)
-    if args.max_seeds is not None:
-        fail("gptlab-sweep: --max-seeds needs --until-decided (without it the sweep runs exactly --seeds)")
     if args.detach and not args.dry_run:
         code, told = detach([*argv, "--out", str(sweep.sweep_dir)] if sweep.out is None else argv, sweep.sweep_dir)
         print(told)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gptlab.cli import fail
+from gptlab.compare.studies.until_decided import seeds_run
 from gptlab.errors import ConfigError
 from gptlab.study import timing as study
 from gptlab.sweep import timing_job
@@ -97,7 +98,7 @@ def status_main(argv: list[str]) -> int:
     parser.add_argument("sweep_dir", type=Path)
     args = parser.parse_args(argv)
     try:
-        rows = status_of(args.sweep_dir)
+        rows = status_of(args.sweep_dir, seeds_run(args.sweep_dir))  # an until-decided sweep's later looks too
     except ConfigError as err:
         fail(err)
     print(format_status(rows))

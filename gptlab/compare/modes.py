@@ -23,13 +23,13 @@ from gptlab.compare.reading.timing import Session, find_timings
 from gptlab.compare.render import decode as decode_text
 from gptlab.compare.render import document, html_page, json_report, markdown, paper, words
 from gptlab.compare.render.sections import Document, Section
-from gptlab.compare.render.until_decided import report_lines
+from gptlab.compare.render.until_decided import baseline_note, report_lines
 from gptlab.compare.statistics import noise_floor
 from gptlab.compare.statistics.speed import OUTSIDE_LOAD_LIMIT
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Verdict
 from gptlab.compare.studies.lr_grid import FINISHED, GridReport
-from gptlab.compare.studies.until_decided import read_record
+from gptlab.compare.studies.until_decided import planned_baseline, read_record
 from gptlab.compare.tables import decode, matrix
 from gptlab.compare.tables.analysis import Comparison, add_targets, compare
 from gptlab.compare.tables.compute import equal_compute
@@ -53,7 +53,7 @@ class Request:
     split_by: list[str] = field(default_factory=list)
     power: bool = False
     peak_flops: float | None = None
-    noise_floor: str = "auto"
+    noise_floor: str = "auto"  # auto | none | a path holding a floor (noise_floor.choose)
     targets: list[str] = field(default_factory=list)
     thresholds: list[str] = field(default_factory=list)
     threshold_key: str | None = None
@@ -180,15 +180,17 @@ def tables(req: Request) -> Tables | DecodeOnly:
     runs, pruned = unpruned(runs)  # a tune pruner's stopped runs: no result, named and left out
     left_out += pruned
     claims = load_claims(req.claims) if req.claims else None
-    floor, floor_note = noise_floor.lookup(runs, noise_floor.cache_dir() if req.noise_floor == "auto" else None)
+    floor, floor_note = noise_floor.choose(runs, req.noise_floor, one_sweep_dir(req))
     parts, split_by, study_note = study_parts(runs, req.split_by)
     sessions = timings(req, runs, run_dirs)
+    sweep = one_sweep_dir(req)
+    record = read_record(sweep) if sweep else None  # until decided: the looks' baseline is the table's by default
     comparisons = []
     for part in parts:
+        planned = planned_baseline(sweep, record, part.runs) if sweep and record else None
         try:
-            cmp = compare(
-                part.runs, req.baseline, req.step, claims, req.peak_flops, floor, floor_note, sessions, time_paths(req)
-            )
+            rest = (claims, req.peak_flops, floor, floor_note, sessions, time_paths(req))
+            cmp = _against(req, part.runs, planned, *rest)  # an explicit --baseline wins (with a note)
             add_targets(cmp, part.runs, targets, thresholds, req.threshold_key)
             cmp.compute = equal_compute(cmp)
             cmp.matrix = matrix.build(cmp)
@@ -197,15 +199,30 @@ def tables(req: Request) -> Tables | DecodeOnly:
         cmp.warnings += [study_note] if study_note else []
         cmp.split = part.values
         cmp.decode = decode.decode_rows(cmp.groups) if any(r.decode for r in part.runs) else []
+        if record:
+            cmp.notes += [note(line) for line in report_lines(record)] + _other_baseline(cmp, record, planned)
         comparisons.append(cmp)
-    sweep = one_sweep_dir(req)
-    record = read_record(sweep) if sweep else None
-    if record:
-        for cmp in comparisons:
-            cmp.notes += [note(line) for line in report_lines(record)]
     effects, warnings = _factorial(req, runs, comparisons) if req.factorial or not req.split_by else (None, [])
     out = out_dir(req.out, req.paths[0], run_dirs)
     return Tables(runs, parts, comparisons, effects, out, left_out, warnings, split_by)
+
+
+def _against(req: Request, runs: list[Run], planned: str | None, *rest: Any) -> Comparison:
+    """compare() of one part against --baseline, else the until-decided plan's baseline arm (`planned`, its folder),
+    else the default: also when the plan's arm has no group of its own (its runs counted once as an identical arm's)."""
+    try:
+        return compare(runs, req.baseline or planned, req.step, *rest)
+    except ConfigError:
+        if req.baseline is not None or planned is None:
+            raise
+        return compare(runs, None, req.step, *rest)
+
+
+def _other_baseline(cmp: Comparison, record: dict[str, Any], planned: str | None) -> list[Note]:
+    """The note when --baseline chose another arm than the until-decided plan's baseline (`planned`: its folder)."""
+    if planned is None or any(Path(planned) in r.path.resolve().parents for r in cmp.groups[0].runs):
+        return []
+    return [note(baseline_note(cmp.baseline, record["baseline"]))]
 
 
 def study_parts(runs: list[Run], split_by: list[str]) -> tuple[list[Part], list[str], Note | None]:

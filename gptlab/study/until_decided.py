@@ -33,49 +33,60 @@ def baseline(sweep: Sweep) -> str:
     return next(iter(sweep.spec["arms"]))
 
 
-def plan_for(sweep: Sweep, max_seeds: int, seed_step: int = 1, spending: str = "obrien_fleming") -> Plan:
-    """The sweep's group-sequential plan (first look at its own seeds), or a ConfigError for a sweep it cannot run or
-    a sweep dir whose until_decided.json records another plan: looks replayed over the same runs under a second plan
-    would push the false-decision rate above alpha (0.068-0.072 for a rerun with a larger --max-seeds), so only the
-    recorded plan continues there. Writes nothing."""
+def plan_for(sweep: Sweep, max_seeds: int, seed_step: int | None = None, spending: str | None = None) -> Plan:
+    """The sweep's group-sequential plan (first look at its own seeds; `seed_step` 1 and O'Brien-Fleming spending
+    unless given), or a ConfigError for a sweep it cannot run or a sweep dir whose until_decided.json records another
+    plan (other seed counts or seed values, spending, alpha or baseline): looks replayed over the same runs under a
+    second plan would push the false-decision rate above alpha (0.068-0.072 for a rerun with a larger --max-seeds),
+    so only the recorded plan continues there. Writes nothing."""
+    if sweep.command != "train":
+        raise ConfigError(f"a {sweep.command} sweep has no val loss to decide on; --until-decided runs training sweeps")
     if len(sweep.spec["arms"]) < 2:
         raise ConfigError("the sweep needs a baseline (its first arm) and at least one other arm")
-    found = plan(len(sweep.seeds), seed_step, max_seeds, spending=spending)
-    differs = _recorded_plan_differs(sweep.sweep_dir, found, baseline(sweep))
+    step, spend = 1 if seed_step is None else seed_step, "obrien_fleming" if spending is None else spending
+    found = plan(len(sweep.seeds), step, max_seeds, spending=spend)
+    differs = _recorded_plan_differs(sweep.sweep_dir, found, baseline(sweep), seeds_in_order(sweep, found))
     if differs:
         raise ConfigError(differs)
     return found
 
 
-def _plan_flags(seeds: list[int], spending: str) -> dict[str, str]:
-    """A plan's seeds per look and spending as the flags that give them (first looks at the sweep's own seeds)."""
+def stray_flag(max_seeds: int | None, seed_step: int | None, spending: str | None) -> str | None:
+    """The first --until-decided flag given without --until-decided, in words (it would be ignored); None if none."""
+    given = [flag for flag, v in (("--max-seeds", max_seeds), ("--seed-step", seed_step), ("--spending", spending))
+             if v is not None]  # fmt: skip
+    return f"{given[0]} needs --until-decided (without it the sweep runs exactly --seeds)" if given else None
+
+
+def _plan_flags(seeds: list[int], spending: str, values: list[int] | None) -> dict[str, str]:
+    """A plan's seeds per look (the first look's seed values when known) and spending as the flags that give them."""
+    first = {"--seeds": ",".join(str(v) for v in values[: seeds[0]])} if values else {"--seeds count": str(seeds[0])}
     step = {"--seed-step": str(seeds[1] - seeds[0])} if len(seeds) > 1 else {}
-    return {"--seeds count": str(seeds[0]), **step, "--max-seeds": str(seeds[-1]), "--spending": spending}
+    return {**first, **step, "--max-seeds": str(seeds[-1]), "--spending": spending}
 
 
-def _recorded_plan_differs(sweep_dir: Path, wanted: Plan, base: str) -> str | None:
-    """What differs between the plan of the sweep dir's until_decided.json and `wanted` (and what is allowed), in
-    words; None when the dir has no record or records this plan."""
-    path = sweep_dir / RECORD_FILE
-    if not path.exists():
+def _recorded_plan_differs(sweep_dir: Path, wanted: Plan, base: str, values: list[int]) -> str | None:
+    """What differs between the plan of the sweep dir's until_decided.json and `wanted` over seed `values` (and what
+    is allowed), in words; None when the dir has no record or records this plan. A damaged record raises."""
+    doc = read_record(sweep_dir)
+    if doc is None:
         return None
-    doc = read_record(sweep_dir) or {}
-    try:
-        was, recorded_base = doc["plan"], str(doc["baseline"])
-        seeds, spending, alpha = [int(n) for n in was["seeds"]], str(was["spending"]), float(was["alpha"])
-    except (TypeError, KeyError, ValueError):
-        return f"{path} cannot be read as a record of looks, so its plan is unknown; give a new --out"
-    old, now = _plan_flags(seeds, spending), _plan_flags(list(wanted.seeds), wanted.spending)
+    was, recorded_base, recorded = doc["plan"], doc["baseline"], doc.get("seed_values")
+    same_values = recorded is None or recorded == values  # older records keep seed counts only
+    old = _plan_flags(was["seeds"], was["spending"], recorded)
+    now = _plan_flags(list(wanted.seeds), wanted.spending, values if recorded is not None else None)
     diffs = [f"{flag} {now.get(flag, '-')} (recorded: {old.get(flag, '-')})" for flag in dict.fromkeys([*old, *now])
              if old.get(flag) != now.get(flag)]  # fmt: skip
-    diffs += [f"alpha {wanted.alpha:g} (recorded: {alpha:g})"] if alpha != wanted.alpha else []
+    diffs += [] if same_values or diffs else [f"seeds {values} (recorded: {recorded})"]
+    diffs += [f"alpha {wanted.alpha:g} (recorded: {was['alpha']:g})"] if was["alpha"] != wanted.alpha else []
     diffs += [f"baseline '{base}' (recorded: '{recorded_base}')"] if recorded_base != base else []
     if not diffs:
         return None  # the same plan: it continues
-    recorded = ", ".join(f"{flag} {value}" for flag, value in old.items())
+    flags = ", ".join(f"{flag} {value}" for flag, value in old.items())
     return (
-        f"{path} records looks of another plan: {', '.join(diffs)}; looks replayed under a second plan push the "
-        f"false-decision rate above alpha; allowed: the recorded plan ({recorded}) to continue it, or a new --out"
+        f"{sweep_dir / RECORD_FILE} records looks of another plan: {', '.join(diffs)}; looks replayed under a second "
+        f"plan push the false-decision rate above alpha; allowed: the recorded plan ({flags}) to continue it, or a "
+        "new --out"
     )
 
 
@@ -102,7 +113,7 @@ def run(
     open_arms: list[str] = list(sweep.spec["arms"])[1:]
     taken: list[dict[str, Look]] = []
     if not dry_run and read_record(sweep.sweep_dir) is None:  # on record before any run: only it may continue
-        write_record(sweep.sweep_dir, design, base, [], finished=False)
+        write_record(sweep.sweep_dir, design, base, [], finished=False, seeds=seeds)
     for k, n in enumerate(design.seeds):
         spec = {**sweep.spec, "arms": {a: sweep.spec["arms"][a] for a in [base, *open_arms]}}
         todo = pending(sweep.name, spec, seeds[:n], sweep.sweep_dir, sweep.extra)
@@ -113,10 +124,10 @@ def run(
             return Outcome(taken, failed, None)  # a dry run: the first look's runs; the rest depend on what it decides
         found = look(sweep.sweep_dir, design, k, base, open_arms, seeds[:n])
         taken.append(found)
-        write_record(sweep.sweep_dir, design, base, taken, finished=False)
+        write_record(sweep.sweep_dir, design, base, taken, finished=False, seeds=seeds)
         if on_look is not None:
             on_look(found)
         open_arms = [a for a in open_arms if not found[a].stop]
         if not open_arms:
             break
-    return Outcome(taken, [], write_record(sweep.sweep_dir, design, base, taken))
+    return Outcome(taken, [], write_record(sweep.sweep_dir, design, base, taken, seeds=seeds))

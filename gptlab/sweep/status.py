@@ -246,14 +246,15 @@ def sweep_status(
     return out
 
 
-def status_of(sweep_dir: Path) -> list[RunStatus]:
-    """`gptlab-sweep status DIR`: every run its sweep.yaml defines and its plan lists; ConfigError for a folder that
-    is not a sweep dir."""
+def status_of(sweep_dir: Path, more: dict[str, list[int]] | None = None) -> list[RunStatus]:
+    """`gptlab-sweep status DIR`: every run its sweep.yaml defines and its plan lists, and each arm's `more` seeds
+    (those an until-decided sweep's later looks ran); ConfigError for a folder that is not a sweep dir."""
     sweep = read_sweep(sweep_dir)
     if sweep is None:
         raise ConfigError(f"{sweep_dir}: not a gptlab-sweep dir (no {SWEEP_FILE})")
     ladder = [r.name for r in ladder_rungs(parse_ladder(sweep.ladder))] if sweep.ladder else None
-    return sweep_status(sweep_dir.resolve(), {arm: sweep.seeds for arm in sweep.arms}, sweep.lrs, ladder)
+    seeds = {arm: list(dict.fromkeys([*sweep.seeds, *(more or {}).get(arm, [])])) for arm in sweep.arms}
+    return sweep_status(sweep_dir.resolve(), seeds, sweep.lrs, ladder)
 
 
 def _one(sweep_dir: Path, entry: dict, queued: dict, sched: str | None, job: str | None, launched=True) -> RunStatus:

@@ -299,7 +299,7 @@ def test_a_real_aa_sweep_end_to_end(tmp_path):
     proc = run_cli("gptlab.cli.compare", str(out), "--no-wandb", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((out / "comparison" / "comparison.json").read_text())
-    assert (doc["noise_floor"]["measured"] is not None) is quiet
+    assert doc["noise_floor"]["measured"]["runs"] == 4  # an A/A dir's own report shows its floor, quiet or not
 
 
 def test_html_lists_the_compared_runs_and_the_settings_they_share(tmp_path, capsys):
@@ -350,3 +350,36 @@ def test_runs_that_are_not_one_config_give_no_floor(tmp_path):
     with pytest.raises(ConfigError, match=r"differs from .* in mlp.ratio: an A/A's runs must be one config"):
         measure_sweep(sweep, tmp_path / "cache")
     assert not (tmp_path / "cache" / FLOOR_FILE).exists()
+
+
+def test_a_floor_given_by_path_is_used_with_the_load_it_was_measured_under(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))  # an empty store: auto finds no floor
+    loaded = _aa_sweep(tmp_path / "loaded", AA, load=0.3)
+    measure_sweep(loaded, tmp_path / "cache")  # not quiet: recorded in its own dir only
+    sweep = _sweep(tmp_path / "sw", [1000.0, 1010.0], [1500.0, 1490.0], loads=(0.01, 0.32))
+    auto, md_auto = _compare(tmp_path, sweep, capsys)
+    assert auto["noise_floor"]["measured"] is None and "measures this machine's" in md_auto
+    assert auto["rows"][1]["under_load"] is True  # above the default 25%
+    for given in (loaded, loaded / RECORD_FILE):
+        doc, md = _compare(tmp_path, sweep, capsys, "--noise-floor", str(given))
+        assert doc["noise_floor"]["measured"]["outside_load"] == 0.3
+        assert doc["noise_floor"]["load_limit"] == pytest.approx(0.35) and doc["rows"][1]["under_load"] is False
+        assert "at outside load ≤ 30%" in md and "not on a quiet machine" in md
+        assert "measures this machine's" not in md and "measure it again" not in md
+    quiet = _aa_sweep(tmp_path / "quiet", AA, load=0.02)
+    measure_sweep(quiet, tmp_path / "store")
+    doc, _ = _compare(tmp_path, sweep, capsys, "--noise-floor", str(tmp_path / "store" / FLOOR_FILE))
+    assert doc["noise_floor"]["measured"]["machine"] == MACHINE and doc["noise_floor"]["load_limit"] == 0.07
+    bad = [str(sweep), "--out", str(tmp_path / "x"), "--no-wandb", "--noise-floor", str(tmp_path / "no")]
+    assert compare_main(bad) == 2
+    assert "--noise-floor" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_an_aa_dirs_own_report_shows_its_floor(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPTLAB_CACHE", str(tmp_path / "cache"))
+    loaded = _aa_sweep(tmp_path / "loaded", AA, load=0.3)
+    measure_sweep(loaded, tmp_path / "cache")
+    assert compare_main([str(loaded), "--out", str(tmp_path / "out"), "--no-wandb"]) == 0
+    doc = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    floor = doc["noise_floor"]
+    assert floor["measured"]["sweep_dir"] == str(loaded) and "at outside load ≤ 30%" in floor["note"]

@@ -56,6 +56,8 @@ def test_a_look_decides_the_clear_arm_and_keeps_the_close_one_open(tmp_path, cap
     "args, words",
     [
         (["--max-seeds", "4"], "--max-seeds needs --until-decided"),
+        (["--seed-step", "2"], "--seed-step needs --until-decided"),
+        (["--spending", "pocock"], "--spending needs --until-decided"),
         (["--until-decided"], "--until-decided needs --max-seeds N"),
         (["--until-decided", "--max-seeds", "4", "--lr-grid", "1e-3,1e-2"], "--until-decided: a plain arms x seeds"),
         (["--until-decided", "--max-seeds", "1"], "max_seeds"),

@@ -217,13 +217,14 @@ def matches(g: Group, item: str) -> bool:
 
 
 def find_baseline(groups: list[Group], spec: str | None) -> Group:
-    """Resolve --baseline (a run dir, or `group=choice`/`key=value` items joined by commas) to one group."""
+    """Resolve --baseline (a run dir, the folder of one arm's run dirs, or `group=choice`/`key=value` items joined by
+    commas) to one group: for a folder, the first group with a run in it."""
     if spec is None:
         return default_baseline(groups)
     if Path(spec).exists():
         target = Path(spec).resolve()
         for g in groups:
-            if any(r.path == target for r in g.runs):
+            if any(r.path == target or target in r.path.parents for r in g.runs):
                 return g
         raise ConfigError(f"--baseline '{spec}' is not one of the compared run directories")
     assign_labels(groups, default_baseline(groups))

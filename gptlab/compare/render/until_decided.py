@@ -54,3 +54,11 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         f"note: seeds were added until decided: {len(doc['looks'])} of up to {design['looks']} looks taken {plan}. "
         f"The sequential decisions: {arms}. {welch}: read the decisions here."
     ]
+
+
+def baseline_note(given: str, base: str) -> str:
+    """The note when --baseline names another arm than the plan's baseline: the table and the looks differ in sign."""
+    return (
+        f"note: --baseline {given} is not the baseline of the looks ('{base}'): the table's differences are against "
+        f"{given}, the sequential decisions against '{base}'; without --baseline both are against '{base}'"
+    )

@@ -269,8 +269,9 @@ def _fix(path: Path) -> str:
     )
 
 
-def _floor_of(doc: Any, machine: str, check: Check) -> Floor:
-    """The stored floor of `machine` from its JSON entry, every figure range-checked (`damaged` otherwise)."""
+def _floor_of(doc: Any, machine: str, check: Check, stored: bool = True) -> Floor:
+    """The floor of `machine` from its JSON entry, every figure range-checked (`damaged` otherwise); a `stored` one
+    (the store's) must have been measured quiet, an A/A's own noise_floor.json records a loaded one too."""
     entry = check.mapping(machine, doc)
     missing = [k for k in Floor.__dataclass_fields__ if k not in entry and k != "conditions"]
     if missing:
@@ -290,7 +291,7 @@ def _floor_of(doc: Any, machine: str, check: Check) -> Floor:
     check.number(at + "outside_load", entry["outside_load"], "[0, 1]", null=True)
     check.flag(at + "quiet", entry["quiet"])
     load = entry["outside_load"]
-    if not entry["quiet"] or load is None or load > QUIET_LOAD:
+    if stored and (not entry["quiet"] or load is None or load > QUIET_LOAD):
         raise check.fail(
             f"{at}quiet={str(entry['quiet']).lower()} at outside load {load}: only a floor measured at <= "
             f"{100 * QUIET_LOAD:.0f}% outside load in every run is stored"
@@ -363,6 +364,47 @@ def lookup(runs: list[Run], cache_dir: Path | None) -> tuple[Floor | None, str]:
         f"({'; '.join(differ)}): it only adds caution, but their noise may differ from it; measure it again on their "
         "config (`gptlab-sweep NAME --aa`)."
     )
+
+
+def given(runs: list[Run], path: Path) -> tuple[Floor, str]:
+    """--noise-floor PATH: (the floor in an A/A sweep dir's noise_floor.json, that file, or a store's entry for the
+    machine the runs trained on, the report's line); used as measured, whatever outside load it was measured under
+    (the line names it). ConfigError when PATH holds no floor for these runs; a damaged file is `damaged`."""
+    file = Path(path).expanduser() / RECORD_FILE if Path(path).is_dir() else Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(
+            f"--noise-floor {path}: no such file; allowed: auto, none, an A/A sweep dir, its {RECORD_FILE} or a "
+            f"{FLOOR_FILE}"
+        )
+    check = Check(file, "measure the floor again (`gptlab-sweep NAME --aa`), or give another --noise-floor")
+    doc = check.mapping("the file", read_json(file, check.fix))
+    if "speed_sd" in doc:  # one A/A's noise_floor.json
+        floor = _floor_of(doc, str(doc.get("machine")), check, stored=False)
+    else:
+        floors, machines = read_floors(file), sorted({str(machine_id(r)) for r in runs})
+        if len(machines) != 1 or machines[0] not in floors:
+            raise ConfigError(
+                f"--noise-floor {path}: no floor for the machine these runs trained on ({', '.join(machines)}); it "
+                f"holds {', '.join(floors) or 'none'}"
+            )
+        floor = floors[machines[0]]
+    quiet = "" if floor.quiet else " It was measured under outside load, not on a quiet machine: used as given."
+    elsewhere = {machine_id(r) for r in runs} != {floor.machine}
+    differ = differences(floor, runs) + ([f"machine {floor.machine} there"] if elsewhere else [])
+    other = f" It was measured under other conditions than these runs ({'; '.join(differ)})." if differ else ""
+    return floor, f"{floor.describe()} The floor is read from {file}.{quiet}{other}"
+
+
+def choose(runs: list[Run], spec: str, sweep_dir: Path | None) -> tuple[Floor | None, str]:
+    """gptlab-compare's --noise-floor: `none` the fixed heuristics, a path the floor it holds (given), `auto` an A/A
+    sweep dir's own floor (its noise_floor.json) when that dir is compared, else the store's for the runs' machine."""
+    if spec == "none":
+        return lookup(runs, None)
+    if spec != "auto":
+        return given(runs, Path(spec))
+    if sweep_dir is not None and (sweep_dir / RECORD_FILE).is_file():
+        return given(runs, sweep_dir)
+    return lookup(runs, cache_dir())
 
 
 def load_limit(floor: Floor | None) -> float:
