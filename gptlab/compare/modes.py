@@ -34,6 +34,7 @@ from gptlab.compare.tables import decode, matrix
 from gptlab.compare.tables.analysis import Comparison, add_targets, compare
 from gptlab.compare.tables.compute import equal_compute
 from gptlab.compare.tables.target import parse_target
+from gptlab.compare.tables.timed import command
 from gptlab.errors import ConfigError
 from gptlab.state.layout import check_output
 from gptlab.sweep.layout import TIMING_FILE, read_sweep
@@ -193,6 +194,8 @@ def tables(req: Request) -> Tables | DecodeOnly:
             cmp = _against(req, part.runs, planned, *rest)  # an explicit --baseline wins (with a note)
             add_targets(cmp, part.runs, targets, thresholds, req.threshold_key)
             cmp.compute = equal_compute(cmp)
+            cmp.warnings += [n for n in cmp.compute.warnings if n.is_warning]
+            cmp.notes += [n for n in cmp.compute.warnings if not n.is_warning]
             cmp.matrix = matrix.build(cmp)
         except ConfigError as exc:
             raise ConfigError(f"[{part.title}] {exc}" if split_by else str(exc)) from None
@@ -267,7 +270,9 @@ def _factorial(req: Request, runs: list[Run], comparisons: list[Comparison]) -> 
         return None, []
     try:
         limit = comparisons[0].load_limit if comparisons else OUTSIDE_LOAD_LIMIT  # the main table's: one rule
-        doc = factorial.analyse(runs, factors, load_limit=limit)
+        matching = next((c.timing for c in comparisons if c.timing is not None), None)
+        speed = factorial.timed_rates(matching, limit)
+        doc = factorial.analyse(runs, factors, speed=speed, not_timed=command(runs, time_paths(req)), load_limit=limit)
     except ConfigError as exc:
         if req.factorial:
             raise

@@ -359,12 +359,14 @@ def test_two_val_rows_at_one_step_are_refused_as_a_damaged_file(tmp_path, capsys
 
 
 def _gptlab_sweep(folder: Path, arms: dict[str, dict], seeds=(0, 1), shift: float = 0.0) -> Path:
-    """A gptlab-sweep dir: sweep.yaml and <arm>/seed<k> run dirs (val loss + shift + 0.01·seed)."""
+    """A gptlab-sweep dir: sweep.yaml and <arm>/seed<k> run dirs (val loss + shift + 0.01·seed), started a minute
+    apart with the arms interleaved, as gptlab-sweep launches them."""
     folder.mkdir(parents=True)
     (folder / "sweep.yaml").write_text("arms: {}\n")
-    for arm, spec in arms.items():
-        for s in seeds:
-            write_run(folder / arm / f"seed{s}", seed=s, loss_at=_shifted(shift + 0.01 * s), **spec)
+    for i, (arm, spec) in enumerate(arms.items()):
+        for k, s in enumerate(seeds):
+            start = 1.8e9 + 60.0 * (k * len(arms) + i)
+            write_run(folder / arm / f"seed{s}", seed=s, loss_at=_shifted(shift + 0.01 * s), started_at=start, **spec)
     return folder
 
 

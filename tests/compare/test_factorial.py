@@ -1,6 +1,7 @@
 """Factorial effects: gptlab-sweep --factorial expands `factors:` into the 2^k arms in one launch;
 gptlab/compare/studies/factorial.py finds planted main effects and interactions (statsmodels OLS/ANOVA) on loss and on log
-tokens/s, says whether the all-on arm is the sum / product of its parts, and flags speed taken under load."""
+tokens/s timed alone (the timing session's rounds as blocks; never the training runs' own tokens/s), says whether the
+all-on arm is the sum / product of its parts, and flags speed timed under load."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from gptlab.cli.sweep import main as sweep_main
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.render.factorial import additivity_line, lines
 from gptlab.compare.render.words import note
-from gptlab.compare.studies.factorial import analyse, arm_levels
+from gptlab.compare.studies.factorial import TimedRate, analyse, arm_levels
 from gptlab.errors import ConfigError
 from gptlab.sweep.design import factorial_arms
 from gptlab.sweep.spec import load_sweep
 from helpers.cli import cli_env, run_cli
-from helpers.compare import store_noise_floor, write_run
+from helpers.compare import store_noise_floor, write_run, write_timing
 
 FACTORS = ["gqa", "sdpa", "mlp3"]
 
@@ -53,6 +54,19 @@ def synthetic(loss_of, speed_of, seeds: int = 3, noise: float = 0.006, loaded_ar
     return runs
 
 
+def timed(speed_of, rounds: int = 5, noise: float = 0.006, loaded_arm: str | None = None, rng_seed: int = 2):
+    """A timing session's rates of every arm per round: speed_of(levels) x a drift shared by the round's windows (the
+    machine 10% slower each round: what blocks cancel) x seeded Gaussian noise per window."""
+    rng = np.random.default_rng(rng_seed)
+    out = []
+    for r in range(rounds):
+        for combo in itertools.product((0, 1), repeat=len(FACTORS)):
+            levels = dict(zip(FACTORS, combo))
+            rate = speed_of(levels) * 0.9**r * math.exp(float(rng.normal(0, noise)))
+            out.append(TimedRate(arm_name(levels), r, rate, arm_name(levels) == loaded_arm))
+    return out
+
+
 def additive_loss(lv):
     return 3.0 - 0.05 * lv["gqa"] + 0.0 * lv["sdpa"] + 0.03 * lv["mlp3"]
 
@@ -68,7 +82,7 @@ def effects(fit: dict) -> dict[str, dict]:
 def test_a_planted_interaction_is_found_and_a_non_interaction_is_not():
     # gqa x mlp3 interact on loss (+0.04 when both on); speed is purely multiplicative
     runs = synthetic(lambda lv: additive_loss(lv) + 0.04 * lv["gqa"] * lv["mlp3"], product_speed)
-    doc = analyse(runs, FACTORS)
+    doc = analyse(runs, FACTORS, speed=timed(product_speed))
     loss = effects(doc["loss"])
     assert loss["gqa×mlp3"]["p"] < 0.05 and loss["gqa×mlp3"]["lo"] < 0.04 < loss["gqa×mlp3"]["hi"]
     for term in ("gqa×sdpa", "sdpa×mlp3", "gqa×sdpa×mlp3", "sdpa"):
@@ -85,13 +99,16 @@ def test_a_planted_interaction_is_found_and_a_non_interaction_is_not():
     assert "multiplicative (the parts compose)" in additivity_line(doc["speed"], True, FACTORS)
     anova = {row["term"]: row for row in doc["loss"]["anova"]}
     assert anova["gqa×mlp3"]["p"] < 0.05 and anova["residual"]["df"] == 16  # 24 runs - 8 cells
-    assert doc["speed_under_load"] == []
+    assert doc["speed_under_load"] == [] and doc["speed_rounds"] == 5
+    # 40 windows - 8 cells - 4 round blocks: the 10%-a-round drift is the blocks', not noise or an effect
+    assert doc["speed"]["df_resid"] == 28 and math.exp(speed["gqa"]["effect"]) == pytest.approx(1.2, rel=0.01)
+    assert {row["term"] for row in doc["speed"]["anova"]} >= {"round (block)", "residual"}
 
 
 def test_additive_parts_are_called_additive_and_a_speed_interaction_is_not_multiplicative():
     # sdpa is faster only with gqa (an interaction on log speed); loss is additive
-    runs = synthetic(additive_loss, lambda lv: product_speed(lv) * (1.3 if lv["gqa"] and lv["sdpa"] else 1.0))
-    doc = analyse(runs, FACTORS)
+    interacting = lambda lv: product_speed(lv) * (1.3 if lv["gqa"] and lv["sdpa"] else 1.0)  # noqa: E731
+    doc = analyse(synthetic(additive_loss, interacting), FACTORS, speed=timed(interacting))
     assert doc["loss"]["additivity"]["additive"] and "additive (the parts compose)" in lines(doc)[9]
     assert all(e["p"] > 0.05 for e in doc["loss"]["effects"] if e["order"] > 1)
     speed = effects(doc["speed"])
@@ -101,7 +118,7 @@ def test_additive_parts_are_called_additive_and_a_speed_interaction_is_not_multi
 
 
 def test_speed_under_load_is_flagged():
-    doc = analyse(synthetic(additive_loss, product_speed, loaded_arm="gqa+sdpa"), FACTORS)
+    doc = analyse(synthetic(additive_loss, product_speed), FACTORS, speed=timed(product_speed, loaded_arm="gqa+sdpa"))
     assert doc["speed_under_load"] == ["gqa+sdpa"]
     assert any("[under load: gqa+sdpa" in line and "not to be trusted" in line for line in lines(doc))
 
@@ -183,24 +200,29 @@ def test_compare_adds_the_factorial_section_to_a_factorial_sweep(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--factorial" in bad.stderr
 
 
-def test_the_factorial_flags_load_by_the_comparisons_own_limit(tmp_path, monkeypatch):
-    """With a measured noise floor (A/A under 4 % load: limit 9 %) the main table flags the gqa+mlp3 runs at 15 %
-    outside load; the factorial used the fixed 25 % and called their speed effects sound."""
+def test_speed_effects_come_from_the_timing_session_flagged_by_the_comparisons_own_limit(tmp_path, monkeypatch):
+    """The training runs' tokens/s say gqa is 2x faster (they shared the machine differently); the sweep's timing
+    session times it 1.2x, with the gqa+mlp3 windows at 15 % outside load. With a measured noise floor (A/A under
+    4 % load: limit 9 %) the factorial fits the session's rounds and flags gqa+mlp3 (a fixed 25 % would not)."""
     sweep = tmp_path / "ff"
     sweep.mkdir()
     factors = {"gqa": ["attention=gqa"], "mlp3": ["mlp.ratio=3"]}
     (sweep / "sweep.yaml").write_text(yaml.safe_dump({"factors": factors, "arms": factorial_arms(factors)}))
+    arms, rates = {}, {}
     for gqa, mlp3 in itertools.product((0, 1), repeat=2):
         arm = "+".join(n for n, on in (("gqa", gqa), ("mlp3", mlp3)) if on) or "base"
         for seed in range(3):
             run = write_run(
                 sweep / arm / f"seed{seed}", seed=seed, choices={"attention": "gqa" if gqa else "mha"},
                 leaves={"mlp.ratio": 3 if mlp3 else 4, "arm": arm}, loss_at=lambda step: 2.0 + 0.01 * (100 - step),
-                tokens_per_s=1000.0 * (1.2 if gqa else 1.0) * (1 + 0.01 * seed),
-                outside_load=0.15 if arm == "gqa+mlp3" else 0.02,
+                tokens_per_s=1000.0 * (2.0 if gqa else 1.0) * (1 + 0.01 * seed),
             )  # fmt: skip
             hardware = {"hardware": {"cpu": "Test CPU", "cpu_cores": [0, 1]}}
             (run / "provenance.json").write_text(json.dumps(hardware))
+        arms[arm] = (sweep / arm / "seed0", f"fp-{arm}")
+        rates[arm] = [1000.0 * (1.2 if gqa else 1.0) * 0.95**r * (1 + 0.002 * (-1) ** (r + gqa)) for r in range(5)]
+    rates["base#2"] = [x * (1 + 0.001 * (-1) ** r) for r, x in enumerate(rates["base"])]
+    write_timing(sweep, arms, rates, loads={"gqa+mlp3": 0.15})
     cache = tmp_path / "cache"
     store_noise_floor(cache, "Test CPU | 2 cores", outside_load=0.04)
     done = run_cli("gptlab.cli.compare", str(sweep), env=cli_env(GPTLAB_CACHE=str(cache)))
@@ -208,11 +230,35 @@ def test_the_factorial_flags_load_by_the_comparisons_own_limit(tmp_path, monkeyp
     table = json.loads((sweep / "comparison" / "comparison.json").read_text())
     limit = table["noise_floor"]["load_limit"]
     assert limit == pytest.approx(0.09)
-    loaded_rows = [r["label"] for r in table["rows"] if r["under_load"]]
-    assert len(loaded_rows) == 1 and "attention=gqa" in loaded_rows[0] and "mlp.ratio=3" in loaded_rows[0]
     doc = json.loads((sweep / "comparison" / "factorial.json").read_text())
     assert doc["speed_under_load"] == ["gqa+mlp3"] and doc["load_limit"] == pytest.approx(limit)
-    assert "[under load: gqa+mlp3 ran with > 9% of cores" in done.stdout
+    assert doc["speed_rounds"] == 5 and doc["speed_not_timed"] == ""
+    gqa = effects(doc["speed"])["gqa"]
+    assert math.exp(gqa["effect"]) == pytest.approx(1.2, rel=0.01)  # the session's, not the runs' 2x
+    assert "[under load: gqa+mlp3 timed with > 9% of cores" in done.stdout
+
+
+def test_an_untimed_factorial_says_so_with_the_command_that_times_it(tmp_path):
+    sweep = tmp_path / "ff"
+    sweep.mkdir()
+    factors = {"gqa": ["attention=gqa"], "mlp3": ["mlp.ratio=3"]}
+    (sweep / "sweep.yaml").write_text(yaml.safe_dump({"factors": factors, "arms": factorial_arms(factors)}))
+    for gqa, mlp3 in itertools.product((0, 1), repeat=2):
+        arm = "+".join(n for n, on in (("gqa", gqa), ("mlp3", mlp3)) if on) or "base"
+        for seed in range(2):
+            write_run(
+                sweep / arm / f"seed{seed}", seed=seed, choices={"attention": "gqa" if gqa else "mha"},
+                leaves={"mlp.ratio": 3 if mlp3 else 4, "arm": arm}, loss_at=lambda step: 2.0 + 0.01 * (100 - step),
+                tokens_per_s=1000.0 * (2.0 if gqa else 1.0) * (1 + 0.01 * seed),
+            )  # fmt: skip
+    done = run_cli("gptlab.cli.compare", str(sweep), "--noise-floor", "none")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((sweep / "comparison" / "factorial.json").read_text())
+    assert "speed" not in doc and doc["speed_not_timed"] == f"gptlab-sweep time {sweep}"
+    assert (
+        "speed: not timed: no timing session times the arms, and a training run's own tokens/s is not a measurement "
+        f"of its arm (time them: gptlab-sweep time {sweep})"
+    ) in done.stdout
 
 
 def test_the_tests_are_calibrated_over_many_noise_draws():
@@ -248,23 +294,37 @@ def two_by_two(speed_of, loss_of=lambda arm: 2.0, wiggle=(0.99, 1.0, 1.01)):
 SPEEDS = {"base": 1000.0, "a": 2000.0, "b": 500.0, "a+b": 1000.0}  # exactly multiplicative: a ×2, b ×0.5
 
 
+def rates_2x2(speed_of, wiggle=(0.99, 1.0, 1.01)) -> list[TimedRate]:
+    """A session's rates of a 2x2's arms over 3 rounds: speed_of(arm) tok/s (None: not timed) times the round's
+    wiggle, the same in every arm."""
+    return [
+        TimedRate(arm, r, speed_of(arm) * w, False)
+        for r, w in enumerate(wiggle)
+        for arm in ("base", "a", "b", "a+b")
+        if speed_of(arm) is not None
+    ]
+
+
 def test_an_arm_without_speed_figures_leaves_the_speed_effects_out():
-    """With every arm's speed, the seeds' wiggle is the same in every arm, so the cell means of log speed differ by
-    exactly the planted logs: a ×2, b ×0.5, a×b ×1 (difference of differences), additive. Without arm b's speed its
+    """With every arm timed, the rounds' wiggle is the same in every arm, so the cell means of log speed differ by
+    exactly the planted logs: a ×2, b ×0.5, a×b ×1 (difference of differences), additive. Without arm b's timing its
     cell is empty and no contrast of the full model is estimable: no speed effects, said in one line (the old fit
     on the rank-deficient design gave a ×2.784, a×b ×1.938 and 'NOT multiplicative')."""
-    full = analyse(two_by_two(SPEEDS.get), ["a", "b"])
+    full = analyse(two_by_two(SPEEDS.get), ["a", "b"], speed=rates_2x2(SPEEDS.get))
     speed = effects(full["speed"])
     assert math.exp(speed["a"]["effect"]) == pytest.approx(2.0, rel=1e-9)
     assert math.exp(speed["b"]["effect"]) == pytest.approx(0.5, rel=1e-9)
     assert math.exp(speed["a×b"]["effect"]) == pytest.approx(1.0, abs=1e-9)
     assert full["speed"]["additivity"]["difference"][0] == pytest.approx(0.0, abs=1e-9)
     assert full["speed"]["additivity"]["additive"] and full["speed_missing"] == []
-    doc = analyse(two_by_two(lambda arm: None if arm == "b" else SPEEDS[arm]), ["a", "b"])
+    untimed_b = rates_2x2(lambda arm: None if arm == "b" else SPEEDS[arm])
+    doc = analyse(two_by_two(SPEEDS.get), ["a", "b"], speed=untimed_b)
     assert "speed" not in doc and doc["speed_missing"] == ["b"]
     assert doc["loss"] == full["loss"]  # the loss side is untouched
     text = lines(doc)
-    assert text[-1] == "speed: not estimated: arm b recorded no tokens/s, and the effects need every one of the 4 arms"
+    assert text[-1] == (
+        "speed: not estimated: arm b not timed by the timing session, and the effects need every one of the 4 arms"
+    )
     assert not any(line.startswith("speed (tokens/s") for line in text)
 
 
@@ -299,11 +359,11 @@ def test_an_unfinished_run_is_left_out_with_a_line_and_its_arm_keeps_its_finishe
 
 
 def test_a_contrast_over_an_arm_the_model_lacks_is_an_error_not_a_weight_of_zero():
-    from gptlab.compare.studies.factorial import _additivity, _table
+    from gptlab.compare.studies.factorial import _additivity, _speed_table
 
-    df = _table([r for r in two_by_two(SPEEDS.get) if r.config["arm"] != "b"], ["a", "b"])
+    df = _speed_table(rates_2x2(lambda arm: None if arm == "b" else SPEEDS[arm]), ["a", "b"])
     with pytest.raises(ValueError, match="arm b is not a cell of the log_speed model"):
-        _additivity(df, "log_speed", ["a", "b"], 0.05)
+        _additivity(df, "log_speed", ["a", "b"], 0.05, blocks=True)
 
 
 def test_a_copied_run_and_a_replayed_seed_count_once_with_the_main_comparisons_lines(tmp_path):

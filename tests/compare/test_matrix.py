@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from gptlab.compare import modes
 from gptlab.compare.reading.timing import EQUAL_TIME_METRIC
@@ -148,3 +149,58 @@ def test_a_matched_arm_folds_into_the_arm_it_was_matched_from(tmp_path):
     doc = json_report.comparison(found.comparisons[0])["verdict_matrix"]
     assert doc["arms"][0]["cells"]["matched"]["status"] == mqa.cells[Lens.MATCHED].status.value
     assert doc["lenses"][0] == "equal_steps"
+
+
+def _matched_sweep(tmp_path, components: dict | None):
+    """mha, mqa and mqa re-solved to the FLOPs of the baseline its record names (`components`; None: a record from
+    before the baseline was kept), compared against attention=mha."""
+    _seeds(tmp_path, "mha", 1.50, 7.2e5)
+    _seeds(tmp_path, "mqa", 1.56, 6.0e5, choices={"attention": "mqa"})
+    _seeds(tmp_path, "mqa_matched", 1.53, 7.2e5, choices={"attention": "mqa"},
+           leaves={"model.match": "flops", "mlp.ratio": 4.8})  # fmt: skip
+    for seed in range(3):
+        path = tmp_path / "mqa_matched" / f"seed{seed}" / "summary.json"
+        doc = json.loads(path.read_text())
+        doc["match"] = {"mode": "flops", "key": "mlp.ratio", "configured": 4, "resolved": 4.8, "residual": 0}
+        if components is not None:
+            doc["match"]["baseline"] = {"match_to": [], "components": components, "is_self": False}
+        path.write_text(json.dumps(doc))
+    req = modes.Request([str(tmp_path)], baseline="attention=mha", out=str(tmp_path / "cmp"))
+    return modes.tables(req)
+
+
+def _baseline_components(tmp_path) -> dict:
+    """The four components of the mha runs' saved config: the baseline the comparison names."""
+    cfg = yaml.safe_load((tmp_path / "mha" / "seed0" / ".hydra" / "config.yaml").read_text())
+    return {k: cfg[k] for k in ("attention", "mlp", "norm", "position")}
+
+
+def test_a_matched_arm_reads_against_the_baseline_it_was_matched_to_or_says_it_cannot(tmp_path):
+    """The match record names the baseline the arm was sized against. The comparison's baseline is that one (up to
+    impl): the matched cell is read. It is another (the record says mlp.ratio 3): no matched cell, one warning naming
+    the key. The record does not say (an older run): the cell is read, with a note that it assumes the baseline."""
+    first = tmp_path / "same"
+    _seeds(first, "mha", 1.50, 7.2e5)
+    wanted = _baseline_components(first)
+    wanted["attention"] = {**wanted["attention"], "impl": "flash"}  # speed only: still the same baseline
+    found = _matched_sweep(first, wanted)
+    [mqa] = found.comparisons[0].matrix.arms
+    assert Lens.MATCHED in mqa.cells and not any("matched to another" in n.text for n in found.comparisons[0].warnings)
+
+    other = tmp_path / "other"
+    _seeds(other, "mha", 1.50, 7.2e5)
+    wanted = _baseline_components(other)
+    wanted["mlp"] = {**wanted["mlp"], "ratio": 3}
+    found = _matched_sweep(other, wanted)
+    cmp = found.comparisons[0]
+    assert all(Lens.MATCHED not in a.cells for a in cmp.matrix.arms) and len(cmp.matrix.arms) == 2  # its own row
+    (said,) = [n for n in cmp.warnings if "matched to another baseline" in n.text]
+    assert "differs in mlp.ratio" in said.text and f"than the comparison's '{cmp.baseline}'" in said.text
+    assert cmp.compute.other_baseline == {said.subject: ["mlp.ratio"]}
+
+    older = tmp_path / "older"
+    found = _matched_sweep(older, None)
+    cmp = found.comparisons[0]
+    [mqa] = cmp.matrix.arms
+    assert Lens.MATCHED in mqa.cells
+    assert any("records no baseline it was flops-matched to" in n.text for n in cmp.notes)

@@ -96,10 +96,12 @@ def write_run(
     data_fingerprint: str | None = None,
     outside_load: float | None = None,
     train_clock: bool = True,
+    started_at: float | None = None,
 ) -> Path:
     """Write one run dir; stop_at < max_steps makes it a crashed run (status "failed" unless given).
 
-    fingerprint / data_fingerprint / outside_load go into summary.json only when given (older runs lack them).
+    fingerprint / data_fingerprint / outside_load / started_at go into summary.json only when given (older runs lack
+    them; write_sweep gives every run a start time, its arms interleaved as gptlab-sweep launches them).
     train_clock: rows and summary carry `train_s` (= wall_s here: these runs spend no time outside their steps), as
     every run gptlab writes now; False writes a run from before it was kept.
     """
@@ -160,6 +162,7 @@ def write_run(
                             ("model_fingerprint", fingerprint),
                             ("data_fingerprint", data_fingerprint),
                             ("outside_load", outside_load),
+                            ("started_at", started_at),
                         )
                         if v is not None
                     },
@@ -182,12 +185,18 @@ def write_run(
 
 
 def write_sweep(root: Path, specs: list[dict]) -> Path:
-    """A multirun dir `<root>/<date>_<time>/<job>/` per spec (kwargs of write_run); returns the sweep root."""
+    """A multirun dir `<root>/<date>_<time>/<job>/` per spec (kwargs of write_run); returns the sweep root. Each run
+    records a start time (unless its spec gives one) with the arms interleaved, a minute apart, as gptlab-sweep
+    launches them: the k-th run of each arm in round k."""
     sweep = root / "2026-01-01_12-00-00"
     sweep.mkdir(parents=True, exist_ok=True)
     (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "MULTIRUN"}}))
+    arms = [repr((sorted((s.get("choices") or {}).items()), sorted((s.get("leaves") or {}).items()))) for s in specs]
+    order = list(dict.fromkeys(arms))
     for job, spec in enumerate(specs):
-        write_run(sweep / str(job), **spec)
+        nth = arms[:job].count(arms[job])
+        start = 1.8e9 + 60.0 * (nth * len(order) + order.index(arms[job]))
+        write_run(sweep / str(job), **{"started_at": start, **spec})
     return sweep
 
 

@@ -35,6 +35,7 @@ SPEED_KEYS = ("device", "batch_size", "seq_len", "grad_accum", "dtype", "compile
 STATUSES = ("running", "finished")
 AXIS = "timed_s"  # the equal-training-time axis: each arm's steps at its timed step time (TimedArm.seconds)
 EQUAL_TIME_METRIC = f"val/loss@{AXIS}"  # the metric of a val-loss verdict at equal training time
+TIME_TO_TARGET_METRIC = f"time_to_target@{AXIS}"  # the metric of a speed-up to a target in time (tables/target.py)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gptlab.compare.render.sections import Preformatted
-from gptlab.compare.render.words import p_value
+from gptlab.compare.render.words import NOT_TIMED, p_value
 
 
 def _effect_line(e: dict, speed: bool) -> str:
@@ -44,22 +44,30 @@ def lines(doc: dict) -> list[str]:
     out.append("  " + additivity_line(doc["loss"], False, doc["factors"]))
     if "speed" in doc:
         flag = (
-            f"  [under load: {', '.join(doc['speed_under_load'])} ran with > {100 * doc['load_limit']:.0f}% of cores "
+            f"  [under load: {', '.join(doc['speed_under_load'])} timed with > {100 * doc['load_limit']:.0f}% of cores "
             "busy elsewhere: speed effects not to be trusted]"
             if doc["speed_under_load"]
             else ""
         )
-        out.append(f"speed (tokens/s, effects as ratios){flag}:")
+        out.append(
+            f"speed (tokens/s timed alone, {doc['speed_rounds']} rounds of the timing session as blocks, residual df "
+            f"{doc['speed']['df_resid']}; effects as ratios){flag}:"
+        )
         out += ["  " + _effect_line(e, True) for e in doc["speed"]["effects"]]
         out.append("  " + additivity_line(doc["speed"], True, doc["factors"]))
+    elif doc.get("speed_not_timed"):
+        out.append(
+            f"speed: {NOT_TIMED}: no timing session times the arms, and a training run's own tokens/s is not a "
+            f"measurement of its arm (time them: {doc['speed_not_timed']})"
+        )
     elif doc.get("speed_missing"):
         missing = doc["speed_missing"]
         out.append(
-            f"speed: not estimated: {'arm' if len(missing) == 1 else 'arms'} {', '.join(missing)} recorded no "
-            f"tokens/s, and the effects need every one of the {2 ** len(doc['factors'])} arms"
+            f"speed: not estimated: {'arm' if len(missing) == 1 else 'arms'} {', '.join(missing)} not timed by the "
+            f"timing session, and the effects need every one of the {2 ** len(doc['factors'])} arms"
         )
     else:
-        out.append("speed: not recorded in enough runs for effects")
+        out.append("speed: fewer than 2 complete rounds of the timing session: no speed effects")
     return out
 
 

@@ -4,27 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from gptlab.compare.reading.clock import Clock
 from gptlab.compare.render import words
 from gptlab.compare.render.sections import Notes, Section, Sentences, Shown, Table
 from gptlab.compare.statistics.verdict import Status, Verdict
 from gptlab.compare.tables.target import TargetResult, TargetRow
 from gptlab.util.note import Note, note, warning
 
-SHORT = {"train_s": "training time", "wall_s": "wall"}  # a clock's name in a speed-up column's header
+TIME = "time at the timed step"  # the time column: steps to target at the arm's timed step time
 
 
-def headers(clock: Clock) -> list[str]:
-    """The table's columns, the time ones named after the clock its times are on."""
-    return [
-        "label",
-        "seeds reached",
-        "steps",
-        "tokens",
-        clock.name,
-        "speed-up (steps)",
-        f"speed-up ({SHORT[clock.key]})",
-    ]
+def headers() -> list[str]:
+    """The table's columns."""
+    return ["label", "seeds reached", "steps", "tokens", TIME, "speed-up (steps)", "speed-up (time)"]
 
 
 def _n(x: float) -> str:
@@ -81,32 +72,35 @@ def _partial(row: TargetRow, text: str) -> str:
     return text if row.all_reached or text == "–" else f"{text} ({row.n_reached}/{row.n_seeds} reached)"
 
 
-def _ratio(up: Verdict, loaded: bool = False) -> str:
-    """A speed-up to target with its noise: `1.86× [0.4, 8.1] within noise`, never a bare ratio."""
+def _ratio(up: Verdict) -> str:
+    """A speed-up to target with its noise: `1.86× [0.4, 8.1] within noise`, never a bare ratio; `not timed` in time
+    without a timing session."""
     if up.effect is None:
-        return "–"
+        return words.speed(up) if up.metric in words.TIMED_METRICS else "–"
     if up.status is Status.BASELINE:
         return f"{up.effect:.2f}× (baseline)"
     bounds = f" [{up.interval[0]:.2f}, {up.interval[1]:.2f}]" if up.interval else ""
-    return f"{up.effect:.2f}×{bounds} {words.speed(up)}" + (" (under load)" if loaded else "")
+    return f"{up.effect:.2f}×{bounds} {words.speed(up)}"
 
 
 def target_cells(result: TargetResult) -> tuple[str, list[str], list[list[str]]]:
     """Title, headers and one line per group (baseline first) for one target."""
     body = []
-    for i, row in enumerate(result.rows):
+    for row in result.rows:
+        timed = row.time_s_mean is not None or any(h.time_s is not None for h in row.seeds)
+        time = _partial(row, _time(row.time_s_mean, row.time_s_std)) if timed or not row.n_reached else words.NOT_TIMED
         body.append(
             [
                 row.label,
                 f"{row.n_reached}/{row.n_seeds}",
                 steps_cell(row),
                 _partial(row, _pm(row.tokens_mean, row.tokens_std, _si)),
-                _partial(row, _time(row.time_s_mean, row.time_s_std)),
+                time,
                 _ratio(row.speedup_steps),
-                _ratio(row.speedup_time, i > 0 and (row.under_load or result.rows[0].under_load)),
+                _ratio(row.speedup_time),
             ]
         )
-    return f"Steps to {result.target.text}", headers(result.clock), body
+    return f"Steps to {result.target.text}", headers(), body
 
 
 def _every(result: TargetResult) -> str:
@@ -137,22 +131,24 @@ def target_notes(cmp: Any) -> list[Note]:
     """The rule behind the steps-to-target tables and the threshold sentences, in plain sentences."""
     if not cmp.targets:
         return []
-    time = cmp.clock.name
     out = [
         note(
             "Steps to target: for each seed, the first step at which the metric was recorded at or past the target "
             "(METRIC=X means ≤ X for a loss, ≥ X for an accuracy); mean ± std over the seeds that reached it, with "
             "'k/n reached' and the step by which each other seed had still not reached it (its last recorded step) "
-            f"— an unreached seed is never averaged away. Tokens and {time} are those of that step (interpolated "
-            "between neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
-            f"extrapolated). Speed-up = the ratio of the geometric means of the baseline's steps (or {time}) to "
-            f"target and the arm's, with a 95% CI and a verdict ({words.RATIO_WORDS}: Welch's t-test on the "
-            "logs, p < 0.05; n/a with 1 seed), shown only when both reached it in every seed and none at step 0 "
-            f"(a speed-up from initialisation is undefined); {time} speed-ups of runs measured under outside load "
-            "are marked so. Each seed's crossing lies between the previous record and the reported one, so a "
+            "— an unreached seed is never averaged away. Tokens are those of that step (interpolated between "
+            "neighbouring logged rows when the eval row lacks them, 0 at step 0; '–' when unknown, never "
+            f"extrapolated). The {TIME} is that step count times the arm's step time measured by the timing "
+            "session (each arm timed alone, in interleaved rounds), never a training run's own clock, which holds "
+            f"whatever shared its machine; '{words.NOT_TIMED}' where no session times the arm. Speed-up = the ratio "
+            "of the geometric means of the baseline's steps (or time) to target and the arm's, with a 95% CI and a "
+            f"verdict ({words.RATIO_WORDS}: Welch's t-test on the logs, p < 0.05; n/a with 1 seed), shown only when "
+            "both reached it in every seed and none at step 0 (a speed-up from initialisation is undefined); in "
+            "time, its interval is widened by the timed step-time ratio's own interval (the two half-widths added "
+            "on the logs, never narrower than the exact one) and it keeps the timed speed's caveats. Each seed's "
+            "crossing lies between the previous record and the reported one, so a "
             f"{words.FASTER_SLOWER} verdict must also hold with every seed at the end of that bracket least "
-            f"favourable to it (steps, and the {time}s of the same two records), else it reads "
-            f"'{words.speed(_UNSURE)}'."
+            f"favourable to it, else it reads '{words.speed(_UNSURE)}'."
         )
     ]
     out += [
@@ -179,7 +175,7 @@ def sections(cmp: Any) -> list[Section]:
         out.append(Table("target", caption, tuple(headers), rows, heading=title, left=("label", "steps")))
     if cmp.targets:
         rule = (
-            f"steps/tokens/{SHORT[cmp.clock.key]}: mean ± std over the seeds that reached the target, the others "
+            "steps/tokens/time: mean ± std over the seeds that reached the target, the others "
             "counted as not reached; speed-up only where both arms reached it in every seed after step 0, undecided "
             "where the evals around a crossing could flip it (rule: comparison.md)"
         )

@@ -7,7 +7,7 @@ a better side), and every report says "within noise", "within noise floor", "wit
 
 from __future__ import annotations
 
-from gptlab.compare.reading.timing import EQUAL_TIME_METRIC, Source
+from gptlab.compare.reading.timing import EQUAL_TIME_METRIC, TIME_TO_TARGET_METRIC, Source
 from gptlab.compare.statistics.power import MAX_SEEDS, Decision
 from gptlab.compare.statistics.rounds import METRIC as TIMED_SPEED
 from gptlab.compare.statistics.stats import ALPHA
@@ -25,7 +25,11 @@ BETTER_WORSE = "better/worse"  # ... and the decided verdicts on a metric with a
 NOT_AT_EQUAL_FLOPS = "not measured at equal FLOPs"  # a reading between evals that a shared grid could have measured
 EDGE_LR = "best lr at the grid's edge"
 NOT_TIMED = "not timed"  # a speed (or equal-training-time) verdict with no timing session behind it
-TIMED_METRICS = (TIMED_SPEED, EQUAL_TIME_METRIC)  # the verdicts a timing session makes: NOT_MEASURED is NOT_TIMED
+TIMED_METRICS = (
+    TIMED_SPEED,
+    EQUAL_TIME_METRIC,
+    TIME_TO_TARGET_METRIC,
+)  # the verdicts a timing session makes: NOT_MEASURED is NOT_TIMED
 
 
 def p_value(p: float | None, threshold: float = ALPHA) -> str:

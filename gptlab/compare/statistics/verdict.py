@@ -130,6 +130,22 @@ def bracketed(found: Verdict, arm: Sequence[tuple[float, float]], base: Sequence
     return found if worst.direction == found.direction else replace(found, status=Status.UNRESOLVED)
 
 
+def widened(v: Verdict, low: float, high: float, caveats: Sequence[Caveat] = ()) -> Verdict:
+    """A ratio verdict times an independent factor known to within [low, high] of its value (low <= 1 <= high: the
+    relative interval of a timed step time, say): the interval's ends are multiplied by low and high, so on the logs
+    the two half-widths add. That is at least as wide as the exact interval of a sum of two independent errors (whose
+    half-width is the root of the sum of squares), never narrower: it covers at least 1 - alpha when each part does.
+    p is dropped (it tested the narrower interval); DECIDED only when the widened interval excludes 1. A verdict
+    without an interval keeps its status; every verdict gains `caveats`."""
+    for c in caveats:
+        v = v.with_caveat(c)
+    if v.interval is None or v.status not in (Status.DECIDED, Status.WITHIN_NOISE):
+        return v
+    lo, hi = v.interval[0] * low, v.interval[1] * high
+    status = Status.DECIDED if lo > 1.0 or hi < 1.0 else Status.WITHIN_NOISE
+    return replace(v, status=status, interval=(lo, hi), p=None)
+
+
 def baseline(metric: str, ratio: bool = False) -> Verdict:
     """The baseline's own cell."""
     return Verdict(metric, Status.BASELINE, 1.0 if ratio else 0.0, ratio=ratio)

@@ -40,7 +40,7 @@ from gptlab.compare.reading.runs import Run
 from gptlab.compare.reading.timing import Matching, Session
 from gptlab.compare.statistics import speed, stats, verdict
 from gptlab.compare.statistics.noise_floor import Floor, load_limit, mem_limit
-from gptlab.compare.statistics.order import confounded
+from gptlab.compare.statistics.order import confounded, started
 from gptlab.compare.statistics.power import Power, arm_power
 from gptlab.compare.statistics.rounds import Paired, RoundSpeed
 from gptlab.compare.statistics.stats import ALPHA
@@ -380,10 +380,23 @@ def _run_order(ordered: list[Group], rows: list[Row]) -> tuple[str | None, dict[
     return order_why, arm_why
 
 
-def order_warnings(order_why: str | None, arm_why: dict[str, str]) -> list[Note]:
+def order_warnings(order_why: str | None, arm_why: dict[str, str], groups: list[Group]) -> list[Note]:
     """One warning when every arm's training runs are confounded with run order, else one per arm confounded against
-    the baseline: their tokens/s during training are records no verdict uses, and may be the order's."""
+    the baseline: their tokens/s during training are records no verdict uses, and may be the order's. Runs that
+    recorded no start time leave the check unmade: one warning says so, never a silent pass."""
     fix = "gptlab-sweep launches arms interleaved; rerun the runs that way"
+    lacking = [r for g in groups for r in g.runs if started(r) is None] if len(groups) > 1 else []
+    if lacking:
+        more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
+        return [
+            warning(
+                f"{lacking[0].path}{more} recorded no start time (summary started_at, written before it was kept): "
+                "whether run order or load made the training runs' tokens/s differ was not checked, so those "
+                "records carry no such caveat (speed verdicts come from a timing session only)",
+                subject=str(lacking[0].path),
+                fix="time the arms alone: the timing session needs no start times",
+            )
+        ]
     if order_why:
         return [
             warning(
@@ -458,7 +471,7 @@ def compare(
         attach_claims(rows, ordered, claims)
     clock = clock_of(runs)
     warnings = copies + replays + unchecked + unequal + stop_warnings(runs, point)
-    warnings += identity_warnings(rows, ordered, load_limit(floor)) + order_warnings(order_why, arm_why)
+    warnings += identity_warnings(rows, ordered, load_limit(floor)) + order_warnings(order_why, arm_why, ordered)
     warnings += peak_warnings(runs, peak) + machine_warnings(runs) + overhead_warnings(runs, clock) + timing_warnings
     cmp = Comparison(point.step_of(base.runs[0]), base.label, rows, ordered, warnings, point=point, peak=peak)
     cmp.notes = arm_notes(ordered, base) + ([clock.note] if clock.note else []) + _token_notes(point, rows)
@@ -474,14 +487,18 @@ def compare(
 
 def add_targets(cmp: Comparison, runs: list[Run], targets: list, thresholds: list, key: str | None) -> None:
     """Steps-to-target rows for each --target and --threshold target (once each), then each threshold's answer."""
-    from gptlab.compare.tables.target import check_metric, steps_to_target
+    from gptlab.compare.tables.target import Timed, check_metric, steps_to_target
     from gptlab.compare.tables.threshold import threshold
 
     for flag, wanted in (("--target", targets), ("--threshold", thresholds)):
         for t in wanted:
             check_metric(t, runs, flag)
+    timed = []  # each group's timed step (cmp.groups and cmp.rows share one order), None where not timed
+    for g, row in zip(cmp.groups, cmp.rows):
+        arm = cmp.timing.arm_of(g) if cmp.timing is not None else None
+        timed.append(Timed(arm.step_ms / 1000.0, row.speed) if arm is not None and arm.step_ms else None)
     results: dict = {}
     for t in [*targets, *thresholds]:
-        results.setdefault(t, steps_to_target(cmp.groups, t, cmp.load_limit, cmp.clock))
+        results.setdefault(t, steps_to_target(cmp.groups, t, timed))
     cmp.targets = list(results.values())
     cmp.thresholds = [threshold(cmp.groups, results[t], key) for t in thresholds]

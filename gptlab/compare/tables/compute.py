@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from gptlab.compare.reading.clock import NAMES
+from gptlab.compare.reading.group import Group
 from gptlab.compare.reading.runs import Run
 from gptlab.compare.reading.timing import AXIS as TIMED
 from gptlab.compare.reading.timing import EQUAL_TIME_METRIC
@@ -36,6 +37,7 @@ from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Caveat, Status, Verdict
 from gptlab.compare.tables.analysis import Comparison
 from gptlab.sweep.layout import SWEEP_FILE
+from gptlab.util.note import Note, note, warning
 
 AXES = {"flops": "training FLOPs", **NAMES, TIMED: "training time, timed alone"}  # x key -> its name
 
@@ -239,6 +241,10 @@ class EqualCompute:
     axes: list[AxisResult]
     matched: dict[str, dict] = field(default_factory=dict)
     rebuilt: list[str] = field(default_factory=list)  # runs whose flops column came from flops_per_token × tokens
+    # matched arms sized against another baseline than the comparison's (label -> the keys it differs in): no
+    # matched cell is read for them (compare/tables/matrix.py); `warnings` say so, and where a record cannot tell
+    other_baseline: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[Note] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -248,8 +254,67 @@ class EqualCompute:
                 for a in self.axes
             ],
             "matched": self.matched,
+            "matched_to_another_baseline": self.other_baseline,
             "flops_rebuilt_from_summary": self.rebuilt,
         }
+
+
+# Keys of a component that change neither its parameters nor its FLOPs per token: a baseline that differs only in
+# them is the one an arm was matched to. The model keys that size every component are compared besides.
+COST_FREE = frozenset({"name", "impl", "dropout"})
+SIZE_KEYS = ("n_layer", "n_head", "d_model", "block_size", "vocab_size", "vocab_multiple", "tie_embeddings", "bias")
+
+
+def baseline_differs(record: dict, arm: Group, base: Group) -> list[str] | None:
+    """The keys in which the comparison's baseline group differs from the baseline `arm` was matched to (its match
+    record's components: conf defaults + model.match_to, at the arm's model sizes): [] when it is that baseline,
+    None when the record does not say (a run from before the components were recorded)."""
+    components = (record.get("baseline") or {}).get("components")
+    if not isinstance(components, dict):
+        return None
+    have, own = base.runs[0].config, arm.runs[0].config
+    out = []
+    for group, want in components.items():
+        got = have.get(group) if isinstance(have.get(group), dict) else {}
+        want = want if isinstance(want, dict) else {}
+        out += [
+            f"{group}.{k}" for k in sorted(set(want) | set(got)) if k not in COST_FREE and want.get(k) != got.get(k)
+        ]
+    knob = str(record.get("key") or "")
+    sizes = [(own.get("model") or {}, have.get("model") or {})]
+    out += [f"model.{k}" for k in SIZE_KEYS for a, b in sizes if f"model.{k}" != knob and a.get(k) != b.get(k)]
+    return out
+
+
+def _match_checks(cmp: Comparison, matched: dict[str, dict]) -> tuple[dict[str, list[str]], list[Note]]:
+    """(matched arms sized against another baseline: label -> keys, the warnings and notes that say so)."""
+    base = cmp.groups[0]
+    other, out = {}, []
+    for g in cmp.groups[1:]:
+        if g.label not in matched:
+            continue
+        differs = baseline_differs(matched[g.label], g, base)
+        mode = matched[g.label].get("mode") or "flops"
+        if differs is None:
+            out.append(
+                note(
+                    f"note: '{g.label}' records no baseline it was {mode}-matched to (a run from before it was kept): "
+                    f"its matched reading assumes the comparison's baseline '{base.label}'",
+                    subject=g.label,
+                )
+            )
+        elif differs:
+            other[g.label] = differs
+            out.append(
+                warning(
+                    f"'{g.label}' was {mode}-matched to another baseline than the comparison's '{base.label}' (it "
+                    f"differs in {', '.join(differs)}): no matched reading is made against a baseline it was not "
+                    "sized to",
+                    subject=g.label,
+                    fix="give --baseline the arm of conf defaults + its model.match_to",
+                )
+            )
+    return other, out
 
 
 def equal_compute(cmp: Comparison) -> EqualCompute:
@@ -271,4 +336,5 @@ def equal_compute(cmp: Comparison) -> EqualCompute:
         for g in cmp.groups
         if isinstance(rec := next((r.summary.get("match") for r in g.runs if r.summary.get("match")), None), dict)
     }
-    return EqualCompute(axes, matched, rebuilt)
+    other, notes = _match_checks(cmp, matched)
+    return EqualCompute(axes, matched, rebuilt, other, notes)

@@ -162,12 +162,14 @@ def reconcile(arm: ArmLenses) -> list[Finding]:
 
 def _matched_from(cmp: Comparison) -> dict[int, tuple[int, str]]:
     """{row index of an arm: (row index of the arm matched from it, mode)}: a matched arm (its runs carry a
-    `match` record) folds into the one arm that differs from it only in model.match* and the re-solved knob."""
+    `match` record) folds into the one arm that differs from it only in model.match* and the re-solved knob, unless
+    it was matched to another baseline than the comparison's (compute.baseline_differs: its own row then)."""
     records = cmp.compute.matched if cmp.compute is not None else {}
+    other = cmp.compute.other_baseline if cmp.compute is not None else {}
     out: dict[int, tuple[int, str]] = {}
     for j, g in enumerate(cmp.groups):
         rec = records.get(g.label)
-        if j == 0 or not isinstance(rec, dict):
+        if j == 0 or not isinstance(rec, dict) or g.label in other:  # sized against another baseline: no reading
             continue
         knob = str(rec.get("key") or "")
         sources = [

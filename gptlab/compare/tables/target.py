@@ -1,18 +1,26 @@
-"""Steps to target (--target) and the smallest arm value that reaches it in every seed (--threshold)."""
+"""Steps to target (--target) and the smallest arm value that reaches it in every seed (--threshold).
+
+Time to target is each seed's steps to it at its arm's timed step time (the timing session's, compare/tables/timed.py),
+never a training run's own clock: a run's clock holds whatever shared its machine (the queue's other runs, outside
+load, the run order), so a time-to-target ratio of two runs' clocks is not a measurement of the arms. The speed-up in
+time is the seeds' ratio (Welch on the logs, held against the evals around each crossing, as the steps' is) widened
+by the timed step-time ratio's own interval (statistics/verdict.widened), with its caveats; a group no session times
+has no time to target ("not timed").
+"""
 
 from __future__ import annotations
 
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
-from gptlab.compare.reading.clock import Clock
 from gptlab.compare.reading.group import Group
 from gptlab.compare.reading.runs import Run
+from gptlab.compare.reading.timing import AXIS, TIME_TO_TARGET_METRIC
 from gptlab.compare.statistics import stats, verdict
-from gptlab.compare.statistics.speed import outside_load
 from gptlab.compare.statistics.stats import ALPHA
 from gptlab.compare.statistics.verdict import Status, Verdict
 from gptlab.errors import ConfigError
@@ -114,7 +122,7 @@ def x_at(run: Run, step: int, key: str) -> float | None:
 @dataclass
 class SeedHit:
     """One run's first step at or past the target (None: not reached by last_step) and tokens/time there (time: the
-    comparison's clock, training time or wall time).
+    step at the arm's timed step time; None where the arm is not timed).
 
     The target was crossed after the previous record of the metric (`prev_step`, 0 when the hit is the first
     record: the start) and at or before `step`: each seed's steps to target lie in (prev_step, step], its time in
@@ -137,19 +145,19 @@ class SeedHit:
         return self.reached and (self.step == 0 or self.time_s == 0.0)
 
 
-def first_hit(run: Run, target: Target, clock: Clock) -> SeedHit:
-    """Scan the steps where the run recorded the metric, in order, for the first one at or past the target."""
+def first_hit(run: Run, target: Target, step_s: float | None) -> SeedHit:
+    """Scan the steps where the run recorded the metric, in order, for the first one at or past the target; times
+    at the arm's timed `step_s` seconds a step (None: not timed)."""
     steps = sorted(s for s, r in run.by_step.items() if r.get(target.metric) is not None)
     seed = run.config.get("seed")
     for i, s in enumerate(steps):
         value = float(run.by_step[s][target.metric])
         if target.reached(value):
             prev = steps[i - 1] if i else 0  # the first record: crossed since the start
-            hit = SeedHit(
-                seed, str(run.path), True, s, x_at(run, s, "tokens"), x_at(run, s, clock.key), value, steps[-1]
-            )
+            time_s = None if step_s is None else s * step_s
+            hit = SeedHit(seed, str(run.path), True, s, x_at(run, s, "tokens"), time_s, value, steps[-1])
             if s > 0:
-                hit.prev_step, hit.prev_time_s = prev, x_at(run, prev, clock.key)
+                hit.prev_step, hit.prev_time_s = prev, None if step_s is None else prev * step_s
             return hit
     return SeedHit(seed, str(run.path), False, None, None, None, None, steps[-1] if steps else 0)
 
@@ -176,10 +184,12 @@ class TargetRow:
     time_s_mean: float | None
     time_s_std: float | None
     not_reached_by: list[int]
-    # Speed-ups to target (rates: 1 / steps, 1 / time), Welch on the logs; NOT_MEASURED until compared.
+    # Speed-ups to target (rates: 1 / steps, 1 / time), Welch on the logs; NOT_MEASURED until compared (time: also
+    # where the arm or the baseline is not timed).
     speedup_steps: Verdict = field(default_factory=lambda: Verdict("steps", Status.NOT_MEASURED, ratio=True))
-    speedup_time: Verdict = field(default_factory=lambda: Verdict("time_s", Status.NOT_MEASURED, ratio=True))
-    under_load: bool = False  # times taken while other processes held the cores (not worth trusting)
+    speedup_time: Verdict = field(
+        default_factory=lambda: Verdict(TIME_TO_TARGET_METRIC, Status.NOT_MEASURED, ratio=True)
+    )
     seeds: list[SeedHit] = field(default_factory=list)
 
     @property
@@ -193,9 +203,18 @@ class TargetRow:
         return [h for h in self.seeds if h.at_start]
 
 
-def target_row(g: Group, target: Target, clock: Clock) -> TargetRow:
+@dataclass(frozen=True)
+class Timed:
+    """A group's timed step (compare/tables/timed.py): seconds a training step, and the speed verdict (tokens/s,
+    paired rounds) of its arm against the baseline group's arm."""
+
+    step_s: float
+    speed: Verdict
+
+
+def target_row(g: Group, target: Target, timed: Timed | None) -> TargetRow:
     """Per-seed hits of one group summarised; the unreached seeds are counted, never averaged away."""
-    hits = [first_hit(r, target, clock) for r in g.runs]
+    hits = [first_hit(r, target, None if timed is None else timed.step_s) for r in g.runs]
     ok = [h for h in hits if h.reached]
     steps = _spread([float(cast(int, h.step)) for h in ok])  # a seed that reached the target has its step
     tokens, time = _spread([h.tokens for h in ok]), _spread([h.time_s for h in ok])
@@ -224,7 +243,10 @@ def _brackets(hits: list[SeedHit], key: str) -> list[tuple[float, float]]:
     return out
 
 
-def _held(found: Verdict, arm: list[tuple[float, float]], base: list[tuple[float, float]]) -> Verdict:
+Widen = Callable[[Verdict], Verdict]
+
+
+def _held(found: Verdict, arm: list[tuple[float, float]], base: list[tuple[float, float]], widen: Widen) -> Verdict:
     """verdict.bracketed for a speed-up to target: a decided speed-up must still be decided the same way with each
     arm seed at the end of its bracket nearest the baseline and each baseline seed at the end nearest the arm
     (faster: the arm at its slowest, the baseline at its quickest), else UNRESOLVED. Only ever adds caution."""
@@ -235,18 +257,39 @@ def _held(found: Verdict, arm: list[tuple[float, float]], base: list[tuple[float
     base_worst = _rates([lo if faster else hi for lo, hi in base])
     if arm_worst is None or base_worst is None:  # a bracket open to the start: any rate is possible
         return replace(found, status=Status.UNRESOLVED)
-    worst = verdict.ratio(found.metric, arm_worst, base_worst, ALPHA)
+    worst = widen(verdict.ratio(found.metric, arm_worst, base_worst, ALPHA))
     return found if worst.direction == found.direction else replace(found, status=Status.UNRESOLVED)
 
 
-def _versus(row: TargetRow, base: TargetRow) -> None:
+def _step_time_spread(speed: Verdict) -> Widen | None:
+    """How the timed step-time ratio's own noise widens a time-to-target verdict (statistics/verdict.widened): by its
+    relative interval, and within the session's A/A floor where it is below it; the identity for one build timed for
+    both; None where the timed ratio has no interval (one round: no time verdict can be tested)."""
+    if speed.status in (Status.IDENTICAL, Status.BASELINE):
+        return lambda v: v
+    if speed.effect is None or speed.interval is None:
+        return None
+    low, high = speed.interval[0] / speed.effect, speed.interval[1] / speed.effect
+    if speed.status is Status.BELOW_FLOOR and speed.floor is not None:  # the A/A could make the whole ratio
+        low, high = min(low, 1.0 / (speed.floor * speed.effect)), max(high, speed.floor / speed.effect)
+    return lambda v: verdict.widened(v, low, high, speed.caveats)
+
+
+def _versus(row: TargetRow, base: TargetRow, timed: Timed | None, timed_base: Timed | None) -> None:
     """Speed-ups to target with their noise: ratio of geometric means, 95% CI and Welch verdict (never bare), held
-    against the evals around each seed's crossing; each needs every seed's value."""
-    for key, attr in (("step", "speedup_steps"), ("time_s", "speedup_time")):
-        arm, ref = _rates([getattr(h, key) for h in row.seeds]), _rates([getattr(h, key) for h in base.seeds])
-        if arm is not None and ref is not None:
-            found = verdict.ratio(getattr(row, attr).metric, arm, ref, ALPHA)
-            setattr(row, attr, _held(found, _brackets(row.seeds, key), _brackets(base.seeds, key)))
+    against the evals around each seed's crossing; each needs every seed's value. In time, only where both groups
+    are timed, widened by the timed step-time ratio's interval (the module docstring)."""
+    arm, ref = _rates([h.step for h in row.seeds]), _rates([h.step for h in base.seeds])
+    if arm is None or ref is None:
+        return
+    found = verdict.ratio(row.speedup_steps.metric, arm, ref, ALPHA)
+    row.speedup_steps = _held(found, _brackets(row.seeds, "step"), _brackets(base.seeds, "step"), lambda v: v)
+    widen = None if timed is None or timed_base is None else _step_time_spread(timed.speed)
+    arm, ref = _rates([h.time_s for h in row.seeds]), _rates([h.time_s for h in base.seeds])
+    if widen is None or arm is None or ref is None:
+        return
+    found = widen(verdict.ratio(row.speedup_time.metric, arm, ref, ALPHA))
+    row.speedup_time = _held(found, _brackets(row.seeds, "time_s"), _brackets(base.seeds, "time_s"), widen)
 
 
 def resolution(runs: list[Run], metric: str) -> list[int]:
@@ -262,12 +305,13 @@ def resolution(runs: list[Run], metric: str) -> list[int]:
 
 @dataclass
 class TargetResult:
-    """The target, its step resolution, one row per group (baseline first) and the clock its times are on."""
+    """The target, its step resolution, one row per group (baseline first) and whether its times are timed steps
+    (False: no session times the baseline, so no time to target)."""
 
     target: Target
     resolution: list[int]
     rows: list[TargetRow]
-    clock: Clock
+    timed: bool
 
     def to_json(self) -> dict[str, Any]:
         """The comparison.json `targets` entry."""
@@ -277,7 +321,7 @@ class TargetResult:
             "value": self.target.value,
             "text": self.target.text,
             "resolution_steps": self.resolution,
-            "clock": self.clock.key,  # what time_s is: train_s (training time) or wall_s (wall time)
+            "time_axis": AXIS if self.timed else None,  # time_s: steps at the arm's timed step time (None: not timed)
             "rows": [
                 {
                     **asdict(r),
@@ -290,21 +334,20 @@ class TargetResult:
         }
 
 
-def steps_to_target(groups: list[Group], target: Target, limit: float, clock: Clock) -> TargetResult:
-    """Rows for every group (groups[0] is the baseline) with speed-ups where both reached it in every seed, none of
-    them at initialisation (a rate of 1/0: the speed-up is undefined, NOT_MEASURED); a group above `limit` outside
-    load (the comparison's) is under load; times on `clock` (the comparison's)."""
-    rows = [target_row(g, target, clock) for g in groups]
+def steps_to_target(groups: list[Group], target: Target, timed: Sequence[Timed | None]) -> TargetResult:
+    """Rows for every group (groups[0] is the baseline; `timed` in the same order, None for an untimed group) with
+    speed-ups where both reached it in every seed, none of them at initialisation (a rate of 1/0: the speed-up is
+    undefined, NOT_MEASURED); time to target only where the group and the baseline are timed."""
+    rows = [target_row(g, target, t) for g, t in zip(groups, timed)]
     base = rows[0]
-    for row, g in zip(rows, groups):
-        load = outside_load(g.runs)
-        row.under_load = load is not None and load > limit
+    for row, t in zip(rows, timed):
         if not (row.all_reached and base.all_reached) or row.at_start or base.at_start:
             continue
         if row is base:
             row.speedup_steps = verdict.baseline("steps", ratio=True)
-            if _rates([h.time_s for h in row.seeds]) is not None:
-                row.speedup_time = verdict.baseline("time_s", ratio=True)
+            if t is not None:
+                row.speedup_time = verdict.baseline(TIME_TO_TARGET_METRIC, ratio=True)
         else:
-            _versus(row, base)
-    return TargetResult(target, resolution([r for g in groups for r in g.runs], target.metric), rows, clock)
+            _versus(row, base, t, timed[0])
+    found = resolution([r for g in groups for r in g.runs], target.metric)
+    return TargetResult(target, found, rows, timed[0] is not None)
