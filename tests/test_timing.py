@@ -86,6 +86,7 @@ def test_each_arm_builds_the_model_its_run_trained(session, arms):
         assert doc["arms"][arm.name]["params"] == summary["params"]
         provenance = json.loads((arm.run_dir / "provenance.json").read_text())
         assert doc["arms"][arm.name]["threads"] == provenance["hardware"]["cpu_threads"]
+        assert provenance["hardware"]["hostname"] == doc["machine"]["hostname"]  # the run's machine, by name
     assert doc["arms"]["base"]["model_fingerprint"] != doc["arms"]["relu2"]["model_fingerprint"]
 
 

@@ -64,6 +64,7 @@ def collect(overrides: list[str], hardware) -> dict:
             "machine_cores": os.cpu_count(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "platform": platform.platform(),
+            "hostname": platform.node(),  # which machine of a cluster ran it (the timing session records its own)
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             # forked from a warm interpreter (a local sweep's run) or a fresh one: a CPU run's peak memory differs
             "process_start": "forked" if gptlab.FORKED else "fresh",
