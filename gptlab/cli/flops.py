@@ -28,7 +28,10 @@ from gptlab.util.paths import CONF_DIR
 
 # what a cost reads of a training config: the model's groups and keys, the hardware, the optimizer's choice (its state
 # bytes), the batch (its activations), and conf/flops.yaml's own keys; any other key changes no figure
-READS = ("model", "attention", "mlp", "norm", "position", "experiment", "scale", "hardware", "train.batch_size")
+READS = (
+    "model", "attention", "mlp", "norm", "position", "experiment", "scale", "hardware", "train.batch_size",
+    "data.doc_mask",
+)  # fmt: skip
 READS_CHOICE = ("optimizer",)
 
 

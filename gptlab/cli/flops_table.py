@@ -63,7 +63,26 @@ def _summary_lines(d: dict) -> list[str]:
         f"verdict       [bold]{d['bound']}-bound[/]: step >= {_secs(t['lower_bound_s'])} "
         f"(compute {_secs(t['compute_s'])}, memory {_secs(t['memory_s'])})",
         _accounting_line(d["accounting"]),
+        *([_documents_line(d["documents"])] if d.get("documents") else []),
     ]
+
+
+def _documents_line(doc: dict) -> str:
+    """data.doc_mask: what the document mask saves of the attention FLOPs (costs/documents.py), and what MFU counts."""
+    how = (
+        "flex skips tiles with no pair of one document"
+        if doc["skips_masked_blocks"]
+        else "this kernel computes every score, then masks (sdpa, naive): no FLOPs saved"
+    )
+    if doc["doc_length"] is None:
+        figure = "give doc_length=<tokens per document> for a figure"
+    else:
+        figure = (
+            f"at {doc['doc_length']:,}-token documents attention kernel {_si(doc['attention_kernel'])} -> "
+            f"{_si(doc['attention_kernel_documents'])} FLOPs ({100 * doc['kernel_saved_share']:.0f}% saved), useful "
+            f"{_si(doc['attention_useful'])} -> {_si(doc['attention_useful_documents'])}"
+        )
+    return f"documents     data.doc_mask: {how}; {figure}; MFU counts the unmasked causal FLOPs"
 
 
 def _accounting_line(acc: dict) -> str:

@@ -154,7 +154,20 @@ def flops_report(cfg: DictConfig, vocab_size: int = DEFAULT_VOCAB, seq_default: 
     )
     if sharding is not None:
         report.sharding = section(cfg, model, report, sharding, state, _device(cfg))
+    if OmegaConf.select(cfg, "data.doc_mask") is True and mode == "train":
+        from gptlab.costs.documents import documents_cost
+        from gptlab.costs.structure import describe
+
+        report.documents = documents_cost(describe(model), batch, seq, _doc_length(cfg))
     return report
+
+
+def _doc_length(cfg: DictConfig) -> int | None:
+    """doc_length: the mean tokens per document data.doc_mask is costed at (null: not known)."""
+    value = OmegaConf.select(cfg, "doc_length")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"doc_length={value!r}: expected a positive integer (tokens per document) or null")
+    return value
 
 
 def own_keys() -> DictConfig:

@@ -248,7 +248,16 @@ def _match_knobs(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
     return [(keys, "with model.match=null (nothing is matched); set model.match=params or flops")] if keys else []
 
 
-INERT = (_window_knobs, _mlp_multiple, _spikes, _sampling, _bpe, _hardware, _match_knobs)
+def _mup_width(cfg: Mapping, choices: Mapping[str, str]) -> list[Inert]:
+    """model.mup_base_width is muP's base width: under model.parametrization=sp nothing is scaled by width."""
+    if _get(cfg, "model.parametrization", "sp") == "mup" or _get(cfg, "model.mup_base_width") is None:
+        return []
+    return [
+        (("model.mup_base_width",), "with model.parametrization=sp (nothing is scaled); set model.parametrization=mup")
+    ]
+
+
+INERT = (_window_knobs, _mlp_multiple, _spikes, _sampling, _bpe, _hardware, _match_knobs, _mup_width)
 # keys every config carries a value for: named only when someone chose them (the command line), never by default
 _ALWAYS_SET = {
     "mlp.multiple_of",

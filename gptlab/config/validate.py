@@ -178,13 +178,15 @@ def validate(cfg: DictConfig) -> Hardware:
         from gptlab.sinks.wandb import resolve_mode
 
         resolve_mode(str(mode))
-    from gptlab.config.build import _factory, build_hardware, build_model, logger_factories
+    from gptlab.config.build import _factory, build_hardware, build_model, build_optimizer, logger_factories
 
     hardware = build_hardware(cfg)
     vocab = cfg.model.get("vocab_size")
-    build_model(cfg, vocab_size=vocab or 256, device="meta")  # component constructors check their keys
+    model = build_model(cfg, vocab_size=vocab or 256, device="meta")  # component constructors check their keys
     for group in ("data", "optimizer", "schedule"):  # keys a choice's target does not take: refused, not ignored
         if OmegaConf.select(cfg, f"{group}._target_") is not None:
             _factory(cfg, group)
+    if OmegaConf.select(cfg, "optimizer._target_") is not None:  # its refusals of the model (sgd under muP), now
+        build_optimizer(cfg, model)
     logger_factories(cfg)
     return hardware

@@ -98,6 +98,7 @@ class CostReport:
     intensity: dict = field(default_factory=dict)  # forward FLOP/byte, whole and per op class (accounting.intensity)
     accounting: dict = field(default_factory=dict)  # the conventions counted with (accounting.Accounting)
     sharding: dict | None = None  # per-rank memory and communication over N ranks (sharding.per_rank), when asked
+    documents: dict | None = None  # data.doc_mask: attention FLOPs with the document mask (costs.documents), when set
 
     def to_dict(self) -> dict:
         """The JSON contract (gptlab-flops --json, docs/COSTS.md): nested dicts plus the per-op list."""

@@ -39,7 +39,7 @@ def traits_for(attn) -> KernelTraits:
     return KERNEL_TRAITS.get(getattr(attn, "impl", "sdpa"), DEFAULT_TRAITS)
 
 
-def _prefix_useful(n: int, window: int | None) -> int:
+def prefix_useful(n: int, window: int | None) -> int:
     """Σ_{p=0}^{n-1} min(p+1, window): visible keys summed over the first n positions."""
     if window is None or n <= window:
         return n * (n + 1) // 2
@@ -49,7 +49,7 @@ def _prefix_useful(n: int, window: int | None) -> int:
 def useful_pairs(tq: int, tk: int, window: int | None) -> int:
     """Unmasked pairs when the tq queries are the last tq of tk positions (causal, optional window)."""
     offset = tk - tq
-    return _prefix_useful(tk, window) - _prefix_useful(offset, window)
+    return prefix_useful(tk, window) - prefix_useful(offset, window)
 
 
 def dense_pairs(tq: int, tk: int) -> int:

@@ -50,6 +50,9 @@ class Data(Protocol):
     reports_accuracy: bool  # True when y marks only answer positions (accuracy is meaningful)
     fingerprint: str  # changes whenever any sample could change (content, tokenizer, split, generator)
     val_sets: tuple  # extra named validation sets (data.val_sets, gptlab/data/val_sets.py); () for none
+    # data.doc_mask: the windows pack several documents; then `train_documents(first, count)` and `val_documents(count)`
+    # give each sample's (count, T) document ids beside train_samples / val_samples (gptlab/data/documents.py)
+    doc_mask: bool
 
     def train_samples(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y) int64 CPU tensors (count, T) for global training samples first..first+count-1.

@@ -59,6 +59,7 @@ class AssocRecallData:
     name = "assoc_recall"
     reports_accuracy = True
     val_sets: tuple = ()  # generated sequences: no extra validation sets (data.val_sets is not one of its keys)
+    doc_mask = False  # each sequence is one document already (data.doc_mask is not one of its keys)
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from gptlab.data import default_cache_dir, encode
+from gptlab.data.documents import document_starts
 from gptlab.data.fitting import FITTED, FitSample, check_val_fraction, fit_limit, load_tokenizer, save_tokenizer
 from gptlab.data.shards import ShardWriter, TokenStream, check_ids, open_shards, rebuild_hint
 from gptlab.data.sources import SEGMENT_CHARS
@@ -54,6 +55,7 @@ class TokenSplits:
     from_cache: bool
     fingerprint: str  # the entry's key plus the split point: changes whenever any sample could change
     capped_at: int | None = None  # data.max_tokens, when it stopped the stream (a split too short names it)
+    documents: np.ndarray | None = None  # data.doc_mask: token offsets where each document starts (documents.py)
 
 
 def cache_key(source_key: str, tokenizer: str, bpe_vocab_size: int, fit_limit: int, max_tokens) -> str:
@@ -232,9 +234,10 @@ def build_token_splits(
     bpe_sample_bytes: int = 100_000_000,
     max_tokens: int | None = None,
     verify: bool = False,
+    documents: bool = False,
 ) -> TokenSplits:
     """Tokenize `source` once into cached shards (or open them) and split the stream into train and val
-    (`cache_dir` None: gptlab.data.default_cache_dir())."""
+    (`cache_dir` None: gptlab.data.default_cache_dir()); `documents`: with where each document starts."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     val_fraction = check_val_fraction(val_fraction)
     if tokenizer not in ("bpe", "byte", "char", "gpt2"):
@@ -254,7 +257,8 @@ def build_token_splits(
     n_train, capped = _train_end(total, index.get("fit_end"), tokenizer, val_fraction, max_tokens)
     train = TokenStream(shards, 0, n_train, tok.vocab_size, folder)
     val = TokenStream(shards, n_train, total, tok.vocab_size, folder)
-    return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}", capped)
+    starts = document_starts(folder, source, tok, total, capped is not None, num_proc) if documents else None
+    return TokenSplits(tok, train, val, folder, from_cache, f"{key}:{n_train}/{total}", capped, starts)
 
 
 def _train_end(total: int, fitted, tokenizer: str, val_fraction: float, max_tokens) -> tuple[int, int | None]:
@@ -307,6 +311,7 @@ class TokenStreamEntry:
     cache_path: Path
     from_cache: bool
     fingerprint: str  # the entry's key plus its length: changes whenever any token could change
+    documents: np.ndarray | None = None  # data.doc_mask: token offsets where each document starts (documents.py)
 
 
 def tokenize_with(
@@ -317,9 +322,11 @@ def tokenize_with(
     num_proc: int | None = None,
     max_tokens: int | None = None,
     verify: bool = False,
+    documents: bool = False,
 ) -> TokenStreamEntry:
     """Tokenize all of `source` with `tok` (fitted elsewhere, e.g. the run's own corpus: a validation set,
-    gptlab/data/val_sets.py) once into cached shards, or open them; no split, nothing fitted."""
+    gptlab/data/val_sets.py) once into cached shards, or open them; no split, nothing fitted; `documents`: with
+    where each document starts."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = given_cache_key(source.key, tok, max_tokens)
     folder, from_cache = _entry(
@@ -330,4 +337,7 @@ def tokenize_with(
     touch_last_used(folder)
     _check_ids(folder, shards, index, tok.vocab_size, verify)
     total = int(index["tokens"])
-    return TokenStreamEntry(TokenStream(shards, 0, total, tok.vocab_size, folder), folder, from_cache, f"{key}:{total}")
+    capped = max_tokens is not None and total >= max_tokens
+    starts = document_starts(folder, source, tok, total, capped, num_proc) if documents else None
+    stream = TokenStream(shards, 0, total, tok.vocab_size, folder)
+    return TokenStreamEntry(stream, folder, from_cache, f"{key}:{total}", starts)

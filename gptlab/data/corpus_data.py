@@ -29,13 +29,16 @@ class CorpusData(LMData):
         num_proc: int | None,
         verify: bool,
         val_sets: ValSets,
+        doc_mask: bool = False,
         **tokens,
     ) -> None:
         """Tokenize `source` (build_token_splits with `tokens`: tokenizer, bpe_vocab_size, val_fraction, ...), open
-                its train/val views as data `name`, then open `val_sets` with the fitted tokenizer (each held out from the train
-        split by content)."""
+        its train/val views as data `name` (`doc_mask`: with where each document starts), then open `val_sets` with the
+        fitted tokenizer (each held out from the train split by content)."""
         try:
-            splits = build_token_splits(source, cache_dir=cache_dir, num_proc=num_proc, verify=verify, **tokens)
+            splits = build_token_splits(
+                source, cache_dir=cache_dir, num_proc=num_proc, verify=verify, documents=doc_mask, **tokens
+            )
         finally:
             if hasattr(source, "close"):  # a hub source's Arrow copy is removed as soon as its tokens are cached
                 source.close()
@@ -50,6 +53,9 @@ class CorpusData(LMData):
             block_size=block_size,
             fingerprint=splits.fingerprint,
             capped_at=splits.capped_at,
+            documents=splits.documents,  # data.doc_mask: where each document starts, else None
         )
-        self.val_sets = open_val_sets(val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify)
+        self.val_sets = open_val_sets(
+            val_sets, self.tokenizer, seed, self.seq_len, cache_dir, num_proc, verify, documents=doc_mask
+        )
         check_held_out(self.val_sets, splits.train, splits.fingerprint, TRAINING_TEXT.get(name, f"data={name}"))

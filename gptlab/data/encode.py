@@ -20,7 +20,7 @@ from gptlab.data.shards import ShardWriter
 CHUNK_CHARS = 1 << 22  # characters per tokenization task (~4 MB of text)
 
 
-def _chunks(source, skip_chunks: int) -> Generator[tuple[int, int, list[tuple[str, bool]]], None, None]:
+def source_chunks(source, skip_chunks: int) -> Generator[tuple[int, int, list[tuple[str, bool]]], None, None]:
     """(chunk index, index of its first segment, segments) from chunk `skip_chunks` on (earlier ones read, not kept)."""
     chunk, size, index, first = [], 0, 0, 0
     for seg_index, seg in enumerate(source.segments()):
@@ -79,7 +79,7 @@ def tokenize_source(
     without one), None when data.max_tokens stopped the stream before it: the fitting text covers every kept token."""
     bar = DataProgress(what, source.total_bytes, done_tokens=writer.tokens)
     stream = _Stream(writer, fit_segments, max_tokens, bar)
-    chunks = _chunks(source, stream.resume_chunk)
+    chunks = source_chunks(source, stream.resume_chunk)
     pending: deque = deque()  # (chunk index, first segment, future), oldest first; at most 2*num_proc
     with ThreadPoolExecutor(max_workers=num_proc) as pool:
         try:

@@ -10,6 +10,7 @@ from gptlab.data.hub import load_hub_source
 from gptlab.data.lm import (
     BpeSampleBytes,
     BpeVocabSize,
+    DocMask,
     MaxTokens,
     NumProc,
     TokenizerName,
@@ -42,6 +43,7 @@ class HFData(CorpusData):
         bpe_sample_bytes: BpeSampleBytes = 100_000_000,
         verify: Verify = False,
         val_sets: ValSets = None,
+        doc_mask: DocMask = False,
     ):
         if not name or not isinstance(name, str):
             raise ConfigError(
@@ -53,6 +55,6 @@ class HFData(CorpusData):
         self.dataset_name = name
         self._open_source(
             "hf", source, seed=seed, block_size=block_size, cache_dir=cache_dir, num_proc=num_proc, verify=verify,
-            val_sets=val_sets, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
+            val_sets=val_sets, doc_mask=doc_mask, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
             bpe_sample_bytes=bpe_sample_bytes, max_tokens=max_tokens,
         )  # fmt: skip

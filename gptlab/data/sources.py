@@ -203,10 +203,12 @@ class HubSource:
 
 
 class TextSource:
-    """One in-memory document (the bundled corpus)."""
+    """One in-memory text (the bundled corpus); `document_starts`: character offsets where a document starts inside
+    it (the corpus's works), read only by data.doc_mask (gptlab/data/documents.py), never by the tokens."""
 
-    def __init__(self, text: str, key: str):
+    def __init__(self, text: str, key: str, document_starts: tuple[int, ...] = ()):
         self.text, self.key, self.total_bytes = text, key, len(text.encode("utf-8"))
+        self.document_starts = document_starts
 
     def segments(self) -> Iterator[tuple[str, bool]]:
         return cut_segments(self.text, True)

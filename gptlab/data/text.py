@@ -11,6 +11,7 @@ from gptlab.data.files import content_hashes, resolve_paths, source_key
 from gptlab.data.lm import (
     BpeSampleBytes,
     BpeVocabSize,
+    DocMask,
     MaxTokens,
     NumProc,
     TokenizerName,
@@ -41,6 +42,7 @@ class TextData(CorpusData):
         max_tokens: MaxTokens = None,
         verify: Verify = False,
         val_sets: ValSets = None,
+        doc_mask: DocMask = False,
     ):
         cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         files = resolve_paths(list(paths) if paths is not None and not isinstance(paths, str) else paths)
@@ -50,6 +52,6 @@ class TextData(CorpusData):
         self.files = files
         self._open_source(
             "text", source, seed=seed, block_size=block_size, cache_dir=cache_dir, num_proc=num_proc, verify=verify,
-            val_sets=val_sets, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
+            val_sets=val_sets, doc_mask=doc_mask, tokenizer=tokenizer, bpe_vocab_size=bpe_vocab_size, val_fraction=val_fraction,
             bpe_sample_bytes=bpe_sample_bytes, max_tokens=max_tokens,
         )  # fmt: skip

@@ -33,9 +33,10 @@ import torch
 
 from gptlab.data import default_cache_dir
 from gptlab.data.corpus import tokenize_with
+from gptlab.data.documents import window_documents
 from gptlab.data.files import content_hashes, resolve_paths, source_key
 from gptlab.data.hub import load_hub_source, local_split_files
-from gptlab.data.lm import token_windows
+from gptlab.data.lm import token_windows, window_starts
 from gptlab.data.overlap import K, shared_fraction
 from gptlab.data.sources import FileSource
 from gptlab.errors import ConfigError
@@ -240,8 +241,11 @@ def check_apart(
 class ValSet:
     """One named validation set: all of its source's tokens, its fingerprint, and its fixed windows."""
 
-    def __init__(self, spec: ValSetSpec, tokens, fingerprint: str, seed: int, seq_len: int, cache_path=None):
+    def __init__(
+        self, spec: ValSetSpec, tokens, fingerprint: str, seed: int, seq_len: int, cache_path=None, documents=None
+    ):
         self.spec, self.name, self.tokens, self.seed, self.seq_len = spec, spec.name, tokens, int(seed), int(seq_len)
+        self.documents = documents  # data.doc_mask: token offsets where each document starts, else None
         self.cache_path = cache_path  # its token cache entry (where held_out() keeps its verdicts), None: not cached
         self.fingerprint = f"val_set:{fingerprint}"  # content, the tokenizer's identity and the cap
         self.sequences = spec.sequences  # None: train.eval_sequences
@@ -263,10 +267,14 @@ class ValSet:
         """How many windows are scored: the set's `sequences`, else train.eval_sequences."""
         return self.sequences or eval_sequences
 
-    def samples(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The set's first `count` fixed windows (count, T): a pure function of (data_seed, index), a prefix of any
-        larger count."""
-        return token_windows(self.tokens, self.seed, STREAM, 0, count, self.seq_len)
+    def samples(self, count: int) -> tuple[torch.Tensor, ...]:
+        """The set's first `count` fixed windows (x, y), (count, T) each: a pure function of (data_seed, index), a
+        prefix of any larger count; + their (count, T) document ids with data.doc_mask."""
+        xy = token_windows(self.tokens, self.seed, STREAM, 0, count, self.seq_len)
+        if self.documents is None:
+            return xy
+        starts = window_starts(self.tokens, self.seed, STREAM, 0, count, self.seq_len)
+        return (*xy, window_documents(self.documents, starts, self.seq_len))
 
     def record(self, eval_sequences: int, loss: float | None) -> dict:
         """summary.json's entry: the final loss, the fingerprint and the size it was measured on, and the source."""
@@ -292,30 +300,47 @@ def _source(spec: ValSetSpec, cache_dir: Path, verify: bool):
 
 
 def open_val_set(
-    spec: ValSetSpec, tokenizer, seed: int, block_size: int, cache_dir: Path, num_proc=None, verify: bool = False
+    spec: ValSetSpec,
+    tokenizer,
+    seed: int,
+    block_size: int,
+    cache_dir: Path,
+    num_proc=None,
+    verify: bool = False,
+    documents: bool = False,
 ) -> ValSet:
-    """One set tokenized with `tokenizer` (cached) and opened; its errors name data.val_sets.<name>."""
+    """One set tokenized with `tokenizer` (cached) and opened (`documents`: with where each document starts, for
+    data.doc_mask); its errors name data.val_sets.<name>."""
     try:
         source = _source(spec, cache_dir, verify)
         try:
             entry = tokenize_with(
-                source, tokenizer, cache_dir=cache_dir, num_proc=num_proc, max_tokens=spec.max_tokens, verify=verify
-            )
+                source, tokenizer, cache_dir=cache_dir, num_proc=num_proc, max_tokens=spec.max_tokens, verify=verify,
+                documents=documents,
+            )  # fmt: skip
         finally:
             getattr(source, "close", lambda: None)()  # a local hub folder's Arrow copy
     except ConfigError as err:
         raise rekeyed(err, spec) from None
-    return ValSet(spec, entry.tokens, entry.fingerprint, seed, block_size, entry.cache_path)
+    return ValSet(spec, entry.tokens, entry.fingerprint, seed, block_size, entry.cache_path, entry.documents)
 
 
 def open_val_sets(
-    value: Any, tokenizer, seed: int, block_size: int, cache_dir=None, num_proc=None, verify: bool = False
+    value: Any,
+    tokenizer,
+    seed: int,
+    block_size: int,
+    cache_dir=None,
+    num_proc=None,
+    verify: bool = False,
+    documents: bool = False,
 ) -> tuple[ValSet, ...]:
     """Every set of data.val_sets (null or [] = none), tokenized with the run's own `tokenizer`, windows of
-    `block_size` tokens drawn from `seed`."""
+    `block_size` tokens drawn from `seed` (`documents`: with their document ids, data.doc_mask)."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return tuple(
-        open_val_set(spec, tokenizer, seed, block_size, cache, num_proc, verify) for spec in parse_val_sets(value)
+        open_val_set(spec, tokenizer, seed, block_size, cache, num_proc, verify, documents)
+        for spec in parse_val_sets(value)
     )
 
 

@@ -81,6 +81,8 @@ def llama_config(model: GPT, eot_id: int | None = None) -> dict:
     if type(model) is not GPT or model.layer_counts is not None:
         raise _refuse(type(model).__name__, "a plain gptlab GPT only")
     cfg = model.cfg
+    if cfg.parametrization != "sp":  # its logits x 1/m and q·k/head_dim scores are no HF config's
+        raise _refuse(f"model.parametrization={cfg.parametrization}", "the standard parametrization only")
     if type(model.position) is not RotaryPosition:
         raise _refuse(_name("position", model.position), "rotary positions only")
     eps = _check_norms(model)

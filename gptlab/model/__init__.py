@@ -22,6 +22,14 @@ a component that is not an instance of its family's base or lacks those attribut
 - position (`base.Position`): `cls(d_model, n_head, head_dim, block_size, **choice_keys)`, identity hooks
   `embed(x, pos)`, `rotate(q, k, pos)`, `score_bias(q_pos, k_pos)` and `init_weights(std)`; a variant
   overrides the ones it needs and sets the class attribute `has_score_bias = True` if it biases scores.
+- packed documents (data.doc_mask, `gptlab.model.documents.Documents`): `GPT.forward(idx, targets, docs=ids)`
+  hands the blocks a Documents where the Position goes; `Attention.attend` then gives the hooks `pos` (B, T), each
+  token's position within its document (so every hook takes (T,) or (B, T) positions), and the kernel `docs=`,
+  whose mask keeps every query inside its document. An attention that does not call `attend` must do both itself.
+
+Under model.parametrization=mup (gptlab/model/parametrization.py) an attention needs a `mup_q_scale` attribute
+(class-level None; set to 1/√head_dim) that scales q before `attend`, and any component may define `mup_roles()`
+-> {its own parameter name: input | hidden | output | vector} where the default roles misread its parameters.
 
 Adding a variant: write `gptlab/model/mlp/geglu.py` with a class honouring the contract, add
 `conf/mlp/geglu.yaml` with `_target_: gptlab.model.mlp.geglu.GeGLU` and `_partial_: true`, and the

@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from gptlab.errors import ConfigError
 from gptlab.model.attention.kernels import KERNELS, check_impl_name, prepare_flex
+from gptlab.model.documents import Documents
 from gptlab.util.checks import Number
 
 # attention.window's one range: the schema checks the key with it (gqa.py's rule), every Attention its layer's window
@@ -104,9 +105,19 @@ class Attention(nn.Module, abc.ABC):
         """(B, T, d_model) -> (B, T, d_model), causal."""
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: Position, cache: KVCache | None = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        position: Position | Documents,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """q (B, n_head, T, hd), k/v (B, n_kv_head, T, hd) -> (B, n_head, T, hd): positions, cache, mask, dropout."""
+        """q (B, n_head, T, hd), k/v (B, n_kv_head, T, hd) -> (B, n_head, T, hd): positions, cache, mask, dropout.
+
+        `position` is a Documents (gptlab.model.documents) when the batch packs several documents per row
+        (data.doc_mask): then no query sees another document's keys, and positions restart at each document."""
+        if isinstance(position, Documents):
+            return self._attend_documents(q, k, v, position, cache)
         offset = 0 if cache is None else cache.length
         pos = torch.arange(offset, offset + q.size(2), device=q.device)
         q, k = position.rotate(q, k, pos)
@@ -117,6 +128,17 @@ class Attention(nn.Module, abc.ABC):
         dropout_p = self.dropout if self.training else 0.0
         # the kernels place key j at position j: shift the queries by k_start (masks and ALiBi use differences)
         return self.kernel(q, k, v, window=self.window, q_offset=offset - k_start, bias=bias, dropout_p=dropout_p)
+
+    def _attend_documents(self, q, k, v, docs: Documents, cache: KVCache | None) -> torch.Tensor:
+        """attend() over packed documents: the position hooks get each token's position within its document (B, T),
+        and the kernel `docs`, whose mask keeps every query inside its document. Training shapes, no KV cache."""
+        if cache is not None:
+            raise ValueError("packed documents (document ids) take no KV cache: generation is one document")
+        pos = docs.pos  # (B, T)
+        q, k = docs.position.rotate(q, k, pos)
+        bias = docs.position.score_bias(pos, pos)  # (B, H, T, T), (H, T, T) or None
+        dropout_p = self.dropout if self.training else 0.0
+        return self.kernel(q, k, v, window=self.window, bias=bias, dropout_p=dropout_p, docs=docs)
 
 
 def check_mlp(hidden: int, dropout: float, empty: bool = False) -> None:
@@ -173,7 +195,13 @@ class Norm(nn.Module, abc.ABC):
 
 
 class Position(nn.Module):
-    """Identity on all three hooks; a variant overrides the one it needs."""
+    """Identity on all three hooks; a variant overrides the one it needs.
+
+    `pos` is (T,) absolute positions, or (B, T) with packed documents (data.doc_mask): each token's position within
+    its own document, restarting at 0 at every document. A hook must take both (index with `pos[..., None]`, not
+    `pos[:, None]`); score_bias then returns (B, H, Tq, Tk) or (H, Tq, Tk) (pairs across documents are masked
+    anyway). tests/test_doc_mask.py checks every conf/position choice for it.
+    """
 
     has_score_bias = False  # a variant whose score_bias returns a tensor sets True (attention then needs a mask)
 
@@ -186,15 +214,15 @@ class Position(nn.Module):
         self.has_score_bias = type(self).has_score_bias
 
     def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Token embeddings (B, T, d) at absolute positions pos (T,) -> (B, T, d)."""
+        """Token embeddings (B, T, d) at positions pos (T,) or (B, T) -> (B, T, d)."""
         return x
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor):
-        """q (B, H, T, hd), k (B, Hkv, T, hd) at positions pos (T,) -> rotated q, k."""
+        """q (B, H, T, hd), k (B, Hkv, T, hd) at positions pos (T,) or (B, T) -> rotated q, k."""
         return q, k
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        """Additive attention-score bias (H, Tq, Tk), or None."""
+        """Additive attention-score bias (H, Tq, Tk) (positions (B, T): (B, H, Tq, Tk) allowed), or None."""
         return None
 
     def init_weights(self, std: float) -> None:

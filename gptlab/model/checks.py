@@ -17,8 +17,10 @@ def check_model(
     dtype: torch.dtype,
     data_name: str = "data",
     training: bool = True,
+    doc_mask: bool = False,
 ) -> None:
-    """One-line ConfigErrors when `model` cannot train on this data/device: vocabulary, sequence length, kernels."""
+    """One-line ConfigErrors when `model` cannot train on this data/device: vocabulary, sequence length, kernels
+    (`doc_mask`: with the data's packed-document masks)."""
     cfg = model.cfg
     if cfg.vocab_size < vocab_size:
         raise ConfigError(
@@ -42,4 +44,5 @@ def check_model(
                 uses_bias=bias,
                 dropout=a.dropout,
                 training=training,
+                documents=doc_mask,
             )

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gptlab.util.checks import Number, rule
+from gptlab.errors import ConfigError
+from gptlab.util.checks import Number, OneOf, rule
 
 NEEDED = rule(">= 1", required=True)  # a size every model config must state
+PARAMETRIZATION = OneOf(("sp", "mup"))  # model.parametrization (gptlab/model/parametrization.py)
+BASE_WIDTH = Number(">= 1", int, null=True, note="null = none, refused under mup")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,22 @@ class GPTConfig:
     residual_init_std: float | None = field(
         default=None, metadata=rule(check=Number(">= 0", float, null=True, note="null = init_std/√(2·n_layer)"))
     )
+    # sp: one init and one lr whatever the width; mup: maximal update parametrization, the hyper-parameters tuned at
+    # d_model = mup_base_width hold at any width (gptlab/model/parametrization.py)
+    parametrization: str = field(default="sp", metadata={**rule(check=PARAMETRIZATION), "omit_default": True})
+    # the d_model the hyper-parameters were tuned at (mup only); no default: the model's own d_model would make every
+    # width its own base (m = 1), muP without any transfer. omit_default: at their defaults neither enters the model
+    # fingerprint (gptlab/model/fingerprint.py), so a model built before they existed keeps its fingerprint
+    mup_base_width: int | None = field(default=None, metadata={**rule(check=BASE_WIDTH), "omit_default": True})
+
+    def __post_init__(self) -> None:
+        PARAMETRIZATION("model.parametrization", self.parametrization)
+        BASE_WIDTH("model.mup_base_width", self.mup_base_width)
+        if self.parametrization == "mup" and self.mup_base_width is None:
+            raise ConfigError(
+                "model.mup_base_width=null: model.parametrization=mup scales by d_model / the width its "
+                "hyper-parameters were tuned at; allowed: an integer >= 1 (e.g. the smallest width of a ladder)"
+            )
 
     @property
     def head_dim(self) -> int:

@@ -22,7 +22,17 @@ def _hyper_parameters(module: nn.Module) -> dict:
         if isinstance(value, PLAIN) or (isinstance(value, (tuple, list)) and all(isinstance(v, PLAIN) for v in value)):
             out[key] = list(value) if isinstance(value, (tuple, list)) else value
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # GPTConfig: init_std, dropout, ...
-            out[key] = dataclasses.asdict(value)
+            out[key] = _fields(value)
+    return out
+
+
+def _fields(value) -> dict:
+    """A dataclass's fields, less each one marked `omit_default` while at its default: a key added after runs recorded
+    their fingerprints (model.parametrization) leaves the models built without it as they were (timing rebuilds them)."""
+    out = dataclasses.asdict(value)
+    for f in dataclasses.fields(value):
+        if f.metadata.get("omit_default") and getattr(value, f.name) == f.default:
+            del out[f.name]
     return out
 
 

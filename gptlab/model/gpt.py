@@ -24,8 +24,10 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from gptlab.errors import ConfigError
-from gptlab.model.base import KVCache, Norm, check_contract
+from gptlab.model import parametrization
+from gptlab.model.base import KVCache, Norm, Position, check_contract
 from gptlab.model.config import GPTConfig
+from gptlab.model.documents import Documents
 from gptlab.util.checks import OneOf, rule
 
 # norm.placement, a key of the norm group that the blocks read: pre = x + f(norm(x)), post = norm(x + f(x)); the
@@ -194,11 +196,13 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """GPT-2 init: N(0, init_std), residual projections scaled by 1/√(2·n_layer), norms to identity.
+        """GPT-2 init: N(0, init_std), residual projections scaled by 1/√(2·n_layer), norms to identity; under
+        model.parametrization=mup the hidden matrices then x 1/√m, the logits x 1/m, attention scores q·k/head_dim.
 
         Padded vocabulary rows (model.vocab_multiple) start at 0 and draw nothing from the RNG: every other weight
         starts exactly as without padding, and the padded rows stay 0 (no gradient reaches them; decay keeps 0)."""
         std, vocab = self.cfg.init_std, self.cfg.vocab_size
+        self._readout_mult = parametrization.prepare(self)  # None under sp: forward multiplies nothing
         if self.wte.weight.device.type == "meta":
             return
         for table in (self.wte.weight, None if self.cfg.tie_embeddings else self.lm_head.weight):
@@ -214,6 +218,7 @@ class GPT(nn.Module):
         for m in self.modules():
             if isinstance(m, Norm):
                 m.reset_parameters()
+        parametrization.rescale_init(self)  # mup: after every draw, so the RNG stream is sp's
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count as allocated (shared tensors once): padded vocabulary rows (model.vocab_multiple) count;
@@ -226,7 +231,15 @@ class GPT(nn.Module):
             total -= sum(p.numel() for p in self.position.parameters())
         return total
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, caches: list[KVCache] | None = None):
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        caches: list[KVCache] | None = None,
+        docs: torch.Tensor | None = None,
+    ):
+        """`docs` (B, T) document ids of packed rows (data.doc_mask): attention stays inside each document and
+        positions restart at each (gptlab/model/documents.py); None: one sequence per row, as always."""
         if self.layer_counts is not None:
             raise RuntimeError(
                 "this GPT is a cost-model skeleton (one block per layer kind); build it without layer_counts to run it"
@@ -235,21 +248,32 @@ class GPT(nn.Module):
         offset = 0 if caches is None else caches[0].length
         if offset + T > self.cfg.block_size and not self._extrapolates():
             raise ValueError(f"sequence of {offset + T} tokens exceeds model.block_size={self.cfg.block_size}")
-        pos = torch.arange(offset, offset + T, device=idx.device)
+        position: Position | Documents = self.position
+        if docs is None:
+            pos = torch.arange(offset, offset + T, device=idx.device)
+        else:
+            position = self._documents(docs, caches)
+            pos = position.pos  # (B, T): positions within each document
         x = self.drop(self.position.embed(self.wte(idx), pos))  # (B, T, d)
         for i, block in enumerate(self.blocks):
             cache = None if caches is None else caches[i]
             if self.activation_checkpointing and self.training and cache is None:
-                x = checkpoint(block, x, self.position, use_reentrant=False)
+                x = checkpoint(block, x, position, use_reentrant=False)
             else:
-                x = block(x, self.position, cache)
-        logits = self.lm_head(self.norm_f(x))  # (B, T, padded_vocab)
+                x = block(x, position, cache)
+        logits = self.lm_head(self.norm_f(x) if self._readout_mult is None else self.norm_f(x) * self._readout_mult)
         loss = None
         if targets is not None:
             loss = self.loss(logits.view(B * T, -1), targets.reshape(-1))
         vocab = self.cfg.vocab_size
         # padded ids are never predicted: the logits returned cover the real vocabulary only (a view, no copy)
         return (logits if logits.size(-1) == vocab else logits[..., :vocab]), loss
+
+    def _documents(self, docs: torch.Tensor, caches) -> Documents:
+        """The blocks' view of packed documents (B, T) ids: what attention masks and positions restart by."""
+        if caches is not None:
+            raise ValueError("document ids (docs) take no KV caches: generation is one document")
+        return Documents(docs, self.position)
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of (N, padded_vocab) logits against (N,) targets, -100 unscored (module docstring)."""

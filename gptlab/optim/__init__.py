@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import torch.nn as nn
 
+from gptlab.model import parametrization
 from gptlab.util.checks import Number, Seq, rule
 
 # the keys the optimizer choices share, with their rules (gptlab/config/schema.py reads them off the signatures)
@@ -24,7 +25,10 @@ def split_decay(model: nn.Module) -> tuple[list, list]:
     return decay, no_decay
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two AdamW-style groups: decayed matrices and undecayed vectors."""
+def param_groups(model: nn.Module, weight_decay: float, lr: float | None = None) -> list[dict]:
+    """Two AdamW-style groups: decayed matrices and undecayed vectors. Under model.parametrization=mup the hidden
+    matrices get their own group with muP's lr and decay multipliers (gptlab/model/parametrization.py lr_groups:
+    every group then carries its `lr` and `lr_mult`, so an Adam-like optimizer passes `lr` here)."""
     decay, no_decay = split_decay(model)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return parametrization.lr_groups(model, groups, lr)

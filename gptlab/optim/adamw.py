@@ -26,7 +26,7 @@ def adamw(
     if fused is None or device == "meta":
         fused = device in ("cuda", "cpu")
     try:
-        return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, fused=fused)
+        return torch.optim.AdamW(param_groups(model, weight_decay, lr), lr=lr, betas=tuple(betas), eps=eps, fused=fused)
     except RuntimeError as err:  # torch's check of the parameters' devices and dtypes for the fused kernel
         if not fused:
             raise

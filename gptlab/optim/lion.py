@@ -38,5 +38,6 @@ class Lion(torch.optim.Optimizer):
 
 
 def lion(model, lr: LR = 3e-4, betas: Betas = (0.9, 0.99), weight_decay: WeightDecay = 0.1) -> Lion:
-    """Lion over decay/no-decay groups (use ~3-10x smaller lr than AdamW)."""
-    return Lion(param_groups(model, weight_decay), lr=lr, betas=betas)
+    """Lion over decay/no-decay groups (use ~3-10x smaller lr than AdamW); muP scales its lr as Adam's (sign updates:
+    entry-wise normalised, like Adam's)."""
+    return Lion(param_groups(model, weight_decay, lr), lr=lr, betas=betas)

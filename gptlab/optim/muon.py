@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from gptlab.model import parametrization
 from gptlab.optim import LR, Betas, Momentum, WeightDecay
 
 
@@ -55,7 +56,9 @@ def muon(
     adamw_betas: Betas = (0.9, 0.95),
     adamw_weight_decay: WeightDecay = 0.1,
 ) -> OptimizerSet:
-    """Muon on hidden matrices (torch's default shape scaling of lr), AdamW on the rest."""
+    """Muon on hidden matrices (torch's default shape scaling of lr), AdamW on the rest; refused under
+    model.parametrization=mup (Muon's orthogonalised updates carry their own width scaling)."""
+    parametrization.refuse(model, "muon")
     hidden = _hidden_matrices(model)
     mats = [p for p in model.parameters() if id(p) in hidden]
     rest = [p for p in model.parameters() if id(p) not in hidden]

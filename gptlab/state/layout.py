@@ -20,6 +20,10 @@ from pathlib import Path
 
 from gptlab.errors import ConfigError
 
+# Curve keys added after run dirs were first written, each with the value that trains as the code did before it: a
+# saved config without the key is read as holding that value, by resume (state/resume.py) and by compare's grouping
+# (any other absent key is a difference).
+ADDED_KEYS = {"data.doc_mask": False, "model.parametrization": "sp", "model.mup_base_width": None}
 LOCK_FILE = ".gptlab.lock"
 TOKENIZER_FILE = "tokenizer.json"  # the tokenizer the run trained with (gptlab/data/tokenizer_file.py)
 # every name a training run writes in its dir: no other writer may land on one of them

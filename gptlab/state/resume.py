@@ -23,6 +23,7 @@ import torch
 
 from gptlab.errors import ConfigError
 from gptlab.state import checkpoint
+from gptlab.state.layout import ADDED_KEYS
 from gptlab.util.tree import flatten
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ def differences(saved: dict, current: dict, free: Collection[str]) -> list[str]:
     groups = sorted(g for g in set(have_c) | set(want_c) if have_c.get(g) != want_c.get(g) and not _free(g + ".", free))
     out = [f"{g}={have_c.get(g)} there, {want_c.get(g)} here" for g in groups]
     have, want = flatten(saved.get("config")), flatten(current.get("config"))
+    have = {**{k: v for k, v in ADDED_KEYS.items() if k in want}, **have}  # a checkpoint from before a key existed
     for key in sorted(set(have) | set(want)):
         same = have.get(key) == want.get(key)
         if same or key == "train.max_steps" or _free(key, free) or key.split(".")[0] in groups:

@@ -35,13 +35,13 @@ def find_anomaly(model, batches: list, hardware, device: str, run_dir: Path, ste
     hooks = [m.register_forward_hook(_first_nonfinite(found)) for m in model.modules()]
     backward_error, trace = None, []
     try:
-        for x, y in batches:
+        for x, y, *docs in batches:  # docs: [the document ids] with data.doc_mask
             x, y = x.to(device), y.to(device)
             with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly(check_nan=True):
                 warnings.simplefilter("always")
                 # eager even when compiled in place (hardware.compile): the hooks must see each module's own output
                 with hardware.autocast(), torch.compiler.set_stance("force_eager"):
-                    loss = training_loss(model, x, y).total
+                    loss = training_loss(model, x, y, docs[0].to(device) if docs else None).total
                 try:
                     loss.backward()
                 except RuntimeError as err:

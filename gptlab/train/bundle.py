@@ -155,6 +155,7 @@ def _model(cfg: DictConfig, hardware: Hardware, data, seed: int, choices: dict):
         device=hardware.device,
         dtype=hardware.torch_dtype,
         data_name=data.name,
+        doc_mask=getattr(data, "doc_mask", False),
     )  # the same checks the contract tests run
     for line in noop_choices(cfg, choices):  # e.g. GQA with n_kv_head == n_head is MHA: say so before training it
         log.warning("no-op choice: %s", line)

@@ -110,8 +110,9 @@ class Diagnostics:
         return row
 
     @torch.no_grad()
-    def probe(self, x: torch.Tensor) -> dict[str, float]:
-        """Block output RMS and attention max logit / entropy on x[:PROBE_SEQUENCES] (no grad, eval mode)."""
+    def probe(self, x: torch.Tensor, docs: torch.Tensor | None = None) -> dict[str, float]:
+        """Block output RMS and attention max logit / entropy on x[:PROBE_SEQUENCES] (no grad, eval mode), with
+        their document ids (data.doc_mask: the scores masked as training masks them)."""
         stats: dict[str, float] = {}
         model, n = self.model, len(self.model.blocks)
         with _recorded(model, stats, n):
@@ -119,7 +120,10 @@ class Diagnostics:
             model.eval()
             try:  # eager even when compiled in place: hooks and a swapped kernel would force recompiles
                 with self.hardware.autocast(), torch.compiler.set_stance("force_eager"):
-                    model(x[:PROBE_SEQUENCES])
+                    if docs is None:
+                        model(x[:PROBE_SEQUENCES])
+                    else:
+                        model(x[:PROBE_SEQUENCES], docs=docs[:PROBE_SEQUENCES])
             finally:
                 model.train(was_training)
         return stats
@@ -152,17 +156,19 @@ def _recorded(model, stats: dict, n_layer: int):
 def _scoring(kernel, stats: dict, prefix: str):
     """`kernel`, plus the explicit scores' max (masked positions excluded) and mean softmax entropy into `stats`."""
 
-    def run(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
+    def run(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0, docs=None):
         scores = q.float() @ expand_kv(k, q.size(1)).float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B,H,Tq,Tk)
         if bias is not None:
             scores = scores + bias.float()
-        ok = allowed_mask(q.size(2), k.size(2), q_offset, window, q.device)
+        ok = allowed_mask(q.size(2), k.size(2), q_offset, window, q.device) if docs is None else docs.allowed(window)
         scores = scores.masked_fill(~ok, float("-inf"))
         logp = torch.log_softmax(scores, dim=-1)
         entropy = -(logp.exp() * logp.masked_fill(~ok, 0.0)).sum(-1)  # (B, H, Tq)
         stats[f"{prefix}/max_logit"] = scores.amax().item()
         stats[f"{prefix}/entropy"] = entropy.mean().item()
-        return kernel(q, k, v, window=window, q_offset=q_offset, bias=bias, dropout_p=dropout_p)
+        if docs is None:
+            return kernel(q, k, v, window=window, q_offset=q_offset, bias=bias, dropout_p=dropout_p)
+        return kernel(q, k, v, window=window, q_offset=q_offset, bias=bias, dropout_p=dropout_p, docs=docs)
 
     return run
 
@@ -205,7 +211,8 @@ def dump_batch(run_dir: Path, step: int, batches: list, first: int, count: int) 
     out.parent.mkdir(parents=True, exist_ok=True)
     x = torch.cat([b[0] for b in batches]).cpu()
     y = torch.cat([b[1] for b in batches]).cpu()
-    torch.save({"step": step, "x": x, "y": y, "first_sample": first, "count": count}, out)
+    docs = {"docs": torch.cat([b[2] for b in batches]).cpu()} if len(batches[0]) > 2 else {}  # data.doc_mask
+    torch.save({"step": step, "x": x, "y": y, **docs, "first_sample": first, "count": count}, out)
     return out
 
 
@@ -256,7 +263,8 @@ class Monitor:
         t0 = self._clock() if self.due else time.perf_counter()
         if self.due:
             row |= self.diag.after_step(self.norms)
-            row |= self.diag.probe(batches[0][0].to(self.hardware.device))
+            docs = batches[0][2].to(self.hardware.device) if len(batches[0]) > 2 else None  # data.doc_mask
+            row |= self.diag.probe(batches[0][0].to(self.hardware.device), docs)
         event = self.spikes.check(loss, self.norms or {}) if self.spikes is not None else None
         if event is not None:
             row |= event
@@ -270,8 +278,10 @@ class Monitor:
             )
             if self.settings.spike_dump and self.ctx.is_main:
                 b = self.settings.batch_size
-                x, y = self.data.train_samples(step * b, b)  # the whole global batch: a pure function of the step
-                row["spike/dump"] = str(dump_batch(self.ctx.run_dir, step + 1, [(x, y)], step * b, b))
+                batch = self.data.train_samples(step * b, b)  # the whole global batch: a pure function of the step
+                if getattr(self.data, "doc_mask", False):
+                    batch = (*batch, self.data.train_documents(step * b, b))
+                row["spike/dump"] = str(dump_batch(self.ctx.run_dir, step + 1, [batch], step * b, b))
         self.spent += time.perf_counter() - t0
         return row
 

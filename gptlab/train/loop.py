@@ -79,12 +79,15 @@ def evaluate(model, val_set, micro_bs: int, hardware, device) -> dict[str, float
     Weighting by scored tokens makes the figure independent of how the set is split into batches.
     """
     model.eval()
-    x_all, y_all = val_set  # (N, T) each
+    x_all, y_all, *docs_all = val_set  # (N, T) each; + (N, T) document ids with data.doc_mask
     loss_sum, correct, counted = 0.0, 0, 0
     for i in range(0, len(x_all), micro_bs):
         x, y = x_all[i : i + micro_bs].to(device), y_all[i : i + micro_bs].to(device)
         with hardware.autocast():
-            logits, loss = model(x, y)
+            if docs_all:
+                logits, loss = model(x, y, docs=docs_all[0][i : i + micro_bs].to(device))
+            else:
+                logits, loss = model(x, y)
         scored = y != -100
         n = int(scored.sum().item())
         loss_sum += loss.item() * n
@@ -101,12 +104,13 @@ def train_step(run: Bundle, batches: list, monitor=None) -> tuple[torch.Tensor, 
     model, forward_model, scaler, device = run.model, run.forward_model, run.scaler, run.hardware.device
     ce = torch.zeros((), device=device)
     extra: dict[str, torch.Tensor] = {}
-    for i, (x, y) in enumerate(batches):
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)  # pinned on CUDA: an async copy
+    for i, batch in enumerate(batches):  # (x, y), or (x, y, document ids) with data.doc_mask
+        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)  # pinned on CUDA: async
+        docs = batch[2].to(device, non_blocking=True) if len(batch) > 2 else None
         sync = i == len(batches) - 1 or not hasattr(forward_model, "no_sync")
         with forward_model.no_sync() if not sync else contextlib.nullcontext():  # all-reduce on the last only
             with run.hardware.autocast():
-                loss = training_loss(forward_model, x, y)
+                loss = training_loss(forward_model, x, y, docs)
             scaler.scale(loss.total / len(batches)).backward()
         ce += loss.cross_entropy.detach().float() / len(batches)
         for name, term in loss.extra.items():
@@ -312,6 +316,8 @@ class _Loop:
             getattr(sink, "truncate_after", lambda s: None)(self.start_step if self.resumed else -1)
         self.micro_bs = settings.batch_size // settings.grad_accum // self.bundle.ctx.world
         self.val_set = self.bundle.data.val_samples(settings.eval_sequences)
+        if getattr(self.bundle.data, "doc_mask", False):  # val loss through the same document mask as training
+            self.val_set = (*self.val_set, self.bundle.data.val_documents(settings.eval_sequences))
         # data.val_sets: each named set's fixed windows, scored beside val/loss as val/<name>/loss
         self.val_sets = {s.metric: s.samples(s.count(settings.eval_sequences)) for s in self.bundle.val_sets}
         self.tokens_per_step = settings.batch_size * self.bundle.data.seq_len

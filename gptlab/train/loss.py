@@ -22,7 +22,8 @@ class Loss:
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def training_loss(model, x: torch.Tensor, y: torch.Tensor) -> Loss:
-    """The model's next-token cross-entropy on (x, y) (B, T) ids, y = -100 unscored; no extra terms today."""
-    _, cross_entropy = model(x, y)
+def training_loss(model, x: torch.Tensor, y: torch.Tensor, docs: torch.Tensor | None = None) -> Loss:
+    """The model's next-token cross-entropy on (x, y) (B, T) ids, y = -100 unscored, with the (B, T) document ids of
+    packed rows when the data has them (data.doc_mask); no extra terms today."""
+    _, cross_entropy = model(x, y) if docs is None else model(x, y, docs=docs)
     return Loss(total=cross_entropy, cross_entropy=cross_entropy)

@@ -24,11 +24,15 @@ def rank_slices(step: int, batch_size: int, grad_accum: int, rank: int, world: i
 
 
 def draw(data, step: int, batch_size: int, grad_accum: int, rank: int, world: int, pin: bool) -> list:
-    """This rank's CPU micro-batches of `step`: [(x, y)] with x, y (per_rank, T) int64, pinned when `pin` (CUDA)."""
+    """This rank's CPU micro-batches of `step`: [(x, y)] with x, y (per_rank, T) int64, pinned when `pin` (CUDA);
+    [(x, y, docs)] with the (per_rank, T) int32 document ids when the data packs documents (data.doc_mask)."""
     out = []
+    documents = getattr(data, "doc_mask", False)
     for first, count in rank_slices(step, batch_size, grad_accum, rank, world):
-        x, y = data.train_samples(first, count)  # (count, T) each
-        out.append((x.pin_memory(), y.pin_memory()) if pin else (x, y))
+        batch = data.train_samples(first, count)  # (x, y), (count, T) each
+        if documents:
+            batch = (*batch, data.train_documents(first, count))
+        out.append(tuple(t.pin_memory() for t in batch) if pin else batch)
     return out
 
 

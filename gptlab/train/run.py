@@ -353,9 +353,11 @@ def profile_run(run: Bundle) -> None:
         mem_bandwidth=cached_bandwidth(hardware.device, default_cache_dir()),
     )
 
-    def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = data.train_samples(i * settings.batch_size, micro)
-        return x.to(hardware.device), y.to(hardware.device)
+    def batch(i: int) -> tuple[torch.Tensor, ...]:
+        xy = data.train_samples(i * settings.batch_size, micro)
+        if getattr(data, "doc_mask", False):  # + the document ids: the mask is part of the step
+            xy = (*xy, data.train_documents(i * settings.batch_size, micro))
+        return tuple(t.to(hardware.device) for t in xy)
 
     result = profile_steps(
         run.model,

@@ -835,3 +835,16 @@ def test_power_option_and_the_power_line_of_every_report(tmp_path, capsys):
     assert row == f"| {LABELS[2]} | 3 vs 3 | {mde:.4f} | {needed} seeds per arm | not timed | unknown: not timed |"
     assert "power (α = 0.05, power 0.8)" in out and f"{needed} seeds per arm" in out
     assert '<table class="power">' in (tmp_path / "out" / "comparison.html").read_text()
+
+
+def test_the_document_mask_is_an_arm_and_runs_from_before_it_read_as_unmasked(tmp_path, capsys):
+    """data.doc_mask changes how the model reads the same windows, not the task: masked and unmasked runs compare
+    (it was refused as "mixed tasks"), and a run written before the key existed groups with the unmasked ones."""
+    specs = [dict(seed=0), dict(seed=1, leaves={"data.doc_mask": False})]  # seed 0: a run from before the key
+    specs += [dict(seed=s, leaves={"data.doc_mask": True}, loss_at=_shifted(0.01 * s)) for s in (0, 1)]
+    sweep = write_sweep(tmp_path / "sw", specs)
+    doc, _, _ = _ok(tmp_path, capsys, sweep)
+    assert [(r["label"], r["n_seeds"]) for r in doc["rows"]] == [
+        ("data.doc_mask=false", 2),
+        ("data.doc_mask=true", 2),
+    ]

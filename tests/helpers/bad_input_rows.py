@@ -368,6 +368,19 @@ TABLE = [
     Row("norm-eps-inf", ["norm.eps=inf"], 2, "norm.eps=inf: must be a finite number > 0"),
     Row("rope-base-zero", ["position.base=0"], 2, "position.base=0: must be > 0"),
     Row("init-std-negative", ["model.init_std=-0.02"], 2, "model.init_std=-0.02: must be >= 0"),
+    Row("mup-no-base-width", ["model.parametrization=mup"], 2, "model.mup_base_width=null: model.parametrization=mup"),
+    Row(
+        "mup-base-width-zero",
+        ["model.parametrization=mup", "model.mup_base_width=0"],
+        2,
+        "model.mup_base_width=0: must be >= 1",
+    ),
+    Row(
+        "mup-sgd",
+        ["model.parametrization=mup", "model.mup_base_width=32", "optimizer=sgd"],
+        2,
+        "optimizer=sgd: model.parametrization=mup scales the lr of Adam-like updates only; allowed: optimizer=adamw or lion",
+    ),
     Row(
         "grad-clip-nan",
         ["train.grad_clip=nan"],
@@ -662,6 +675,12 @@ TABLE = [
     Row("resume-grad-accum", ["train.grad_accum=2"], 2, "train.grad_accum=1 there, 2 here"),
     Row("resume-eval-set", ["train.eval_sequences=32"], 2, "train.eval_sequences=16 there, 32 here"),
     Row("resume-dropout", ["model.dropout=0.1"], 2, "model.dropout=0.0 there, 0.1 here"),
+    Row(
+        "resume-mup",
+        ["model.parametrization=mup", "model.mup_base_width=32"],
+        2,
+        "model.mup_base_width=None there, 32 here; model.parametrization=sp there, mup here; use",
+    ),
     Row("resume-dtype", ["hardware.dtype=bf16"], 2, "hardware.dtype=fp32 there, bf16 here"),
     Row(
         "resume-shrink-steps",

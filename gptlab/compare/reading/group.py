@@ -9,6 +9,7 @@ from typing import Any
 
 from gptlab.compare.reading.runs import Run, common_root, where
 from gptlab.errors import ConfigError
+from gptlab.state.layout import ADDED_KEYS
 from gptlab.util.note import Note, warning
 from gptlab.util.tree import flatten
 
@@ -38,6 +39,9 @@ IGNORED_KEYS = frozenset(
 IGNORED_CHOICES = frozenset({"logger", "launcher", "probes"})
 # Data-loader knobs change speed, not the task.
 _LOADER_KEYS = frozenset({"num_workers", "num_proc", "pin_memory", "prefetch_factor", "persistent_workers", "verify"})
+# data.* keys that set how the model reads the same windows, not which windows: an arm, never a task difference
+# (data.doc_mask: x, y and the validation windows are the same with and without the document mask)
+_ARM_DATA_KEYS = frozenset({"data.doc_mask"})
 _MISSING = object()
 
 
@@ -88,10 +92,15 @@ class Group:
 
 def _signature(run: Run) -> tuple[dict[str, str], dict[str, Any]]:
     choices = {k: v for k, v in run.choices.items() if k not in IGNORED_CHOICES}
-    leaves = {
-        k: v for k, v in flatten(run.config, empty_as_leaf=True).items() if k not in SEED_KEYS and not is_bookkeeping(k)
-    }
+    flat = flatten(run.config, empty_as_leaf=True)
+    leaves = {k: v for k, v in flat.items() if k not in SEED_KEYS and not is_bookkeeping(k)}
+    # a key added after runs were written reads as the value that trains as the code did before it
+    leaves.update({k: v for k, v in ADDED_KEYS.items() if k not in leaves and _section(k) in run.config})
     return choices, leaves
+
+
+def _section(key: str) -> str:
+    return key.split(".", 1)[0]
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
@@ -262,6 +271,7 @@ def _task_keys(run: Run) -> dict[str, str]:
         if (k.startswith("data.") or "tokenizer" in k)
         and not is_bookkeeping(k)
         and k.rsplit(".", 1)[-1] not in _LOADER_KEYS
+        and k not in _ARM_DATA_KEYS
     }
     if "data" in run.choices:
         keys["data"] = run.choices["data"]

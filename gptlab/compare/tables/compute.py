@@ -274,9 +274,10 @@ def baseline_differs(record: dict, arm: Group, base: Group) -> list[str] | None:
         return None
     have, own = base.runs[0].config, arm.runs[0].config
     out = []
-    for group, want in components.items():
-        got = have.get(group) if isinstance(have.get(group), dict) else {}
-        want = want if isinstance(want, dict) else {}
+    for group, recorded in components.items():
+        found = have.get(group)
+        got: dict = found if isinstance(found, dict) else {}
+        want: dict = recorded if isinstance(recorded, dict) else {}
         out += [
             f"{group}.{k}" for k in sorted(set(want) | set(got)) if k not in COST_FREE and want.get(k) != got.get(k)
         ]

@@ -30,6 +30,10 @@ def layer_window(layer_idx: int, window, global_every, global_layers) -> int | N
 class GroupedQueryAttention(Attention):
     """Causal attention with n_kv_head K/V heads, an optional sliding window and an optional QK-norm."""
 
+    # model.parametrization=mup sets 1/√head_dim (gptlab/model/parametrization.py): q scaled by it before the kernel's
+    # own 1/√head_dim makes the scores q·k/head_dim; None (sp) multiplies nothing
+    mup_q_scale: float | None = None
+
     def __init__(
         self,
         d_model: int,
@@ -90,5 +94,7 @@ class GroupedQueryAttention(Attention):
         if self.q_norm is not None:
             assert self.k_norm is not None  # q_norm and k_norm are made together (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.mup_q_scale is not None:
+            q = q * self.mup_q_scale
         y = self.attend(q, k, v, position, cache)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, H * hd))  # (B, T, H·hd) -> (B, T, d)

@@ -4,18 +4,27 @@ All take q (B, H, Tq, hd), k and v (B, Hkv, Tk, hd) with H % Hkv == 0; query i s
 `q_offset + i`, key j at position j. A query sees keys at positions p with
 `q_pos - window < p <= q_pos` (window None = all earlier positions). `bias` is an additive
 (H, Tq, Tk) score bias (ALiBi) or None. Output: (B, H, Tq, hd).
+
+`docs` (gptlab.model.documents.Documents, training shapes only: Tq == Tk, q_offset 0) packs several documents per
+row: a query then also sees only keys of its own document, and `bias` may be (B, H, T, T). naive and sdpa take the
+dense (B, 1, T, T) mask (every score is computed, then masked: no work saved); flex a block mask built from the
+document ids, which skips every tile that holds no pair of one document.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gptlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gptlab.model.documents import Documents
 
 IMPLS = ("naive", "sdpa", "flash", "flex")
 
@@ -30,7 +39,7 @@ def allowed_mask(tq: int, tk: int, q_offset: int, window: int | None, device) ->
     return ok
 
 
-def naive(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
+def naive(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0, docs: Documents | None = None):
     """Materialised reference: scores = Q·Kᵀ/√d, mask, softmax, ·V (writes the full Tq×Tk matrix)."""
     groups = q.size(1) // k.size(1)
     k = k.repeat_interleave(groups, dim=1)  # (B, H, Tk, hd)
@@ -38,7 +47,10 @@ def naive(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, Tq, Tk)
     if bias is not None:
         scores = scores + bias
-    mask = allowed_mask(q.size(2), k.size(2), q_offset, window, q.device)
+    if docs is None:
+        mask = allowed_mask(q.size(2), k.size(2), q_offset, window, q.device)
+    else:
+        mask = docs.allowed(window)  # (B, 1, T, T)
     scores = scores.masked_fill(~mask, float("-inf"))
     probs = F.softmax(scores.float(), dim=-1).to(q.dtype)
     if dropout_p > 0.0:
@@ -79,9 +91,21 @@ def _sdpa_mask(tq, tk, q_offset, window, bias, q):
     return mask
 
 
-def _sdpa_call(q, k, v, window, q_offset, bias, dropout_p):
+def _document_mask(docs: Documents, window, bias, q):
+    """The (B, 1, T, T) boolean mask of packed documents, or with a bias (H or B, H, T, T) the (B, H, T, T) float
+    mask (-inf where masked)."""
+    mask = docs.allowed(window)
+    if bias is not None:
+        return bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+    return mask
+
+
+def _sdpa_call(q, k, v, window, q_offset, bias, dropout_p, docs=None):
     tq, tk = q.size(2), k.size(2)
-    mask = _sdpa_mask(tq, tk, q_offset, window, bias, q)
+    if docs is None:
+        mask = _sdpa_mask(tq, tk, q_offset, window, bias, q)
+    else:
+        mask = _document_mask(docs, window, bias, q)
     # no mask: plain causal (Tq == Tk), or one decode step that sees the whole cache (keeps flash usable)
     causal = mask is None and tq == tk and q_offset == 0
     gqa = k.size(1) != q.size(1)
@@ -92,13 +116,16 @@ def _sdpa_call(q, k, v, window, q_offset, bias, dropout_p):
     )
 
 
-def sdpa(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
+def sdpa(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0, docs: Documents | None = None):
     """torch SDPA, letting torch pick the backend; is_causal when no explicit mask is needed."""
-    return _sdpa_call(q, k, v, window, q_offset, bias, dropout_p)
+    return _sdpa_call(q, k, v, window, q_offset, bias, dropout_p, docs)
 
 
-def flash(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
-    """SDPA pinned to the flash backend (build-time checks guarantee it is available)."""
+def flash(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0, docs: Documents | None = None):
+    """SDPA pinned to the flash backend (build-time checks guarantee it is available; it takes no mask, so no
+    `docs`: check_impl refuses data.doc_mask with it)."""
+    if docs is not None:
+        raise ValueError("attention.impl=flash takes no mask, so no packed documents; use sdpa or flex")
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         return _sdpa_call(q, k, v, window, q_offset, bias, dropout_p)
 
@@ -176,12 +203,35 @@ SMALL_TILES = {
 }
 
 
-def flex(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0):
+def document_block_mask(ids: torch.Tensor, window: int | None):
+    """The flex BlockMask of packed documents (B, T) ids: causal (within `window`) and within one document; tiles
+    with no pair of one document are skipped."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(b, h, qi, kj):
+        ok = (kj <= qi) & (ids[b, qi] == ids[b, kj])
+        if window is not None:
+            ok = ok & (kj > qi - window)
+        return ok
+
+    T = ids.size(1)
+    return create_block_mask(mask_mod, ids.size(0), None, T, T, device=str(ids.device))
+
+
+def flex(q, k, v, *, window=None, q_offset=0, bias=None, dropout_p=0.0, docs: Documents | None = None):
     """flex_attention with a block mask built from the causal/window rule (never a dense mask tensor)."""
     tq, tk = q.size(2), k.size(2)
-    mask = block_mask(tq, tk, q_offset, window, q.device)
+    if docs is None:
+        mask = block_mask(tq, tk, q_offset, window, q.device)
+    else:  # built once per forward, shared by the layers with this window
+        mask = docs.cached(("flex", window), lambda: document_block_mask(docs.ids, window))
     score_mod = None
-    if bias is not None:
+    if bias is not None and bias.dim() == 4:  # (B, H, T, T): per-row positions (packed documents)
+
+        def score_mod(score, b, h, qi, kj):
+            return score + bias[b, h, qi, kj]
+
+    elif bias is not None:
 
         def score_mod(score, b, h, qi, kj):
             return score + bias[h, qi, kj]
@@ -203,13 +253,28 @@ def check_impl_name(impl: str) -> str:
 
 
 def check_impl(
-    impl: str, *, device: str, dtype: torch.dtype, window, uses_bias: bool, dropout: float, training: bool = True
+    impl: str,
+    *,
+    device: str,
+    dtype: torch.dtype,
+    window,
+    uses_bias: bool,
+    dropout: float,
+    training: bool = True,
+    documents: bool = False,
 ) -> None:
-    """Fail at build time, in one line, when `impl` cannot run this attention on this device/dtype."""
+    """Fail at build time, in one line, when `impl` cannot run this attention on this device/dtype (`documents`:
+    with packed documents' masks, data.doc_mask)."""
     check_impl_name(impl)
     if impl == "flash":
-        if window is not None or uses_bias:
-            what = "a sliding window" if window is not None else "an ALiBi score bias"
+        if window is not None or uses_bias or documents:
+            what = (
+                "a sliding window"
+                if window is not None
+                else "an ALiBi score bias"
+                if uses_bias
+                else "the document mask of data.doc_mask=true"
+            )
             raise ConfigError(
                 f"attention.impl=flash: the flash backend takes no mask, so it cannot run {what}; use attention.impl=flex or sdpa"
             )

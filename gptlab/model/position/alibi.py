@@ -33,5 +33,5 @@ class AlibiPosition(Position):
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
 
     def score_bias(self, q_pos, k_pos):
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()  # (Tq, Tk)
-        return -self.slopes[:, None, None] * distance  # (H, Tq, Tk)
+        distance = (q_pos[..., :, None] - k_pos[..., None, :]).clamp(min=0).float()  # (Tq, Tk) or (B, Tq, Tk)
+        return -self.slopes[:, None, None] * distance.unsqueeze(-3)  # (H, Tq, Tk) or (B, H, Tq, Tk)

@@ -16,4 +16,4 @@ class LearnedPosition(Position):
         nn.init.normal_(self.wpe.weight, std=std)
 
     def embed(self, x, pos):
-        return x + self.wpe(pos)  # (B, T, d) + (T, d)
+        return x + self.wpe(pos)  # (B, T, d) + (T, d) or (B, T, d)

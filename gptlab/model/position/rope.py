@@ -32,6 +32,8 @@ class RotaryPosition(Position):
         return out.to(x.dtype)
 
     def rotate(self, q, k, pos):
-        angles = pos.float()[:, None] * self.inv_freq[None, :]  # (T, hd/2)
+        angles = pos.float()[..., None] * self.inv_freq  # (T, hd/2), or (B, T, hd/2) for packed documents
+        if angles.dim() == 3:
+            angles = angles[:, None]  # (B, 1, T, hd/2): one rotation per row, shared by the heads
         cos, sin = angles.cos(), angles.sin()
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)

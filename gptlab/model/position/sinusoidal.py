@@ -39,11 +39,13 @@ class SinusoidalPosition(Position):
         self.scale = float(scale)  # plain attributes, so the model fingerprint sees them
 
     def table(self, pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """(T,) positions -> (T, d_model) encodings, computed in fp32 then cast."""
+        """(T,) or (B, T) positions -> (T, d_model) or (B, T, d_model) encodings, computed in fp32 then cast."""
         half = torch.arange(0, self.d_model, 2, device=pos.device, dtype=torch.float32)  # 2i
         inv_freq = torch.exp(-math.log(self.base) * half / self.d_model)  # base^(-2i/d), (d/2,)
-        angles = pos.float()[:, None] * inv_freq[None, :]  # (T, d/2)
-        return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1).to(dtype)  # (T, d): sin, cos interleaved
+        angles = pos.float()[..., None] * inv_freq  # (..., T, d/2)
+        return (
+            torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2).to(dtype)
+        )  # (..., T, d): sin, cos interleaved
 
     def embed(self, x, pos):
-        return x + self.scale * self.table(pos, x.dtype)  # (B, T, d) + scale · (T, d)
+        return x + self.scale * self.table(pos, x.dtype)  # (B, T, d) + scale · (T, d) or (B, T, d)

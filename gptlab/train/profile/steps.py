@@ -97,18 +97,18 @@ def predicted_layer_shares(report, model: nn.Module) -> list[float]:
     return [t / total for t in layer_times(model, d)]
 
 
-def _plain_step(model, optimizer, x, y, autocast) -> None:
+def _plain_step(model, optimizer, batch, autocast) -> None:
     with autocast():
-        loss = training_loss(model, x, y).total
+        loss = training_loss(model, *batch).total  # (x, y) or (x, y, document ids)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
 
-def _timed_step(model, optimizer, x, y, autocast, timer: Timer) -> None:
+def _timed_step(model, optimizer, batch, autocast, timer: Timer) -> None:
     """forward (hooked) + backward (time outside module hooks -> "other") + optimizer step and zero_grad."""
     with autocast():
-        loss = training_loss(model, x, y).total
+        loss = training_loss(model, *batch).total  # (x, y) or (x, y, document ids)
     before = sum(timer.seconds.values())
     timer.sync()
     t0 = time.perf_counter()
@@ -126,11 +126,11 @@ def _timed_step(model, optimizer, x, y, autocast, timer: Timer) -> None:
     timer.seconds["optimizer"] += time.perf_counter() - t0
 
 
-def _timed(model, optimizer, xy: tuple[torch.Tensor, torch.Tensor], autocast, timer: Timer, sync) -> float:
+def _timed(model, optimizer, xy: tuple[torch.Tensor, ...], autocast, timer: Timer, sync) -> float:
     """One hooked training step on batch xy; its wall time in seconds (synchronised on CUDA)."""
     sync()
     t0 = time.perf_counter()
-    _timed_step(model, optimizer, *xy, autocast, timer)
+    _timed_step(model, optimizer, xy, autocast, timer)
     sync()
     return time.perf_counter() - t0
 
@@ -138,7 +138,7 @@ def _timed(model, optimizer, xy: tuple[torch.Tensor, torch.Tensor], autocast, ti
 def profile_steps(
     model: Any,
     optimizer,
-    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    batch: Callable[[int], tuple[torch.Tensor, ...]],
     *,
     steps: int = 3,
     warmup: int = 1,
@@ -149,7 +149,7 @@ def profile_steps(
     restore: bool = True,
     predicted_layers: list[float] | None = None,
 ) -> ProfileResult:
-    """Profile `steps` training steps (after `warmup` unprofiled ones); batch(i) -> (x, y) already on `device`.
+    """Profile `steps` training steps (after `warmup` unprofiled ones); batch(i) -> (x, y[, document ids]) on `device`.
 
     `predicted` (per kind) and `predicted_layers` (per block index) are the cost model's shares to print alongside.
 
@@ -167,7 +167,7 @@ def profile_steps(
         # eager even when the model is compiled in place (hardware.compile): the hooks time each module's own forward
         with torch.compiler.set_stance("force_eager"):
             for i in range(warmup):
-                _plain_step(model, optimizer, *batch(i), autocast)
+                _plain_step(model, optimizer, batch(i), autocast)
             handles = hook_modules(model, timer)
             with torch.profiler.profile(activities=activities) as prof:
                 step_times = [
