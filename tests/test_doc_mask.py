@@ -412,3 +412,5 @@ def test_gptlab_flops_says_what_the_mask_saves_and_keeps_mfu(tmp_path):
         == documents_cost(model, 2, 32, 10**6)["attention_kernel_documents"]
     )
     assert OmegaConf.select(compose([], config_name="flops"), "doc_length") is None
+    with pytest.raises(ConfigError, match=r"^doc_length=64: costs the document mask .* with data.doc_mask=true"):
+        report("doc_length=64")  # without the mask it would change nothing: refused, never ignored

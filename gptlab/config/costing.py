@@ -154,7 +154,13 @@ def flops_report(cfg: DictConfig, vocab_size: int = DEFAULT_VOCAB, seq_default: 
     )
     if sharding is not None:
         report.sharding = section(cfg, model, report, sharding, state, _device(cfg))
-    if OmegaConf.select(cfg, "data.doc_mask") is True and mode == "train":
+    masked = OmegaConf.select(cfg, "data.doc_mask") is True and mode == "train"
+    if not masked and OmegaConf.select(cfg, "doc_length") is not None:  # an inert key: never a silent no-op
+        raise ConfigError(
+            f"doc_length={OmegaConf.select(cfg, 'doc_length')}: costs the document mask of a training step; allowed "
+            "with data.doc_mask=true and mode=train, else null"
+        )
+    if masked:
         from gptlab.costs.documents import documents_cost
         from gptlab.costs.structure import describe
 
