@@ -136,7 +136,8 @@ class Attention(nn.Module, abc.ABC):
             raise ValueError("packed documents (document ids) take no KV cache: generation is one document")
         pos = docs.pos  # (B, T)
         q, k = docs.position.rotate(q, k, pos)
-        bias = docs.position.score_bias(pos, pos)  # (B, H, T, T), (H, T, T) or None
+        # (B, H, T, T), (H, T, T) or None: the same in every layer, so computed once per forward
+        bias = docs.cached("score_bias", lambda: docs.position.score_bias(pos, pos))
         dropout_p = self.dropout if self.training else 0.0
         return self.kernel(q, k, v, window=self.window, bias=bias, dropout_p=dropout_p, docs=docs)
 

@@ -95,8 +95,8 @@ def _document_mask(docs: Documents, window, bias, q):
     """The (B, 1, T, T) boolean mask of packed documents, or with a bias (H or B, H, T, T) the (B, H, T, T) float
     mask (-inf where masked)."""
     mask = docs.allowed(window)
-    if bias is not None:
-        return bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+    if bias is not None:  # the bias is the forward's one (Documents.cached): so is its masked form, per window
+        return docs.cached(("float", window, q.dtype), lambda: bias.to(q.dtype).masked_fill(~mask, float("-inf")))
     return mask
 
 
